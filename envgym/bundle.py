@@ -59,6 +59,18 @@ class Manifest:
 
 
 @dataclass(frozen=True)
+class Witness:
+    """A submission that violates exactly one verifier rule (issue 9, shared contract)."""
+
+    rule: str
+    submission: Mapping[str, Any]
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "submission": dict(self.submission), "note": self.note}
+
+
+@dataclass(frozen=True)
 class Task:
     id: str
     prompt: str
@@ -68,9 +80,22 @@ class Task:
     submit_tool: str | None = "submit_result"
     system_prompt: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Host-side only (never sent into the sandbox): per-rule witnesses for `envgym check` and
+    # the name of a greedy baseline solver in solution.py (docs/BUNDLE.md, docs/CHECK.md).
+    witnesses: tuple[Witness, ...] = ()
+    baseline: str | None = None
+
+    def to_line(self) -> dict[str, Any]:
+        """The tasks.jsonl form: :meth:`to_dict` plus the host-side witnesses and baseline."""
+        line = self.to_dict()
+        if self.witnesses:
+            line["witnesses"] = [w.to_dict() for w in self.witnesses]
+        if self.baseline is not None:
+            line["baseline"] = self.baseline
+        return line
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form passed to solutions and verifiers (and written to tasks.jsonl)."""
+        """The JSON form passed to solutions and verifiers (no witnesses: the sandbox never sees them)."""
         return {
             "id": self.id,
             "prompt": self.prompt,
@@ -272,13 +297,16 @@ def _load_tasks(path: Path, functions: Mapping[str, Mapping[str, ast.FunctionDef
             submit_tool=data.get("submit_tool", "submit_result"),
             system_prompt=data.get("system_prompt"),
             metadata=data.get("metadata", {}),
+            witnesses=tuple(Witness(w["rule"], w["submission"], w.get("note", ""))
+                            for w in data.get("witnesses", ())),
+            baseline=data.get("baseline"),
         )
         if task.id in seen:
             raise BundleError(TASKS, f"duplicate task id {task.id!r}", field=f"{where}.id")
         seen.add(task.id)
-        for key, file in (("solution", "solution.py"), ("verifier", "verifier.py")):
+        for key, file in (("solution", "solution.py"), ("verifier", "verifier.py"), ("baseline", "solution.py")):
             fn = getattr(task, key)
-            if fn not in functions[file]:
+            if fn is not None and fn not in functions[file]:
                 raise BundleError(TASKS, f"{file} defines no function {fn!r}", field=f"{where}.{key}")
         if task.submit_tool is not None and task.submit_tool not in functions["tools.py"]:
             raise BundleError(TASKS, f"tools.py defines no tool {task.submit_tool!r}", field=f"{where}.submit_tool")

@@ -1,25 +1,34 @@
 """``envgym check``: is every task of a bundle solvable, and is its verifier strict?
 
-For each task, in the sandbox, on fresh state copies:
+For each task, in the sandbox (docs/CHECK.md):
 1. the gold solution runs (calling only tools), submits, and its submission passes the verifier;
-2. the empty submission (every argument blank) and the no-op (no arguments) are rejected;
-3. random single-field corruptions of the gold answer are rejected (≥ ``min_rejection``);
-4. ``reruns`` runs of the gold solution agree on the submission and the verdict.
+   ``reruns`` runs agree on the submission and the verdict;
+2. on the state the gold run left: random single-field corruptions are rejected
+   (≥ ``min_rejection``), and every generic exploit (``envgym.adversarial``) is rejected, or,
+   where it is the gold answer in another form, accepted or rejected;
+3. on fresh state: every rule the gold verdict reports has a per-rule witness, a submission whose
+   verdict fails exactly that rule (declared in tasks.jsonl, or found among the corruptions);
+   the empty submission and the no-op are rejected;
+4. the task's greedy ``baseline`` (if any) runs and its solve rate is reported per difficulty.
+
+A verifier that raises, crashes, times out or returns a malformed report fails the task: a
+broken verifier is never read as a rejection (issue 9, "What was found" 3).
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from envgym.adversarial import exploits
 from envgym.bundle import Bundle, Task
 from envgym.corrupt import corruptions
-from envgym.sandbox import Limits, Sandbox, open_sandbox
+from envgym.sandbox import Limits, Sandbox, SolveOutcome, open_sandbox
 from envgym.state import EpisodeDirs
 from envgym.verdict import Verdict
-
 
 @dataclass(frozen=True)
 class TaskCheck:
@@ -33,10 +42,23 @@ class TaskCheck:
     tool_calls: int  # by the gold solution
     problems: tuple[str, ...] = ()
     min_rejection: float = 0.95
+    rules: tuple[str, ...] = ()  # the check names the gold verdict reports
+    rules_covered: tuple[str, ...] = ()  # rules with a valid per-rule witness
+    witnesses_declared: int = 0
+    witnesses_valid: int = 0
+    exploits_tried: int = 0
+    exploits_rejected: int = 0  # including gold-form exploits the verifier rejected
+    exploits_failed: tuple[str, ...] = ()  # names of exploits accepted although not the gold
+    verifier_errors: int = 0  # verdicts that were crashes/timeouts/malformed reports
+    baseline_solved: bool | None = None  # None: the task names no baseline
 
     @property
     def rejection_rate(self) -> float:
         return self.corruptions_rejected / self.corruptions_tried if self.corruptions_tried else 0.0
+
+    @property
+    def rule_coverage(self) -> float:
+        return len(self.rules_covered) / len(self.rules) if self.rules else 0.0
 
     @property
     def passed(self) -> bool:
@@ -46,7 +68,14 @@ class TaskCheck:
             and self.reruns_agree
             and self.corruptions_tried > 0
             and self.rejection_rate >= self.min_rejection
+            and self.rule_coverage == 1.0
+            and not self.exploits_failed
+            and self.verifier_errors == 0
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "rejection_rate": self.rejection_rate, "rule_coverage": self.rule_coverage,
+                "passed": self.passed}
 
 
 @dataclass(frozen=True)
@@ -59,48 +88,101 @@ class CheckReport:
     def passed(self) -> bool:
         return bool(self.tasks) and all(t.passed for t in self.tasks)
 
+    def baseline(self) -> dict[str, Any]:
+        """Greedy-baseline solve rate per difficulty (tasks that name a baseline only)."""
+        levels: dict[int, list[bool]] = {}
+        for t in self.tasks:
+            if t.baseline_solved is not None:
+                levels.setdefault(t.difficulty, []).append(t.baseline_solved)
+        by = {str(d): {"tasks": len(v), "solved": sum(v), "rate": sum(v) / len(v)} for d, v in sorted(levels.items())}
+        rates = [row["rate"] for row in by.values()]
+        return {
+            "by_difficulty": by,
+            # "Falls with level": never rises from one level to the next, and the top is below the bottom.
+            "falls_with_level": len(rates) > 1 and all(b <= a for a, b in zip(rates, rates[1:])) and rates[-1] < rates[0],
+            "top_level_rate": rates[-1] if rates else None,
+        }
+
     def to_dict(self) -> dict[str, Any]:
+        covered = sum(len(t.rules_covered) for t in self.tasks)
+        rules = sum(len(t.rules) for t in self.tasks)
         return {
             "bundle": self.bundle,
             "content_hash": self.content_hash,
             "passed": self.passed,
-            "tasks": [
-                {**asdict(t), "rejection_rate": t.rejection_rate, "passed": t.passed} for t in self.tasks
-            ],
+            "rule_coverage": covered / rules if rules else 0.0,
+            "exploits": {"tried": sum(t.exploits_tried for t in self.tasks),
+                         "failed": sum(len(t.exploits_failed) for t in self.tasks)},
+            "verifier_errors": sum(t.verifier_errors for t in self.tasks),
+            "baseline": self.baseline(),
+            "tasks": [t.to_dict() for t in self.tasks],
         }
 
 
-class _Runner:
-    """A sandbox plus scratch state directories for one check run."""
+class CheckRunner:
+    """One sandbox plus scratch state directories, shared by every check of one bundle.
+
+    Synthesis validation uses it too, so a candidate bundle costs one sandbox, not three.
+    """
 
     def __init__(self, bundle: Bundle, sandbox: Sandbox) -> None:
         self.bundle = bundle
         self.sandbox = sandbox
         self.dirs = EpisodeDirs(bundle.state_dir)
+        self._schemas: dict[str, Mapping[str, Any]] | None = None
 
     def fresh_state(self) -> None:
         self.sandbox.reset(self.dirs.refill())
 
     def verify(self, task: Task, submission: dict[str, Any]) -> Verdict:
-        outcome = self.sandbox.verify(task.verifier, submission, task.to_dict())
+        """The verdict on ``submission``; a verifier fault is a verdict with ``error`` set."""
+        try:
+            outcome = self.sandbox.verify(task.verifier, submission, task.to_dict())
+        except (ValueError, TypeError, RecursionError, OverflowError) as exc:  # not sendable
+            return Verdict.broken("submission_unsendable", f"{type(exc).__name__}: {exc}")
         if not outcome.ok:
-            return Verdict.failure("verifier_error", outcome.message)
+            error = outcome.error.value if outcome.error is not None else "error"
+            return Verdict.broken("verifier_error", f"{error}: {outcome.message[:300]}")
         return Verdict.from_report(outcome.value)
+
+    def solve(self, task: Task, function: str) -> SolveOutcome:
+        return self.sandbox.solve(function, task.to_dict(), task.submit_tool)
+
+    def submit_schema(self, task: Task) -> Mapping[str, Any]:
+        if self._schemas is None:
+            self._schemas = {t.name: t.parameters for t in self.sandbox.describe_tools()}
+        return self._schemas.get(task.submit_tool or "", {})
 
     def close(self) -> None:
         self.dirs.cleanup()
 
 
 def check_task(
-    runner: _Runner, task: Task, *, n_corruptions: int, reruns: int, rng: random.Random, min_rejection: float
+    runner: CheckRunner,
+    task: Task,
+    *,
+    n_corruptions: int,
+    reruns: int,
+    rng: random.Random,
+    min_rejection: float,
+    derive_witnesses: bool = True,
+    adversarial: bool = True,
 ) -> TaskCheck:
     problems: list[str] = []
+    errors: list[str] = []
+
+    def verify(submission: dict[str, Any], what: str) -> Verdict:
+        verdict = runner.verify(task, submission)
+        if verdict.error is not None:
+            errors.append(f"{what}: {verdict.error}")
+        return verdict
+
     runs: list[tuple[str, Verdict]] = []
     gold: dict[str, Any] | None = None
     tool_calls = 0
     for _ in range(max(1, reruns)):
         runner.fresh_state()
-        solved = runner.sandbox.solve(task.solution, task.to_dict(), task.submit_tool)
+        solved = runner.solve(task, task.solution)
         if not solved.outcome.ok:
             problems.append(f"gold solution failed: {solved.outcome.message}")
             break
@@ -108,7 +190,7 @@ def check_task(
             problems.append(f"gold solution never called {task.submit_tool}")
             break
         tool_calls = len(solved.calls)
-        verdict = runner.verify(task, solved.submission)
+        verdict = verify(solved.submission, "gold")
         runs.append((json.dumps(solved.submission, sort_keys=True), verdict))
         gold = solved.submission
     gold_passed = bool(runs) and all(v.passed for _, v in runs)
@@ -116,20 +198,69 @@ def check_task(
         failed = next(v for _, v in runs if not v.passed).failed
         problems.append("gold rejected: " + "; ".join(f"{c.name}: {c.detail}" for c in failed[:3]))
     reruns_agree = len(runs) == max(1, reruns) and len({(s, v.passed) for s, v in runs}) == 1
+    rules = tuple(c.name for c in runs[-1][1].checks) if gold_passed else ()
 
+    # Against the state the gold run left: only the answer differs from the gold.
     tried = rejected = 0
+    derived: dict[str, str] = {}
     if gold is not None:
-        for bad in corruptions(gold, n_corruptions, rng):  # against the state the gold run left
+        for i, bad in enumerate(corruptions(gold, n_corruptions, rng)):
             tried += 1
-            rejected += not runner.verify(task, bad).passed
+            verdict = verify(bad, f"corruption {i}")
+            rejected += not verdict.passed and verdict.error is None
+            if verdict.error is None and len(verdict.failed_names) == 1:
+                derived.setdefault(next(iter(verdict.failed_names)), f"corruption {i}")
         if tried and rejected / tried < min_rejection:
             problems.append(f"verifier accepted {tried - rejected}/{tried} corrupted answers")
+    ex_tried = ex_rejected = 0
+    ex_failed: list[str] = []
+    if gold is not None and adversarial:
+        for ex in exploits(task.prompt, gold, argument_schema=runner.submit_schema(task)):
+            ex_tried += 1
+            verdict = verify(ex.submission, f"exploit {ex.name}")
+            ex_rejected += not verdict.passed
+            if verdict.passed and not ex.gold_form:
+                ex_failed.append(ex.name)
+        if ex_failed:
+            problems.append(f"verifier accepted {len(ex_failed)} exploits: " + ", ".join(ex_failed[:5]))
+
+    # Per-rule witnesses, each on fresh state.
+    covered: set[str] = set()
+    valid = 0
+    for i, w in enumerate(task.witnesses):
+        runner.fresh_state()
+        verdict = verify(dict(w.submission), f"witness {i} ({w.rule})")
+        if verdict.error is not None:
+            continue
+        if w.rule not in rules:
+            problems.append(f"witness {i}: rule {w.rule!r} is not a check the gold verdict reports")
+        elif verdict.passed:
+            problems.append(f"witness {i} ({w.rule}): accepted, so the rule is not enforced")
+        elif verdict.failed_names != {w.rule}:
+            problems.append(f"witness {i} ({w.rule}): fails {sorted(verdict.failed_names)}, not only {w.rule}")
+        else:
+            covered.add(w.rule)
+            valid += 1
+    if derive_witnesses:
+        covered |= {r for r in derived if r in rules}
+    for rule in rules:
+        if rule not in covered:
+            problems.append(f"rule {rule!r} has no witness (no submission fails only it)")
 
     runner.fresh_state()
     blank = {k: "" for k in gold} if gold else {"content": ""}
-    noop_rejected = not runner.verify(task, {}).passed and not runner.verify(task, blank).passed
+    noop_rejected = not verify({}, "no-op").passed and not verify(blank, "blank").passed
     if not noop_rejected:
         problems.append("verifier accepted an empty submission")
+
+    baseline_solved: bool | None = None
+    if task.baseline is not None:
+        runner.fresh_state()
+        attempt = runner.solve(task, task.baseline)
+        baseline_solved = bool(attempt.outcome.ok and attempt.submission is not None
+                               and verify(attempt.submission, "baseline").passed)
+    if errors:
+        problems.append(f"verifier broke on {len(errors)} submissions: " + "; ".join(errors[:3]))
     return TaskCheck(
         task_id=task.id,
         difficulty=task.difficulty,
@@ -141,6 +272,15 @@ def check_task(
         tool_calls=tool_calls,
         problems=tuple(problems),
         min_rejection=min_rejection,
+        rules=rules,
+        rules_covered=tuple(r for r in rules if r in covered),
+        witnesses_declared=len(task.witnesses),
+        witnesses_valid=valid,
+        exploits_tried=ex_tried,
+        exploits_rejected=ex_rejected,
+        exploits_failed=tuple(ex_failed),
+        verifier_errors=len(errors),
+        baseline_solved=baseline_solved,
     )
 
 
@@ -153,15 +293,22 @@ def check_bundle(
     seed: int = 0,
     min_rejection: float = 0.95,
     limits: Limits | None = None,
+    derive_witnesses: bool = True,
+    adversarial: bool = True,
 ) -> CheckReport:
-    """Check every task of ``bundle``; see the module docstring."""
+    """Check every task of ``bundle``; see the module docstring.
+
+    ``derive_witnesses=False`` counts declared witnesses only (synthesis validation: a bundle
+    must bring its own); ``adversarial=False`` skips the generic exploits.
+    """
     box = sandbox if isinstance(sandbox, Sandbox) else open_sandbox(bundle.root, backend=sandbox, limits=limits)
-    runner = _Runner(bundle, box)
+    runner = CheckRunner(bundle, box)
     rng = random.Random(seed)
     try:
         box.describe_tools()  # a tools.py that does not import fails here, naming the file
         results = tuple(
-            check_task(runner, t, n_corruptions=corruptions_per_task, reruns=reruns, rng=rng, min_rejection=min_rejection)
+            check_task(runner, t, n_corruptions=corruptions_per_task, reruns=reruns, rng=rng,
+                       min_rejection=min_rejection, derive_witnesses=derive_witnesses, adversarial=adversarial)
             for t in bundle.tasks
         )
     finally:
@@ -169,3 +316,6 @@ def check_bundle(
         if not isinstance(sandbox, Sandbox):
             box.close()
     return CheckReport(bundle=bundle.manifest.name, content_hash=bundle.manifest.content_hash, tasks=results)
+
+
+_Runner = CheckRunner  # the old private name, kept for callers written before it was public
