@@ -72,6 +72,7 @@ class IsolationResult:
     skipped: bool = False
     detail: str = ""
     calls: tuple[tuple[str, dict[str, Any]], ...] = ()  # the gold's tool calls, for the tool probe
+    submission: dict[str, Any] | None = None  # the gold's submission (provenance checks compare with it)
 
 
 def guarded_copy(bundle: Bundle, into: Path) -> Path:
@@ -111,7 +112,7 @@ class GuardedRun:
     def __init__(self, bundle: Bundle, *, sandbox: str, limits: Limits | None) -> None:
         self.bundle = bundle
         self._scratch = Path(tempfile.mkdtemp(prefix="envgym-isolation-"))
-        self._dirs = EpisodeDirs(bundle.state_dir)
+        self._dirs = self.dirs = EpisodeDirs(bundle.state_dir)
         try:
             self.box = open_sandbox(guarded_copy(bundle, self._scratch / "code"), backend=sandbox, limits=limits)
         except BaseException:
@@ -129,7 +130,7 @@ class GuardedRun:
             calls = tuple((name, dict(args)) for name, args in solved.calls)
             message = solved.outcome.message
             if solved.outcome.ok:
-                out.append(IsolationResult(task.id, ok=True, calls=calls))
+                out.append(IsolationResult(task.id, ok=True, calls=calls, submission=solved.submission))
             elif DENIED in message:
                 line = next((x for x in message.splitlines() if DENIED in x), DENIED)
                 out.append(IsolationResult(task.id, ok=False, detail=line.strip(), calls=calls))

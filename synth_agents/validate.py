@@ -10,7 +10,10 @@ One call, :func:`validate_bundle`, runs these in order (1 and 2 stop it at the f
    rejected, three reruns agree;
 4. the dynamic isolation check (:mod:`synth_agents.isolation`): the gold run with the state
    reachable only through tools;
-5. the tool probe (:mod:`synth_agents.tool_probe`), in the isolation check's sandbox: every
+5. the provenance checks (:mod:`synth_agents.provenance`), in the same sandbox: the gold answer
+   comes from tool results (not from task metadata the agent never sees), and the verifier
+   judges against the data (not against the metadata alone);
+6. the tool probe (:mod:`synth_agents.tool_probe`), in the isolation check's sandbox: every
    tool callable with its schema.
 
 Near-duplicates need the other bundles of a run, so the pipeline checks them
@@ -27,9 +30,10 @@ from typing import Any
 
 from envgym.bundle import Bundle, BundleError, load_bundle
 from envgym.check import TaskCheck, check_bundle
-from envgym.sandbox import Limits, SandboxUnavailable, open_sandbox
+from envgym.sandbox import Limits, Sandbox, SandboxUnavailable, open_sandbox
 from envgym.state import EpisodeDirs
-from synth_agents.isolation import GuardedRun
+from synth_agents.isolation import GuardedRun, IsolationResult
+from synth_agents.provenance import check_provenance
 from synth_agents.solution_rules import check_solution_source
 from synth_agents.tool_probe import probe_tools
 
@@ -38,6 +42,9 @@ REASONS = {
     "malformed_bundle": "the bundle does not load (files, schema, hash, syntax, tool hints)",
     "solution_not_tools_only": "solution.py breaks the static tools-only rules",
     "solution_reads_state": "the gold solution touched the episode state directly",
+    "answer_not_from_tools": "the gold answer does not come from tool results (no data call, copied from "
+                             "task metadata the prompt does not show, or unchanged without the data)",
+    "verifier_answer_key": "the verifier accepts the gold answer without the data (it judges against metadata)",
     "gold_failed": "the gold solution does not pass its verifier in the sandbox",
     "noop_accepted": "the verifier accepts the empty/no-op submission",
     "corruptions_accepted": "the verifier accepts too many corrupted answers",
@@ -135,25 +142,37 @@ def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task:
     checks = list(report.tasks)
     for check in checks:
         problems += _check_problems(check)
-    problems += _isolation_and_tools(bundle, sandbox, limits)
+    passed_gold = {c.task_id for c in checks if c.gold_passed}
+    problems += _isolation_and_tools(bundle, sandbox, limits, passed_gold)
     figures = tuple({**asdict(c), "rejection_rate": c.rejection_rate, "passed": c.passed} for c in checks)
     return result(problems, figures, content)
 
 
-def _isolation_and_tools(bundle: Bundle, sandbox: str, limits: Limits | None) -> list[Problem]:
-    """The isolation check, then the tool probe in the same (guarded) sandbox and state dir.
+def _isolation_and_tools(bundle: Bundle, sandbox: str, limits: Limits | None,
+                         passed_gold: set[str]) -> list[Problem]:
+    """The isolation check, the provenance checks, then the tool probe, in one (guarded) sandbox.
 
-    The guard only constrains solution frames, so probing tools there is probing the bundle's
-    tools; sharing the worker saves a sandbox start per bundle.
+    The guard only constrains solution frames, so probing tools and running verifiers there is
+    probing the bundle's own code; sharing the worker saves a sandbox start per bundle.  With the
+    ``inprocess`` backend the guard cannot run (it patches the interpreter), so the isolation
+    check is skipped; the provenance checks and the probe still run.
     """
     if sandbox == "inprocess":
-        with open_sandbox(bundle.root, backend=sandbox, limits=limits) as box:
-            dirs = EpisodeDirs(bundle.state_dir)
-            try:
+        dirs = EpisodeDirs(bundle.state_dir)
+        try:
+            with open_sandbox(bundle.root, backend=sandbox, limits=limits) as box:
+                specs = box.describe_tools()
+                runs = []
+                for task in bundle.tasks:
+                    box.reset(dirs.refill())
+                    solved = box.solve(task.solution, task.to_dict(), task.submit_tool)
+                    runs.append(IsolationResult(task.id, ok=True, calls=tuple(solved.calls),
+                                                submission=solved.submission if solved.outcome.ok else None))
+                out = _provenance(box, dirs, bundle, runs, passed_gold)
                 box.reset(dirs.refill())
-                return [Problem("tool_broken", str(f)) for f in probe_tools(box, box.describe_tools(), [])]
-            finally:
-                dirs.cleanup()
+                return out + [Problem("tool_broken", str(f)) for f in probe_tools(box, specs, [])]
+        finally:
+            dirs.cleanup()
     with GuardedRun(bundle, sandbox=sandbox, limits=limits) as run:
         try:
             specs = run.box.describe_tools()
@@ -161,9 +180,21 @@ def _isolation_and_tools(bundle: Bundle, sandbox: str, limits: Limits | None) ->
             return [Problem("malformed_bundle", f"the isolation check could not load its guarded copy: {exc}")]
         isolation = run.solve_all()
         out = [Problem("solution_reads_state", r.detail, r.task_id) for r in isolation if not r.ok]
+        out += _provenance(run.box, run.dirs, bundle, isolation, passed_gold)
         run.fresh()
         calls = [call for r in isolation for call in r.calls]
         out += [Problem("tool_broken", str(f)) for f in probe_tools(run.box, specs, calls)]
+    return out
+
+
+def _provenance(box: Sandbox, dirs: EpisodeDirs, bundle: Bundle, runs: list[IsolationResult],
+                passed_gold: set[str]) -> list[Problem]:
+    """Provenance problems of every task whose gold passed ``envgym check`` and ran cleanly here."""
+    out = []
+    for task, run in zip(bundle.tasks, runs):
+        if run.ok and run.submission is not None and task.id in passed_gold:
+            for p in check_provenance(box, dirs, task, list(run.calls), run.submission):
+                out.append(Problem(p.reason, f"{p.kind}: {p.detail}", task.id))
     return out
 
 
