@@ -1,0 +1,108 @@
+"""Tools-only solvability of synthesized tasks (issue 9, "What was found" 4 and "What to build" 3):
+the gold answer must come from tool results, and the verifier must judge against the data."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from bundle_factory import TASK, make_notes_bundle
+
+from envgym.bundle import Task, write_manifest
+from synth_agents.provenance import atoms, hidden_answer_leaves
+from synth_agents.validate import REASONS, validate_bundle
+
+pytestmark = pytest.mark.timeout(180)
+
+HONEST = """
+def solve_secret(tools, task):
+    tools.submit_result(answer_text=tools.get_note(key=task["metadata"]["key"]))
+"""
+KEYED_META = {"key": "secret", "expected": "tangerine"}  # an answer key the prompt does not show
+
+
+def notes(tmp_path: Path, *, solution: str = HONEST, verifier: str | None = None,
+          metadata: dict | None = None) -> Path:
+    root = make_notes_bundle(tmp_path / "notes", tasks=[{**TASK, "metadata": metadata or TASK["metadata"]}])
+    (root / "solution.py").write_text(textwrap.dedent(solution))
+    if verifier is not None:
+        (root / "verifier.py").write_text(textwrap.dedent(verifier))
+    write_manifest(root, name="notes", category="test", provenance={"agent": "test", "seed": 0})
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _bwrap(require_backend) -> None:  # noqa: ANN001
+    require_backend("bwrap")
+
+
+def test_atoms_and_hidden_leaves() -> None:
+    sub = {"answer_text": json.dumps({"title": "Dune", "n": [3, True]}), "x": 2.5}
+    assert list(atoms(sub)) == ["Dune", 3, 2.5]
+    task = Task(id="t", prompt="Find the note 'secret' (year 1800).", solution="s", verifier="v",
+                metadata={"key": "secret", "after": 1800, "answer": "Dune", "flag": True, "n": 3})
+    # 'secret' and 1800 are in the prompt; the flag is not an answer; 3 and "Dune" are hidden and submitted
+    assert hidden_answer_leaves(task, sub) == [(("answer",), "Dune"), (("n",), 3)]
+
+
+def test_an_honest_bundle_with_an_unused_answer_key_passes(tmp_path: Path) -> None:
+    # A procedural generator may store the expected value; what matters is that the gold derives it.
+    result = validate_bundle(notes(tmp_path, metadata=KEYED_META))
+    assert result.passed, result.problems
+
+
+def test_a_gold_copying_a_hidden_metadata_answer_is_rejected(tmp_path: Path) -> None:
+    copying = """
+    def solve_secret(tools, task):
+        tools.get_note(key=task["metadata"]["key"])  # a data call, then the answer key
+        tools.submit_result(answer_text=task["metadata"]["expected"])
+    """
+    result = validate_bundle(notes(tmp_path, solution=copying, metadata=KEYED_META))
+    assert result.reasons == ("answer_not_from_tools",), result.problems
+    assert "hidden_metadata" in result.problems[0].detail and "'expected'" in result.problems[0].detail
+
+
+def test_a_gold_that_ignores_its_tool_results_is_rejected(tmp_path: Path) -> None:
+    blind = """
+    def solve_secret(tools, task):
+        try:
+            tools.list_keys()
+        except Exception:
+            pass
+        tools.submit_result(answer_text="tangerine")
+    """
+    result = validate_bundle(notes(tmp_path, solution=blind))
+    assert result.reasons == ("answer_not_from_tools",), result.problems
+    assert "same_without_data" in result.problems[0].detail
+
+
+def test_a_verifier_judging_against_metadata_alone_is_rejected(tmp_path: Path) -> None:
+    keyed = """
+    def verify_secret(submission, task):
+        ok = submission.get("answer_text") == task["metadata"]["expected"]
+        return {"checks": [{"name": "correct", "passed": ok, "detail": ""}]}
+    """
+    result = validate_bundle(notes(tmp_path, verifier=keyed, metadata=KEYED_META))
+    assert result.reasons == ("verifier_answer_key",), result.problems
+    assert all(r in REASONS for r in result.reasons)
+
+
+def test_the_answer_key_bundle_of_issue_9_is_rejected(tmp_path: Path) -> None:
+    """The finding, exactly: metadata {"answer": ...} wrong for the database, a solution that submits
+    it with no data tool call and a verifier comparing against metadata. It was kept before."""
+    from test_synth_llm_agent import DATA, TOOLS, synthesize
+
+    key = ('```json task\n{"prompt": "Which available book published after 1800 is the oldest? Submit its title.", '
+           '"metadata": {"after": 1800, "answer": "Hamlet"}}\n```\n'
+           '```python solution\ndef solve(tools, task):\n    tools.submit_result(answer_text=task["metadata"]["answer"])\n```\n'
+           '```python verifier\ndef verify(submission, task):\n'
+           '    ok = submission.get("answer_text") == task["metadata"]["answer"]\n'
+           '    return {"checks": [{"name": "correct", "passed": ok, "detail": ""}]}\n```')
+    records, _ = synthesize(tmp_path, [DATA, TOOLS, key], max_levels=0, require_witnesses=False)
+    r = records[0]
+    assert (r["status"], r["made"]) == ("rejected", True)
+    assert r["reasons"] == ["answer_not_from_tools", "verifier_answer_key"], r["problems"]
+    details = " ".join(p["detail"] for p in r["problems"])
+    assert "no_data_call" in details and "hidden_metadata" in details and "verifier_without_data" in details
