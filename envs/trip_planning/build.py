@@ -14,14 +14,18 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from envgym.bundle import write_manifest
 from envs.trip_planning.data import DEFAULT_N_CITIES, write_db
-from envs.trip_planning.local import LocalBundle, passed
-from envs.trip_planning.tasks import GeneratedTask, generate_tasks, worked_example
-from envs.trip_planning.world import load_world
+from envs.trip_planning.constraints import TripSpec
+from envs.trip_planning.local import Episode, LocalBundle, passed
+from envs.trip_planning.planner import Plan
+from envs.trip_planning.tasks import VERIFIER, GeneratedTask, generate_tasks, worked_example
+from envs.trip_planning.witnesses import find_witnesses
+from envs.trip_planning.world import World, load_world
 
-GENERATOR_VERSION = "trip-planning-1"
+GENERATOR_VERSION = "trip-planning-2"  # 2: per-rule witnesses, greedy baseline, rating spread
 CATEGORY = "trip planning"
 CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 _PACKAGE = Path(__file__).resolve().parent
@@ -55,16 +59,20 @@ def build_bundle(
     (out / "state").mkdir(parents=True, exist_ok=True)
     db_path = write_db(out / "state" / "db.sqlite", seed=seed, n_cities=n_cities)
     world = load_world(db_path)
-    tasks: list[GeneratedTask] = [worked_example(world)] if include_worked_example else []
-    tasks += generate_tasks(world, seed=seed, n_tasks=n_tasks, difficulties=tuple(difficulties))
-    if not tasks:
-        raise ValueError("a bundle needs at least one task (n_tasks=0 and no worked example)")
-    with open(out / "tasks.jsonl", "w", encoding="utf-8") as fh:
-        for t in tasks:
-            fh.write(json.dumps(t.task, ensure_ascii=False) + "\n")
     for name in CODE_FILES:
         shutil.copyfile(_TEMPLATES / name, out / name)
-    _check_witnesses(out, tasks)
+    with LocalBundle(out).episode() as ep:
+        witnesses = _RuleWitnesses(ep, world)
+        tasks: list[GeneratedTask] = [worked_example(world)] if include_worked_example else []
+        tasks += generate_tasks(world, seed=seed, n_tasks=n_tasks, difficulties=tuple(difficulties),
+                                accept=witnesses.accept)
+        if not tasks:
+            raise ValueError("a bundle needs at least one task (n_tasks=0 and no worked example)")
+        _check_witnesses(out, tasks)
+        lines = [witnesses.line(t) for t in tasks]
+    with open(out / "tasks.jsonl", "w", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
     write_manifest(
         out,
         name=f"trip-planning-seed{seed}",
@@ -83,6 +91,36 @@ def _check_witnesses(bundle_dir: Path, tasks: list[GeneratedTask]) -> None:
             if not passed(report):
                 failed = [f"{c['name']}: {c['detail']}" for c in report["checks"] if not c["passed"]]
                 raise RuntimeError(f"witness of {t.task['id']} rejected by the verifier: {failed}")
+
+
+class _RuleWitnesses:
+    """Per-rule witnesses for every check a task's verifier reports (docs/CHECK.md).
+
+    A draw whose rules cannot all be isolated (a tight budget can make one rule impossible to
+    break alone) is vetoed and re-rolled; the worked example has no re-roll, so it fails the
+    build, naming the rule, rather than ship a rule `envgym check` cannot prove enforced.
+    """
+
+    def __init__(self, ep: Episode, world: World) -> None:
+        self.ep, self.world = ep, world
+        self.found: dict[TripSpec, list[dict[str, Any]]] = {}
+
+    def _search(self, spec: TripSpec, plan: Plan) -> list[str]:
+        task = {"id": "draw", "verifier": VERIFIER, "metadata": spec.metadata()}
+        found, missing = find_witnesses(lambda sub: self.ep.verify(sub, task), self.world, spec, plan.answer())
+        if not missing:
+            self.found[spec] = found
+        return missing
+
+    def accept(self, spec: TripSpec, plan: Plan) -> bool:
+        return spec in self.found or not self._search(spec, plan)
+
+    def line(self, t: GeneratedTask) -> dict[str, Any]:
+        if t.spec not in self.found:
+            missing = self._search(t.spec, t.witness)
+            if missing:
+                raise RuntimeError(f"task {t.task['id']}: no per-rule witness for {missing}")
+        return {**t.task, "witnesses": self.found[t.spec]}
 
 
 def cache_root() -> Path:

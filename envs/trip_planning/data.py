@@ -190,7 +190,7 @@ class _Generator:
     def _restaurants(self, cid: int, city: ref.CityRef) -> list[Restaurant]:
         rng = self.rng
         out = []
-        for _ in range(rng.randint(8, 10)):
+        for i in range(rng.randint(8, 10)):
             if rng.random() < 0.3:
                 cuisine = city.local_cuisine
                 noun = f"{city.local_cuisine} {rng.choice(ref.LOCAL_CUISINE_NOUNS)}"
@@ -198,10 +198,19 @@ class _Generator:
                 cuisine, noun = rng.choice(ref.CUISINES)
             prefixes = ref.RESTAURANT_OWNERS + city.areas
             name = self._unique(lambda n=noun: f"{rng.choice(prefixes)} {n}")
-            price = int(round(math.exp(rng.uniform(math.log(25), math.log(420)))))
+            frac = rng.random()
+            price = int(round(math.exp(math.log(25) + frac * (math.log(420) - math.log(25)))))
+            # Ratings follow price loosely, so the cheapest meal is rarely the best-rated one;
+            # the first two restaurants of every city sit below and above every rating threshold
+            # the prompts use (2.5-2.9 and 4.5-4.9), so each threshold binds (issue 9, found 5).
+            if i == 0:
+                price, rating = rng.randint(25, 60), rng.choice([2.5, 2.6, 2.7, 2.8, 2.9])
+            elif i == 1:
+                price, rating = rng.randint(120, 420), rng.choice([4.5, 4.6, 4.7, 4.8, 4.9])
+            else:
+                rating = round(min(4.9, max(2.5, rng.gauss(3.3 + 1.1 * frac, 0.45))), 1)
             out.append(Restaurant(name=name, city_id=cid, district=rng.choice(city.areas),
-                                  cuisine=cuisine, avg_price_per_person=price,
-                                  rating=self._rating(3.9)))
+                                  cuisine=cuisine, avg_price_per_person=price, rating=rating))
         return out
 
     def _attractions(self, cid: int, city: ref.CityRef) -> list[Attraction]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +23,7 @@ from envs.trip_planning.world import World
 
 WORKED_EXAMPLE_ID = "hangzhou-3day"
 SOLVER = "solve_trip"
+BASELINE = "greedy_trip"  # solution.py's greedy baseline, run and tabulated by `envgym check`
 VERIFIER = "verify_trip"
 MAX_DRAWS = 200
 DAYS_BY_DIFFICULTY = {1: 2, 2: 3, 3: 3, 4: 4, 5: 5}
@@ -49,15 +51,20 @@ def worked_example(world: World) -> GeneratedTask:
 
 
 def generate_tasks(world: World, *, seed: int, n_tasks: int,
-                   difficulties: tuple[int, ...] = (1, 2, 3, 4, 5)) -> list[GeneratedTask]:
-    """``n_tasks`` tasks, difficulties cycling through ``difficulties``."""
+                   difficulties: tuple[int, ...] = (1, 2, 3, 4, 5),
+                   accept: Callable[[TripSpec, Plan], bool] | None = None) -> list[GeneratedTask]:
+    """``n_tasks`` tasks, difficulties cycling through ``difficulties``.
+
+    ``accept`` may veto a solvable draw (the build vetoes tasks whose every rule cannot be
+    given a per-rule witness); a vetoed draw is re-rolled like an unsolvable one.
+    """
     if not difficulties or any(d not in DAYS_BY_DIFFICULTY for d in difficulties):
         raise ValueError(f"difficulties must be a non-empty subset of 1..5, got {difficulties!r}")
     rng = random.Random(f"trip-planning-tasks:{seed}")
     out = []
     for i in range(n_tasks):
         difficulty = difficulties[i % len(difficulties)]
-        spec, witness = _draw_solvable(world, rng, difficulty)
+        spec, witness = _draw_solvable(world, rng, difficulty, accept)
         task_id = f"trip-{i + 1:03d}-d{difficulty}"
         out.append(GeneratedTask(spec, witness,
                                  _task(task_id, render_prompt(spec), SOLVER, difficulty, spec)))
@@ -67,16 +74,17 @@ def generate_tasks(world: World, *, seed: int, n_tasks: int,
 def _task(task_id: str, prompt: str, solution: str, difficulty: int, spec: TripSpec) -> dict[str, Any]:
     return {"id": task_id, "prompt": prompt, "solution": solution, "verifier": VERIFIER,
             "difficulty": difficulty, "submit_tool": "submit_result", "system_prompt": None,
-            "metadata": spec.metadata()}
+            "metadata": spec.metadata(), "baseline": BASELINE}
 
 
-def _draw_solvable(world: World, rng: random.Random, difficulty: int) -> tuple[TripSpec, Plan]:
+def _draw_solvable(world: World, rng: random.Random, difficulty: int,
+                   accept: Callable[[TripSpec, Plan], bool] | None = None) -> tuple[TripSpec, Plan]:
     for _ in range(MAX_DRAWS):
         spec = _draw(world, rng, difficulty)
         if spec is None:
             continue
         witness = _with_budgets(world, spec, rng, difficulty)
-        if witness is not None:
+        if witness is not None and (accept is None or accept(*witness)):
             return witness
     raise UnsolvableTask(f"no solvable difficulty-{difficulty} task in {MAX_DRAWS} draws; "
                          "the database is too small for this difficulty")

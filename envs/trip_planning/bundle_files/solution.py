@@ -25,6 +25,62 @@ def solve_trip(tools, task: dict) -> None:
     tools.submit_result(answer_text=json.dumps(plan, ensure_ascii=False))
 
 
+def greedy_trip(tools, task: dict) -> None:
+    """Greedy baseline (issue 9, "What to build" 5): the cheapest option per item, no search.
+
+    It honours the rules that concern one item at a time (rating floors, the ticket cap, the
+    allowed legs) but never looks ahead: the first city it can reach, the cheapest hotel, the
+    two cheapest restaurants, the cheapest attraction.  The conditional rules (budget tiers,
+    weather, trip budgets) are what the levels add, so its solve rate measures how much search
+    a level demands.
+    """
+    meta = task["metadata"]
+    c = meta.get("constraints") or {}
+    transport = c.get("transport")
+
+    def ok(row: dict, floor_key: str) -> bool:
+        return c.get(floor_key) is None or row["rating"] >= c[floor_key]
+
+    def cheapest(rows: list, price: str, n: int = 1) -> list:
+        return sorted(rows, key=lambda r: (r[price], r["name"]))[:n]
+
+    days, city, visited = [], meta["start_city"], set()
+    for n, date in enumerate(meta["dates"], 1):
+        leg = None
+        if n > 1:
+            city, leg = None, None
+            for dst in tools.get_all_cities():
+                if dst in visited:
+                    continue
+                if not transport:
+                    city = dst
+                    break
+                legs = [s for s in tools.get_inter_city_transport(from_city=days[-1]["city"], to_city=dst)
+                        if s["mode"] in transport["modes"]
+                        and (transport.get("max_hours") is None or s["duration_minutes"] <= transport["max_hours"] * 60)
+                        and (transport.get("arrive_by") is None or s["arrival_time"] <= transport["arrive_by"])]
+                if legs:
+                    city, leg = dst, cheapest(legs, "price")[0]
+                    break
+            if city is None:
+                break
+        visited.add(city)
+        hotels = cheapest([h for h in tools.get_all_hotels_by_city(city=city) if ok(h, "hotel_min_rating")],
+                          "price_per_night")
+        meals = cheapest([r for r in tools.get_all_restaurants_by_city(city=city) if ok(r, "restaurant_min_rating")],
+                         "avg_price_per_person", 2)
+        sights = cheapest([a for a in tools.get_all_attractions_by_city(city=city) if ok(a, "attraction_min_rating")
+                           and (c.get("max_ticket") is None or a["ticket_price"] <= c["max_ticket"])], "ticket_price")
+        if not hotels or len(meals) < 2 or not sights:
+            break
+        row = {"time": date, "city": city, "hotel": hotels[0]["name"], "afternoon_restaurant": meals[0]["name"],
+               "afternoon_attraction": sights[0]["name"], "evening_restaurant": meals[1]["name"]}
+        if transport:
+            row["transport"] = leg["code"] if leg else None
+        days.append(row)
+    tools.submit_result(answer_text=json.dumps(days, ensure_ascii=False))
+
+
 class _Search:
     def __init__(self, tools, meta: dict) -> None:
         self.tools = tools

@@ -2,7 +2,7 @@
 
 One check per constraint, plus format checks.  Names are stable so that rewards can be broken
 down per constraint: valid_json, day_count, fields_present, dates, entities_exist, start_city,
-no_repeated_{city,hotel,attraction,restaurant}, hotel_in_city, restaurants_in_city,
+no_repeated_{city,restaurant}, hotel_in_city, restaurants_in_city,
 attraction_in_city, day<N>_budget_tier, {hotel,restaurant,attraction}_min_rating, ticket_cap,
 total_budget, weather_rain_indoor | weather_avoid_rain, transport_connects, transport_mode,
 transport_max_hours, transport_arrive_by, transport_budget.
@@ -63,29 +63,32 @@ CheckFn = Callable[[list[Day], "_Facts", dict[str, Any]], list[str]]
 
 
 def verify_trip(submission: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
-    """Check a submitted itinerary against every constraint of the task."""
+    """Check a submitted itinerary against every constraint of the task.
+
+    Checks run in stages (format → shape → entities → constraints) and a failed stage ends the
+    report there: a later check cannot be judged on an answer it cannot read, and reporting it
+    as failed would hide which rule the answer broke.  So every reported check can fail alone,
+    which is what ``envgym check``'s per-rule witnesses prove (docs/CHECK.md).
+    """
     meta = task.get("metadata") or {}
     checks: list[dict[str, Any]] = []
     days, problem = _read(submission)
-    plan = _constraint_plan(meta)
     if days is None:
-        checks.append(_check("valid_json", [problem]))
-        names = ["day_count", "fields_present", "dates", "entities_exist", *[n for n, _ in plan]]
-        return {"checks": checks + [_check(n, ["not checked: " + problem]) for n in names]}
+        return {"checks": [_check("valid_json", [problem])]}
     checks.append(_check("valid_json", []))
     count = [] if len(days) == meta["days"] else [f"expected {meta['days']} days, got {len(days)}"]
     checks.append(_check("day_count", count))
     checks.append(_check("fields_present", _fields(days, meta)))
     if not all(c["passed"] for c in checks):
-        reason = "not checked: fix " + ", ".join(c["name"] for c in checks if not c["passed"]) + " first"
-        names = ["dates", "entities_exist", *[n for n, _ in plan]]
-        return {"checks": checks + [_check(n, [reason]) for n in names]}
+        return {"checks": checks}
     checks.append(_check("dates", [f"day {i}: time is {d['time']!r}, expected {want!r}"
                                    for i, (d, want) in enumerate(zip(days, meta["dates"]), 1)
                                    if d["time"] != want]))
     facts = _Facts(days)
     checks.append(_check("entities_exist", facts.missing))
-    checks += [_check(name, fn(days, facts, meta)) for name, fn in plan]
+    if facts.missing:
+        return {"checks": checks}
+    checks += [_check(name, fn(days, facts, meta)) for name, fn in _constraint_plan(meta)]
     return {"checks": checks}
 
 
@@ -110,8 +113,8 @@ def _read(submission: Any) -> tuple[list[Day] | None, str]:
     else:
         try:
             value = json.loads(_strip_fence(text))
-        except ValueError as exc:
-            return None, f"answer_text is not valid JSON ({exc})"
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+            return None, f"answer_text is not valid JSON ({type(exc).__name__})"
     if not isinstance(value, list) or not value or not all(isinstance(d, dict) for d in value):
         return None, "answer_text must be a non-empty JSON array of day objects"
     return value, ""
@@ -187,9 +190,9 @@ def _constraint_plan(meta: dict[str, Any]) -> list[tuple[str, CheckFn]]:
     c = meta.get("constraints") or {}
     plan: list[tuple[str, CheckFn]] = [
         ("start_city", _start_city),
+        # No repeated hotel or attraction needs no check of its own: each belongs to one city,
+        # so repeating one repeats its city (no_repeated_city) or leaves it (the *_in_city checks).
         ("no_repeated_city", _no_repeat("city", ("city",))),
-        ("no_repeated_hotel", _no_repeat("hotel", ("hotel",))),
-        ("no_repeated_attraction", _no_repeat("attraction", ("afternoon_attraction",))),
         ("no_repeated_restaurant", _no_repeat("restaurant", ("afternoon_restaurant", "evening_restaurant"))),
         ("hotel_in_city", _in_city("hotels", ("hotel",))),
         ("restaurants_in_city", _in_city("restaurants", ("afternoon_restaurant", "evening_restaurant"))),
@@ -379,6 +382,8 @@ def _connects(days: list[Day], facts: _Facts, meta: dict[str, Any]) -> list[str]
                    f"got {days[0]['transport']!r}")
     for i in range(1, len(days)):
         code, prev, here = days[i].get("transport"), days[i - 1]["city"], days[i]["city"]
+        if code is None and here == prev:
+            continue  # staying put needs no service (the repeat itself is no_repeated_city's)
         service = facts.services.get(code) if code is not None else None
         if service is None:
             out.append(f"day {i + 1}: no direct service from {prev} to {here} named {code!r}")
@@ -393,6 +398,8 @@ def _leg_rule(ok: Callable[[_Service, dict[str, Any]], bool],
         rule = meta["constraints"]["transport"]
         out = []
         for i, day in enumerate(days[1:], 2):
+            if _stays(days, i):
+                continue
             service = facts.services.get(day.get("transport") or "")
             if service is None:
                 out.append(f"day {i}: transport {day.get('transport')!r} is not a known service")
@@ -402,9 +409,15 @@ def _leg_rule(ok: Callable[[_Service, dict[str, Any]], bool],
     return check
 
 
+def _stays(days: list[Day], i: int) -> bool:
+    """Day ``i`` (1-based) is in the previous day's city and names no service."""
+    return days[i - 1].get("transport") is None and days[i - 1]["city"] == days[i - 2]["city"]
+
+
 def _transport_budget(days: list[Day], facts: _Facts, meta: dict[str, Any]) -> list[str]:
     budget = meta["constraints"]["transport"]["budget"]
-    legs = [facts.services.get(d.get("transport") or "") for d in days[1:]]
+    legs = [facts.services.get(d.get("transport") or "") for i, d in enumerate(days[1:], 2)
+            if not _stays(days, i)]
     if any(s is None for s in legs):
         return ["a transport service is unknown, so the fares cannot be added up"]
     total = sum(s.price for s in legs if s is not None)
