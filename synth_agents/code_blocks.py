@@ -1,7 +1,9 @@
 """Reading an LLM's reply: fenced code blocks, and static checks of the code it wrote.
 
 A reply is untrusted text.  :func:`blocks` finds every fenced block (```lang label ...```),
-tolerating a missing closing fence at the end of a cut-off reply.  The checks say, in words
+tolerating a missing closing fence at the end of a cut-off reply.  Fences are markdown's: a
+fence is a line of its own, so code that holds three backticks inside a line (a string, a comment)
+does not end its block.  The checks say, in words
 the model can act on, why a block is not usable yet: it does not parse, a tool lacks type
 hints, it imports outside the standard library, it defines no function of the needed shape.
 """
@@ -12,10 +14,13 @@ import ast
 import json
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*([\w-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+# An opening fence starts a line; the closing fence is a line holding only ``` (or the text ends).
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*([\w-]*)[^\n]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)",
+                    re.DOTALL | re.MULTILINE)
 ALLOWED_TOOL_IMPORTS = frozenset(sys.stdlib_module_names) | {"envgym", "envgym.runtime"}
 
 
@@ -43,6 +48,38 @@ def pick(found: list[Block], label: str, *, lang: str = "python", needle: str = 
         if (b.lang == lang or (lang == "python" and b.lang in ("", "py"))) and needle in b.code:
             return b
     return None
+
+
+def pick_distinct(found: list[Block], roles: dict[str, str]) -> dict[str, Block | None]:
+    """One *different* python block per role (``{"solution": "solve", "verifier": "verify"}``).
+
+    A block labelled with a role takes it; an unlabelled python block goes to the role whose
+    function name (``solve``/``verify``) it defines, else to the first role still open, in reply
+    order.  A block never serves two roles: two unlabelled blocks are a solution and a verifier,
+    not the first block twice.
+    """
+    chosen: dict[str, Block | None] = {role: None for role in roles}
+    used: set[int] = set()
+
+    def take(role: str, candidates: list[tuple[int, Block]], fits: Callable[[Block], bool]) -> None:
+        for i, b in candidates:
+            if i not in used and fits(b):
+                chosen[role] = b
+                used.add(i)
+                return
+
+    numbered = list(enumerate(found))
+    for role in roles:
+        take(role, numbered, lambda b, r=role: b.label == r)
+    spare = [(i, b) for i, b in numbered if b.label in ("", "py", "python")
+             and b.lang in ("python", "py", "") and "def " in b.code]
+    for role, fn in roles.items():  # by the function a spare block defines
+        if chosen[role] is None:
+            take(role, spare, lambda b, f=fn: any(x.name == f for x in functions(b.code)))
+    for role in roles:  # then in reply order
+        if chosen[role] is None:
+            take(role, spare, lambda b: True)
+    return chosen
 
 
 _SQL_START = re.compile(r"^\s*(create|insert|drop|begin|pragma|replace|update)\b", re.IGNORECASE)
@@ -123,3 +160,29 @@ def task_json(found: list[Block]) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(meta, dict):
         return None, "the task's \"metadata\" must be a JSON object"
     return {"prompt": data["prompt"].strip(), "metadata": meta}, ""
+
+
+def witnesses_json(found: list[Block]) -> tuple[list[dict[str, Any]] | None, str]:
+    """The per-rule witnesses from a ```json witnesses``` block (shared contract of issue 9), or why not.
+
+    Format: ``[{"rule": "<check name>", "submission": {<submit tool arguments>}, "note": "..."}, ...]``.
+    """
+    block = next((b for b in found if b.label == "witnesses"), None)
+    if block is None:
+        return None, "no ```json witnesses``` block (one violating submission per verifier check)"
+    try:
+        data = json.loads(block.code)
+    except json.JSONDecodeError as exc:
+        return None, f"the witnesses block is not JSON: {exc.msg} (line {exc.lineno})"
+    if isinstance(data, dict) and isinstance(data.get("witnesses"), list):
+        data = data["witnesses"]
+    if not isinstance(data, list) or not data:
+        return None, "the witnesses block must be a non-empty JSON list"
+    out = []
+    for i, w in enumerate(data):
+        if not isinstance(w, dict) or not isinstance(w.get("rule"), str) or not w["rule"].strip() \
+                or not isinstance(w.get("submission"), dict):
+            return None, (f"witness {i} needs a string \"rule\" (a check name) and an object \"submission\" "
+                          "(the arguments of submit_result)")
+        out.append({"rule": w["rule"].strip(), "submission": w["submission"], "note": str(w.get("note", ""))[:500]})
+    return out, ""

@@ -38,6 +38,7 @@ from envgym.policy import Policy, PolicyError, SamplingParams
 from synth_agents import code_blocks as cb
 from synth_agents import llm_prompts as prompts
 from synth_agents.categories import normalize
+from synth_agents.levels import Level, Levels
 from synth_agents.llm_checks import (
     check_agreement,
     check_tools,
@@ -72,6 +73,7 @@ class LLMConfig:
     sandbox: str = "bwrap"
     params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=1024))
     transcript_chars: int = 1500  # kept per message in the job record
+    require_witnesses: bool = True  # per-rule witnesses (issue 9's shared contract) or no task
 
 
 def category_problem(category: str) -> str | None:
@@ -170,10 +172,13 @@ class _Run:
         self.stage_rounds: dict[str, int] = {}
         self.transcript: list[dict[str, str]] = []
         self.levels_passed = 0
+        self.levels_kept: list[int] = []
+        self.levels_dropped: list[int] = []  # agreed once, then broken by a later level's tools
 
     def info(self) -> dict[str, Any]:
         return {"model": self.agent.model, "turns": self.turns, "tool_calls": self.tool_calls,
                 "stage_rounds": self.stage_rounds, "levels_passed": self.levels_passed,
+                "levels_kept": self.levels_kept, "levels_dropped": self.levels_dropped,
                 "transcript": self.transcript}
 
     def stages(self, scratch: Path, staging: Path) -> MakeOutcome:
@@ -186,17 +191,35 @@ class _Run:
         meta = {"name": self.job.key, "category": self.agent.category, "provenance": provenance}
         tools = self._tools(messages, schema, draft, db, meta)
         spec_lines = self._tool_lines(draft)
-        task, solution, verifier, tools = self._task(messages, prompts.TASK.format(tools=spec_lines), "task",
-                                                     draft, db, tools, meta, level=0)
+        levels = Levels()
+        first, tools = self._task(messages, prompts.TASK.format(tools=spec_lines, witnesses=self._witness_ask()),
+                                  "task", draft, db, tools, meta, level=0)
+        levels.add(first)
         for level in range(1, self.config.max_levels + 1):
             try:
-                task, solution, verifier, tools = self._task(messages, prompts.HARDER.format(level=level),
-                                                             f"level{level}", draft, db, tools, meta, level=level)
+                harder, new_tools = self._task(messages, prompts.HARDER.format(level=level,
+                                                                               witnesses=self._witness_ask()),
+                                               f"level{level}", draft, db, tools, meta, level=level)
             except StageFailed:
-                break  # keep the hardest level that agreed
+                break  # the levels that agreed so far are the environment's tasks
+            if new_tools != tools:  # earlier levels must still agree with the replaced tools
+                self.levels_dropped += [x.level for x in levels.kept if self._disagrees(x, draft, db, new_tools, meta)]
+                levels.kept = [x for x in levels.kept if x.level not in self.levels_dropped]
+                tools = new_tools
+            levels.add(harder)
             self.levels_passed = level
-        write_draft(staging, db, tools, solution, verifier, task, **meta)
+        solution, verifier, tasks = levels.merged()
+        write_draft(staging, db, tools, solution, verifier, tasks, **meta)
+        self.levels_kept = [x.level for x in levels.kept]
         return MakeOutcome(True, info=self.info())
+
+    def _witness_ask(self) -> str:
+        return prompts.WITNESSES if self.config.require_witnesses else ""
+
+    def _disagrees(self, level: Level, draft: Path, db: Path, tools: str, meta: dict[str, Any]) -> bool:
+        write_draft(draft, db, tools, level.solution, level.verifier, [level.task], **meta)
+        witnesses = level.task.get("witnesses") if self.config.require_witnesses else None
+        return bool(check_agreement(draft, level.task, sandbox=self.config.sandbox, witnesses=witnesses))
 
     # -- stages -----------------------------------------------------------------------------
     def _data(self, messages: list[dict[str, Any]]) -> str:
@@ -233,7 +256,7 @@ class _Run:
                 self._feedback(messages, ["no ```python tools``` block with tool functions"])
                 continue
             tools = with_submit_tool(block.code)
-            write_draft(draft, db, tools, "", "", _placeholder_task(), **meta)
+            write_draft(draft, db, tools, "", "", [_placeholder_task()], **meta)
             problems = check_tools(draft, sandbox=self.config.sandbox)
             if not problems:
                 return tools
@@ -241,17 +264,21 @@ class _Run:
         raise StageFailed("no_tools", self._last_problems(messages))
 
     def _task(self, messages: list[dict[str, Any]], ask: str, stage: str, draft: Path, db: Path, tools: str,
-              meta: dict[str, Any], *, level: int) -> tuple[Any, ...]:
+              meta: dict[str, Any], *, level: int) -> tuple[Level, str]:
+        problems: list[str] = []
         for attempt in self._rounds(stage, messages, ask):
             found = cb.blocks(attempt)
-            problems: list[str] = []
+            problems = []
             new_tools = cb.pick(found, "tools", labelled_only=True) if level else None
             candidate_tools = with_submit_tool(new_tools.code) if new_tools else tools
             body, why = cb.task_json(found)
-            solution = cb.pick(found, "solution", needle="def ")
-            verifier = cb.pick(found, "verifier", needle="def ")
+            roles = cb.pick_distinct(found, {"solution": "solve", "verifier": "verify"})
+            solution, verifier = roles["solution"], roles["verifier"]
             if body is None:
                 problems.append(why)
+            witnesses, why_not = cb.witnesses_json(found) if self.config.require_witnesses else (None, "")
+            if self.config.require_witnesses and witnesses is None:
+                problems.append(why_not)
             for label, block, prefer in (("solution", solution, "solve"), ("verifier", verifier, "verify")):
                 if block is None:
                     problems.append(f"no ```python {label}``` block")
@@ -260,7 +287,7 @@ class _Run:
                 elif cb.two_argument_function(block.code, prefer) is None:
                     problems.append(f"the {label} block defines no function of two arguments")
             if not problems and new_tools is not None:
-                write_draft(draft, db, candidate_tools, "", "", _placeholder_task(), **meta)
+                write_draft(draft, db, candidate_tools, "", "", [_placeholder_task()], **meta)
                 problems = check_tools(draft, sandbox=self.config.sandbox)
             if problems:
                 self._feedback(messages, problems)
@@ -271,12 +298,16 @@ class _Run:
                     "verifier": cb.two_argument_function(verifier.code, "verify"),
                     "difficulty": min(5, level + 1), "submit_tool": "submit_result", "system_prompt": None,
                     "metadata": body["metadata"]}
-            write_draft(draft, db, candidate_tools, solution.code, verifier.code, task, **meta)
-            problems = check_agreement(draft, task, sandbox=self.config.sandbox)
+            write_draft(draft, db, candidate_tools, solution.code, verifier.code, [task], **meta)
+            problems = check_agreement(draft, task, sandbox=self.config.sandbox, witnesses=witnesses)
             if not problems:
-                return task, solution.code, verifier.code, candidate_tools
+                line = {**task, "witnesses": witnesses} if witnesses is not None else task
+                return Level(level, line, solution.code, verifier.code), candidate_tools
             self._feedback(messages, problems)
-        raise StageFailed("no_agreement", self._last_problems(messages))
+        # no_witnesses only when the task itself agreed and just its witnesses were missing or bad
+        witness_only = bool(problems) and all("witness" in p for p in problems)
+        reason = "no_witnesses" if witness_only else "no_agreement"
+        raise StageFailed(reason, self._last_problems(messages))
 
     # -- conversation -------------------------------------------------------------------------
     def _rounds(self, stage: str, messages: list[dict[str, Any]], ask: str):  # type: ignore[no-untyped-def]
@@ -300,10 +331,13 @@ class _Run:
                 calls = message.get("tool_calls") or []
                 messages.append(message)
                 self._log(message)
-                if not calls or turn_no == self.config.max_tool_turns:
-                    return str(message.get("content") or turn.text or "")
+                last = turn_no == self.config.max_tool_turns
                 for call in calls:
-                    messages.append(self._call(call))
+                    # Past the limit a call is still answered (not run): OpenAI-style APIs reject a
+                    # request whose assistant tool call has no tool message with its id.
+                    messages.append(self._call(call) if not last else self._refuse(call))
+                if not calls or last:
+                    return str(message.get("content") or turn.text or "")
             return ""
         finally:
             self.agent._run(self.agent.policy.end_session(session))
@@ -334,6 +368,14 @@ class _Run:
         message = tool_message(str(call.get("id") or f"call_{self.tool_calls}"), name, content)
         self._log(message)
         return dict(message)
+
+    def _refuse(self, call: dict[str, Any]) -> dict[str, Any]:
+        fn = call.get("function") or {}
+        text = (f"not run: the limit of {self.config.max_tool_turns} tool turns per reply is reached; "
+                "reply with the requested code blocks")
+        message = dict(tool_message(str(call.get("id") or f"call_{self.tool_calls}"), str(fn.get("name") or ""), text))
+        self._log(message)
+        return message
 
     def _feedback(self, messages: list[dict[str, Any]], problems: list[str]) -> None:
         text = prompts.FEEDBACK.format(problems="\n".join(f"- {p}" for p in problems[:6]))

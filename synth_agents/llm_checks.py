@@ -5,7 +5,9 @@
 * :func:`check_tools` — a tools.py that parses, is typed, imports only the standard library and
   envgym.runtime, loads in the sandbox and survives a schema-valid call of every tool.
 * :func:`check_agreement` — the seed's loop condition: run the solution in the sandbox, verify
-  its submission, and require that the verifier rejects an empty answer.
+  its submission, and require that the verifier rejects an empty answer; then, when witnesses
+  are given, that every rule (check name) the gold verdict reports has a *per-rule witness*: a
+  submission whose verdict fails exactly that one check (issue 9's shared contract).
 
 The full validator (:mod:`synth_agents.validate`) runs afterwards on the finished bundle.
 """
@@ -16,6 +18,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +93,7 @@ def with_submit_tool(code: str) -> str:
     return code if "def submit_result(" in code else code.rstrip() + "\n" + SUBMIT_TOOL
 
 
-def write_draft(root: Path, db: Path, tools: str, solution: str, verifier: str, task: dict[str, Any],
+def write_draft(root: Path, db: Path, tools: str, solution: str, verifier: str, tasks: list[dict[str, Any]],
                 *, name: str, category: str, provenance: dict[str, Any]) -> Path:
     """A complete bundle directory for the current draft (replacing ``root``)."""
     shutil.rmtree(root, ignore_errors=True)
@@ -101,7 +104,7 @@ def write_draft(root: Path, db: Path, tools: str, solution: str, verifier: str, 
     (root / "tools.py").write_text(tools)
     (root / "solution.py").write_text(solution)
     (root / "verifier.py").write_text(verifier)
-    (root / "tasks.jsonl").write_text(json.dumps(task, ensure_ascii=False) + "\n")
+    (root / "tasks.jsonl").write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks))
     write_manifest(root, name=name, category=category, provenance=provenance,
                    description=f"LLM-synthesized environment for {category!r}")
     return root
@@ -140,8 +143,11 @@ def check_tools(root: Path, *, sandbox: str) -> list[str]:
         dirs.cleanup()
 
 
-def check_agreement(root: Path, task: dict[str, Any], *, sandbox: str) -> list[str]:
-    """Problems of the draft's task: static solution rules, then solution → verifier in the sandbox."""
+def check_agreement(root: Path, task: dict[str, Any], *, sandbox: str,
+                    witnesses: list[dict[str, Any]] | None = None) -> list[str]:
+    """Problems of the draft's task: static solution rules, then solution → verifier in the sandbox,
+    then (``witnesses`` not None) the per-rule witnesses."""
+    task = {k: v for k, v in task.items() if k != "witnesses"}  # host-side only: never sent inside
     violations = check_solution_source((root / "solution.py").read_text(), (task["solution"],))
     if violations:
         return [str(v) for v in violations[:5]]
@@ -164,13 +170,47 @@ def check_agreement(root: Path, task: dict[str, Any], *, sandbox: str) -> list[s
             empty = _verdict(box.verify(task["verifier"], {"answer_text": ""}, task))
             if empty.passed:
                 return ["the verifier accepts an empty answer; it must check the answer against the data"]
-            return []
+            if witnesses is None:
+                return []
+            rules = [c.name for c in verdict.checks]
+
+            def verify_fresh(submission: dict[str, Any]) -> Verdict:
+                box.reset(dirs.refill())
+                return _verdict(box.verify(task["verifier"], submission, task))
+
+            return witness_problems(rules, witnesses, verify_fresh)
     except BundleError as exc:
         return [f"the bundle does not load: {exc}"]
     except SandboxUnavailable:
         raise
     finally:
         dirs.cleanup()
+
+
+def witness_problems(rules: list[str], witnesses: list[dict[str, Any]],
+                     verify_fresh: Callable[[dict[str, Any]], Verdict]) -> list[str]:
+    """Why ``witnesses`` do not cover ``rules`` (empty: each rule has a witness failing only it)."""
+    problems, covered = [], set()
+    for i, w in enumerate(witnesses):
+        rule, submission = w["rule"], w["submission"]
+        if rule not in rules:
+            problems.append(f"witness {i} names the rule {rule!r}, but the verifier reports only {rules}")
+            continue
+        verdict = verify_fresh(submission)
+        failed = sorted(verdict.failed_names)
+        if verdict.passed:
+            problems.append(f"witness {i} for {rule!r} passes the verifier: {json.dumps(submission)[:200]} must "
+                            f"violate {rule!r}")
+        elif failed != [rule]:
+            problems.append(f"witness {i} for {rule!r} fails {failed}, not exactly [{rule!r}]: change only what "
+                            f"{rule!r} checks, keep everything else correct")
+        else:
+            covered.add(rule)
+    missing = [r for r in dict.fromkeys(rules) if r not in covered]
+    if missing:
+        problems.append(f"no valid witness for the rule(s) {missing}: give one submission per rule that fails "
+                        "exactly that check")
+    return problems
 
 
 def _verdict(outcome: Any) -> Verdict:

@@ -51,8 +51,10 @@ Propose one simple task a user could ask that these tools can answer, with:
   tools.submit_result(answer_text=...);
 - a verifier `verify(submission, task)` that reads the database with
   `from envgym.runtime import sqlite`, checks submission["answer_text"] against every requirement and
-  returns {{"checks": [{{"name": "...", "passed": True/False, "detail": "..."}}]}}.
-Reply with three blocks:
+  returns {{"checks": [{{"name": "...", "passed": True/False, "detail": "..."}}]}}, one check per rule.
+The metadata must not contain the answer: the solution finds it with the tools, the verifier checks
+it against the database.
+Reply with these blocks:
 ```json task
 {{"prompt": "the user's request", "metadata": {{"any": "parameters the solution and verifier read"}}}}
 ```
@@ -65,14 +67,23 @@ from envgym.runtime import sqlite
 
 def verify(submission, task):
     ...
-```"""
+```{witnesses}"""
 
 HARDER = """Step 4 - harder (level {level}). Make the task harder to solve but still easy to check:
 add one or two constraints (a budget, a ranking, a combination, a date window, an exclusion).
 Update the solution and the verifier. If the tools cannot answer the harder task, add tools:
 then also send the whole new tools.py as a ```python tools``` block.
 Reply with the blocks ```json task```, ```python solution```, ```python verifier```
-(and ```python tools``` only if you changed the tools)."""
+(and ```python tools``` only if you changed the tools).{witnesses}"""
+
+# Issue 9's shared contract: a per-rule witness violates exactly one verifier check.  Inserted
+# as a format argument, so its braces are literal.
+WITNESSES = """
+Also send, for EVERY check name your verifier reports, one wrong submission that fails exactly
+that check and passes all the others:
+```json witnesses
+[{"rule": "<check name>", "submission": {"answer_text": "..."}, "note": "why only this rule fails"}]
+```"""
 
 FEEDBACK = """That did not work yet:
 {problems}

@@ -57,6 +57,7 @@ REASONS = {
     "no_data": "the model produced no usable database",
     "no_tools": "the model produced no loadable, schema-true tools",
     "no_agreement": "the model's solution and verifier never agreed",
+    "no_witnesses": "the model gave no valid per-rule witness for every verifier check",
     "policy_error": "the model backend failed (server down, bad replies)",
 }
 MIN_REJECTION = 0.95

@@ -65,9 +65,14 @@ def verify(submission, task):
 ```'''
 
 
-def task(after: int) -> str:
+WITNESSES = """```json witnesses
+[{"rule": "oldest", "submission": {"answer_text": "Hamlet"}, "note": "Hamlet is older than the bound"}]
+```"""
+
+
+def task(after: int, witnesses: str = WITNESSES) -> str:
     return ('```json task\n{"prompt": "Which available book published after %d is the oldest? Submit its title.", '
-            '"metadata": {"after": %d}}\n```\n' % (after, after)) + SOLUTION + "\n" + VERIFIER
+            '"metadata": {"after": %d}}\n```\n' % (after, after)) + SOLUTION + "\n" + VERIFIER + "\n" + witnesses
 
 
 class ScriptedPolicy:
@@ -111,12 +116,16 @@ def _bwrap(require_backend) -> None:  # noqa: ANN001
     require_backend("bwrap")
 
 
-def test_good_replies_make_a_validated_bundle_at_the_hardest_level(tmp_path: Path) -> None:
+def test_good_replies_keep_every_agreeing_level_as_a_task(tmp_path: Path) -> None:
     records, _ = synthesize(tmp_path, [DATA, TOOLS, task(1800), task(1900), "no idea"], max_levels=2)
     r = records[0]
     assert (r["status"], r["reasons"], r["agent_info"]["levels_passed"]) == ("kept", [], 1)
+    assert r["agent_info"]["levels_kept"] == [0, 1] and r["tasks"] == ["task-l0", "task-l1"]
     bundle = load_bundle(tmp_path / "out" / r["bundle"])
-    assert [t.metadata for t in bundle.tasks] == [{"after": 1900}] and bundle.tasks[0].difficulty == 2
+    assert [t.metadata for t in bundle.tasks] == [{"after": 1800}, {"after": 1900}]
+    assert [(t.difficulty, t.solution, t.verifier) for t in bundle.tasks] == [
+        (1, "solve_l0", "verify_l0"), (2, "solve_l1", "verify_l1")]
+    assert [[w.rule for w in t.witnesses] for t in bundle.tasks] == [["oldest"], ["oldest"]]
     assert bundle.manifest.provenance.agent == "llm:scripted" and bundle.manifest.category == "library loans"
     assert "def submit_result(" in (bundle.root / "tools.py").read_text()  # added by the agent
 
@@ -182,10 +191,37 @@ def test_bad_replies_are_rejected_with_reasons(tmp_path: Path, replies: list, re
 
 def test_a_lenient_verifier_that_passes_the_agent_loop_is_rejected_by_validation(tmp_path: Path) -> None:
     lenient = task(1800).replace('submission.get("answer_text") == row[0]', 'bool(submission.get("answer_text"))')
-    records, _ = synthesize(tmp_path, [DATA, TOOLS, lenient], max_levels=0)
+    records, _ = synthesize(tmp_path, [DATA, TOOLS, lenient], max_levels=0, require_witnesses=False)
     r = records[0]
     assert (r["status"], r["made"], r["reasons"]) == ("rejected", True, ["corruptions_accepted"])
     assert (tmp_path / "out" / r["bundle"] / "verifier.py").is_file()  # kept for inspection
+    # With witnesses required (the default) the agent itself catches it: its witness cannot fail.
+    records, _ = synthesize(tmp_path / "w", [DATA, TOOLS, lenient], max_levels=0)
+    assert (records[0]["made"], records[0]["reasons"]) == (False, ["no_witnesses"])
+    assert "passes the verifier" in records[0]["problems"][0]["detail"]
+
+
+@pytest.mark.parametrize(("witnesses", "why"), [
+    ("", "no ```json witnesses``` block"),
+    ('```json witnesses\n[{"rule": "newest", "submission": {"answer_text": "Hamlet"}}]\n```', "verifier reports only"),
+    ('```json witnesses\n[{"rule": "oldest", "submission": {"answer_text": "Emma"}}]\n```', "passes the verifier"),
+    ('```json witnesses\n{"rule": "oldest"}\n```', "non-empty JSON list"),
+])
+def test_a_task_without_valid_witnesses_for_every_rule_is_rejected(tmp_path: Path, witnesses: str, why: str) -> None:
+    records, _ = synthesize(tmp_path, [DATA, TOOLS, task(1800, witnesses)], max_levels=0)
+    r = records[0]
+    assert (r["status"], r["made"], r["reasons"]) == ("rejected", False, ["no_witnesses"]), r["problems"]
+    assert why in r["problems"][0]["detail"]
+
+
+def test_a_witness_failing_two_rules_is_not_a_witness(tmp_path: Path) -> None:
+    two = VERIFIER.replace('"detail": ""}]}', '"detail": ""}, {"name": "named", "passed": '
+                                                 'bool(submission.get("answer_text")), "detail": ""}]}')
+    reply = task(1800, '```json witnesses\n[{"rule": "oldest", "submission": {"answer_text": "Hamlet"}}, '
+                       '{"rule": "named", "submission": {"answer_text": ""}}]\n```').replace(VERIFIER, two)
+    records, _ = synthesize(tmp_path, [DATA, TOOLS, reply], max_levels=0)
+    detail = records[0]["problems"][0]["detail"]
+    assert records[0]["reasons"] == ["no_witnesses"] and "fails ['named', 'oldest'], not exactly ['named']" in detail
 
 
 @pytest.mark.parametrize(("body", "why"), [("while True:\n        pass", "timeout"), ("import os\n    os._exit(1)", "crash")])
