@@ -93,7 +93,7 @@ def test_a_verifier_that_always_passes_is_rejected(notes: Path) -> None:
     """)
     result = validate_bundle(notes)
     assert not result.passed
-    assert result.reasons == ("noop_accepted", "corruptions_accepted")
+    assert result.reasons == ("noop_accepted", "corruptions_accepted", "verifier_answer_key")
 
 
 def test_a_solution_reading_the_database_is_rejected_statically_and_dynamically(notes: Path) -> None:
