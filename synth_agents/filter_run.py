@@ -31,6 +31,11 @@ class FilterSummary:
     decisions: Counter[str] = field(default_factory=Counter)
     tokens: int = 0
     full_tokens_estimate: int = 0
+    derived_budget: bool = True
+    budget_rule: str = ""  # how the episode budget was set, for the table
+    longest_gold_calls: int = 0  # over the filtered tasks (0: unknown)
+    max_turns: int = 0  # the largest episode budget used
+    max_tokens: int = 0
 
     @property
     def token_fraction(self) -> float:
@@ -60,17 +65,18 @@ def model_policy_factory(model: str, sandbox: str) -> PolicyFactory:
 def filter_run(recorder: SynthRecorder, records: list[dict[str, Any]], *, model: str, factory: PolicyFactory,
                config: FilterConfig, progress: Callable[[int, int], None] | None = None) -> FilterSummary:
     """Filter every kept task of ``records``; returns the summary over all of them (resumed too)."""
-    summary = FilterSummary(model, config.k, config.drop_always_solved)
-    work: list[tuple[Path, str, list[str]]] = []
+    summary = FilterSummary(model, config.k, config.drop_always_solved, derived_budget=config.derive_budget,
+                            budget_rule=budget_rule(config))
+    work: list[tuple[Path, str, list[str], dict[str, int]]] = []
     for record in records:
         if record.get("status") != "kept":
             continue
         digest = record["content_hash"]
         todo = [t for t in record["tasks"] if recorder.filter_result(_key(digest, t, model, config)) is None]
         if todo:
-            work.append((recorder.final(record), digest, todo))
+            work.append((recorder.final(record), digest, todo, gold_calls(record)))
     total = sum(len(r.get("tasks", [])) for r in records if r.get("status") == "kept")
-    done = total - sum(len(t) for _, _, t in work)
+    done = total - sum(len(t) for _, _, t, _ in work)
     if progress:
         progress(done, total)
 
@@ -85,11 +91,11 @@ def filter_run(recorder: SynthRecorder, records: list[dict[str, Any]], *, model:
         # One event loop for the whole run: a model backend may hold loop-bound state.
         policies: list[Policy] = []
         try:
-            for root, digest, todo in work:
+            for root, digest, todo, calls in work:
                 policy = await asyncio.to_thread(factory, root)
                 if policy not in policies:
                     policies.append(policy)
-                await filter_bundle(load_bundle(root), policy, config, task_ids=todo,
+                await filter_bundle(load_bundle(root), policy, config, task_ids=todo, gold_calls=calls,
                                     on_result=lambda r, d=digest: commit(d, r))
         finally:
             for policy in policies:
@@ -109,7 +115,24 @@ def filter_run(recorder: SynthRecorder, records: list[dict[str, Any]], *, model:
             summary.decisions[result["decision"]] += 1
             summary.tokens += int(result["tokens"])
             summary.full_tokens_estimate += int(result["full_tokens_estimate"])
+            summary.longest_gold_calls = max(summary.longest_gold_calls, int(result.get("gold_calls", 0)))
+            summary.max_turns = max(summary.max_turns, int(result.get("max_turns", 0)))
+            summary.max_tokens = max(summary.max_tokens, int(result.get("max_tokens", 0)))
     return summary
+
+
+def budget_rule(config: FilterConfig) -> str:
+    if not config.derive_budget:
+        return "fixed by --filter-max-turns / --filter-episode-tokens"
+    return (f"derived per bundle from its longest gold solution: {config.headroom:g} × calls + {config.slack_turns} "
+            f"turns, {config.headroom:g} × calls × {config.tokens_per_call} sampled tokens (at least "
+            f"{config.budget.max_turns} turns, {config.budget.max_tokens} tokens)")
+
+
+def gold_calls(record: dict[str, Any]) -> dict[str, int]:
+    """Task id → tool calls of its gold solution, as validation's envgym check counted them."""
+    figures = (record.get("validation") or {}).get("tasks") or []
+    return {str(f["task_id"]): int(f.get("tool_calls", 0)) for f in figures if "task_id" in f}
 
 
 def _key(digest: str, task_id: str, model: str, config: FilterConfig) -> FilterKey:

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 
+import envgym
 from envgym.bundle import Bundle
-from envgym.bundle_env import BundleEnv
+from envgym.bundle_env import Budgets
 from envgym.policy import Policy, SamplingParams
 from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
 
@@ -41,7 +43,15 @@ class FilterConfig:
     concurrency: int = 4
     max_errors: int = 10  # errored episodes per task before giving up on it
     params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=512))
-    budget: Budget = field(default_factory=Budget)
+    budget: Budget = field(default_factory=Budget)  # the floor when derived, else the budget itself
+    # Budgets from the gold solution's length (issue 9, "What to build" 8): a fixed 128 turns is
+    # below what a difficulty-5 gold needs (144 calls), so a perfect policy was dropped as
+    # "never solved".  turns = headroom × gold calls + slack; sampled tokens = headroom × gold
+    # calls × tokens_per_call; each at least ``budget``'s value.
+    derive_budget: bool = True
+    headroom: float = 2.0
+    slack_turns: int = 8  # the submit turn, a nudge, a few recoverable mistakes
+    tokens_per_call: int = 128  # sampled tokens one tool-call turn may take (call + brief reasoning)
     sandbox: str = "bwrap"
     context: str = "thinking-retention"
     parser: str = "hermes"
@@ -50,6 +60,17 @@ class FilterConfig:
     def __post_init__(self) -> None:
         if self.k < 1 or self.width < 1 or self.concurrency < 1 or self.max_errors < 0:
             raise ValueError(f"filter needs k, width, concurrency ≥ 1 and max_errors ≥ 0: {self}")
+        if self.headroom < 1 or self.slack_turns < 0 or self.tokens_per_call < 1:
+            raise ValueError(f"filter budget derivation needs headroom ≥ 1, slack_turns ≥ 0, tokens_per_call ≥ 1: {self}")
+
+    def budget_for(self, gold_calls: int) -> Budget:
+        """The episode budget for tasks whose longest gold solution makes ``gold_calls`` tool calls."""
+        if not self.derive_budget:
+            return self.budget
+        turns = math.ceil(self.headroom * gold_calls) + self.slack_turns
+        tokens = math.ceil(self.headroom * gold_calls * self.tokens_per_call)
+        return replace(self.budget, max_turns=max(self.budget.max_turns, turns),
+                       max_tokens=max(self.budget.max_tokens, tokens))
 
 
 @dataclass
@@ -114,32 +135,48 @@ class TaskFilterResult:
     tokens: int  # prompt + sampled tokens the filter spent on this task
     sampled_tokens: int
     full_tokens_estimate: int  # k × mean tokens per counted episode (what k full rollouts cost)
+    gold_calls: int = 0  # the longest gold solution the budget was derived from (0: unknown)
+    max_turns: int = 0  # the episode budget used
+    max_tokens: int = 0
 
     @classmethod
-    def from_tally(cls, t: Tally) -> TaskFilterResult:
+    def from_tally(cls, t: Tally, gold_calls: int = 0, budget: Budget | None = None) -> TaskFilterResult:
         decision = t.decision or ERRORED
         rate = t.c / t.n if t.n else 0.0
         mean = t.counted_tokens / t.n if t.n else 0.0
+        budget = budget or Budget()
         return cls(t.task_id, t.k, t.n, t.c, t.errors, decision, decision == KEEP, round(rate, 6),
-                   round(1.0 - rate, 6), t.tokens, t.sampled_tokens, round(mean * t.k))
+                   round(1.0 - rate, 6), t.tokens, t.sampled_tokens, round(mean * t.k), gold_calls,
+                   budget.max_turns, budget.max_tokens)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
 async def filter_bundle(bundle: Bundle, policy: Policy, config: FilterConfig, *, task_ids: list[str] | None = None,
-                        on_result: Callable[[TaskFilterResult], None] | None = None) -> list[TaskFilterResult]:
-    """Filter the bundle's tasks (or ``task_ids``); ``on_result`` hears each task once decided."""
+                        on_result: Callable[[TaskFilterResult], None] | None = None,
+                        gold_calls: Mapping[str, int] | None = None) -> list[TaskFilterResult]:
+    """Filter the bundle's tasks (or ``task_ids``); ``on_result`` hears each task once decided.
+
+    ``gold_calls`` (task id → tool calls of its gold solution, from validation) sets the episode
+    budget: one engine per call, so the longest gold among ``task_ids`` decides it.
+    """
     wanted = [t for t in bundle.tasks if task_ids is None or t.id in task_ids]
     if not wanted:
         return []
     tallies = {t.id: Tally(t.id, config.k, config.drop_always_solved, config.max_errors) for t in wanted}
-    factory = functools.partial(BundleEnv, bundle, sandbox=config.sandbox, context=config.context,
-                                parser=config.parser, time_budget_s=config.budget.max_seconds)
+    longest = max((int((gold_calls or {}).get(t.id, 0)) for t in wanted), default=0)
+    budget = config.budget_for(longest)
+    env_budgets = Budgets(max_turns=budget.max_turns, max_tool_calls=max(Budgets().max_tool_calls, 2 * budget.max_turns),
+                          time_budget_s=budget.max_seconds)
+    # Envs are built exactly as envgym.make builds them (the env's own turn and call budgets
+    # raised with the engine's, or they would cut the episode first).
+    factory = functools.partial(envgym.make, bundle.root, sandbox=config.sandbox, context=config.context,
+                                parser=config.parser, budgets=env_budgets)
     slots = asyncio.Semaphore(config.concurrency)
     results: dict[str, TaskFilterResult] = {}
     engine = RolloutEngine.local(policy, factory, concurrency=config.concurrency, params=config.params,
-                                 budget=config.budget)
+                                 budget=budget)
 
     async def lane(tally: Tally) -> None:
         while True:
@@ -150,7 +187,7 @@ async def filter_bundle(bundle: Bundle, policy: Policy, config: FilterConfig, *,
                 result = await engine.episode(EpisodeSpec(tally.task_id, sample, config.seed))
                 tally.add(result)
         if tally.inflight == 0 and tally.task_id not in results:
-            results[tally.task_id] = TaskFilterResult.from_tally(tally)
+            results[tally.task_id] = TaskFilterResult.from_tally(tally, longest, budget)
             if on_result is not None:
                 on_result(results[tally.task_id])
 

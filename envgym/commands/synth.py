@@ -46,8 +46,10 @@ def synth_command(
     filter_model: str = typer.Option("smollm2", "--filter-model", help="policy the filter samples: smollm2 | URL | HF dir | gold | random"),
     drop_always_solved: bool = typer.Option(False, "--drop-always-solved", help="also drop tasks the filter policy always solves"),
     filter_concurrency: int = typer.Option(4, "--filter-concurrency", help="episodes in flight while filtering"),
-    filter_max_turns: int = typer.Option(128, "--filter-max-turns", help="filter: assistant turns per episode"),
-    filter_episode_tokens: int = typer.Option(8192, "--filter-episode-tokens", help="filter: sampled tokens per episode"),
+    filter_max_turns: int = typer.Option(0, "--filter-max-turns", help="filter: assistant turns per episode "
+                                         "(0: derived from the gold solution's length, at least 128)"),
+    filter_episode_tokens: int = typer.Option(0, "--filter-episode-tokens", help="filter: sampled tokens per "
+                                              "episode (0: derived from the gold solution's length, at least 8192)"),
     filter_max_tokens: int = typer.Option(512, "--filter-max-tokens", help="filter: sampled tokens per turn"),
     max_rounds: int = typer.Option(3, "--max-rounds", help="LLM agent: revisions per stage"),
     max_levels: int = typer.Option(2, "--max-levels", help="LLM agent: difficulty raises after the first task"),
@@ -85,9 +87,15 @@ def synth_command(
                 progress=lambda done, total, record: bar.update(job_bar, completed=done, total=total))
             filtered = None
             if filter_k > 0:
-                budget = Budget(max_turns=filter_max_turns, max_tokens=filter_episode_tokens)
+                if filter_max_turns < 0 or filter_episode_tokens < 0:
+                    raise ValueError("--filter-max-turns and --filter-episode-tokens must be ≥ 0 (0: derived)")
+                # Given explicitly, the budget is fixed; left at 0, it is derived per bundle from
+                # its longest gold solution (FilterConfig.budget_for) with the defaults as floors.
+                derive = not (filter_max_turns and filter_episode_tokens)
+                budget = Budget(max_turns=filter_max_turns or Budget().max_turns,
+                                max_tokens=filter_episode_tokens or Budget().max_tokens)
                 config = FilterConfig(k=filter_k, drop_always_solved=drop_always_solved, concurrency=filter_concurrency,
-                                      sandbox=sandbox, budget=budget, seed=seed,
+                                      sandbox=sandbox, budget=budget, seed=seed, derive_budget=derive,
                                       params=SamplingParams(temperature=0.7, max_tokens=filter_max_tokens))
                 filtered = _filter(recorder, synth_agent, n, seed, filter_model, config, bar)
     except (ValueError, RuntimeError) as exc:
@@ -154,6 +162,8 @@ def print_summary(payload: dict[str, Any], console: Console) -> None:
     if f is not None:
         table.add_row(f"kept by pass@{f['k']}", f"{f['kept']}/{f['tasks']} tasks",
                       ", ".join(f"{k}: {v}" for k, v in sorted(f["decisions"].items())))
+        table.add_row("filter budget", f"≤ {f['max_turns']} turns, ≤ {f['max_tokens']} tokens",
+                      f"{f['budget_rule']}; longest gold: {f['longest_gold_calls']} calls")
         table.add_row("filter tokens", f"{f['tokens']}", f"{f['token_fraction']:.1%} of ~{f['full_tokens_estimate']} for "
                       f"{f['k']} full rollouts per task")
     console.print(table)
