@@ -189,7 +189,10 @@ def test_every_generated_task_has_a_witness(root: Path, tasks: list) -> None:
     world = load_world(root / "state" / "db.sqlite")
     for g in generate_tasks(world, seed=0, n_tasks=15):
         assert Planner(world, g.spec).witness() == g.witness
-        assert g.task in tasks
+    # The build re-rolls draws whose rules cannot all be witnessed, so its tasks are a subset
+    # of what generate_tasks draws without that veto; each carries witnesses and a baseline.
+    for t in tasks:
+        assert t["baseline"] == "greedy_trip" and {w["rule"] for w in t["witnesses"]}
 
 
 def test_unsolvable_requests_are_refused(tmp_path: Path) -> None:

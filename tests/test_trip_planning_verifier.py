@@ -83,11 +83,17 @@ def _other_city(world: World, answer: list[dict]) -> str:
 
 # ---- format ----
 
-def test_unreadable_answer_fails_every_check(ep: Episode) -> None:
+def test_unreadable_answer_reports_only_the_parse_check(ep: Episode) -> None:
+    # Staged: a later check cannot be judged on an unreadable answer, and reporting it failed
+    # would make valid_json impossible to witness alone (docs/CHECK.md).
     report = _report(ep, PLAIN, "here is my plan: day 1 Hangzhou")
-    first, *rest = report["checks"]
-    assert first["name"] == "valid_json" and "not valid JSON" in first["detail"]
-    assert rest and all(not c["passed"] and c["detail"].startswith("not checked") for c in rest)
+    assert [c["name"] for c in report["checks"]] == ["valid_json"]
+    assert not report["checks"][0]["passed"] and "not valid JSON" in report["checks"][0]["detail"]
+
+
+def test_absurdly_deep_nesting_is_rejected_not_a_crash(ep: Episode) -> None:
+    report = _report(ep, PLAIN, "[" * 3000 + "]" * 3000)
+    assert [(c["name"], c["passed"]) for c in report["checks"]] == [("valid_json", False)]
 
 
 @pytest.mark.parametrize(("break_it", "check"), [
@@ -97,9 +103,9 @@ def test_unreadable_answer_fails_every_check(ep: Episode) -> None:
     (lambda a: [{**a[0], "hotel": 7}, *a[1:]], "fields_present"),
 ])
 def test_format_failures_stop_before_the_constraints(ep: Episode, world: World, break_it, check: str) -> None:
-    failed = _failed(ep, PLAIN, break_it(_witness(world, PLAIN).answer()))
-    assert check in failed
-    assert failed["start_city"] == f"not checked: fix {check} first"
+    report = _report(ep, PLAIN, json.dumps(break_it(_witness(world, PLAIN).answer())))
+    assert [c["name"] for c in report["checks"]] == ["valid_json", "day_count", "fields_present"]
+    assert {c["name"] for c in report["checks"] if not c["passed"]} == {check}
 
 
 def test_wrong_date(ep: Episode, world: World) -> None:
@@ -111,7 +117,10 @@ def test_wrong_date(ep: Episode, world: World) -> None:
 def test_unknown_entity(ep: Episode, world: World) -> None:
     answer = _witness(world, PLAIN).answer()
     answer[2]["hotel"] = "Hotel California"
-    assert set(_failed(ep, PLAIN, answer)) == {"entities_exist", "hotel_in_city"}
+    report = _report(ep, PLAIN, json.dumps(answer))
+    # Staged: the constraints are not judged on names that do not exist.
+    assert [c["name"] for c in report["checks"]][-1] == "entities_exist"
+    assert {c["name"] for c in report["checks"] if not c["passed"]} == {"entities_exist"}
 
 
 # ---- no repeats, right city, start city ----
@@ -137,8 +146,8 @@ def _same_city_again(world: World, answer: list[dict], **keep: str) -> list[dict
 
 @pytest.mark.parametrize(("keep", "expected"), [
     ({}, {"no_repeated_city"}),
-    ({"hotel": "x"}, {"no_repeated_city", "no_repeated_hotel"}),
-    ({"afternoon_attraction": "x"}, {"no_repeated_city", "no_repeated_attraction"}),
+    ({"hotel": "x"}, {"no_repeated_city"}),  # a repeated hotel is a repeated city (no own check)
+    ({"afternoon_attraction": "x"}, {"no_repeated_city"}),
     ({"evening_restaurant": "x"}, {"no_repeated_city", "no_repeated_restaurant"}),
 ])
 def test_repeats(ep: Episode, world: World, keep: dict, expected: set[str]) -> None:
@@ -264,8 +273,9 @@ def test_rain_needs_an_indoor_attraction(ep: Episode, world: World) -> None:
 
 
 def test_avoid_rain(ep: Episode, world: World) -> None:
-    # Day 1 is fixed in Hangzhou, where it rains on 2025-10-01 in the default database.
-    spec = replace(PLAIN, start_date="2025-10-02", constraints=Constraints(weather=WeatherRule("avoid_rain")))
+    # Day 1 is fixed in Hangzhou: start on a dry day there.
+    dry = next(d for d in world.dates[:-2] if world.weather[("Hangzhou", d)] not in WeatherRule("avoid_rain").rainy_conditions)
+    spec = replace(PLAIN, start_date=dry, constraints=Constraints(weather=WeatherRule("avoid_rain")))
     answer = _witness(world, spec).answer()
     _set_weather(ep, answer[2]["city"], answer[2]["time"], "thunderstorm")
     failed = _failed(ep, spec, answer)
@@ -323,10 +333,10 @@ def test_check_names_are_stable(ep: Episode, world: World) -> None:
         restaurant_min_rating=3.0, attraction_min_rating=3.0, max_ticket=400, total_budget=10**6,
         weather=WeatherRule("rain_indoor"),
         transport=TransportRule(("train", "flight", "bus"), 24.0, "23:59", 10**6)))
-    names = [c["name"] for c in _report(ep, spec, "[]")["checks"]]
+    names = [c["name"] for c in _report(ep, spec, json.dumps(_witness(world, spec).answer()))["checks"]]
     assert names == [
         "valid_json", "day_count", "fields_present", "dates", "entities_exist", "start_city",
-        "no_repeated_city", "no_repeated_hotel", "no_repeated_attraction", "no_repeated_restaurant",
+        "no_repeated_city", "no_repeated_restaurant",
         "hotel_in_city", "restaurants_in_city", "attraction_in_city", "day2_budget_tier",
         "hotel_min_rating", "restaurant_min_rating", "attraction_min_rating", "ticket_cap",
         "total_budget", "weather_rain_indoor", "transport_connects", "transport_mode",
