@@ -36,6 +36,9 @@ class FilterSummary:
     longest_gold_calls: int = 0  # over the filtered tasks (0: unknown)
     max_turns: int = 0  # the largest episode budget used
     max_tokens: int = 0
+    # Measured difficulty per declared difficulty: {label: {"tasks": n, "pass_rate": mean}} — the
+    # label (an LLM task's level) is only a claim; the pass rate is the measurement.
+    by_declared_difficulty: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def token_fraction(self) -> float:
@@ -103,6 +106,7 @@ def filter_run(recorder: SynthRecorder, records: list[dict[str, Any]], *, model:
 
     if work:
         asyncio.run(run_all())
+    rates: dict[str, list[float]] = {}
     for record in records:
         if record.get("status") != "kept":
             continue
@@ -118,6 +122,9 @@ def filter_run(recorder: SynthRecorder, records: list[dict[str, Any]], *, model:
             summary.longest_gold_calls = max(summary.longest_gold_calls, int(result.get("gold_calls", 0)))
             summary.max_turns = max(summary.max_turns, int(result.get("max_turns", 0)))
             summary.max_tokens = max(summary.max_tokens, int(result.get("max_tokens", 0)))
+            rates.setdefault(str(result.get("declared_difficulty", 0)), []).append(float(result["pass_rate"]))
+    summary.by_declared_difficulty = {level: {"tasks": len(r), "pass_rate": round(sum(r) / len(r), 4)}
+                                      for level, r in sorted(rates.items())}
     return summary
 
 

@@ -138,16 +138,18 @@ class TaskFilterResult:
     gold_calls: int = 0  # the longest gold solution the budget was derived from (0: unknown)
     max_turns: int = 0  # the episode budget used
     max_tokens: int = 0
+    declared_difficulty: int = 0  # the task's own label (for LLM tasks: level + 1); measured is `difficulty`
 
     @classmethod
-    def from_tally(cls, t: Tally, gold_calls: int = 0, budget: Budget | None = None) -> TaskFilterResult:
+    def from_tally(cls, t: Tally, gold_calls: int = 0, budget: Budget | None = None,
+                   declared: int = 0) -> TaskFilterResult:
         decision = t.decision or ERRORED
         rate = t.c / t.n if t.n else 0.0
         mean = t.counted_tokens / t.n if t.n else 0.0
         budget = budget or Budget()
         return cls(t.task_id, t.k, t.n, t.c, t.errors, decision, decision == KEEP, round(rate, 6),
                    round(1.0 - rate, 6), t.tokens, t.sampled_tokens, round(mean * t.k), gold_calls,
-                   budget.max_turns, budget.max_tokens)
+                   budget.max_turns, budget.max_tokens, declared)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -166,6 +168,7 @@ async def filter_bundle(bundle: Bundle, policy: Policy, config: FilterConfig, *,
         return []
     tallies = {t.id: Tally(t.id, config.k, config.drop_always_solved, config.max_errors) for t in wanted}
     longest = max((int((gold_calls or {}).get(t.id, 0)) for t in wanted), default=0)
+    declared = {t.id: t.difficulty for t in wanted}
     budget = config.budget_for(longest)
     env_budgets = Budgets(max_turns=budget.max_turns, max_tool_calls=max(Budgets().max_tool_calls, 2 * budget.max_turns),
                           time_budget_s=budget.max_seconds)
@@ -187,7 +190,7 @@ async def filter_bundle(bundle: Bundle, policy: Policy, config: FilterConfig, *,
                 result = await engine.episode(EpisodeSpec(tally.task_id, sample, config.seed))
                 tally.add(result)
         if tally.inflight == 0 and tally.task_id not in results:
-            results[tally.task_id] = TaskFilterResult.from_tally(tally, longest, budget)
+            results[tally.task_id] = TaskFilterResult.from_tally(tally, longest, budget, declared[tally.task_id])
             if on_result is not None:
                 on_result(results[tally.task_id])
 

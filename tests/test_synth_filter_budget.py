@@ -66,6 +66,9 @@ def test_a_perfect_policy_keeps_a_long_task_only_with_a_derived_budget(
     expected_turns = 2 * (CALLS + 1) + 8 if derive else 128
     assert (line["gold_calls"], line["max_turns"]) == (CALLS + 1, expected_turns)
     assert summary.longest_gold_calls == CALLS + 1 and ("derived" in summary.budget_rule) == derive
+    rate = 1.0 if derive else 0.0  # measured difficulty is 1 - pass rate, whatever the label says
+    assert summary.by_declared_difficulty == {"1": {"tasks": 1, "pass_rate": rate}}
+    assert (line["declared_difficulty"], line["difficulty"]) == (1, 1.0 - rate)
 
 
 def test_the_cli_table_says_how_the_budget_was_set(tmp_path: Path, require_backend) -> None:  # noqa: ANN001
@@ -77,3 +80,4 @@ def test_the_cli_table_says_how_the_budget_was_set(tmp_path: Path, require_backe
                                    "--difficulties", "1", "--filter-k", "1", "--filter-model", "gold"])
     assert out.exit_code == 0, out.output
     assert "filter budget" in out.stdout and "derived per bundle from its longest gold solution" in out.stdout
+    assert "pass rate by difficulty label" in out.stdout and "1: 100% of 1" in out.stdout

@@ -162,6 +162,11 @@ def print_summary(payload: dict[str, Any], console: Console) -> None:
     if f is not None:
         table.add_row(f"kept by pass@{f['k']}", f"{f['kept']}/{f['tasks']} tasks",
                       ", ".join(f"{k}: {v}" for k, v in sorted(f["decisions"].items())))
+        by = f.get("by_declared_difficulty") or {}
+        if by:
+            table.add_row("pass rate by difficulty label", ", ".join(f"{k}: {v['pass_rate']:.0%} of {v['tasks']}"
+                                                                    for k, v in by.items()),
+                          "measured difficulty = 1 − pass rate (a label is only a claim)")
         table.add_row("filter budget", f"≤ {f['max_turns']} turns, ≤ {f['max_tokens']} tokens",
                       f"{f['budget_rule']}; longest gold: {f['longest_gold_calls']} calls")
         table.add_row("filter tokens", f"{f['tokens']}", f"{f['token_fraction']:.1%} of ~{f['full_tokens_estimate']} for "
