@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from bundle_factory import TASK, make_notes_bundle
-from typer.testing import CliRunner
 
 from envgym.rollout import Budget
 from synth_agents.filter_run import filter_run, model_policy_factory
@@ -71,13 +70,19 @@ def test_a_perfect_policy_keeps_a_long_task_only_with_a_derived_budget(
     assert (line["declared_difficulty"], line["difficulty"]) == (1, 1.0 - rate)
 
 
-def test_the_cli_table_says_how_the_budget_was_set(tmp_path: Path, require_backend) -> None:  # noqa: ANN001
+def test_the_table_says_how_the_budget_was_set(long_task: tuple[Path, dict], tmp_path: Path,
+                                               require_backend) -> None:  # noqa: ANN001
     require_backend("bwrap")
-    from envgym.cli import app
+    from rich.console import Console
 
-    out = CliRunner().invoke(app, ["synth", "meetings", "--n", "1", "--out", str(tmp_path / "o"), "--db",
-                                   f"sqlite:///{tmp_path}/d.db", "--workers", "1", "--tasks-per-bundle", "1",
-                                   "--difficulties", "1", "--filter-k", "1", "--filter-model", "gold"])
-    assert out.exit_code == 0, out.output
-    assert "filter budget" in out.stdout and "derived per bundle from its longest gold solution" in out.stdout
-    assert "pass rate by difficulty label" in out.stdout and "1: 100% of 1" in out.stdout
+    from envgym.commands.synth import print_summary
+    from synth_agents.pipeline import RunSummary
+
+    summary = filter_run(SynthRecorder(tmp_path / "out", None), [long_task[1]], model="gold",
+                         factory=model_policy_factory("gold", "bwrap"), config=FilterConfig(k=1, width=1))
+    console = Console(record=True, width=400)
+    print_summary({"synthesis": RunSummary("test", "test", 1).to_dict(), "filter": summary.to_dict(),
+                   "out": "o", "store": "s"}, console)
+    text = console.export_text()
+    assert f"≤ {2 * (CALLS + 1) + 8} turns" in text and f"longest gold: {CALLS + 1} calls" in text
+    assert "derived per bundle from its longest gold solution" in text and "1: 100% of 1" in text
