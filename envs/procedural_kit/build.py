@@ -1,14 +1,19 @@
 """Write a procedural bundle whose every task is proved strict before it is written.
 
-A category supplies three things: a function that writes ``state/`` (SQLAlchemy, seeded), the
-directory of its code templates (``tools.py``, ``solution.py``, ``verifier.py``) and a *drawer*
-that proposes one task of a given difficulty.  Each proposal is run here, in process (the code
+A category supplies a :class:`Recipe`: a function that writes ``state/db.sqlite`` (SQLAlchemy,
+seeded), a loader of its host-side world, the directory of its code templates (``tools.py``,
+``solution.py``, ``verifier.py``), a *drawer* that proposes one task of a given difficulty and
+a source of witness candidates.  Each proposal is run here, in process (the code
 is ours and trusted; envgym check re-runs it in the sandbox later):
 
 1. the gold solution runs through the tools and its submission passes the verifier;
 2. the empty submission is rejected;
 3. *every* single-field corruption of the gold answer (envgym.corrupt, all of them, not a
-   sample) is rejected — so any sample ``envgym check`` draws is rejected too.
+   sample) is rejected — so any sample ``envgym check`` draws is rejected too;
+4. every check the gold verdict reports has a per-rule witness (envs.procedural_kit.witness),
+   found among the category's candidates and verified here;
+5. where the recipe sets a greedy share, the greedy baseline's outcome matches the one drawn
+   for this task (issue 9, "What to build" 5).
 
 A proposal that fails any of these is thrown away and another is drawn (Seed-Thinking-v1.5
 §2.1: a generator paired with a verifier that "rigorously evaluates the generation
@@ -18,19 +23,21 @@ correctness"; a task whose verifier accepts a corrupted answer would reward a wr
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envgym.bundle import write_manifest
 from envgym.corrupt import corruptions
+from envs.procedural_kit.witness import Candidates, find_witnesses, generic_candidates
 from envs.trip_planning.local import Episode, LocalBundle, passed
 
 CODE_FILES = ("tools.py", "solution.py", "verifier.py")
@@ -47,14 +54,22 @@ class UnsolvableTask(RuntimeError):
 
 @dataclass(frozen=True)
 class Recipe:
-    """What a category gives the kit."""
+    """What a category gives the kit: its database writer, world loader, task drawer and
+    witness candidates; the kit does the rest (bundle files, proofs, manifest)."""
 
     category: str
     agent: str  # provenance, e.g. "procedural:retail_orders"
     description: str
     templates: Path
-    write_state: Callable[[Path, int], None]  # (state dir, seed)
-    make_drawer: Callable[[Path, int], Drawer]  # (db path, seed) -> drawer over that database
+    write_db: Callable[[Path, int], Any]  # (db.sqlite path, seed)
+    load_world: Callable[[Path], Any]  # db.sqlite path -> the host-side view the drawer uses
+    draw_task: Callable[[Any, random.Random, int, int], "dict[str, Any] | None"]  # (world, rng, difficulty, index)
+    witness_candidates: Candidates
+    baseline: str | None = None  # greedy solver in solution.py, written into every task line
+    # difficulty -> share of that level's tasks the greedy baseline may solve (issue 9, "What to
+    # build" 5): each task draws whether it is one of them, and only draws whose baseline outcome
+    # matches are kept, so the greedy solve rate per level is set by the recipe, and measured.
+    greedy_share: Mapping[int, float] | None = None
     max_draws: int = MAX_DRAWS  # per task; raise it for categories whose hard draws rarely solve
 
 
@@ -80,10 +95,10 @@ def build_procedural_bundle(
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; the builder writes into a fresh directory")
     (out / "state").mkdir(parents=True, exist_ok=True)
-    recipe.write_state(out / "state", seed)
+    recipe.write_db(out / "state" / "db.sqlite", seed)
     for file in CODE_FILES:
         shutil.copyfile(recipe.templates / file, out / file)
-    draw = recipe.make_drawer(out / "state" / "db.sqlite", seed)
+    world = recipe.load_world(out / "state" / "db.sqlite")
     rng = random.Random(f"{recipe.agent}:tasks:{seed}")
     local = LocalBundle(out)
     tasks: list[dict[str, Any]] = []
@@ -91,7 +106,7 @@ def build_procedural_bundle(
         with local.episode() as episode:
             for i in range(n_tasks):
                 difficulty = difficulties[i % len(difficulties)]
-                tasks.append(_strict_task(episode, draw, rng, difficulty, i, recipe.max_draws))
+                tasks.append(_strict_task(episode, recipe, world, rng, difficulty, i))
     finally:
         # LocalBundle registers its modules in sys.modules: a worker building thousands of
         # bundles must not keep every one of them alive.
@@ -110,38 +125,77 @@ def build_procedural_bundle(
     return out
 
 
-def _strict_task(episode: Episode, draw: Drawer, rng: random.Random, difficulty: int, index: int,
-                 max_draws: int) -> dict[str, Any]:
+def _strict_task(episode: Episode, recipe: Recipe, world: Any, rng: random.Random, difficulty: int,
+                 index: int) -> dict[str, Any]:
     problems: list[str] = []
-    for _ in range(max_draws):
-        task = draw(rng, difficulty, index)
+    share = recipe.greedy_share.get(difficulty) if recipe.greedy_share is not None else None
+    want_greedy = None if share is None else rng.random() < share
+    for _ in range(recipe.max_draws):
+        task = recipe.draw_task(world, rng, difficulty, index)
         if task is None:
             continue
-        problem = strictness_problem(episode, task)
+        gold, problem = _gold(episode, task)
         if problem is None:
-            return task
+            problem = _corruption_problem(episode, task, gold)
+        if problem is None:
+            witnesses, missing = witnesses_for(episode, task, gold,
+                                               recipe.witness_candidates(world, task, gold))
+            problem = f"no witness for {missing}" if missing else None
+        if problem is None and recipe.baseline is not None:
+            task = {**task, "baseline": recipe.baseline}
+            if want_greedy is not None and baseline_solves(episode, task) != want_greedy:
+                problem = "greedy baseline " + ("fails" if want_greedy else "solves")
+        if problem is None:
+            return {**task, "witnesses": witnesses}
         problems.append(problem)
     seen = "; ".join(sorted(set(problems))[:3]) or "no solvable draw"
-    raise UnsolvableTask(f"no strict difficulty-{difficulty} task in {max_draws} draws ({seen})")
+    raise UnsolvableTask(f"no strict difficulty-{difficulty} task in {recipe.max_draws} draws ({seen})")
 
 
-def strictness_problem(episode: Episode, task: dict[str, Any]) -> str | None:
-    """None when the task's gold passes and every corruption and the no-op are rejected."""
+def witnesses_for(episode: Episode, task: dict[str, Any], gold: dict[str, Any],
+                  candidates: Iterable[tuple[dict[str, Any], str]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per-rule witnesses for every check the gold verdict reports, each checked by the verifier."""
+    rules = [c["name"] for c in episode.verify(gold, task)["checks"]]
+    return find_witnesses(lambda sub: episode.verify(sub, task), rules,
+                          itertools.chain(generic_candidates(), candidates))
+
+
+def baseline_solves(episode: Episode, task: dict[str, Any]) -> bool:
+    """Whether the task's greedy baseline submits an answer the verifier accepts."""
+    try:
+        attempt = episode.solve({**task, "solution": task["baseline"]},
+                                submit_tool=task.get("submit_tool") or "submit_result")
+    except Exception:  # noqa: BLE001 - a greedy solver that gives up has not solved the task
+        return False
+    return attempt.submission is not None and passed(episode.verify(attempt.submission, task))
+
+
+def _gold(episode: Episode, task: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     submit = task.get("submit_tool") or "submit_result"
     try:
         solved = episode.solve(task, submit_tool=submit)
     except Exception as exc:  # noqa: BLE001 - an unsolvable draw: the solution says why
-        return f"gold raised {type(exc).__name__}"
+        return {}, f"gold raised {type(exc).__name__}"
     if solved.submission is None:
-        return "gold never submitted"
+        return {}, "gold never submitted"
     if not passed(episode.verify(solved.submission, task)):
-        return "gold rejected by the verifier"
-    if passed(episode.verify({}, task)) or passed(episode.verify({k: "" for k in solved.submission}, task)):
+        return {}, "gold rejected by the verifier"
+    return solved.submission, None
+
+
+def _corruption_problem(episode: Episode, task: dict[str, Any], gold: dict[str, Any]) -> str | None:
+    if passed(episode.verify({}, task)) or passed(episode.verify({k: "" for k in gold}, task)):
         return "verifier accepts an empty submission"
-    for bad in corruptions(solved.submission, ALL_CORRUPTIONS, random.Random(0)):
+    for bad in corruptions(gold, ALL_CORRUPTIONS, random.Random(0)):
         if passed(episode.verify(bad, task)):
             return "verifier accepts a corrupted answer"
     return None
+
+
+def strictness_problem(episode: Episode, task: dict[str, Any]) -> str | None:
+    """None when the task's gold passes and every corruption and the no-op are rejected."""
+    gold, problem = _gold(episode, task)
+    return problem if problem is not None else _corruption_problem(episode, task, gold)
 
 
 def default_bundle_dir(recipe: Recipe, *, seed: int = 0, n_tasks: int = 10) -> Path:

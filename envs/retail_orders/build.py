@@ -6,31 +6,20 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from envs.procedural_kit.build import Drawer, Recipe, build_procedural_bundle
+from envs.procedural_kit.build import Recipe, build_procedural_bundle
 from envs.retail_orders.data import write_db
 from envs.retail_orders.tasks import draw_task
+from envs.retail_orders.witnesses import candidates
 from envs.retail_orders.world import load_world
 
 CATEGORY = "retail orders"
-
-
-def _write_state(state: Path, seed: int) -> None:
-    write_db(state / "db.sqlite", seed)
-
-
-def _drawer(db_path: Path, seed: int) -> Drawer:
-    world = load_world(db_path)
-
-    def draw(rng: random.Random, difficulty: int, index: int) -> dict[str, Any] | None:
-        return draw_task(world, rng, difficulty, index)
-
-    return draw
-
+# difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
+# witnesses and difficulty"): the rest are draws where cheapest-per-category or
+# largest-refund-first breaks a rule, so only a search finds the answer.
+GREEDY_SHARE = {1: 0.9, 2: 0.6, 3: 0.4, 4: 0.2, 5: 0.1}
 
 RECIPE = Recipe(
     category=CATEGORY,
@@ -39,8 +28,13 @@ RECIPE = Recipe(
                  "weight and discounted-budget rules, or choose order lines to return so the refund lands "
                  "in a narrow range under window, final-sale and restocking-fee rules; 11 tools; difficulty 1-5."),
     templates=Path(__file__).resolve().parent / "bundle_files",
-    write_state=_write_state,
-    make_drawer=_drawer,
+    write_db=write_db,
+    load_world=load_world,
+    draw_task=draw_task,
+    witness_candidates=candidates,
+    baseline="greedy_retail",
+    greedy_share=GREEDY_SHARE,
+    max_draws=400,
 )
 
 

@@ -19,7 +19,7 @@ from envs.procedural_kit.build import write_rows
 from envs.retail_orders import reference as ref
 
 HISTORY_START = date(2025, 1, 6)
-HISTORY_DAYS = 150
+HISTORY_DAYS = 60
 N_CUSTOMERS = 30
 
 
@@ -98,13 +98,15 @@ def _rows(rng: random.Random) -> list[Base]:
         rows.append(Policy(category=category, window_days=window, restocking_fee_pct=fee))
         for noun, lo, hi, grams in items:
             for variant in rng.sample(ref.VARIANTS, rng.randint(1, 3)):
-                brand = rng.choice(brands)
+                # Two in five products carry a store-wide house brand, so two categories can
+                # share a brand and the distinct-brands rule can bind (and fail on its own).
+                brand = rng.choice(ref.HOUSE_BRANDS) if rng.random() < 0.4 else rng.choice(brands)
                 price = round(math.exp(rng.uniform(math.log(lo), math.log(hi))))
                 products.append(Product(
                     sku=f"{category[:3].upper()}-{len(products) + 101:04d}",
                     name=f"{brand} {noun} {variant}", category=category, brand=brand,
                     price=price, rating=round(rng.uniform(2.8, 4.9), 1),
-                    weight_g=int(grams * rng.uniform(0.8, 1.25)), final_sale=rng.random() < 0.12))
+                    weight_g=int(grams * rng.uniform(0.8, 1.25)), final_sale=rng.random() < 0.2))
     rows += products
     for p in products:
         for region in ref.REGIONS:
@@ -120,10 +122,10 @@ def _rows(rng: random.Random) -> list[Base]:
         rows.append(Customer(id=cid, name=name, tier=tier, region=rng.choice(ref.REGIONS),
                              member_since=since.isoformat()))
         bought: set[str] = set()
-        for _ in range(rng.randint(3, 6)):
+        for _ in range(rng.randint(6, 12)):
             order_no += rng.randint(1, 40)
             ordered = HISTORY_START + timedelta(days=rng.randint(0, HISTORY_DAYS))
-            status = rng.choices(["delivered", "shipped", "cancelled"], weights=[8, 1, 1])[0]
+            status = rng.choices(["delivered", "shipped", "cancelled"], weights=[6, 2, 2])[0]
             delivered = (ordered + timedelta(days=rng.randint(2, 7))).isoformat() if status == "delivered" else None
             oid = f"ORD-{order_no}"
             rows.append(Order(order_id=oid, customer_id=cid, order_date=ordered.isoformat(),

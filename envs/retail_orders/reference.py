@@ -44,3 +44,4 @@ CATEGORIES: dict[str, tuple[int, int, tuple[str, ...], tuple[tuple[str, int, int
         ("Monitor Stand", 25, 99, 2100), ("Ergonomic Mouse", 22, 89, 130))),
 }
 VARIANTS = ("Classic", "Pro", "Lite", "Max", "Mini", "Plus", "Eco", "Studio", "Trail", "Prime")
+HOUSE_BRANDS = ("Everyday Goods", "Harbor & Pine")  # sold in every category

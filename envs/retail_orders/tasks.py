@@ -19,10 +19,10 @@ from envs.retail_orders.world import CustomerRow, World
 
 SOLVER, VERIFIER, SUBMIT = "solve_retail", "verify_retail", "submit_result"
 # difficulty -> (categories, rating floor?, distinct brands?, weight cap?, exclude purchased?, budget quantile)
-BASKET = {1: (2, False, False, False, False, 0.5), 3: (3, True, True, False, False, 0.3),
+BASKET = {1: (2, False, False, False, False, 0.5), 3: (3, True, True, True, False, 0.3),
           5: (4, True, True, True, True, 0.15)}
 # difficulty -> (one line per order?, exclude a category?, range width as a share of its floor)
-RETURNS = {2: (False, False, 0.25), 4: (True, True, 0.04)}
+RETURNS = {2: (False, False, 0.1), 4: (True, True, 0.01)}
 MAX_COMBOS = 200_000
 
 
@@ -71,13 +71,13 @@ def _returns(world: World, rng: random.Random, difficulty: int) -> dict[str, Any
     delivered = sorted({line.delivered for line in world.lines[customer.name] if line.delivered})
     if not delivered:
         return None
-    as_of = (date.fromisoformat(rng.choice(delivered)) + timedelta(days=rng.randint(5, 25))).isoformat()
+    as_of = (date.fromisoformat(rng.choice(delivered)) + timedelta(days=rng.randint(1, 10))).isoformat()
     excluded = None
-    if exclude:
-        seen = sorted({line.category for line in world.lines[customer.name]})
+    if exclude:  # a category the customer could otherwise return from, so the rule binds
+        seen = sorted({line.category for line in world.returnable(customer.name, as_of)})
         excluded = rng.choice(seen) if seen else None
     lines = world.returnable(customer.name, as_of, excluded)
-    if len(lines) < 3:
+    if not 3 + difficulty <= len(lines) <= 16:  # enough lines that the subset sum is a search
         return None
     sums = sorted(round(sum(line.refund for line in subset), 2)
                   for n in range(2, len(lines) + 1) for subset in itertools.combinations(lines, n)

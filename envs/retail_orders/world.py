@@ -50,6 +50,9 @@ class World:
     purchased: dict[str, frozenset[str]]  # customer -> skus ever ordered
     lines: dict[str, tuple[LineRow, ...]]  # customer -> delivered order lines
     windows: dict[str, int]  # category -> return window days
+    # customer -> every (order_id, sku) of their orders, any status; and each line's refund
+    owned_lines: dict[str, tuple[tuple[str, str], ...]]
+    refunds: dict[tuple[str, str], float]
 
     def returnable(self, customer: str, as_of: str, exclude: str | None = None) -> list[LineRow]:
         """Lines the return rules allow (delivered, inside the window, not final sale)."""
@@ -78,14 +81,18 @@ def load_world(path: Path) -> World:
             orders = {o.order_id: o for o in s.scalars(select(db.Order))}
             purchased: dict[str, set[str]] = defaultdict(set)
             lines: dict[str, list[LineRow]] = defaultdict(list)
+            owned: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            refunds: dict[tuple[str, str], float] = {}
             for line in s.scalars(select(db.OrderLine).order_by(db.OrderLine.order_id, db.OrderLine.sku)):
                 order = orders[line.order_id]
                 who = customers[order.customer_id].name
                 purchased[who].add(line.sku)
+                owned[who].append((line.order_id, line.sku))
+                category = products[line.sku].category
+                fee = policies[category].restocking_fee_pct
+                refund = round(line.unit_price * line.quantity * (100 - fee) / 100, 2)
+                refunds[(line.order_id, line.sku)] = refund
                 if order.status == "delivered":
-                    category = products[line.sku].category
-                    fee = policies[category].restocking_fee_pct
-                    refund = round(line.unit_price * line.quantity * (100 - fee) / 100, 2)
                     lines[who].append(LineRow(line.order_id, line.sku, category, refund, order.delivered_date))
     finally:
         engine.dispose()
@@ -101,4 +108,6 @@ def load_world(path: Path) -> World:
         purchased={n: frozenset(purchased[n]) for n in names},
         lines={n: tuple(lines[n]) for n in names},
         windows={c: p.window_days for c, p in policies.items()},
+        owned_lines={n: tuple(owned[n]) for n in names},
+        refunds=refunds,
     )

@@ -82,3 +82,52 @@ def _returns(tools, meta: dict) -> dict | None:
                         "returns": [{"order_id": o, "sku": s} for o, s, _ in subset],
                         "refund_total": total}
     return None
+
+
+def greedy_retail(tools, task: dict) -> None:
+    """Greedy baseline (no search): baskets take the cheapest product per category that meets
+    the per-product rules, ignoring the rules that tie products together (brands, weight);
+    returns take eligible lines largest refund first while the total stays under the maximum."""
+    meta = task["metadata"]
+    answer = _greedy_basket(tools, meta) if meta["kind"] == "basket" else _greedy_returns(tools, meta)
+    tools.submit_result(answer_text=json.dumps(answer))
+
+
+def _greedy_basket(tools, meta: dict) -> dict:
+    customer = tools.get_customer(name=meta["customer"])
+    discount = tools.get_tier_discount(tier=customer["tier"])
+    owned = set()
+    if meta["exclude_purchased"]:
+        for order in tools.list_orders(customer=meta["customer"]):
+            owned.update(line["sku"] for line in tools.get_order_lines(order_id=order["order_id"]))
+    skus, prices = [], []
+    for category in meta["categories"]:
+        for p in tools.list_products(category=category, min_rating=meta["min_rating"]):  # cheapest first
+            if p["sku"] not in owned and tools.get_stock(sku=p["sku"], region=customer["region"]) > 0:
+                skus.append(p["sku"])
+                prices.append(p["price"])
+                break
+    return {"customer": meta["customer"], "skus": skus, "total": round(sum(prices) * (100 - discount) / 100, 2)}
+
+
+def _greedy_returns(tools, meta: dict) -> dict:
+    lines = []
+    for order in tools.list_orders(customer=meta["customer"]):
+        if order["status"] != "delivered":
+            continue
+        age = tools.days_between(start_date=order["delivered_date"], end_date=meta["as_of"])
+        for line in tools.get_order_lines(order_id=order["order_id"]):
+            product = tools.get_product(sku=line["sku"])
+            policy = tools.get_return_policy(category=product["category"])
+            if product["final_sale"] or product["category"] == meta["exclude_category"]:
+                continue
+            if 0 <= age <= policy["window_days"]:
+                refund = round(line["unit_price"] * line["quantity"] * (100 - policy["restocking_fee_pct"]) / 100, 2)
+                lines.append((refund, order["order_id"], line["sku"]))
+    picked, total, orders = [], 0.0, set()
+    for refund, order_id, sku in sorted(lines, reverse=True):
+        if total + refund <= meta["refund_max"] and not (meta["one_per_order"] and order_id in orders):
+            picked.append({"order_id": order_id, "sku": sku})
+            total = round(total + refund, 2)
+            orders.add(order_id)
+    return {"customer": meta["customer"], "returns": picked, "refund_total": total}

@@ -1,9 +1,16 @@
 """Verifier for retail tasks: every rule in ``task["metadata"]``, checked against the database.
 
-Check names: valid_json, customer, fields_present, and for baskets sku_exists,
-category_order, in_stock, min_rating, distinct_brands, max_weight, not_purchased_before,
-total_correct, budget; for returns line_exists, delivered, return_window, not_final_sale,
-excluded_category, one_per_order, no_duplicates, refund_total_correct, refund_range.
+Check names: valid_json; for baskets customer, sku_exists, category_order | in_stock,
+min_rating, distinct_brands, max_weight, not_purchased_before | total_correct, budget; for
+returns customer, line_exists, no_duplicates | delivered, return_window, not_final_sale,
+excluded_category, one_per_order | refund_total_correct, refund_range.
+
+Only the rules the task sets are reported (no min_rating check without a rating floor), and
+the checks are reported in stages (``|`` above): a stage is reported only when every earlier
+stage passed.  A submission that fails a stage is rejected either way; staging makes each rule
+fail on its own for some submission (issue 9: every rule has a per-rule witness), e.g. a
+basket with an out-of-stock item reports in_stock, not also a budget it was never priced for.
+An answer that does not parse reports valid_json alone.
 """
 
 from __future__ import annotations
@@ -18,21 +25,32 @@ from envgym.runtime import sqlite
 def verify_retail(submission: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     meta = task.get("metadata") or {}
     basket = meta.get("kind") == "basket"
-    names = (["sku_exists", "category_order", "in_stock", "min_rating", "distinct_brands", "max_weight",
-              "not_purchased_before", "total_correct", "budget"] if basket else
-             ["line_exists", "delivered", "return_window", "not_final_sale", "excluded_category",
-              "one_per_order", "no_duplicates", "refund_total_correct", "refund_range"])
     answer, problem = _read(submission, ("customer", "skus", "total") if basket
                             else ("customer", "returns", "refund_total"))
     if answer is None:
-        return {"checks": [_check("valid_json", [problem])] +
-                [_check(n, ["not checked: " + problem]) for n in ["customer", *names]]}
-    checks = [_check("valid_json", [])]
+        return {"checks": [_check("valid_json", [problem])]}
     who = _customer(meta["customer"])
-    checks.append(_check("customer", [] if answer["customer"] == meta["customer"] and who else
-                         [f"the answer is for {answer['customer']!r}, the task for {meta['customer']!r}"]))
-    results = _basket(answer, meta, who) if basket else _returns(answer, meta, who)
-    return {"checks": checks + [_check(n, results.get(n, [])) for n in names]}
+    out = _basket(answer, meta, who) if basket else _returns(answer, meta, who)
+    if answer["customer"] != meta["customer"] or who is None:
+        out["customer"] = [f"the answer is for {answer['customer']!r}, the task for {meta['customer']!r}"]
+    checks = [_check("valid_json", [])]
+    for stage in _stages(meta, basket):
+        checks += [_check(n, out.get(n, [])) for n in stage]
+        if any(n in out for n in stage):
+            break  # later stages judge a submission this one already rejects
+    return {"checks": checks}
+
+
+def _stages(meta: dict, basket: bool) -> list[list[str]]:
+    if basket:
+        rules = ["in_stock"] + [name for name, on in (
+            ("min_rating", meta.get("min_rating") is not None), ("distinct_brands", meta.get("distinct_brands")),
+            ("max_weight", meta.get("max_weight_g") is not None),
+            ("not_purchased_before", meta.get("exclude_purchased"))) if on]
+        return [["customer", "sku_exists", "category_order"], rules, ["total_correct", "budget"]]
+    rules = ["delivered", "return_window", "not_final_sale"] + [name for name, on in (
+        ("excluded_category", meta.get("exclude_category")), ("one_per_order", meta.get("one_per_order"))) if on]
+    return [["customer", "line_exists", "no_duplicates"], rules, ["refund_total_correct", "refund_range"]]
 
 
 def _check(name: str, problems: list[str]) -> dict[str, Any]:
@@ -47,6 +65,8 @@ def _read(submission: dict[str, Any], fields: tuple[str, ...]) -> tuple[dict | N
         answer = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"answer_text is not JSON: {exc.msg}"
+    except RecursionError:  # nesting deeper than the parser's stack: not an answer
+        return None, "answer_text is nested too deeply"
     if not isinstance(answer, dict):
         return None, "answer_text must be a JSON object"
     missing = [f for f in fields if f not in answer]
@@ -61,7 +81,14 @@ def _customer(name: str) -> dict | None:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite JSON number as float; None for anything else (bools, 10**400, inf)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if abs(number) != float("inf") and number == number else None
 
 
 def _basket(answer: dict, meta: dict, who: dict | None) -> dict[str, list[str]]:
