@@ -49,6 +49,9 @@ REASONS = {
     "noop_accepted": "the verifier accepts the empty/no-op submission",
     "corruptions_accepted": "the verifier accepts too many corrupted answers",
     "reruns_disagree": "reruns of the gold solution disagree",
+    "rules_uncovered": "a verifier rule has no valid per-rule witness in tasks.jsonl (issue 9's shared contract)",
+    "exploit_accepted": "the verifier accepts a generic exploit (prompt echo, format example, huge or nested values)",
+    "verifier_error": "the verifier crashed, timed out or returned a malformed report",
     "tool_broken": "a tool cannot be called with its documented schema (or hangs/crashes)",
     "duplicate": "every task near-duplicates an earlier one",
     "sandbox_unavailable": "the sandbox backend cannot run here",
@@ -127,65 +130,62 @@ def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task:
     if violations:
         return result([Problem("solution_not_tools_only", "; ".join(map(str, violations[:5])))], content=content)
     try:
-        box = open_sandbox(bundle.root, backend=sandbox, limits=limits)
+        run: GuardedRun | _PlainRun = _PlainRun(bundle, limits) if sandbox == "inprocess" else \
+            GuardedRun(bundle, sandbox=sandbox, limits=limits)
     except SandboxUnavailable as exc:
         return result([Problem("sandbox_unavailable", str(exc))], content=content)
-    problems: list[Problem] = []
-    try:
+    with run:  # one sandbox for check, isolation, provenance and the probe
         try:
-            box.describe_tools()
+            specs = run.box.describe_tools()
         except BundleError as exc:
             return result([Problem("malformed_bundle", str(exc))], content=content)
-        report = check_bundle(bundle, sandbox=box, corruptions_per_task=corruptions_per_task, reruns=reruns,
-                              seed=seed, min_rejection=MIN_REJECTION)
-    finally:
-        box.close()
-    checks = list(report.tasks)
-    for check in checks:
-        problems += _check_problems(check)
-    passed_gold = {c.task_id for c in checks if c.gold_passed}
-    problems += _isolation_and_tools(bundle, sandbox, limits, passed_gold)
-    figures = tuple({**asdict(c), "rejection_rate": c.rejection_rate, "passed": c.passed} for c in checks)
+        # The guard only constrains solution frames; a gold that reads the state fails check
+        # here too, and is reported once, as solution_reads_state.  Synthesized bundles must
+        # bring their own per-rule witnesses (issue 9's shared contract): none are derived.
+        report = check_bundle(bundle, sandbox=run.box, corruptions_per_task=corruptions_per_task, reruns=reruns,
+                              seed=seed, min_rejection=MIN_REJECTION, derive_witnesses=False)
+        isolation = run.solve_all()
+        reads = {r.task_id for r in isolation if not r.ok}
+        problems = [Problem("solution_reads_state", r.detail, r.task_id) for r in isolation if not r.ok]
+        checks = list(report.tasks)
+        for check in checks:
+            problems += [p for p in _check_problems(check) if not (p.reason == "gold_failed" and p.task_id in reads)]
+        passed_gold = {c.task_id for c in checks if c.gold_passed}
+        problems += _provenance(run.box, run.dirs, bundle, isolation, passed_gold)
+        run.fresh()
+        calls = [call for r in isolation for call in r.calls]
+        problems += [Problem("tool_broken", str(f)) for f in probe_tools(run.box, specs, calls)]
+    figures = tuple(c.to_dict() for c in checks)
     return result(problems, figures, content)
 
 
-def _isolation_and_tools(bundle: Bundle, sandbox: str, limits: Limits | None,
-                         passed_gold: set[str]) -> list[Problem]:
-    """The isolation check, the provenance checks, then the tool probe, in one (guarded) sandbox.
+class _PlainRun:
+    """GuardedRun's interface without the guard, for the ``inprocess`` backend (the guard patches
+    the interpreter it runs in, which would be this one): the isolation check is skipped."""
 
-    The guard only constrains solution frames, so probing tools and running verifiers there is
-    probing the bundle's own code; sharing the worker saves a sandbox start per bundle.  With the
-    ``inprocess`` backend the guard cannot run (it patches the interpreter), so the isolation
-    check is skipped; the provenance checks and the probe still run.
-    """
-    if sandbox == "inprocess":
-        dirs = EpisodeDirs(bundle.state_dir)
-        try:
-            with open_sandbox(bundle.root, backend=sandbox, limits=limits) as box:
-                specs = box.describe_tools()
-                runs = []
-                for task in bundle.tasks:
-                    box.reset(dirs.refill())
-                    solved = box.solve(task.solution, task.to_dict(), task.submit_tool)
-                    runs.append(IsolationResult(task.id, ok=True, calls=tuple(solved.calls),
-                                                submission=solved.submission if solved.outcome.ok else None))
-                out = _provenance(box, dirs, bundle, runs, passed_gold)
-                box.reset(dirs.refill())
-                return out + [Problem("tool_broken", str(f)) for f in probe_tools(box, specs, [])]
-        finally:
-            dirs.cleanup()
-    with GuardedRun(bundle, sandbox=sandbox, limits=limits) as run:
-        try:
-            specs = run.box.describe_tools()
-        except BundleError as exc:  # the original loaded (check ran), so this is the guard's fault
-            return [Problem("malformed_bundle", f"the isolation check could not load its guarded copy: {exc}")]
-        isolation = run.solve_all()
-        out = [Problem("solution_reads_state", r.detail, r.task_id) for r in isolation if not r.ok]
-        out += _provenance(run.box, run.dirs, bundle, isolation, passed_gold)
-        run.fresh()
-        calls = [call for r in isolation for call in r.calls]
-        out += [Problem("tool_broken", str(f)) for f in probe_tools(run.box, specs, calls)]
-    return out
+    def __init__(self, bundle: Bundle, limits: Limits | None) -> None:
+        self.bundle = bundle
+        self.dirs = EpisodeDirs(bundle.state_dir)
+        self.box = open_sandbox(bundle.root, backend="inprocess", limits=limits)
+
+    def fresh(self) -> None:
+        self.box.reset(self.dirs.refill())
+
+    def solve_all(self) -> list[IsolationResult]:
+        out = []
+        for task in self.bundle.tasks:
+            self.fresh()
+            solved = self.box.solve(task.solution, task.to_dict(), task.submit_tool)
+            out.append(IsolationResult(task.id, ok=True, skipped=True, calls=tuple(solved.calls),
+                                       submission=solved.submission if solved.outcome.ok else None))
+        return out
+
+    def __enter__(self) -> _PlainRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.box.close()
+        self.dirs.cleanup()
 
 
 def _provenance(box: Sandbox, dirs: EpisodeDirs, bundle: Bundle, runs: list[IsolationResult],
@@ -211,4 +211,11 @@ def _check_problems(check: TaskCheck) -> list[Problem]:
         out.append(Problem("corruptions_accepted", why, check.task_id))
     if check.gold_passed and not check.reruns_agree:
         out.append(Problem("reruns_disagree", detail, check.task_id))
+    if check.gold_passed and check.rule_coverage < 1.0:
+        missing = [r for r in check.rules if r not in check.rules_covered]
+        out.append(Problem("rules_uncovered", f"no valid witness for {missing}; " + detail, check.task_id))
+    if check.exploits_failed:
+        out.append(Problem("exploit_accepted", ", ".join(check.exploits_failed[:5]), check.task_id))
+    if check.verifier_errors:
+        out.append(Problem("verifier_error", detail, check.task_id))
     return out

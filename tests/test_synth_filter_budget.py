@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from bundle_factory import TASK, make_notes_bundle
+from bundle_factory import TASK
+from synth_notes import make_witnessed_notes
 
 from envgym.rollout import Budget
 from synth_agents.filter_run import filter_run, model_policy_factory
@@ -39,7 +40,7 @@ def test_budget_for_is_derived_from_the_gold_length() -> None:
 
 @pytest.fixture(scope="module")
 def long_task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    root = make_notes_bundle(tmp_path_factory.mktemp("long") / "b", tasks=[TASK])
+    root = make_witnessed_notes(tmp_path_factory.mktemp("long") / "b", tasks=[TASK])
     (root / "solution.py").write_text(LONG_SOLUTION)
     from envgym.bundle import write_manifest
 

@@ -193,7 +193,8 @@ def test_a_lenient_verifier_that_passes_the_agent_loop_is_rejected_by_validation
     lenient = task(1800).replace('submission.get("answer_text") == row[0]', 'bool(submission.get("answer_text"))')
     records, _ = synthesize(tmp_path, [DATA, TOOLS, lenient], max_levels=0, require_witnesses=False)
     r = records[0]
-    assert (r["status"], r["made"], r["reasons"]) == ("rejected", True, ["corruptions_accepted"])
+    assert (r["status"], r["made"]) == ("rejected", True)
+    assert {"corruptions_accepted", "rules_uncovered"} <= set(r["reasons"]), r["reasons"]
     assert (tmp_path / "out" / r["bundle"] / "verifier.py").is_file()  # kept for inspection
     # With witnesses required (the default) the agent itself catches it: its witness cannot fail.
     records, _ = synthesize(tmp_path / "w", [DATA, TOOLS, lenient], max_levels=0)

@@ -8,7 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from bundle_factory import TASK, make_notes_bundle
+from bundle_factory import TASK
+from synth_notes import make_witnessed_notes
 
 from envgym.bundle import Task, write_manifest
 from synth_agents.provenance import atoms, hidden_answer_leaves
@@ -25,7 +26,7 @@ KEYED_META = {"key": "secret", "expected": "tangerine"}  # an answer key the pro
 
 def notes(tmp_path: Path, *, solution: str = HONEST, verifier: str | None = None,
           metadata: dict | None = None) -> Path:
-    root = make_notes_bundle(tmp_path / "notes", tasks=[{**TASK, "metadata": metadata or TASK["metadata"]}])
+    root = make_witnessed_notes(tmp_path / "notes", tasks=[{**TASK, "metadata": metadata or TASK["metadata"]}])
     (root / "solution.py").write_text(textwrap.dedent(solution))
     if verifier is not None:
         (root / "verifier.py").write_text(textwrap.dedent(verifier))
@@ -99,8 +100,9 @@ def test_the_answer_key_bundle_of_issue_9_is_rejected(tmp_path: Path) -> None:
            '```python solution\ndef solve(tools, task):\n    tools.submit_result(answer_text=task["metadata"]["answer"])\n```\n'
            '```python verifier\ndef verify(submission, task):\n'
            '    ok = submission.get("answer_text") == task["metadata"]["answer"]\n'
-           '    return {"checks": [{"name": "correct", "passed": ok, "detail": ""}]}\n```')
-    records, _ = synthesize(tmp_path, [DATA, TOOLS, key], max_levels=0, require_witnesses=False)
+           '    return {"checks": [{"name": "correct", "passed": ok, "detail": ""}]}\n```\n'
+           '```json witnesses\n[{"rule": "correct", "submission": {"answer_text": "Dune"}}]\n```')
+    records, _ = synthesize(tmp_path, [DATA, TOOLS, key], max_levels=0)  # the agent's own loop accepts it
     r = records[0]
     assert (r["status"], r["made"]) == ("rejected", True)
     assert r["reasons"] == ["answer_not_from_tools", "verifier_answer_key"], r["problems"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from bundle_factory import TOOLS, make_notes_bundle
+from synth_notes import make_witnessed_notes
 
 from envgym.bundle import load_bundle, write_manifest
 from synth_agents.dedup import NearDuplicateIndex, jaccard, shingles
@@ -30,7 +31,7 @@ def rewrite(root: Path, **files: str) -> Path:
 @pytest.fixture
 def notes(tmp_path: Path, require_backend) -> Path:
     require_backend("bwrap")
-    return make_notes_bundle(tmp_path / "notes")
+    return make_witnessed_notes(tmp_path / "notes")
 
 
 # -- static rules ---------------------------------------------------------------------------
@@ -93,7 +94,8 @@ def test_a_verifier_that_always_passes_is_rejected(notes: Path) -> None:
     """)
     result = validate_bundle(notes)
     assert not result.passed
-    assert result.reasons == ("noop_accepted", "corruptions_accepted", "verifier_answer_key")
+    assert result.reasons == ("noop_accepted", "corruptions_accepted", "rules_uncovered", "exploit_accepted",
+                              "verifier_answer_key")
 
 
 def test_a_solution_reading_the_database_is_rejected_statically_and_dynamically(notes: Path) -> None:
@@ -137,7 +139,7 @@ def test_tools_that_break_hang_or_crash_are_rejected(tmp_path: Path, require_bac
     require_backend("bwrap")
     start = TOOLS.index("def shout")
     end = TOOLS.index("def submit_result")
-    root = make_notes_bundle(tmp_path / "b", tools=TOOLS[:start] + tool + "\n\n" + TOOLS[end:])
+    root = make_witnessed_notes(tmp_path / "b", tools=TOOLS[:start] + tool + "\n\n" + TOOLS[end:])
     from envgym.sandbox import Limits
 
     result = validate_bundle(root, limits=Limits(call_timeout_s=2))
@@ -213,3 +215,31 @@ def test_the_guard_goes_after_the_docstring_and_future_imports(notes: Path) -> N
     ''')
     result = check_isolation(load_bundle(notes))[0]
     assert not result.ok and "(sqlite3.connect)" in result.detail
+
+
+# -- per-rule witnesses (issue 9's shared contract) --------------------------------------------
+@pytest.mark.parametrize(("witnesses", "why"), [
+    ([], "no valid witness for ['correct']"),
+    ([{"rule": "correct", "submission": {"answer_text": "tangerine"}}], "accepted, so the rule is not enforced"),
+])
+def test_a_bundle_without_valid_witnesses_is_rejected(notes: Path, witnesses: list, why: str) -> None:
+    from bundle_factory import TASK
+    from synth_notes import set_tasks
+
+    set_tasks(notes, [{**TASK, "witnesses": witnesses}])
+    result = validate_bundle(notes)
+    assert result.reasons == ("rules_uncovered",), result.problems
+    assert why in result.problems[0].detail
+    assert result.tasks[0]["rule_coverage"] == 0.0 and list(result.tasks[0]["rules"]) == ["correct"]
+
+
+def test_validation_opens_one_sandbox(notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import envgym.check
+    import synth_agents.isolation as isolation
+    import synth_agents.validate as validate
+
+    opened: list[Path] = []
+    for module in (isolation, validate, envgym.check):
+        real = module.open_sandbox
+        monkeypatch.setattr(module, "open_sandbox", lambda root, real=real, **kw: opened.append(root) or real(root, **kw))
+    assert validate_bundle(notes).passed and len(opened) == 1
