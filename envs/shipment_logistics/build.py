@@ -6,31 +6,20 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from envs.procedural_kit.build import Drawer, Recipe, build_procedural_bundle
+from envs.procedural_kit.build import Recipe, build_procedural_bundle
 from envs.shipment_logistics.data import write_db
 from envs.shipment_logistics.tasks import draw_task
+from envs.shipment_logistics.witnesses import candidates
 from envs.shipment_logistics.world import load_world
 
 CATEGORY = "shipment logistics"
-
-
-def _write_state(state: Path, seed: int) -> None:
-    write_db(state / "db.sqlite", seed)
-
-
-def _drawer(db_path: Path, seed: int) -> Drawer:
-    world = load_world(db_path)
-
-    def draw(rng: random.Random, difficulty: int, index: int) -> dict[str, Any] | None:
-        return draw_task(world, rng, difficulty, index)
-
-    return draw
-
+# difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
+# witnesses and difficulty"); the rest are draws where cheapest-route-first, in order, overloads
+# a lane or overruns the budget, so only a search over route combinations meets every rule.
+GREEDY_SHARE = {1: 1.0, 2: 0.6, 3: 0.4, 4: 0.2, 5: 0.1}
 
 RECIPE = Recipe(
     category=CATEGORY,
@@ -39,8 +28,13 @@ RECIPE = Recipe(
                  "deadline rules, with shared lane capacities and a tight total budget; 7 tools; "
                  "difficulty 1-5."),
     templates=Path(__file__).resolve().parent / "bundle_files",
-    write_state=_write_state,
-    make_drawer=_drawer,
+    write_db=write_db,
+    load_world=load_world,
+    draw_task=draw_task,
+    witness_candidates=candidates,
+    baseline="greedy_routing",
+    greedy_share=GREEDY_SHARE,
+    max_draws=400,
 )
 
 

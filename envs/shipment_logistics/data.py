@@ -19,8 +19,8 @@ CITIES = ("Aldmere", "Brackwater", "Corlis", "Dunhaven", "Eastmarch", "Falkirk R
           "Harrowgate", "Ironvale", "Jessop", "Kingsreach", "Lowmoor", "Marrow Bay", "Northfold",
           "Oakhurst", "Pellham")
 # mode -> (km per hour, cost per kg per 100 km, capacity range kg, hazmat share)
-MODES = {"truck": (70, 0.09, (800, 2400), 0.7), "rail": (90, 0.05, (1500, 4000), 0.5),
-         "air": (600, 0.45, (300, 900), 0.0)}
+MODES = {"truck": (70, 0.09, (400, 1800), 0.7), "rail": (90, 0.05, (800, 3000), 0.5),
+         "air": (600, 0.45, (200, 700), 0.0)}
 
 
 class Base(DeclarativeBase):
@@ -86,13 +86,18 @@ def _rows(rng: random.Random) -> list[Base]:
     for i, lane in enumerate(sorted(lanes, key=lambda x: (x.origin, x.destination, x.mode)), start=101):
         lane.lane_id = f"LN-{i}"
     rows += lanes
-    for i in range(40):
-        a, b = rng.sample(hubs, 2)
-        weight = 10 * rng.randint(5, 90)
+    # Shipments travel a dozen busy corridors (sometimes starting one hub off), so several of
+    # them want the same cheap lanes and lane capacity binds (tasks.py draws such groups).
+    corridors = [rng.sample(hubs, 2) for _ in range(12)]
+    for i in range(80):
+        a, b = rng.choice(corridors)
+        if rng.random() < 0.3:
+            a = rng.choice([h for h in hubs if h is not b])
+        weight = 10 * rng.randint(10, 120)
         direct = _km(a, b)
         rows.append(Shipment(shipment_id=f"SHP-{5000 + 7 * i + rng.randint(0, 6)}", origin=a.code,
                              destination=b.code, weight_kg=weight, hazmat=rng.random() < 0.25,
-                             deadline_hours=max(12, round(direct / 55) + rng.randint(6, 30))))
+                             deadline_hours=max(8, round(direct / 60) + rng.randint(2, 16))))
     return rows
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import create_engine, select
@@ -52,9 +52,17 @@ class World:
     handling: dict[str, int]
     lanes_from: dict[str, tuple[LaneRow, ...]]
     shipments: dict[str, ShipmentRow]
+    _routes: dict[tuple[str, int, tuple[str, ...]], list[Route]] = field(default_factory=dict, compare=False, repr=False)
 
     def routes(self, shipment: str, max_hops: int, modes: tuple[str, ...]) -> list[Route]:
-        """Every feasible route of a shipment, cheapest first (ties by lane ids)."""
+        """Every feasible route of a shipment, cheapest first (ties by lane ids); cached, since
+        the drawer asks for the same shipments many times."""
+        key = (shipment, max_hops, tuple(modes))
+        if key not in self._routes:
+            self._routes[key] = self._enumerate(shipment, max_hops, modes)
+        return list(self._routes[key])
+
+    def _enumerate(self, shipment: str, max_hops: int, modes: tuple[str, ...]) -> list[Route]:
         s = self.shipments[shipment]
         out: list[Route] = []
 

@@ -69,3 +69,25 @@ def _search(options, shipments, i, chosen, load, spent, floor, budget):
         if found is not None:
             return found
     return None
+
+
+def greedy_routing(tools, task: dict) -> None:
+    """Greedy baseline (no search): shipments in the order listed, each on its cheapest feasible
+    route that still fits the lane capacity the earlier ones left; never revisits a choice."""
+    meta = task["metadata"]
+    lanes: dict = {}
+    handling = {h["code"]: h["handling_hours"] for h in tools.list_hubs()}
+    load: dict = {}
+    routes, total = [], 0.0
+    for sid in meta["shipments"]:
+        s = tools.get_shipment(shipment_id=sid)
+        for cost, path in _routes(tools, s, meta, lanes, handling):
+            if all(load.get(lane["lane_id"], 0) + s["weight_kg"] <= lane["capacity_kg"] for lane in path):
+                break
+        else:
+            raise RuntimeError(f"greedy: no route left for {sid}")
+        for lane in path:
+            load[lane["lane_id"]] = load.get(lane["lane_id"], 0) + s["weight_kg"]
+        routes.append({"shipment": sid, "lanes": [lane["lane_id"] for lane in path]})
+        total += cost
+    tools.submit_result(answer_text=json.dumps({"routes": routes, "total_cost": round(total, 2)}))

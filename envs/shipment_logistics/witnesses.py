@@ -1,0 +1,94 @@
+"""Witness candidates for routing tasks (envs.procedural_kit.witness runs them through the verifier).
+
+Built from the network: one shipment's gold route replaced by another walk from its origin —
+a walk that ignores exactly one routing rule (mode, hazmat, deadline, lane capacity, hop limit,
+no revisits), a single lane that ends elsewhere, or another feasible route (which may overload a
+lane shared with another shipment, or cost more than the budget) — with the total cost claimed
+correctly; plus an unknown shipment, an unknown lane and a wrong total.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from envs.shipment_logistics.world import LaneRow, ShipmentRow, World
+
+Pair = tuple[dict[str, Any], str]
+PER_RELAXATION = 40  # walks tried per shipment and relaxed rule
+# The rule a walk may break, and what else it may ignore: rules of later verifier stages are
+# not reported for a walk that fails an earlier one, so they need not hold.
+_LATER = {"modes": {"deadline", "capacity"}, "hazmat": {"deadline", "capacity"}, "deadline": {"capacity"},
+          "capacity": set(), "simple": {"hops", "modes", "hazmat", "deadline", "capacity"},
+          "hops": {"modes", "hazmat", "deadline", "capacity"}}
+MAX_WALK = 6  # lanes in a walk that may ignore the hop limit
+
+
+def candidates(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iterator[Pair]:
+    meta, answer = task["metadata"], json.loads(gold["answer_text"])
+    lanes = {lane.lane_id: lane for out in world.lanes_from.values() for lane in out}
+    routes: list[dict[str, Any]] = answer["routes"]
+
+    def priced(new: list[dict[str, Any]]) -> dict[str, Any]:
+        total = sum(round(lanes[x].rate * world.shipments[r["shipment"]].weight, 2)
+                    for r in new if r["shipment"] in world.shipments for x in r["lanes"] if x in lanes)
+        return {"answer_text": json.dumps({"routes": new, "total_cost": round(total, 2)})}
+
+    def swap(i: int, path: tuple[LaneRow, ...]) -> list[dict[str, Any]]:
+        return routes[:i] + [{**routes[i], "lanes": [lane.lane_id for lane in path]}] + routes[i + 1:]
+
+    yield priced([{**routes[0], "shipment": "SHP-0"}, *routes[1:]]), "the first route names no shipment"
+    yield priced([{**routes[0], "lanes": ["LN-0", *routes[0]["lanes"][1:]]}, *routes[1:]]), "an unknown lane"
+    yield ({"answer_text": json.dumps({**answer, "total_cost": round(answer["total_cost"] + 1, 2)})},
+           "the claimed total is $1 off")
+    for i, route in enumerate(routes):
+        s = world.shipments[route["shipment"]]
+        for lane in world.lanes_from.get(s.origin, ()):
+            if lane.destination != s.destination:
+                yield priced(swap(i, (lane,))), f"{s.shipment_id} stops after one lane at {lane.destination}"
+        for path in world.routes(s.shipment_id, meta["max_hops"], tuple(meta["allowed_modes"]))[:PER_RELAXATION]:
+            yield priced(swap(i, path.lanes)), f"{s.shipment_id} on another feasible route"
+        for rule, later in _LATER.items():
+            for path in itertools.islice(_walks(world, s, meta, rule, later), PER_RELAXATION):
+                yield priced(swap(i, path)), f"{s.shipment_id} on a route that breaks the {rule} rule"
+
+
+def _walks(world: World, s: ShipmentRow, meta: dict[str, Any], rule: str,
+           later: set[str]) -> Iterator[tuple[LaneRow, ...]]:
+    """Walks origin -> destination that break ``rule`` and keep every rule not in ``later``."""
+    modes, relax = set(meta["allowed_modes"]), later | {rule}
+    hops = MAX_WALK if "hops" in later else meta["max_hops"] + (rule == "hops")
+
+    def breaks(path: tuple[LaneRow, ...]) -> bool:
+        if rule == "hops":
+            return len(path) == hops
+        if rule == "simple":
+            return len({lane.destination for lane in path} | {s.origin}) < len(path) + 1
+        return True  # the other rules are broken, or not, by the verifier's own reckoning
+
+    def walk(hub: str, path: tuple[LaneRow, ...], hours: int, seen: frozenset[str]) -> Iterator[tuple[LaneRow, ...]]:
+        if hub == s.destination and path:
+            if breaks(path):
+                yield path
+            if rule != "simple":
+                return
+        if len(path) == hops:
+            return
+        extra = world.handling[hub] if path else 0
+        for lane in world.lanes_from.get(hub, ()):
+            if "modes" not in relax and lane.mode not in modes:
+                continue
+            if "simple" not in relax and lane.destination in seen:
+                continue
+            if "hazmat" not in relax and s.hazmat and not lane.hazmat_ok:
+                continue
+            if "capacity" not in relax and lane.capacity < s.weight:
+                continue
+            spent = hours + extra + lane.hours
+            if "deadline" not in relax and spent > s.deadline:
+                continue
+            yield from walk(lane.destination, path + (lane,), spent, seen | {lane.destination})
+
+    return walk(s.origin, (), 0, frozenset({s.origin}))
