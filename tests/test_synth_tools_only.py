@@ -108,3 +108,14 @@ def test_the_answer_key_bundle_of_issue_9_is_rejected(tmp_path: Path) -> None:
     assert r["reasons"] == ["answer_not_from_tools", "verifier_answer_key"], r["problems"]
     details = " ".join(p["detail"] for p in r["problems"])
     assert "no_data_call" in details and "hidden_metadata" in details and "verifier_without_data" in details
+
+
+def test_provenance_runs_with_the_inprocess_backend_too(tmp_path: Path) -> None:
+    copying = """
+    def solve_secret(tools, task):
+        tools.get_note(key=task["metadata"]["key"])
+        tools.submit_result(answer_text=task["metadata"]["expected"])
+    """
+    assert validate_bundle(notes(tmp_path / "good", metadata=KEYED_META), sandbox="inprocess").passed
+    result = validate_bundle(notes(tmp_path / "bad", solution=copying, metadata=KEYED_META), sandbox="inprocess")
+    assert result.reasons == ("answer_not_from_tools",), result.problems
