@@ -1,15 +1,24 @@
-"""Verifier of code-interpreter tasks: is the submitted answer *equivalent* to the reference?
+"""Verifier of code-interpreter tasks: is the submitted answer an equivalent *value*?
 
-Runs in the bundle sandbox (standard library only), so equivalence is decided here without
-sympy: numbers are compared exactly as fractions (or within the task's tolerance), symbolic
-expressions by evaluating both sides at random rational points with exact arithmetic (two
-different rational functions agree on random points with vanishing probability), and
-structured answers (lists, grids, sudoku solutions) after parsing.  Text is parsed with a small
-tokenizer and a whitelist evaluator over ``ast`` — never ``eval`` — with size limits, so a
-hostile answer cannot run code or hang the verifier.
+Runs in the bundle sandbox (``python -I -S``, standard library only).  Issue 9: an answer must be
+a value, never arithmetic that still needs computing — otherwise echoing the prompt's own
+expression (``478 / 1 + -682``, ``245.8034^7``) scores.  Accepted value forms of a number
+(docs/CODE_INTERPRETER.md, "Answer equivalence"):
 
-Submissions: ``{"answer": "..."}`` (the ``submit_answer`` tool: the whole string must parse) or
-``{"content": "..."}`` (a final message: the last ``\\boxed{...}``, else an ``Answer:`` line).
+* integers (``-12``, ``1,234,567`` with 3-digit groups, ``0x1f`` / ``0b101`` / ``0o17``), decimals
+  (``12.50``, ``.5``), scientific notation (``1.23e+4``, ``1.23 \\times 10^{4}``);
+* fractions of integers in lowest terms with a denominator >= 2 (``3/4``, ``\\frac{3}{4}``,
+  ``\\frac34``, ``-\\frac{3}{4}``) — ``6/8`` or ``-242/22`` still need computing;
+* surds ``[r ±] k\\sqrt{n}[/m]`` with n >= 2 squarefree and k/m in lowest terms;
+* wrapped in ``\\boxed{}``, ``$..$``, ``\\(..\\)``, after ``x =``, after a currency sign, and
+  before a unit word that the task's prompt uses (``9 days``).
+
+Tolerance follows the task's own precision: "Round to N decimal places" (``|given - expected|``
+<= half a unit in the N-th place) or "N significant figures" (both rounded half-even to N
+figures, reasoning-gym's scorer); otherwise ``abs_tol`` / ``rel_tol`` metadata; otherwise exact.
+All arithmetic is exact (``Fraction``).  Symbolic answers (``expression``) are rational
+functions compared at random rational points.  Every input is bounded (length, nesting, signs,
+exponents, digits), and ``verify_answer`` never raises: a hostile answer is a failed check.
 """
 
 from __future__ import annotations
@@ -19,21 +28,18 @@ import json
 import math
 import random
 import re
+from decimal import Context, Decimal
 from fractions import Fraction
+from typing import NamedTuple
 
-MAX_CHARS = 20_000
+MAX_CHARS = 20_000  # an answer longer than this is rejected before any parsing
 MAX_BITS = 200_000  # size limit of exact intermediate results
-_FUNCS = {"sqrt": math.sqrt, "sin": math.sin, "cos": math.cos, "tan": math.tan, "exp": math.exp,
-          "log": math.log, "ln": math.log, "abs": abs}  # fmt: skip
-_CONSTS = {"pi": math.pi, "e": math.e}
-_TOKEN = re.compile(
-    r"\s*(?:(?P<num>0[xX][0-9a-fA-F]+|0[bB][01]+|0[oO][0-7]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
-    r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<op>\*\*|//|[-+*/%()^,\[\]]))"
-)
-_LATEX = [(r"\left", ""), (r"\right", ""), (r"\cdot", "*"), (r"\times", "*"), (r"\div", "/"),
-          ("×", "*"), ("·", "*"), ("−", "-"), (r"\pi", "pi"), (r"\ln", "ln"), (r"\log", "log"),
-          (r"\sin", "sin"), (r"\cos", "cos"), (r"\tan", "tan"), (r"\exp", "exp"), (r"\sqrt", "sqrt"),
-          (r"\,", ""), (r"\!", ""), ("{", "("), ("}", ")")]  # fmt: skip
+MAX_EXP10 = 1_000  # |k| of 1e±k / ×10^k: 1e999999999 would build a huge exact integer
+MAX_DEPTH = 64  # bracket nesting: ast.parse recurses (3,000 nested signs -> RecursionError)
+MAX_SIGNS = 4  # consecutive unary signs
+MAX_TOKENS = 1_500
+MAX_ROOT = 10**8  # radicand limit: squarefree test by trial division stays < 10^4 steps
+_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
 
 
 class AnswerError(ValueError):
@@ -66,6 +72,8 @@ def final_answer(content: str) -> str:
 
 
 def clean(text: str) -> str:
+    if len(text) > MAX_CHARS:
+        raise AnswerError(f"answer longer than {MAX_CHARS} characters")
     text = text.strip()
     boxed = last_boxed(text)
     if boxed is not None and text.startswith("\\boxed{") and text.endswith("}"):
@@ -76,8 +84,241 @@ def clean(text: str) -> str:
     return text
 
 
-# -- arithmetic -----------------------------------------------------------------------------
-def _latex_to_plain(text: str) -> str:
+# -- values -------------------------------------------------------------------------------
+class Num(NamedTuple):
+    """``rat + coef * sqrt(rad)``; ``form`` says how it was written."""
+
+    rat: Fraction
+    coef: Fraction
+    rad: int
+    form: str  # int | decimal | sci | fraction | surd
+
+    def approx(self) -> Fraction:
+        if not self.coef:
+            return self.rat
+        return self.rat + self.coef * Fraction(Decimal(self.rad).sqrt(Context(prec=60)))
+
+
+_LATEX_SPACES = (("\\left", ""), ("\\right", ""), ("\\displaystyle", ""), ("\\!", ""), ("\\,", ""),
+                 ("\\;", " "), ("\\ ", " "), ("{,}", ","), ("−", "-"), ("\u2009", ""), ("\u202f", ""))  # fmt: skip
+_HEX = re.compile(r"[+-]?0(?:[xX][0-9a-fA-F]+|[bB][01]+|[oO][0-7]+)")
+_PLAIN = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+))?")
+_SCI = re.compile(r"([+-]?)([1-9](?:\.\d*)?)\s*(?:\\times|\\cdot|×|·|\*)\s*10\s*(?:\^|\*\*)\s*\{?\s*([+-]?\d+)\s*\}?")
+_INTS = re.compile(r"([+-]?)\s*(\d+)")
+_TERM = re.compile(r"(\d*)\s*\*?\s*√(\d+)")  # k√n (k optional)
+_ROOTS = ((r"\\sqrt\s*\{\s*(\d+)\s*\}", r"√\1"), (r"\\sqrt\s*(\d)", r"√\1"), (r"\bsqrt\s*\(\s*(\d+)\s*\)", r"√\1"),
+          (r"√\s*\{\s*(\d+)\s*\}", r"√\1"), (r"√\s*\(\s*(\d+)\s*\)", r"√\1"))  # fmt: skip
+
+
+def _int(digits: str) -> int:
+    try:
+        return int(digits, 0) if _HEX.fullmatch(digits) else int(digits)
+    except ValueError:  # Python refuses int() of > 4300 digits
+        raise AnswerError("number with too many digits") from None
+
+
+def _frac_parts(t: str) -> tuple[str, str] | None:
+    """(numerator, denominator) texts of ``a/b``, ``\\frac{a}{b}``, ``\\frac ab``."""
+    match = re.fullmatch(r"([+-]?)\s*\\[dt]?frac\s*(?:\{([^{}]*)\}\s*\{([^{}]*)\}|(\d)\s*(\d))", t)
+    if match:
+        sign, a, b = match.group(1), match.group(2) or match.group(4), match.group(3) or match.group(5)
+        return sign + a.strip(), b.strip()
+    if t.count("/") == 1:
+        a, b = t.split("/")
+        return a.strip(), b.strip()
+    return None
+
+
+def _reduced(p: int, q: int, strict: bool, what: str) -> Fraction:
+    if q == 0:
+        raise AnswerError("division by zero")
+    if strict and (q < 2 or math.gcd(p, q) != 1):
+        raise AnswerError(f"{what} is not a fraction in lowest terms (denominator >= 2): simplify it")
+    return Fraction(p, q)
+
+
+def _rational(t: str, strict: bool) -> Num | None:
+    """An integer, decimal, scientific number or fraction of integers; None if ``t`` is none."""
+    if _HEX.fullmatch(t):
+        return Num(Fraction(_int(t)), Fraction(0), 1, "int")
+    match = _PLAIN.fullmatch(t) or _SCI.fullmatch(t)
+    if match:
+        sign, mantissa, exponent = match.groups()
+        power = _int(exponent) if exponent else 0
+        if abs(power) > MAX_EXP10:
+            raise AnswerError(f"exponent {power} is out of range (|exponent| <= {MAX_EXP10})")
+        if len(mantissa) > 4300:
+            raise AnswerError("number with too many digits")
+        value = Fraction(mantissa.replace(",", "")) * Fraction(10) ** power
+        form = "sci" if exponent else "decimal" if "." in mantissa else "int"
+        return Num(-value if sign == "-" else value, Fraction(0), 1, form)
+    parts = _frac_parts(t)
+    if parts and _INTS.fullmatch(parts[0]) and parts[1].isdigit():
+        sign, digits = _INTS.fullmatch(parts[0]).groups()  # type: ignore[union-attr]
+        p = _int(digits) * (-1 if sign == "-" else 1)
+        return Num(_reduced(p, _int(parts[1]), strict, t), Fraction(0), 1, "fraction")
+    return None
+
+
+def _surd(t: str, strict: bool) -> tuple[Fraction, int] | None:
+    """(coefficient, radicand) of ``[±]k√n``, ``k√n/m``, ``\\frac{k√n}{m}``, ``\\frac{k}{m}√n``."""
+    sign = -1 if t.startswith("-") else 1
+    t = t.lstrip("+-").strip()
+    coef, match = Fraction(1), _TERM.fullmatch(t)
+    if match is None:
+        front = re.fullmatch(r"(\\[dt]?frac\s*\{[^{}]*\}\s*\{[^{}]*\})\s*\*?\s*√(\d+)", t)
+        if front:
+            value = _rational(front.group(1), strict)
+            if value is None or value.form != "fraction":
+                return None
+            coef, match = value.rat, _TERM.fullmatch("√" + front.group(2))
+        else:
+            parts = _frac_parts(t)
+            if not parts or not parts[1].isdigit():
+                return None
+            match = _TERM.fullmatch(parts[0].lstrip("+"))
+            if match is None:
+                return None
+            coef = _reduced(_int(match.group(1) or "1"), _int(parts[1]), strict, t)
+            match = _TERM.fullmatch("√" + match.group(2))
+    assert match is not None
+    coef *= _int(match.group(1) or "1")
+    rad = _int(match.group(2))
+    if strict and (rad < 2 or rad > MAX_ROOT or any(rad % (p * p) == 0 for p in range(2, math.isqrt(rad) + 1))):
+        raise AnswerError(f"√{rad} is not a simplified surd (radicand >= 2, squarefree, <= {MAX_ROOT})")
+    if not coef:
+        raise AnswerError("a zero coefficient before a square root")
+    return sign * coef, rad
+
+
+def _top_level_sum(t: str) -> tuple[str, str, str] | None:
+    """``a ± b`` split at its one binary sign (not a sign of an exponent like 1e-5)."""
+    match = re.fullmatch(r"([+-]?[^+-]*[^+\-eE\s(\[{^*/])\s*([+-])\s*([^+-]+)", t)
+    return match.groups() if match else None  # type: ignore[return-value]
+
+
+def read_number(text: str, prompt: str = "", strict: bool = True) -> Num:
+    """A number written as a value (see the module docstring); AnswerError names what is wrong."""
+    t = clean(text)
+    for old, new in _LATEX_SPACES:
+        t = t.replace(old, new)
+    t = re.sub(r"\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{([^{}]*)\}", r" \1", t).strip()
+    for pattern, repl in _ROOTS:
+        t = re.sub(pattern, repl, t)
+    if strict:
+        t = _strip_decorations(t, prompt)
+    value = _rational(t, strict)
+    if value is not None:
+        return value
+    term = _surd(t, strict)
+    if term is not None:
+        return Num(Fraction(0), term[0], term[1], "surd")
+    split = _top_level_sum(t)
+    if split is not None:  # r ± k√n or k√n ± r
+        left, sign, right = (s.strip() for s in split)
+        minus = "-" if sign == "-" else ""
+        for rat, term in ((_rational(left, strict), lambda: _surd(minus + right, strict)),
+                          (_rational(minus + right, strict), lambda: _surd(left, strict))):  # fmt: skip
+            surd = term() if rat is not None and rat.form != "sci" else None
+            if rat is not None and surd is not None:
+                return Num(rat.rat, surd[0], surd[1], "surd")
+    if re.search(r"[-+*/^×÷·()]|\\[a-z]|\d\s+\d|[a-zA-Z]{2,}\s*\(", t):
+        raise AnswerError(f"{t[:60]!r} is an expression, not a value: compute it and give the result")
+    raise AnswerError(f"{t[:60]!r} is not a number")
+
+
+def _strip_decorations(t: str, prompt: str) -> str:
+    """Drop ``x =``, a currency sign, and a trailing unit word that the prompt uses."""
+    match = re.fullmatch(r"[A-Za-z]\w*\s*=\s*(.+)", t, re.S)
+    t = match.group(1).strip() if match else t
+    match = re.fullmatch(r"([+-]?)\s*(?:\\\$|\$|€|£|¥)\s*(.+)", t, re.S)
+    t = match.group(1) + match.group(2).strip() if match else t
+    match = None if _HEX.fullmatch(t) else re.fullmatch(r"(.*[\d}.])\s*([A-Za-z%°][A-Za-z%° ]*)", t, re.S)
+    if match:
+        said = set(re.findall(r"[a-z%°]+", prompt.lower())) | ({"percent"} if "%" in prompt else set())
+        unit = [w.rstrip("s") for w in match.group(2).lower().split()]
+        if any(len(w) < 2 and w not in ("%", "°") for w in match.group(2).split()) or not all(u in said or u + "s" in said or u in ("%", "percent") and "percent" in said for u in unit):
+            raise AnswerError(f"unexpected text {match.group(2)!r} after the number (units only where the task names them)")
+        t = match.group(1).strip()
+    return t
+
+
+# -- precision --------------------------------------------------------------------------------
+def precision(task: dict) -> tuple[str, int] | None:
+    """("dec", N) or ("sig", N) as the task states it (metadata keys, else the prompt's words)."""
+    meta = task.get("metadata") or {}
+    if isinstance(meta.get("decimals"), int):
+        return ("dec", meta["decimals"])
+    if isinstance(meta.get("sig_figs"), int):
+        return ("sig", meta["sig_figs"])
+    prompt = str(task.get("prompt") or "").lower()
+    count = r"(\d+|" + "|".join(_NUMBER_WORDS) + r")"
+    for kind, pattern in (("dec", count + r" decimal (?:places?|digits?)"), ("sig", count + r" significant (?:figures?|digits?)")):
+        match = re.search(pattern, prompt)
+        if match:
+            word = match.group(1)
+            return (kind, min(int(word) if word.isdigit() else _NUMBER_WORDS[word], 100))
+    return None
+
+
+def _round_sig(x: Fraction, figures: int) -> Fraction:
+    """``x`` rounded half-even to ``figures`` significant figures (exactly)."""
+    if not x:
+        return x
+    exponent = len(str(abs(x.numerator) // abs(x.denominator))) - 1 if abs(x) >= 1 else -_leading_zeros(abs(x)) - 1
+    unit = Fraction(10) ** (exponent - figures + 1)
+    return round(x / unit) * unit
+
+
+def _leading_zeros(x: Fraction) -> int:
+    """For 0 < x < 1: how many zeros follow the decimal point before the first digit."""
+    zeros = 0
+    while x * 10 < 1:
+        x, zeros = x * 10, zeros + 1
+    return zeros
+
+
+def numbers_match(given: Num, expected: Num, task: dict) -> bool:
+    meta = task.get("metadata") or {}
+    stated = precision(task)
+    if stated and stated[0] == "dec":
+        e = round(expected.approx(), stated[1])
+        return abs(given.approx() - e) <= Fraction(1, 2 * 10 ** stated[1])
+    if stated:
+        return _round_sig(given.approx(), stated[1]) == _round_sig(expected.approx(), stated[1])
+    abs_tol, rel_tol = Fraction(str(meta.get("abs_tol", 0))), Fraction(str(meta.get("rel_tol", 0)))
+    if abs_tol or rel_tol:
+        e = expected.approx()
+        return abs(given.approx() - e) <= max(abs_tol, rel_tol * abs(e))
+    return (given.rat, given.coef, given.rad if given.coef else 1) == (expected.rat, expected.coef, expected.rad if expected.coef else 1)
+
+
+# -- symbolic answers: rational functions, exact ----------------------------------------------
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*|\.\d+)|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<op>\*\*|[-+*/()^]))")
+_LATEX = ((r"\left", ""), (r"\right", ""), (r"\cdot", "*"), (r"\times", "*"), ("×", "*"), ("·", "*"), ("−", "-"),
+          (r"\,", ""), (r"\!", ""), ("{", "("), ("}", ")"))  # fmt: skip
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out, pos, depth, signs = [], 0, 0, 0
+    text = text.rstrip()
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None or match.end() == pos:
+            raise AnswerError(f"unexpected character {text[pos:].strip()[:1]!r}")
+        kind = match.lastgroup or ""
+        tok = match.group(kind)
+        depth += {"(": 1, ")": -1}.get(tok, 0)
+        signs = signs + 1 if tok in ("+", "-") and (not out or out[-1][1] in ("+", "-", "*", "/", "(", "^", "**")) else 0
+        if depth > MAX_DEPTH or signs > MAX_SIGNS or len(out) >= MAX_TOKENS:
+            raise AnswerError("expression too deeply nested or too long")
+        out.append((kind, tok))
+        pos = match.end()
+    return out
+
+
+def to_python(text: str) -> str:
+    """Math text -> a Python expression: \\frac, LaTeX products, ^, implicit products (2x, 3(x+1))."""
     for _ in range(20):  # \frac{a}{b} -> ((a)/(b)), innermost first
         new = re.sub(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}", r"((\1)/(\2))", text)
         if new == text:
@@ -85,117 +326,58 @@ def _latex_to_plain(text: str) -> str:
         text = new
     for old, new in _LATEX:
         text = text.replace(old, new)
-    return text
-
-
-def _tokens(text: str) -> list[tuple[str, str]]:
-    out, pos = [], 0
-    text = text.rstrip()
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None or match.end() == pos:
-            raise AnswerError(f"unexpected character {text[pos:].strip()[:1]!r}")
-        kind = match.lastgroup or ""
-        out.append((kind, match.group(kind)))
-        pos = match.end()
-    return out
-
-
-def to_python(text: str) -> str:
-    """Math text -> a Python expression: LaTeX, ^ and implicit multiplication (2x, 3(x+1))."""
-    toks = _tokens(_latex_to_plain(text))
     parts: list[str] = []
     prev = ("", "")
-    for kind, tok in toks:
-        ends_value = prev[0] in ("num", "name") or prev[1] == ")"
-        starts_value = kind in ("num", "name") or tok == "("
-        if ends_value and starts_value and not (prev[0] == "name" and prev[1] in _FUNCS and tok == "("):
+    for kind, tok in _tokens(text):
+        if (prev[0] in ("num", "name") or prev[1] == ")") and (kind in ("num", "name") or tok == "("):
             parts.append("*")
         parts.append("**" if tok == "^" else tok)
         prev = (kind, tok)
     return " ".join(parts)
 
 
-def _check_size(value: object) -> object:
-    if isinstance(value, Fraction) and value.numerator.bit_length() + value.denominator.bit_length() > MAX_BITS:
-        raise AnswerError("number too large")
-    return value
-
-
-def evaluate(node: ast.AST, env: dict[str, object]) -> object:
-    """Exact (Fraction) where possible, float for functions and irrational constants."""
-    if isinstance(node, ast.Expression):
-        return evaluate(node.body, env)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return Fraction(node.value) if isinstance(node.value, int) else Fraction(repr(node.value))
-    if isinstance(node, ast.Name):
-        if node.id in env:
-            return env[node.id]
-        if node.id in _CONSTS:
-            return _CONSTS[node.id]
-        raise AnswerError(f"unknown name {node.id!r}")
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = evaluate(node.operand, env)
-        return -value if isinstance(node.op, ast.USub) else +value  # type: ignore[operator]
-    if isinstance(node, ast.BinOp):
-        a, b = evaluate(node.left, env), evaluate(node.right, env)
-        try:
-            return _check_size(_binop(node.op, a, b))
-        except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
-            raise AnswerError(f"cannot evaluate: {exc}") from None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and len(node.args) == 1 and not node.keywords:
-        arg = evaluate(node.args[0], env)
-        try:
-            return _FUNCS[node.func.id](float(arg))  # type: ignore[arg-type]
-        except (ValueError, OverflowError) as exc:
-            raise AnswerError(f"cannot evaluate {node.func.id}: {exc}") from None
-    raise AnswerError(f"unsupported syntax: {type(node).__name__}")
-
-
-def _binop(op: ast.operator, a: object, b: object) -> object:
-    if isinstance(op, ast.Add):
-        return a + b  # type: ignore[operator]
-    if isinstance(op, ast.Sub):
-        return a - b  # type: ignore[operator]
-    if isinstance(op, ast.Mult):
-        return a * b  # type: ignore[operator]
-    if isinstance(op, ast.Div):
-        return a / b  # type: ignore[operator]
-    if isinstance(op, ast.Pow):
-        if isinstance(b, Fraction) and b.denominator == 1 and isinstance(a, Fraction):
-            if abs(b.numerator) > 10_000 or (a.numerator.bit_length() + a.denominator.bit_length()) * abs(b.numerator) > MAX_BITS:
-                raise OverflowError("power too large")
-            return a**b.numerator
-        return float(a) ** float(b)  # type: ignore[arg-type]
-    raise TypeError(f"operator {type(op).__name__} is not allowed")
-
-
 def parse(text: str) -> ast.Expression:
-    if len(text) > MAX_CHARS:
-        raise AnswerError(f"answer longer than {MAX_CHARS} characters")
     try:
         return ast.parse(to_python(clean(text)), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         raise AnswerError(f"not a well-formed expression: {text.strip()[:80]!r}") from None
 
 
 def names(tree: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in _FUNCS and n.id not in _CONSTS}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
 
 
-def number(text: str) -> object:
-    tree = parse(text)
-    free = names(tree)
-    if free:
-        raise AnswerError(f"expected a number, found the name(s) {', '.join(sorted(free))}")
-    return evaluate(tree, {})
-
-
-def close(a: object, b: object, rel: float, abs_: float) -> bool:
-    if isinstance(a, Fraction) and isinstance(b, Fraction) and rel == 0 and abs_ == 0:
-        return a == b
-    fa, fb = float(a), float(b)  # type: ignore[arg-type]
-    return math.isfinite(fa) and abs(fa - fb) <= max(abs_, rel * abs(fb), 1e-12 * max(1.0, abs(fb)))
+def evaluate(node: ast.AST, env: dict[str, Fraction]) -> Fraction:
+    """Exact value of a whitelisted expression (numbers, variables, + - * /, integer powers)."""
+    if isinstance(node, ast.Expression):
+        return evaluate(node.body, env)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if not math.isfinite(node.value):
+            raise AnswerError("number out of range")
+        return Fraction(node.value) if isinstance(node.value, int) else Fraction(repr(node.value))
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        raise AnswerError(f"unknown name {node.id!r}")
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = evaluate(node.operand, env)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)):
+        a, b = evaluate(node.left, env), evaluate(node.right, env)
+        if isinstance(node.op, ast.Pow):
+            if b.denominator != 1 or abs(b.numerator) > 10_000 or (a.numerator.bit_length() + a.denominator.bit_length()) * abs(b.numerator) > MAX_BITS:
+                raise AnswerError("only integer powers of moderate size are allowed")
+            if not a and b < 0:
+                raise AnswerError("division by zero")
+            return a**b.numerator  # type: ignore[return-value]
+        if isinstance(node.op, ast.Div) and not b:
+            raise AnswerError("division by zero")
+        ops = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__, ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
+        out = ops[type(node.op)](a, b)
+        if out.numerator.bit_length() + out.denominator.bit_length() > MAX_BITS:
+            raise AnswerError("number too large")
+        return out
+    raise AnswerError(f"unsupported syntax: {type(node).__name__}")
 
 
 def same_expression(given: str, expected: str, seed: str, points: int = 6) -> bool:
@@ -209,9 +391,7 @@ def same_expression(given: str, expected: str, seed: str, points: int = 6) -> bo
             ev = evaluate(e, env)
         except AnswerError:
             continue  # a pole of the reference: pick another point
-        gv = evaluate(g, env)
-        exact = isinstance(gv, Fraction) and isinstance(ev, Fraction)
-        if (gv != ev) if exact else not close(gv, ev, 1e-9, 0.0):
+        if evaluate(g, env) != ev:
             return False
         agreed += 1
         if agreed >= points:
@@ -219,77 +399,83 @@ def same_expression(given: str, expected: str, seed: str, points: int = 6) -> bo
     raise AnswerError("could not evaluate the expressions at enough points")
 
 
-def _expanded(node: ast.AST) -> bool:
-    """A sum of terms, each a product of numbers and powers of variables (no bracketed sums)."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-        return _expanded(node.left) and _term(node.right)
-    return _term(node)
+def expanded(node: ast.AST) -> str:
+    """'' when ``node`` is a sum of distinct monomials (one numeric coefficient each), else why not."""
+    terms: list[ast.AST] = []
+    while isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        terms.append(node.right)
+        node = node.left
+    terms.append(node)
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    for term in terms:
+        factors, numbers = _factors(term), 0
+        if factors is None:
+            return "not expanded into a sum of terms"
+        powers: dict[str, int] = {}
+        for name, exponent in factors:
+            numbers += name == ""
+            if name:
+                powers[name] = powers.get(name, 0) + exponent
+        key = tuple(sorted(powers.items()))
+        if numbers > 1 or key in seen:
+            return "not simplified: multiply out the numbers and combine like terms"
+        seen.add(key)
+    return ""
 
 
-def _term(node: ast.AST) -> bool:
+def _factors(node: ast.AST) -> list[tuple[str, int]] | None:
+    """A term's factors as (variable, exponent) and ("", 0) per number; None if not a product."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return _term(node.operand)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
-        return _term(node.left) and _term(node.right)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        return isinstance(node.left, (ast.Name, ast.Constant)) and isinstance(node.right, ast.Constant)
-    return isinstance(node, (ast.Name, ast.Constant))
-
-
-def _lowest_terms(node: ast.AST) -> bool:
-    """``node`` is an integer or ``p/q`` (optionally negated) with gcd(p, q) = 1."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        node = node.operand
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, int)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-        p, q = node.left, node.right
-        if isinstance(p, ast.UnaryOp) and isinstance(p.op, ast.USub):
-            p = p.operand
-        ints = all(isinstance(x, ast.Constant) and type(x.value) is int for x in (p, q))
-        return ints and q.value > 1 and math.gcd(p.value, q.value) == 1  # type: ignore[union-attr]
-    return False
+        return _factors(node.operand)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        left, right = _factors(node.left), _factors(node.right)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and isinstance(node.left, ast.Name):
+        right = node.right
+        return [(node.left.id, right.value)] if isinstance(right, ast.Constant) and type(right.value) is int else None
+    if isinstance(node, ast.Name):
+        return [(node.id, 1)]
+    return [("", 0)] if isinstance(node, ast.Constant) else None
 
 
 # -- structured answers ------------------------------------------------------------------------
-def int_list(text: str) -> list[int]:
-    text = clean(text)
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = [x for x in re.split(r"[\s,×*]+", text.strip("[]() ")) if x]
-    if isinstance(data, int) and not isinstance(data, bool):
-        data = [data]
-    if not isinstance(data, list) or any(isinstance(x, (list, dict, bool)) for x in data):
-        raise AnswerError("expected a flat list of integers")
-    try:
-        return [_int(x) for x in data]
-    except (ValueError, TypeError):
-        raise AnswerError("expected a list of integers") from None
+def _items(text: str) -> list[str]:
+    t = clean(text).replace("\\{", "{").replace("\\}", "}")
+    while len(t) >= 2 and t[0] + t[-1] in ("[]", "()", "{}"):
+        t = t[1:-1].strip()
+    return [x for x in re.split(r"[\s,;]+", t) if x]
 
 
-def _int(x: object) -> int:
-    if isinstance(x, int):
-        return x
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
-    if isinstance(x, str) and re.fullmatch(r"[+-]?\d+", x.strip()):
-        return int(x)
-    raise ValueError(x)
+def int_list(text: str, factors: bool = False) -> list[int]:
+    """Integers in a list (``[1, 2]``, ``1 2``, ``{1, 2}``); ``factors``: ``2 × 2 × 3``, ``2^2 \\cdot 3``."""
+    t = clean(text)
+    if factors:
+        for old in ("\\times", "\\cdot", "·", "**", "*"):
+            t = t.replace(old, "^" if old == "**" else "×")
+        t = t.replace("×", " ")
+    out: list[int] = []
+    for item in _items(t):
+        match = re.fullmatch(r"([+-]?\d+)(?:\^\{?(\d+)\}?)?", item) if factors else re.fullmatch(r"[+-]?\d+", item)
+        if match is None:
+            raise AnswerError(f"expected a list of integers, found {item[:40]!r}")
+        times = _int(match.group(2)) if factors and match.group(2) else 1
+        if times > 64:
+            raise AnswerError("exponent of a factor above 64")
+        out += [_int(match.group(1) if factors else item)] * times
+    return out
 
 
 def int_grid(text: str) -> list[list[int]]:
     text = clean(text)
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = [[x for x in re.split(r"[\s,]+", line.strip("[]() ,")) if x] for line in text.strip().splitlines() if line.strip()]
     if not isinstance(data, list) or not data or not all(isinstance(row, list) for row in data):
         raise AnswerError("expected a grid: rows of integers")
-    try:
-        return [[_int(x) for x in row] for row in data]
-    except (ValueError, TypeError):
-        raise AnswerError("expected a grid of integers") from None
+    if not all(type(x) is int or isinstance(x, str) and re.fullmatch(r"[+-]?\d+", x) for row in data for x in row):
+        raise AnswerError("expected a grid of integers")
+    return [[_int(str(x)) for x in row] for row in data]
 
 
 def sudoku_ok(grid: list[list[int]], puzzle: list[list[int]]) -> str:
@@ -316,36 +502,35 @@ def sudoku_ok(grid: list[list[int]], puzzle: list[list[int]]) -> str:
 
 
 def words(text: str) -> list[str]:
-    return [w.strip() for w in clean(text).strip("[]").split(",") if w.strip()]
+    """``a, b``, ``[a, b]``, ``['a', 'b']``, ``["a", "b"]``: the words in order, quotes removed."""
+    t = clean(text)
+    if len(t) >= 2 and t[0] + t[-1] in ("[]", "()"):
+        t = t[1:-1]
+    items = [w.strip() for w in t.split(",")]
+    return [w[1:-1] if len(w) >= 2 and w[0] == w[-1] and w[0] in "'\"" else w for w in items if w]
 
 
 # -- the verifier -----------------------------------------------------------------------------
-def compare(given: str, meta: dict, task_id: str) -> tuple[bool, str]:
+def compare(given: str, task: dict) -> tuple[bool, str]:
     """(equivalent, detail).  Raises AnswerError when ``given`` does not parse as the kind."""
-    kind, expected = meta["answer_kind"], str(meta["answer"])
-    if kind == "number":
-        g, e = number(given), number(expected)
-        ok = close(g, e, float(meta.get("rel_tol", 0.0)), float(meta.get("abs_tol", 0.0)))
-        return ok, "" if ok else f"{clean(given)} is not equal to the expected value"
-    if kind == "reduced_fraction":
-        g = number(given)
-        if g != number(expected):
-            return False, "not the same value"
-        if not _lowest_terms(parse(given).body):
-            return False, "the value is right but not written as a fraction in lowest terms"
-        return True, ""
+    meta = task["metadata"]
+    kind, expected, prompt = meta["answer_kind"], str(meta["answer"]), str(task.get("prompt") or "")
+    if kind in ("number", "reduced_fraction"):
+        g, e = read_number(given, prompt), read_number(expected, strict=False)
+        if kind == "reduced_fraction" and g.form not in ("fraction", "int"):
+            return False, "write the answer as a fraction a/b in lowest terms"
+        ok = numbers_match(g, e, task)
+        return ok, "" if ok else f"{clean(given)[:60]} is not equal to the expected value"
     if kind == "expression":
-        if not same_expression(given, expected, task_id):
+        if not same_expression(given, expected, str(task.get("id", ""))):
             return False, "not equivalent to the expected expression"
-        if meta.get("form") == "expanded" and not _expanded(parse(given).body):
-            return False, "equivalent, but not expanded into a sum of terms"
-        return True, ""
-    if kind == "int_multiset":
-        ok = sorted(int_list(given)) == sorted(int_list(expected))
-        return ok, "" if ok else "different numbers"
-    if kind == "int_list":
-        ok = int_list(given) == int_list(expected)
-        return ok, "" if ok else "different list"
+        why = expanded(parse(given).body) if meta.get("form") == "expanded" else ""
+        return (False, f"equivalent, but {why}") if why else (True, "")
+    if kind in ("int_multiset", "int_list", "int_set"):
+        factors = kind == "int_multiset"
+        g, e = int_list(given, factors), int_list(expected, factors)
+        ok = g == e if kind == "int_list" else sorted(g) == sorted(e) if factors else set(g) == set(e)
+        return ok, "" if ok else "different numbers" if factors else "different list"
     if kind == "int_grid":
         ok = int_grid(given) == int_grid(expected)
         return ok, "" if ok else "different grid"
@@ -381,9 +566,12 @@ def verify_answer(submission: dict, task: dict) -> dict:
     if given is None:
         return {"checks": checks}
     try:
-        ok, detail = compare(given, task["metadata"], str(task.get("id", "")))
+        ok, detail = compare(given, task)
     except AnswerError as exc:
         checks.append({"name": "answer_parses", "passed": False, "detail": str(exc)})
+        return {"checks": checks}
+    except Exception as exc:  # noqa: BLE001 -- last resort: a verifier must reject, never crash
+        checks.append({"name": "answer_parses", "passed": False, "detail": f"could not be checked ({type(exc).__name__})"})
         return {"checks": checks}
     checks.append({"name": "answer_parses", "passed": True, "detail": ""})
     checks.append({"name": "answer_correct", "passed": ok, "detail": detail})
