@@ -6,42 +6,35 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from envs.meeting_scheduling.data import write_db
 from envs.meeting_scheduling.tasks import draw_task
+from envs.meeting_scheduling.witnesses import candidates
 from envs.meeting_scheduling.world import load_world
-from envs.procedural_kit.build import Drawer, Recipe, build_procedural_bundle
+from envs.procedural_kit.build import Recipe, build_procedural_bundle
 
 CATEGORY = "meeting scheduling"
-
-
-def _write_state(state: Path, seed: int) -> None:
-    write_db(state / "db.sqlite", seed)
-
-
-def _drawer(db_path: Path, seed: int) -> Drawer:
-    world = load_world(db_path)
-
-    def draw(rng: random.Random, difficulty: int, index: int) -> dict[str, Any] | None:
-        return draw_task(world, rng, difficulty, index)
-
-    return draw
-
+# difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
+# witnesses and difficulty"); the rest are draws where placing each meeting at its earliest
+# slot takes the only slot another meeting has, so only a search over start times succeeds.
+GREEDY_SHARE = {1: 1.0, 2: 1.0, 3: 0.8, 4: 0.5, 5: 0.15}
 
 RECIPE = Recipe(
     category=CATEGORY,
     agent="procedural:meeting_scheduling",
-    description=("Meeting scheduling across calendars: place meetings in order on one day within every "
+    description=("Meeting scheduling across calendars: place non-overlapping meetings on one day within every "
                  "attendee's time-zone shifted working hours, around their events and lunch, with buffers, "
                  "in the smallest free room, picking a team representative; 9 tools; difficulty 1-5."),
     templates=Path(__file__).resolve().parent / "bundle_files",
-    write_state=_write_state,
-    make_drawer=_drawer,
-    max_draws=250,  # a difficulty-5 draw is solvable ~7% of the time (3 meetings, lunch, buffers)
+    write_db=write_db,
+    load_world=load_world,
+    draw_task=draw_task,
+    witness_candidates=candidates,
+    baseline="greedy_schedule",
+    greedy_share=GREEDY_SHARE,
+    max_draws=600,  # a difficulty-5 draw where greedy fails is rare (3 meetings, lunch, buffers)
 )
 
 

@@ -1,7 +1,8 @@
 """Seeded scheduling tasks, graded 1 (easy) … 5 (hard); every parameter lands in ``metadata``.
 
 Difficulty adds meetings (1 → 3), attendees from more teams and time zones, video rooms,
-lunch protection, buffers between meetings and a team representative to choose.  A draw is
+lunch protection, buffers between meetings and a team representative to choose; from level 3
+the least constrained meeting is listed first, so earliest-slot-first placement is a trap.  A draw is
 kept only when the host solver (envs.meeting_scheduling.world) finds a schedule.
 """
 
@@ -11,15 +12,15 @@ import random
 from typing import Any
 
 from envs.meeting_scheduling import data as db
-from envs.meeting_scheduling.world import World
+from envs.meeting_scheduling.world import DAY_END, GRID, World
 
 SOLVER, VERIFIER, SUBMIT = "solve_schedule", "verify_schedule", "submit_result"
 # difficulty -> (meetings, attendees range, durations, video share, lunch, buffer, representative)
 LEVELS: dict[int, tuple[int, tuple[int, int], tuple[int, ...], float, bool, int, bool]] = {
     1: (1, (2, 2), (30, 60), 0.0, False, 0, False),
     2: (1, (3, 3), (60,), 0.5, False, 0, False),
-    3: (2, (2, 3), (30, 60), 0.5, True, 0, False),
-    4: (2, (3, 3), (30, 60), 0.5, True, 30, True),
+    3: (2, (2, 3), (60, 90), 0.5, True, 30, False),
+    4: (3, (2, 3), (30, 60), 0.5, True, 30, False),
     5: (3, (2, 3), (30, 60, 90), 0.5, True, 30, True),
 }
 TOPICS = ("roadmap sync", "launch readiness", "budget review", "hiring debrief", "vendor pitch",
@@ -48,6 +49,14 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
         m = rng.choice(meetings)
         m["representative_team"] = rng.choice(sorted({p.team for p in world.people.values()}))
     meta = {"date": date, "meetings": meetings, "protect_lunch": lunch, "buffer_min": buffer}
+    if difficulty >= 3:
+        # List the meeting with the most possible starts first: its earliest slot is then
+        # likely to be one a later, tighter meeting needs, so placing meetings one by one at
+        # their earliest slot fails and a search over start times is required.
+        meetings.sort(key=lambda m: -sum(world.place(meta, m, t) is not None
+                                         for t in range(0, DAY_END - m["duration_min"] + 1, GRID)))
+        for i, m in enumerate(meetings):
+            m["id"] = f"M{i + 1}"
     if next(world.schedules(meta, limit=1), None) is None:
         return None
     return {"id": f"meet-{index + 1:03d}-d{difficulty}", "prompt": render_prompt(meta), "solution": SOLVER,
@@ -65,7 +74,7 @@ def render_prompt(meta: dict[str, Any]) -> str:
         lines.append(f"- {m['id']} \"{m['title']}\": {m['duration_min']} minutes with "
                      f"{', '.join(m['attendees'])}{rep}{extra}")
     rules = [
-        "meetings happen in the order listed (each ends before the next starts)",
+        "the meetings may happen in any order, but no two of them overlap (they share a note-taker)",
         "start times are UTC on the half hour (HH:00 or HH:30)",
         "every attendee is inside their working hours (local time; get_person gives the UTC offset), "
         "not out of office, and has no other event overlapping the meeting",
@@ -75,11 +84,11 @@ def render_prompt(meta: dict[str, Any]) -> str:
     if meta["protect_lunch"]:
         rules.append("no meeting overlaps any attendee's local lunch hour, 12:00-13:00")
     if meta["buffer_min"]:
-        rules.append(f"at least {meta['buffer_min']} minutes between one meeting's end and the next one's start")
+        rules.append(f"at least {meta['buffer_min']} minutes between any two of these meetings")
     fmt = ('{"schedule": [{"meeting": "M1", "start_utc": "HH:MM", "room": "<room>"'
            + (', "representative": "<name>"' if any(m["representative_team"] for m in meta["meetings"]) else "")
            + '}, ...]}')
     return (f"Please schedule these meetings on {meta['date']}:\n" + "\n".join(lines) +
             "\nRules:\n" + "\n".join(f"- {r}" for r in rules) +
             "\nCheck calendars and rooms with the tools, then call submit_result with answer_text set to "
-            f"JSON of the form {fmt} (one entry per meeting, in order; representative only where asked).")
+            f"JSON of the form {fmt} (one entry per meeting, in the order listed; representative only where asked).")

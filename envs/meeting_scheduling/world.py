@@ -74,25 +74,32 @@ class World:
         return None
 
     def schedules(self, meta: dict[str, Any], limit: int = 50) -> Iterator[list[dict[str, str]]]:
-        """Valid schedules for a task's metadata, earliest starts first (at most ``limit``)."""
-        found = 0
+        """Valid schedules for a task's metadata, earliest starts first (at most ``limit``).
 
-        def extend(i: int, earliest: int, done: list[dict[str, str]]) -> Iterator[list[dict[str, str]]]:
+        Meetings may happen in any time order but never overlap, with ``buffer_min`` between
+        any two, so an early slot taken by one meeting can be the only slot of another."""
+        found = 0
+        first = min(self.people[a].work[0] for m in meta["meetings"] for a in m["attendees"])
+        day_start = first - first % GRID
+
+        def extend(i: int, done: list[tuple[int, int, dict[str, str]]]) -> Iterator[list[dict[str, str]]]:
             nonlocal found
             if i == len(meta["meetings"]):
                 found += 1
-                yield list(done)
+                yield [row for _, _, row in done]
                 return
             m = meta["meetings"][i]
-            for start in range(earliest, DAY_END - m["duration_min"] + 1, GRID):
+            for start in range(day_start, DAY_END - m["duration_min"] + 1, GRID):
                 if found >= limit:
                     return
+                end = start + m["duration_min"]
+                if any(start < b + meta["buffer_min"] and a < end + meta["buffer_min"] for a, b, _ in done):
+                    continue
                 row = self.place(meta, m, start)
                 if row is not None:
-                    yield from extend(i + 1, start + m["duration_min"] + meta["buffer_min"], done + [row])
+                    yield from extend(i + 1, done + [(start, end, row)])
 
-        first = min(self.people[a].work[0] for m in meta["meetings"] for a in m["attendees"])
-        yield from extend(0, first - first % GRID, [])
+        yield from extend(0, [])
 
     def place(self, meta: dict[str, Any], m: dict[str, Any], start: int) -> dict[str, str] | None:
         date, lunch, end = meta["date"], meta["protect_lunch"], start + m["duration_min"]

@@ -1,7 +1,8 @@
 """Gold solution for scheduling tasks: earliest-first depth-first search, seeing only tools.
 
 Given a start time the room and the representative are determined by the task's rules, so the
-search only chooses start times; calendars and rooms are fetched once and cached.
+search only chooses start times (meetings in any time order, never overlapping, with the buffer
+between any two); calendars and rooms are fetched once and cached.
 """
 
 from __future__ import annotations
@@ -98,17 +99,45 @@ class _Search:
     def run(self) -> list | None:
         meetings = self.meta["meetings"]
         first = min(self.person(a)["work"][0] for m in meetings for a in m["attendees"])
-        return self.extend(0, first - first % 30, [])
+        self.day_start = first - first % 30
+        return self.extend(0, [])
 
-    def extend(self, i: int, earliest: int, done: list) -> list | None:
+    def clear(self, start: int, end: int, done: list) -> bool:
+        """No overlap with a placed meeting, keeping the buffer on both sides."""
+        buffer = self.meta["buffer_min"]
+        return all(end + buffer <= a or b + buffer <= start for a, b, _ in done)
+
+    def extend(self, i: int, done: list) -> list | None:
         meetings = self.meta["meetings"]
         if i == len(meetings):
-            return done
+            return [row for _, _, row in done]
         m = meetings[i]
-        for start in range(earliest, 24 * 60 - m["duration_min"] + 1, 30):
+        for start in range(self.day_start, 24 * 60 - m["duration_min"] + 1, 30):
+            end = start + m["duration_min"]
+            if not self.clear(start, end, done):
+                continue
             row = self.place(m, start)
             if row is not None:
-                found = self.extend(i + 1, start + m["duration_min"] + self.meta["buffer_min"], done + [row])
+                found = self.extend(i + 1, done + [(start, end, row)])
                 if found is not None:
                     return found
         return None
+
+
+def greedy_schedule(tools, task: dict) -> None:
+    """Greedy baseline (no search): each meeting, in the order listed, at its earliest slot that
+    fits the rules and the meetings already placed; a choice is never revisited."""
+    search = _Search(tools, task["metadata"])
+    meetings = search.meta["meetings"]
+    first = min(search.person(a)["work"][0] for m in meetings for a in m["attendees"])
+    done: list = []
+    for m in meetings:
+        for start in range(first - first % 30, 24 * 60 - m["duration_min"] + 1, 30):
+            end = start + m["duration_min"]
+            row = search.place(m, start) if search.clear(start, end, done) else None
+            if row is not None:
+                done.append((start, end, row))
+                break
+        else:
+            raise RuntimeError(f"greedy: no slot left for {m['id']}")
+    tools.submit_result(answer_text=json.dumps({"schedule": [row for _, _, row in done]}))

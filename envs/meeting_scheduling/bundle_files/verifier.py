@@ -1,7 +1,12 @@
 """Verifier for scheduling tasks: replays every rule of ``task["metadata"]`` against the calendars.
 
-Check names: valid_json, meetings_in_order, start_format, sequence_and_buffer, working_hours,
-out_of_office, no_conflicts, lunch_hour, room_fits, room_free, smallest_room, representative.
+Check names, in stages: valid_json | meetings_in_order, start_format | no_overlap (two or
+more meetings) |
+working_hours (inside working hours and not out of office), no_conflicts, lunch_hour (only
+when lunch is protected) | representative (only when one is asked for) | room_fits (a room that
+exists, seats everyone and has video when asked), room_free, smallest_room.  A stage is reported only when every earlier stage passed: a rejected schedule
+stays rejected, and each rule can fail on its own (issue 9: every rule has a per-rule
+witness).  An answer that does not parse reports valid_json alone.
 """
 
 from __future__ import annotations
@@ -13,25 +18,33 @@ from typing import Any
 from envgym.runtime import sqlite
 
 _TIME = re.compile(r"^([01]\d|2[0-3]):(00|30)$")
-_NAMES = ("meetings_in_order", "start_format", "sequence_and_buffer", "working_hours", "out_of_office",
-          "no_conflicts", "lunch_hour", "room_fits", "room_free", "smallest_room", "representative")
 
 
 def verify_schedule(submission: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     meta = task.get("metadata") or {}
     rows, problem = _read(submission, meta)
     if rows is None:
-        return {"checks": [_check("valid_json", [problem])] + [_check(n, ["not checked: " + problem]) for n in _NAMES]}
+        return {"checks": [_check("valid_json", [problem])]}
     out: dict[str, list[str]] = {}
     starts = []
-    for row in rows:
+    for row, m in zip(rows, meta["meetings"]):
+        if row["meeting"] != m["id"]:
+            out.setdefault("meetings_in_order", []).append(f"expected {m['id']}, got {row['meeting']!r}")
         match = _TIME.match(row["start_utc"]) if isinstance(row["start_utc"], str) else None
         if match is None:
-            out.setdefault("start_format", []).append(f"{row['meeting']}: {row['start_utc']!r} is not HH:00/HH:30")
+            out.setdefault("start_format", []).append(f"{row['meeting']!r}: {row['start_utc']!r} is not HH:00/HH:30")
         starts.append(int(match.group(1)) * 60 + int(match.group(2)) if match else None)
     if "start_format" not in out:
         _check_schedule(meta, rows, starts, out)
-    checks = [_check("valid_json", [])] + [_check(n, out.get(n, [])) for n in _NAMES]
+    stages = [["meetings_in_order", "start_format"], ["no_overlap"] if len(meta["meetings"]) > 1 else [],
+              ["working_hours", "no_conflicts"] + (["lunch_hour"] if meta.get("protect_lunch") else []),
+              ["representative"] if any(m.get("representative_team") for m in meta["meetings"]) else [],
+              ["room_fits", "room_free", "smallest_room"]]
+    checks = [_check("valid_json", [])]
+    for stage in stages:
+        checks += [_check(n, out.get(n, [])) for n in stage]
+        if any(n in out for n in stage):
+            break  # later stages judge a schedule this one already rejects
     return {"checks": checks}
 
 
@@ -47,6 +60,8 @@ def _read(submission: dict[str, Any], meta: dict) -> tuple[list | None, str]:
         answer = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"answer_text is not JSON: {exc.msg}"
+    except RecursionError:  # nesting deeper than the parser's stack: not an answer
+        return None, "answer_text is nested too deeply"
     rows = answer.get("schedule") if isinstance(answer, dict) else None
     meetings = meta.get("meetings") or []
     if not isinstance(rows, list) or len(rows) != len(meetings):
@@ -81,7 +96,7 @@ def _attend_problems(name: str, date: str, start: int, end: int, lunch: bool) ->
     if start < _minutes(p["work_start_local"]) - shift or end > _minutes(p["work_end_local"]) - shift:
         out["working_hours"] = f"{name} is outside working hours"
     if sqlite().execute("SELECT 1 FROM out_of_office WHERE person = ? AND date = ?", (name, date)).fetchone():
-        out["out_of_office"] = f"{name} is out of office"
+        out["working_hours"] = f"{name} is out of office"  # no working hours on that day
     if lunch and _overlap(start, end, 12 * 60 - shift, 13 * 60 - shift):
         out["lunch_hour"] = f"overlaps {name}'s lunch"
     for e in sqlite().execute("SELECT start_utc, end_utc FROM events WHERE person = ? AND date = ?", (name, date)):
@@ -105,15 +120,13 @@ def _free_rooms(date: str, start: int, end: int, size: int, video: bool) -> list
 
 def _check_schedule(meta: dict, rows: list, starts: list, out: dict[str, list[str]]) -> None:
     date, lunch, buffer = meta["date"], meta.get("protect_lunch", False), meta.get("buffer_min", 0)
-    previous_end = None
+    spans = [(start, start + m["duration_min"], m["id"]) for m, start in zip(meta["meetings"], starts)]
+    for i, (a0, a1, a) in enumerate(spans):
+        for b0, b1, b in spans[i + 1:]:
+            if a0 < b1 + buffer and b0 < a1 + buffer:
+                out.setdefault("no_overlap", []).append(f"{a} and {b} overlap or are closer than {buffer} min")
     for row, m, start in zip(rows, meta["meetings"], starts):
-        if row["meeting"] != m["id"]:
-            out.setdefault("meetings_in_order", []).append(f"expected {m['id']}, got {row['meeting']!r}")
         end = start + m["duration_min"]
-        if previous_end is not None and start < previous_end + buffer:
-            out.setdefault("sequence_and_buffer", []).append(
-                f"{m['id']} starts before the previous meeting ends (+{buffer} min)")
-        previous_end = end
         for name in m["attendees"]:
             for rule, why in _attend_problems(name, date, start, end, lunch).items():
                 out.setdefault(rule, []).append(f"{m['id']}: {why}")
