@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bundle_factory import make_notes_bundle
+from synth_notes import make_witnessed_notes
 from typer.testing import CliRunner
 
 from envgym.bundle import load_bundle
@@ -91,7 +91,7 @@ class CopyAgent:
     slug, name, category = "copy", "test:copy", "notes"
 
     def make(self, job: Job, staging: Path) -> MakeOutcome:
-        make_notes_bundle(staging)
+        make_witnessed_notes(staging)  # synthesized bundles bring per-rule witnesses
         return MakeOutcome(True)
 
 
