@@ -302,3 +302,30 @@ def test_the_host_never_follows_a_planted_link_to_the_database(tmp_path: Path) -
     assert _read_plain_file(tmp_path / "db.sqlite") is None
     assert _read_plain_file(secret) == b"host data"
     assert _read_plain_file(tmp_path / "missing") is None
+
+
+def test_levels_broken_by_replaced_tools_are_dropped(tmp_path: Path) -> None:
+    renamed_tools = TOOLS.replace("def get_book(", "def book_info(")
+    harder = task(1900).replace("tools.get_book(", "tools.book_info(") + "\n" + renamed_tools
+    records, _ = synthesize(tmp_path, [DATA, TOOLS, task(1800), harder], max_levels=1)
+    r = records[0]
+    assert r["status"] == "kept", r["problems"]
+    assert (r["agent_info"]["levels_kept"], r["agent_info"]["levels_dropped"], r["tasks"]) == ([1], [0], ["task-l1"])
+    bundle = load_bundle(tmp_path / "out" / r["bundle"])
+    assert "def book_info(" in (bundle.root / "tools.py").read_text() and bundle.tasks[0].metadata == {"after": 1900}
+
+
+def test_levels_merge_into_separate_scopes() -> None:
+    from synth_agents.levels import Level, Levels
+
+    helper = "LIMIT = {n}\n\ndef _pick(limit=LIMIT):\n    return limit\n\ndef solve(tools, task):\n    return _pick(limit=LIMIT)\n"
+    levels = Levels()
+    for n in (0, 1):
+        levels.add(Level(n, {"id": f"t{n}", "solution": "solve", "verifier": "check"}, helper.format(n=n + 10),
+                         "def check(submission, task):\n    return submission"))
+    solution, verifier, tasks = levels.merged()
+    namespace: dict = {}
+    exec(compile(solution, "solution.py", "exec"), namespace)  # noqa: S102 - the test's own code
+    assert (namespace["solve_l0"](None, None), namespace["solve_l1"](None, None)) == (10, 11)
+    assert [(t["solution"], t["verifier"]) for t in tasks] == [("solve_l0", "verify_l0"), ("solve_l1", "verify_l1")]
+    assert "def verify_l1(submission, task):" in verifier
