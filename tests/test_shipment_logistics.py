@@ -32,8 +32,8 @@ def test_database_is_deterministic(tmp_path: Path) -> None:
 
 def test_levels(bundle: Path) -> None:
     tasks = load_bundle(bundle).tasks
-    assert [len(t.metadata["shipments"]) for t in tasks] == [1, 1, 2, 3, 4]
-    assert [t.metadata["max_hops"] for t in tasks] == [3, 3, 3, 4, 4]
+    assert [len(t.metadata["shipments"]) for t in tasks] == [1, 2, 2, 3, 4]
+    assert [t.metadata["max_hops"] for t in tasks] == [4, 4, 4, 5, 5]
 
 
 def test_routes_respect_every_rule(bundle: Path) -> None:

@@ -34,7 +34,7 @@ RECIPE = Recipe(
     witness_candidates=candidates,
     baseline="greedy_routing",
     greedy_share=GREEDY_SHARE,
-    max_draws=400,
+    max_draws=1500,
 )
 
 

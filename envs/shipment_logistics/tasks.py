@@ -19,11 +19,11 @@ SOLVER, VERIFIER, SUBMIT = "solve_routing", "verify_routing", "submit_result"
 ALL_MODES = ("air", "rail", "truck")
 # difficulty -> (shipments, max hops, mode sets to draw from, budget quantile)
 LEVELS: dict[int, tuple[int, int, tuple[tuple[str, ...], ...], float]] = {
-    1: (1, 3, (ALL_MODES,), 0.5),
-    2: (2, 3, (("rail", "truck"), ALL_MODES), 0.3),
-    3: (2, 3, (ALL_MODES,), 0.1),
-    4: (3, 4, (("rail", "truck"), ALL_MODES), 0.0),
-    5: (4, 4, (("rail", "truck"), ALL_MODES), 0.0),
+    1: (1, 4, (ALL_MODES,), 0.5),
+    2: (2, 4, (("rail", "truck"), ALL_MODES), 0.3),
+    3: (2, 4, (ALL_MODES,), 0.1),
+    4: (3, 5, (("rail", "truck"), ALL_MODES), 0.0),
+    5: (4, 5, (("rail", "truck"), ALL_MODES), 0.0),
 }
 PER_SHIPMENT = 8  # cheapest routes per shipment that the budget is computed over
 

@@ -21,9 +21,9 @@ PER_RELAXATION = 40  # walks tried per shipment and relaxed rule
 # The rule a walk may break, and what else it may ignore: rules of later verifier stages are
 # not reported for a walk that fails an earlier one, so they need not hold.
 _LATER = {"modes": {"deadline", "capacity"}, "hazmat": {"deadline", "capacity"}, "deadline": {"capacity"},
-          "capacity": set(), "simple": {"hops", "modes", "hazmat", "deadline", "capacity"},
-          "hops": {"modes", "hazmat", "deadline", "capacity"}}
-MAX_WALK = 6  # lanes in a walk that may ignore the hop limit
+          "capacity": set(), "simple": {"modes", "hazmat", "deadline", "capacity"},
+          "hops": {"simple", "modes", "hazmat", "deadline", "capacity"}}
+MAX_WALK = 7  # lanes in a walk that may ignore the hop limit
 
 
 def candidates(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iterator[Pair]:
@@ -59,11 +59,11 @@ def _walks(world: World, s: ShipmentRow, meta: dict[str, Any], rule: str,
            later: set[str]) -> Iterator[tuple[LaneRow, ...]]:
     """Walks origin -> destination that break ``rule`` and keep every rule not in ``later``."""
     modes, relax = set(meta["allowed_modes"]), later | {rule}
-    hops = MAX_WALK if "hops" in later else meta["max_hops"] + (rule == "hops")
+    hops = MAX_WALK if rule == "hops" else meta["max_hops"]
 
     def breaks(path: tuple[LaneRow, ...]) -> bool:
         if rule == "hops":
-            return len(path) == hops
+            return len(path) > meta["max_hops"]
         if rule == "simple":
             return len({lane.destination for lane in path} | {s.origin}) < len(path) + 1
         return True  # the other rules are broken, or not, by the verifier's own reckoning
