@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import BundleError, write_manifest
+from envgym.bundle import BundleError, Task, write_manifest
 from envgym.sandbox import Limits, SandboxUnavailable, open_sandbox
 from envgym.state import EpisodeDirs
 from envgym.verdict import Verdict
 from synth_agents.code_blocks import tools_problems
+from synth_agents.provenance import check_provenance
 from synth_agents.solution_rules import check_solution_source
 from synth_agents.tool_probe import probe_tools
 from synth_agents.workbench import Workbench
@@ -170,6 +171,13 @@ def check_agreement(root: Path, task: dict[str, Any], *, sandbox: str,
             empty = _verdict(box.verify(task["verifier"], {"answer_text": ""}, task))
             if empty.passed:
                 return ["the verifier accepts an empty answer; it must check the answer against the data"]
+            # The validator's tools-only provenance checks, here too, so the model hears about an
+            # answer key while it can still fix it (synth_agents.provenance).
+            gold = Task(id=task["id"], prompt=task["prompt"], solution=task["solution"], verifier=task["verifier"],
+                        submit_tool=task["submit_tool"], metadata=task.get("metadata", {}))
+            answer_key = check_provenance(box, dirs, gold, list(solved.calls), solved.submission)
+            if answer_key:
+                return [p.detail for p in answer_key]
             if witnesses is None:
                 return []
             rules = [c.name for c in verdict.checks]

@@ -102,12 +102,38 @@ def test_the_answer_key_bundle_of_issue_9_is_rejected(tmp_path: Path) -> None:
            '    ok = submission.get("answer_text") == task["metadata"]["answer"]\n'
            '    return {"checks": [{"name": "correct", "passed": ok, "detail": ""}]}\n```\n'
            '```json witnesses\n[{"rule": "correct", "submission": {"answer_text": "Dune"}}]\n```')
-    records, _ = synthesize(tmp_path, [DATA, TOOLS, key], max_levels=0)  # the agent's own loop accepts it
+    # The agent's own loop now hears about it and, out of rounds, makes no bundle.
+    records, _ = synthesize(tmp_path, [DATA, TOOLS, key], max_levels=0)
     r = records[0]
-    assert (r["status"], r["made"]) == ("rejected", True)
-    assert r["reasons"] == ["answer_not_from_tools", "verifier_answer_key"], r["problems"]
-    details = " ".join(p["detail"] for p in r["problems"])
+    assert (r["status"], r["made"], r["reasons"]) == ("rejected", False, ["no_agreement"])
+    assert "called no tool but 'submit_result'" in r["problems"][0]["detail"]
+    # Validation rejects the same bundle whoever made it (it was kept before).
+    from synth_agents import code_blocks as cb
+    from synth_agents.llm_checks import with_submit_tool, write_draft
+    found = cb.blocks(key)
+    body, _why = cb.task_json(found)
+    witnesses, _why = cb.witnesses_json(found)
+    line = {"id": "task-l0", "prompt": body["prompt"], "solution": "solve", "verifier": "verify", "difficulty": 1,
+            "submit_tool": "submit_result", "system_prompt": None, "metadata": body["metadata"], "witnesses": witnesses}
+    db = books_db(tmp_path / "books.sqlite")
+    root = write_draft(tmp_path / "keyed", db, with_submit_tool(cb.blocks(TOOLS)[0].code), found[1].code,
+                       found[2].code, [line], name="keyed", category="library loans", provenance={"agent": "test"})
+    result = validate_bundle(root)
+    assert result.reasons == ("answer_not_from_tools", "verifier_answer_key"), result.problems
+    details = " ".join(p.detail for p in result.problems)
     assert "no_data_call" in details and "hidden_metadata" in details and "verifier_without_data" in details
+
+
+def books_db(path: Path) -> Path:
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE books (title TEXT PRIMARY KEY, author TEXT, year INTEGER, copies INTEGER)")
+    con.executemany("INSERT INTO books VALUES (?, ?, ?, ?)", [("Dune", "Herbert", 1965, 3), ("Emma", "Austen", 1815, 1),
+                    ("Ulysses", "Joyce", 1922, 0), ("Beloved", "Morrison", 1987, 2), ("Hamlet", "Shakespeare", 1603, 4)])
+    con.commit()
+    con.close()
+    return path
 
 
 def test_provenance_runs_with_the_inprocess_backend_too(tmp_path: Path) -> None:
