@@ -13,8 +13,9 @@ from envs.code_interpreter.reasoning import bundle_module
 verifier = bundle_module("verifier")
 
 
-def verdict(given: str, kind: str, expected: str, **meta: Any) -> tuple[bool, str]:
-    report = verifier.verify_answer({"answer": given}, {"id": "t1", "metadata": {"answer_kind": kind, "answer": expected, **meta}})
+def verdict(given: str, kind: str, expected: str, prompt: str = "", **meta: Any) -> tuple[bool, str]:
+    task = {"id": "t1", "prompt": prompt, "metadata": {"answer_kind": kind, "answer": expected, **meta}}
+    report = verifier.verify_answer({"answer": given}, task)
     failed = [c for c in report["checks"] if not c["passed"]]
     return (not failed, failed[0]["detail"] if failed else "")
 
@@ -30,8 +31,7 @@ def verdict(given: str, kind: str, expected: str, **meta: Any) -> tuple[bool, st
         ("$\\frac{3}{4}$", "0.75", True),
         ("\\boxed{6}", "6", True),
         ("1.5e3", "1500", True),
-        ("2**10", "1024", True),
-        ("0.1 + 0.2", "0.3", True),  # exact rational arithmetic, not floats
+        ("0.3", "0.30000000000000004", False),  # exact rationals, not floats
         ("43", "42", False),
         ("0.7500001", "0.75", False),
     ],
@@ -41,10 +41,30 @@ def test_numbers_are_compared_exactly(given: str, expected: str, equal: bool) ->
 
 
 def test_tolerances_come_from_the_task() -> None:
+    # metadata tolerances apply when the prompt states no precision
     assert verdict("-1.37e-3", "number", "-0.0013674811612376526", rel_tol=5e-3) == (True, "")
     assert verdict("-1.5e-3", "number", "-0.0013674811612376526", rel_tol=5e-3)[0] is False
     assert verdict("12.3449", "number", "12.34", abs_tol=0.005 + 1e-6) == (True, "")
     assert verdict("12.36", "number", "12.34", abs_tol=0.005 + 1e-6)[0] is False
+    # a precision the prompt states wins over a looser rel_tol (issue 9: 5e-3 let 1.879e-06 pass)
+    power = {"prompt": "Compute 912.0685^-2. Return your final answer correct to 3 significant figures."}
+    assert verdict("1.20e-06", "number", "1.202112425968132e-06", rel_tol=5e-3, **power) == (True, "")
+    assert verdict("1.206e-06", "number", "1.202112425968132e-06", rel_tol=5e-3, **power)[0] is False
+
+
+@pytest.mark.parametrize(
+    ("prompt", "meta", "stated"),
+    [
+        ("What is the mean? Round to 2 decimal places.", {}, ("dec", 2)),
+        ("Give it rounded to three decimal places", {}, ("dec", 3)),
+        ("Return your final answer correct to 3 significant figures.", {}, ("sig", 3)),
+        ("How many days?", {}, None),
+        ("How many days?", {"decimals": 1}, ("dec", 1)),
+        ("Round to 2 decimal places.", {"sig_figs": 4}, ("sig", 4)),
+    ],
+)
+def test_precision_is_read_from_the_task(prompt: str, meta: dict[str, Any], stated: tuple[str, int] | None) -> None:
+    assert verifier.precision({"prompt": prompt, "metadata": meta}) == stated
 
 
 def test_expressions_are_compared_symbolically() -> None:
@@ -57,13 +77,17 @@ def test_expressions_are_compared_symbolically() -> None:
         False,
         "equivalent, but not expanded into a sum of terms",
     )
+    assert verdict("-448*x**4 - 448*x**4 + 2240*x**3 + 3584*x", "expression", expanded, form="expanded") == (
+        False,
+        "equivalent, but not simplified: multiply out the numbers and combine like terms",
+    )
 
 
 def test_structured_answers() -> None:
     assert verdict("138/583", "reduced_fraction", "138/583") == (True, "")
     assert verdict("276/1166", "reduced_fraction", "138/583") == (
         False,
-        "the value is right but not written as a fraction in lowest terms",
+        "276/1166 is not a fraction in lowest terms (denominator >= 2): simplify it",
     )
     assert verdict("3 × 2 × 2", "int_multiset", "2 × 2 × 3") == (True, "")
     assert verdict("2 × 3", "int_multiset", "2 × 2 × 3") == (False, "different numbers")
@@ -97,12 +121,14 @@ def test_final_messages_are_read_from_the_box_or_an_answer_line() -> None:
     [
         ({}, "no answer was submitted"),
         ({"answer": "  "}, "the answer is empty"),
-        ({"answer": "42 (unverified)"}, "expected a number, found the name(s) unverified"),
-        ({"answer": "__import__('os').system('id')"}, "unexpected character \"'\""),
-        ({"answer": "9**9**9**9"}, "cannot evaluate: power too large"),
+        ({"answer": "42 (unverified)"}, "'42 (unverified)' is an expression, not a value: compute it and give the result"),
+        ({"answer": "__import__('os').system('id')"}, "\"__import__('os').system('id')\" is an expression, not a value: compute it and give the result"),
+        ({"answer": "9**9**9**9"}, "'9**9**9**9' is an expression, not a value: compute it and give the result"),
         ({"answer": "1" * 30_000}, "answer longer than 20000 characters"),
-        ({"answer": "(lambda: 1)()"}, "unexpected character ':'"),
-        ({"answer": "1 +"}, "not a well-formed expression: '1 +'"),
+        ({"answer": "(lambda: 1)()"}, "'(lambda: 1)()' is an expression, not a value: compute it and give the result"),
+        ({"answer": "1 +"}, "'1 +' is an expression, not a value: compute it and give the result"),
+        ({"answer": "forty-two"}, "'forty-two' is an expression, not a value: compute it and give the result"),
+        ({"answer": "42abc"}, "unexpected text 'abc' after the number (units only where the task names them)"),
     ],
 )
 def test_bad_answers_are_rejected_with_a_reason(submission: dict[str, str], detail: str) -> None:
@@ -128,3 +154,36 @@ def test_verifier_agrees_with_sympy_and_math_verify(a: str, b: str) -> None:
     ours = verdict(a, "expression", b)[0]
     assert ours == sympy_equivalent(a, b)
     assert ours == math_verify_equivalent(b, a)
+
+
+_PIECES = ("1", "0", "9", "-", "+", "*", "/", "^", "(", ")", "{", "}", "[", "]", ",", ".", "e", "x", " ", "\\frac",
+           "\\sqrt", "√", "$", "\\boxed{", "=", "0x", "\\times", "10", "%", "days", "\\", "'", '"', "\n", "nan", "×")  # fmt: skip
+_KINDS = (("number", "12"), ("reduced_fraction", "3/4"), ("expression", "x**2 + 1"), ("int_multiset", "2 × 3"),
+          ("int_list", "1 2"), ("int_grid", "0 1\n1 0"), ("word_list", "a, b"), ("int_set", "{1}"), ("text", "a"))  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_random_answers_never_reach_the_last_resort_guard() -> None:
+    """Seeded fuzz: every odd string is rejected by a designed check, never by an exception
+    (verify_answer's catch-all exists so the sandbox never sees a crash, but should stay unused)."""
+    import random
+
+    rng = random.Random(20240901)
+    for i in range(3000):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 30)))
+        kind, expected = _KINDS[i % len(_KINDS)]
+        task = {"id": "t", "prompt": "How many days? Round to 2 decimal places." if i % 2 else "",
+                "metadata": {"answer_kind": kind, "answer": expected, **({"form": "expanded"} if i % 3 == 0 else {})}}  # fmt: skip
+        for submission in ({"answer": text}, {"content": f"\\boxed{{{text}}}"}):
+            report = verifier.verify_answer(submission, task)
+            assert all("could not be checked" not in c["detail"] for c in report["checks"]), (kind, text)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["\\boxed{" * 50_000, "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_001, "Answer: " + "9" * 1_000_000, "x" * 2_000_000],
+)
+def test_hostile_final_messages_are_rejected(content: str) -> None:
+    report = verifier.verify_answer({"content": content}, {"id": "t", "metadata": {"answer_kind": "number", "answer": "1"}})
+    assert not all(c["passed"] for c in report["checks"])
+    assert all("could not be checked" not in c["detail"] for c in report["checks"])
