@@ -1,24 +1,12 @@
 """Verifier of code-interpreter tasks: is the submitted answer an equivalent *value*?
 
-Runs in the bundle sandbox (``python -I -S``, standard library only).  Issue 9: an answer must be
-a value, never arithmetic that still needs computing — otherwise echoing the prompt's own
-expression (``478 / 1 + -682``, ``245.8034^7``) scores.  Accepted value forms of a number
-(docs/CODE_INTERPRETER.md, "Answer equivalence"):
-
-* integers (``-12``, ``1,234,567`` with 3-digit groups, ``0x1f`` / ``0b101`` / ``0o17``), decimals
-  (``12.50``, ``.5``), scientific notation (``1.23e+4``, ``1.23 \\times 10^{4}``);
-* fractions of integers in lowest terms with a denominator >= 2 (``3/4``, ``\\frac{3}{4}``,
-  ``\\frac34``, ``-\\frac{3}{4}``) — ``6/8`` or ``-242/22`` still need computing;
-* surds ``[r ±] k\\sqrt{n}[/m]`` with n >= 2 squarefree and k/m in lowest terms;
-* wrapped in ``\\boxed{}``, ``$..$``, ``\\(..\\)``, after ``x =``, after a currency sign, and
-  before a unit word that the task's prompt uses (``9 days``).
-
-Tolerance follows the task's own precision: "Round to N decimal places" (``|given - expected|``
-<= half a unit in the N-th place) or "N significant figures" (both rounded half-even to N
-figures, reasoning-gym's scorer); otherwise ``abs_tol`` / ``rel_tol`` metadata; otherwise exact.
-All arithmetic is exact (``Fraction``).  Symbolic answers (``expression``) are rational
-functions compared at random rational points.  Every input is bounded (length, nesting, signs,
-exponents, digits), and ``verify_answer`` never raises: a hostile answer is a failed check.
+Runs in the bundle sandbox (``python -I -S``, standard library only).  Issue 9: a number must be
+written as a value -- integer, decimal, scientific, fraction in lowest terms, simplified surd,
+with ``\\boxed``/``$``/``x =``/currency/units the prompt names -- never as arithmetic still to
+compute (echoing the prompt's ``478 / 1 + -682`` must not score).  Tolerance follows the task's
+stated precision, arithmetic is exact (``Fraction``), symbolic answers are rational functions
+compared at random rational points, every input is bounded, and ``verify_answer`` never raises.
+The accepted forms and the reasons are in docs/CODE_INTERPRETER.md, "Answer equivalence".
 """
 
 from __future__ import annotations
@@ -104,10 +92,12 @@ _LATEX_SPACES = (("\\left", ""), ("\\right", ""), ("\\displaystyle", ""), ("\\!"
 _HEX = re.compile(r"[+-]?0(?:[xX][0-9a-fA-F]+|[bB][01]+|[oO][0-7]+)")
 _PLAIN = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+))?")
 _SCI = re.compile(r"([+-]?)([1-9](?:\.\d*)?)\s*(?:\\times|\\cdot|×|·|\*)\s*10\s*(?:\^|\*\*)\s*\{?\s*([+-]?\d+)\s*\}?")
-_INTS = re.compile(r"([+-]?)\s*(\d+)")
-_TERM = re.compile(r"(\d*)\s*\*?\s*√(\d+)")  # k√n (k optional)
-_ROOTS = ((r"\\sqrt\s*\{\s*(\d+)\s*\}", r"√\1"), (r"\\sqrt\s*(\d)", r"√\1"), (r"\bsqrt\s*\(\s*(\d+)\s*\)", r"√\1"),
-          (r"√\s*\{\s*(\d+)\s*\}", r"√\1"), (r"√\s*\(\s*(\d+)\s*\)", r"√\1"))  # fmt: skip
+_RATIO = re.compile(r"([+-]?)\s*(\d+)\s*/\s*(\d+)")
+# [±] [p/q | k] √n [/m]: \frac{..}{..} and \sqrt{..} are rewritten to a/b and √n first
+_SURD = re.compile(r"([+-]?)\s*(?:(\d+)\s*/\s*(\d+)|(\d+))?\s*\*?\s*√(\d+)(?:\s*/\s*(\d+))?")
+_REWRITES = ((r"\\sqrt\s*\{\s*(\d+)\s*\}|\\sqrt\s*(\d)|\bsqrt\s*\(\s*(\d+)\s*\)|√\s*[{(]\s*(\d+)\s*[})]", r"√\1\2\3\4"),
+             (r"\\[dt]?frac\s*(?:\{\s*([+-]?\d*\s*√?\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d)\s*(\d))", r"\1\3/\2\4"),
+             (r"\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{([^{}]*)\}", r" \1"))  # fmt: skip
 
 
 def _int(digits: str) -> int:
@@ -115,18 +105,6 @@ def _int(digits: str) -> int:
         return int(digits, 0) if _HEX.fullmatch(digits) else int(digits)
     except ValueError:  # Python refuses int() of > 4300 digits
         raise AnswerError("number with too many digits") from None
-
-
-def _frac_parts(t: str) -> tuple[str, str] | None:
-    """(numerator, denominator) texts of ``a/b``, ``\\frac{a}{b}``, ``\\frac ab``."""
-    match = re.fullmatch(r"([+-]?)\s*\\[dt]?frac\s*(?:\{([^{}]*)\}\s*\{([^{}]*)\}|(\d)\s*(\d))", t)
-    if match:
-        sign, a, b = match.group(1), match.group(2) or match.group(4), match.group(3) or match.group(5)
-        return sign + a.strip(), b.strip()
-    if t.count("/") == 1:
-        a, b = t.split("/")
-        return a.strip(), b.strip()
-    return None
 
 
 def _reduced(p: int, q: int, strict: bool, what: str) -> Fraction:
@@ -147,54 +125,32 @@ def _rational(t: str, strict: bool) -> Num | None:
         power = _int(exponent) if exponent else 0
         if abs(power) > MAX_EXP10:
             raise AnswerError(f"exponent {power} is out of range (|exponent| <= {MAX_EXP10})")
-        if len(mantissa) > 4300:
-            raise AnswerError("number with too many digits")
-        value = Fraction(mantissa.replace(",", "")) * Fraction(10) ** power
+        value = Fraction(_int(mantissa.replace(",", "").replace(".", "") or "0"), 10 ** len(mantissa.partition(".")[2]))
+        value *= Fraction(10) ** power
         form = "sci" if exponent else "decimal" if "." in mantissa else "int"
         return Num(-value if sign == "-" else value, Fraction(0), 1, form)
-    parts = _frac_parts(t)
-    if parts and _INTS.fullmatch(parts[0]) and parts[1].isdigit():
-        sign, digits = _INTS.fullmatch(parts[0]).groups()  # type: ignore[union-attr]
-        p = _int(digits) * (-1 if sign == "-" else 1)
-        return Num(_reduced(p, _int(parts[1]), strict, t), Fraction(0), 1, "fraction")
+    match = _RATIO.fullmatch(t)
+    if match:
+        sign, p, q = match.groups()
+        return Num(_reduced(_int(sign + p), _int(q), strict, t), Fraction(0), 1, "fraction")
     return None
 
 
 def _surd(t: str, strict: bool) -> tuple[Fraction, int] | None:
-    """(coefficient, radicand) of ``[±]k√n``, ``k√n/m``, ``\\frac{k√n}{m}``, ``\\frac{k}{m}√n``."""
-    sign = -1 if t.startswith("-") else 1
-    t = t.lstrip("+-").strip()
-    coef, match = Fraction(1), _TERM.fullmatch(t)
+    """(coefficient, radicand) of ``[±]k√n``, ``k√n/m``, ``p/q√n``; None if ``t`` is none."""
+    match = _SURD.fullmatch(t)
     if match is None:
-        front = re.fullmatch(r"(\\[dt]?frac\s*\{[^{}]*\}\s*\{[^{}]*\})\s*\*?\s*√(\d+)", t)
-        if front:
-            value = _rational(front.group(1), strict)
-            if value is None or value.form != "fraction":
-                return None
-            coef, match = value.rat, _TERM.fullmatch("√" + front.group(2))
-        else:
-            parts = _frac_parts(t)
-            if not parts or not parts[1].isdigit():
-                return None
-            match = _TERM.fullmatch(parts[0].lstrip("+"))
-            if match is None:
-                return None
-            coef = _reduced(_int(match.group(1) or "1"), _int(parts[1]), strict, t)
-            match = _TERM.fullmatch("√" + match.group(2))
-    assert match is not None
-    coef *= _int(match.group(1) or "1")
-    rad = _int(match.group(2))
-    if strict and (rad < 2 or rad > MAX_ROOT or any(rad % (p * p) == 0 for p in range(2, math.isqrt(rad) + 1))):
+        return None
+    sign, p, q, k, n, m = match.groups()
+    if q and m:
+        raise AnswerError(f"{t[:60]!r} has two denominators: simplify it")
+    coef = _reduced(_int(p or k or "1"), _int(q or m or "1"), strict and bool(q or m), t)
+    rad = _int(n)
+    if strict and (rad < 2 or rad > MAX_ROOT or any(rad % (d * d) == 0 for d in range(2, math.isqrt(rad) + 1))):
         raise AnswerError(f"√{rad} is not a simplified surd (radicand >= 2, squarefree, <= {MAX_ROOT})")
     if not coef:
         raise AnswerError("a zero coefficient before a square root")
-    return sign * coef, rad
-
-
-def _top_level_sum(t: str) -> tuple[str, str, str] | None:
-    """``a ± b`` split at its one binary sign (not a sign of an exponent like 1e-5)."""
-    match = re.fullmatch(r"([+-]?[^+-]*[^+\-eE\s(\[{^*/])\s*([+-])\s*([^+-]+)", t)
-    return match.groups() if match else None  # type: ignore[return-value]
+    return (-coef if sign == "-" else coef), rad
 
 
 def read_number(text: str, prompt: str = "", strict: bool = True) -> Num:
@@ -202,26 +158,23 @@ def read_number(text: str, prompt: str = "", strict: bool = True) -> Num:
     t = clean(text)
     for old, new in _LATEX_SPACES:
         t = t.replace(old, new)
-    t = re.sub(r"\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{([^{}]*)\}", r" \1", t).strip()
-    for pattern, repl in _ROOTS:
+    for pattern, repl in _REWRITES:
         t = re.sub(pattern, repl, t)
-    if strict:
-        t = _strip_decorations(t, prompt)
+    t = _strip_decorations(t.strip(), prompt) if strict else t.strip()
     value = _rational(t, strict)
-    if value is not None:
-        return value
-    term = _surd(t, strict)
-    if term is not None:
-        return Num(Fraction(0), term[0], term[1], "surd")
-    split = _top_level_sum(t)
-    if split is not None:  # r ± k√n or k√n ± r
-        left, sign, right = (s.strip() for s in split)
+    term = None if value else _surd(t, strict)
+    if value or term:
+        return value or Num(Fraction(0), term[0], term[1], "surd")  # type: ignore[index]
+    # r ± k√n or k√n ± r: split at the one binary sign (not the sign of an exponent, 1e-5)
+    split = re.fullmatch(r"([+-]?[^+-]*[^+\-eE\s(\[{^*/])\s*([+-])\s*([^+-]+)", t)
+    if split:
+        left, sign, right = (s.strip() for s in split.groups())
         minus = "-" if sign == "-" else ""
-        for rat, term in ((_rational(left, strict), lambda: _surd(minus + right, strict)),
-                          (_rational(minus + right, strict), lambda: _surd(left, strict))):  # fmt: skip
-            surd = term() if rat is not None and rat.form != "sci" else None
-            if rat is not None and surd is not None:
-                return Num(rat.rat, surd[0], surd[1], "surd")
+        for rat_text, surd_text in ((left, minus + right), (minus + right, left)):
+            rat = _rational(rat_text, strict)
+            term = _surd(surd_text, strict) if rat and rat.form != "sci" else None
+            if rat and term:
+                return Num(rat.rat, term[0], term[1], "surd")
     if re.search(r"[-+*/^×÷·()]|\\[a-z]|\d\s+\d|[a-zA-Z]{2,}\s*\(", t):
         raise AnswerError(f"{t[:60]!r} is an expression, not a value: compute it and give the result")
     raise AnswerError(f"{t[:60]!r} is not a number")
@@ -262,20 +215,12 @@ def precision(task: dict) -> tuple[str, int] | None:
 
 
 def _round_sig(x: Fraction, figures: int) -> Fraction:
-    """``x`` rounded half-even to ``figures`` significant figures (exactly)."""
+    """``x`` rounded half-even to ``figures`` significant figures, exactly (reasoning-gym's rule)."""
     if not x:
         return x
-    exponent = len(str(abs(x.numerator) // abs(x.denominator))) - 1 if abs(x) >= 1 else -_leading_zeros(abs(x)) - 1
+    exponent = Context(prec=120).divide(Decimal(abs(x.numerator)), Decimal(x.denominator)).adjusted()
     unit = Fraction(10) ** (exponent - figures + 1)
     return round(x / unit) * unit
-
-
-def _leading_zeros(x: Fraction) -> int:
-    """For 0 < x < 1: how many zeros follow the decimal point before the first digit."""
-    zeros = 0
-    while x * 10 < 1:
-        x, zeros = x * 10, zeros + 1
-    return zeros
 
 
 def numbers_match(given: Num, expected: Num, task: dict) -> bool:
@@ -295,6 +240,7 @@ def numbers_match(given: Num, expected: Num, task: dict) -> bool:
 
 # -- symbolic answers: rational functions, exact ----------------------------------------------
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*|\.\d+)|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<op>\*\*|[-+*/()^]))")
+_OPS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__, ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
 _LATEX = ((r"\left", ""), (r"\right", ""), (r"\cdot", "*"), (r"\times", "*"), ("×", "*"), ("·", "*"), ("−", "-"),
           (r"\,", ""), (r"\!", ""), ("{", "("), ("}", ")"))  # fmt: skip
 
@@ -343,10 +289,6 @@ def parse(text: str) -> ast.Expression:
         raise AnswerError(f"not a well-formed expression: {text.strip()[:80]!r}") from None
 
 
-def names(tree: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-
-
 def evaluate(node: ast.AST, env: dict[str, Fraction]) -> Fraction:
     """Exact value of a whitelisted expression (numbers, variables, + - * /, integer powers)."""
     if isinstance(node, ast.Expression):
@@ -372,8 +314,7 @@ def evaluate(node: ast.AST, env: dict[str, Fraction]) -> Fraction:
             return a**b.numerator  # type: ignore[return-value]
         if isinstance(node.op, ast.Div) and not b:
             raise AnswerError("division by zero")
-        ops = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__, ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
-        out = ops[type(node.op)](a, b)
+        out = _OPS[type(node.op)](a, b)
         if out.numerator.bit_length() + out.denominator.bit_length() > MAX_BITS:
             raise AnswerError("number too large")
         return out
@@ -382,7 +323,7 @@ def evaluate(node: ast.AST, env: dict[str, Fraction]) -> Fraction:
 
 def same_expression(given: str, expected: str, seed: str, points: int = 6) -> bool:
     g, e = parse(given), parse(expected)
-    variables = sorted(names(g) | names(e))
+    variables = sorted({n.id for tree in (g, e) for n in ast.walk(tree) if isinstance(n, ast.Name)})
     rng = random.Random(seed)
     agreed = 0
     for _ in range(points * 4):
