@@ -61,6 +61,7 @@ TABLE: list[tuple[str, str, str, str, bool]] = [
     ("0x5b993", N, "375187", "", True),
     ("-0x3", N, "-3", "", True),
     ("375187", N, "0x5b993", "", True),
+    ("0b101", N, "5", "", True),
     ("2\\sqrt{3}", N, "2\\sqrt{3}", "", True),
     ("\\sqrt{2}/2", N, "\\frac{\\sqrt{2}}{2}", "", True),
     ("\\frac{1}{2}\\sqrt{2}", N, "\\sqrt{2}/2", "", True),
@@ -112,6 +113,7 @@ TABLE: list[tuple[str, str, str, str, bool]] = [
     ("\\sqrt{4}", N, "2", "", False),
     ("\\sqrt{12}", N, "2\\sqrt{3}", "", False),  # not simplified
     ("sqrt(16)", N, "4", "", False),
+    ("\\sqrt{100000007}", N, "1", "", False),  # radicand above the bound
     ("1 + \\sqrt{2} + 1", N, "2+\\sqrt{2}", "", False),
     ("12 apples", N, "12", "", False),  # a unit the task does not name
     ("2x", N, "2", EQUATION, False),
@@ -132,6 +134,7 @@ TABLE: list[tuple[str, str, str, str, bool]] = [
     ("\\frac{36}{146}", "reduced_fraction", "$\\frac{18}{73}$", "", False),  # prompt echo
     ("0.2465753424657534", "reduced_fraction", "18/73", "", False),  # not a fraction
     ("19/73", "reduced_fraction", "18/73", "", False),
+    ("3", "reduced_fraction", "3", "", True),
     # lists and sets
     ("['a', 'b']", "word_list", "a, b", "", True),  # issue
     ('["a", "b"]', "word_list", "a, b", "", True),
@@ -146,6 +149,7 @@ TABLE: list[tuple[str, str, str, str, bool]] = [
     ("3 \\times 2 \\times 2", "int_multiset", "2 × 2 × 3", "", True),
     ("2 × 6", "int_multiset", "2 × 2 × 3", "", False),
     ("12", "int_multiset", "2 × 2 × 3", "", False),
+    ("2^65", "int_multiset", "2 × 2 × 3", "", False),  # factor exponents up to 64
     ("\\{3, 1, 2\\}", "int_set", "{1, 2, 3}", "", True),
     ("\\{3, 1\\}", "int_set", "{1, 2, 3}", "", False),
     ("[[0,1],[1,0]]", "int_grid", "0 1\n1 0", "", True),
@@ -155,6 +159,8 @@ TABLE: list[tuple[str, str, str, str, bool]] = [
     ("x^2 + 2x + 1", "expression", "(x+1)**2", "", True),
     ("x**2 + 2*x", "expression", "(x+1)**2", "", False),
     ("(-8)^(1/3)*x", "expression", "-2*x", "", False),
+    ("x^20000", "expression", "x", "", False),  # integer powers up to 10,000
+    ("(9^9999)^20*x", "expression", "x", "", False),  # exact results up to 200,000 bits
 ]
 EXPANDED_ROWS = [
     ("6*x**2 + 3*x", "6*x**2 + 3*x", True),
@@ -207,7 +213,8 @@ _NO_PRECISION = "does not know the task's stated precision"
 _FORMAT = "does not read this notation"
 _TEXT = "drops text it does not understand (units the task never named, %)"
 MATH_VERIFY_DIFFERS = {
-    **{g: _FORMAT for g in ("1\\,234\\,567", "\\$12.34", "-$5", "1.5e3", "0x5b993", "-0x3", "375187")},
+    **{g: _FORMAT for g in ("1\\,234\\,567", "\\$12.34", "-$5", "1.5e3", "0x5b993", "-0x3", "375187",
+                                 "0b101")},
     **{g: _NO_PRECISION for g in ("3\\sqrt{2}", "1.87e-6", "1.8700047e-06", "105611.114", "-0.2044", "0.7500001",
                                   "0.2465753424657534")},
     **{g: _EVALUATES for g in ("478 / 1 + -682", "\\boxed{657 * 233}", "10^400", "-242 / 22", "24/2", "6/8",
