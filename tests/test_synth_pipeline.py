@@ -127,10 +127,12 @@ def test_kill_9_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path, 
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])["synthesis"]
     assert summary["requested"] == 8 and summary["resumed"] >= 4
-    keys = [json.loads(x)["key"] for x in journal.read_text().splitlines()]
+    records = [json.loads(x) for x in journal.read_text().splitlines()]
+    keys = [r["key"] for r in records]
     assert sorted(keys) == sorted(f"shipment-logistics-{i}" for i in range(8)) and len(keys) == 8
     placed = sorted(p.name for d in ("bundles", "rejected") if (out / d).is_dir() for p in (out / d).iterdir())
-    assert placed == sorted(keys)
+    assert placed == sorted(r["key"] for r in records if r["made"])  # a failed build leaves no directory
+    assert all(r["reasons"] == ["build_failed"] for r in records if not r["made"])
     assert not (out / ".staging").exists() or not any((out / ".staging").iterdir())
     with Store(db) as store:
         for name in os.listdir(out / "bundles"):
