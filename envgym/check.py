@@ -219,6 +219,8 @@ def check_task(
             ex_tried += 1
             verdict = verify(ex.submission, f"exploit {ex.name}")
             ex_rejected += not verdict.passed
+            if verdict.error is None and len(verdict.failed_names) == 1:
+                derived.setdefault(next(iter(verdict.failed_names)), f"exploit {ex.name}")
             if verdict.passed and not ex.gold_form:
                 ex_failed.append(ex.name)
         if ex_failed:

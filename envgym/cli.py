@@ -101,7 +101,8 @@ def print_check(report: object) -> None:
 
     assert isinstance(report, CheckReport)
     table = Table(title=f"envgym check {report.bundle}")
-    for col in ("task", "diff", "gold", "no-op rejected", "corruptions rejected", "reruns agree", "calls", "problems"):
+    for col in ("task", "diff", "gold", "no-op rejected", "corruptions rejected", "reruns agree", "calls",
+                "rules covered", "exploits rejected", "problems"):
         table.add_column(col)
     mark = {True: "[green]✓[/]", False: "[red]✗[/]"}
     for t in report.tasks:
@@ -113,6 +114,8 @@ def print_check(report: object) -> None:
             f"{t.corruptions_rejected}/{t.corruptions_tried} ({t.rejection_rate:.0%})",
             mark[t.reruns_agree],
             str(t.tool_calls),
+            f"{len(t.rules_covered)}/{len(t.rules)}",
+            f"{t.exploits_tried - len(t.exploits_failed)}/{t.exploits_tried}",
             "; ".join(t.problems)[:80],
         )
     console.print(table)

@@ -73,6 +73,8 @@ def verify_secret(submission, task):
     key = task["metadata"]["key"]
     want = sqlite().execute("SELECT value FROM notes WHERE key = ?", (key,)).fetchone()[0]
     got = submission.get("answer_text")
+    if not (isinstance(got, str) and got):  # staged: each check must be able to fail alone
+        return {"checks": [{"name": "answered", "passed": False, "detail": "no answer_text"}]}
     return {"checks": [
         {"name": "answered", "passed": isinstance(got, str) and bool(got), "detail": ""},
         {"name": "correct", "passed": got == want, "detail": f"expected the note {key!r}"},
