@@ -56,7 +56,9 @@ def test_every_episode_gets_a_fresh_namespace_process_and_filesystem(pool: SyncK
         "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
         "os.getpid()"
     )
-    old_pid = dirty.text
+    assert dirty.status == "ok", dirty.text
+    old_jail = first.session.kernel.jail
+    assert old_jail is not None and old_jail.alive()
     first.close()
     second = pool.acquire()
     try:
@@ -68,8 +70,13 @@ def test_every_episode_gets_a_fresh_namespace_process_and_filesystem(pool: SyncK
         assert check.status == "ok"
         assert check.text.startswith("False 1 False False [] ")
         # the pid namespace is fresh too, so pids repeat: the host-side process is what differs
-        assert second.session.kernel.jail.pid != first.session.kernel.jail.pid  # type: ignore[union-attr]
-        assert old_pid.strip().isdigit()
+        assert second.session.kernel.jail.pid != old_jail.pid  # type: ignore[union-attr]
+        # The released kernel is killed (in the background): its jail must be gone for good,
+        # with the sleeping thread and everything else it held.
+        old_jail.proc.wait(timeout=10)
+        assert not old_jail.alive()
+        with pytest.raises(ProcessLookupError):
+            os.kill(old_jail.pid, 0)
     finally:
         second.close()
 
