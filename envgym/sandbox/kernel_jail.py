@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -278,9 +279,15 @@ def launch(
     *,
     limits: JailLimits,
     env: dict[str, str] | None = None,
+    site_dir: Path | None = None,
+    site_names: Sequence[str] = (),
 ) -> JailedProcess:
     """Start ``python -m module args...`` in a fresh jail.  Raises SandboxUnavailable when
-    bubblewrap cannot run here.  Must be called off the event loop (it forks)."""
+    bubblewrap cannot run here.  Must be called off the event loop (it forks).
+
+    With ``site_dir`` (a site-packages directory), the jail sees only the entries
+    ``site_names`` of it: an empty read-only tmpfs hides the rest (issue 9: generator packages
+    must not be importable by the code being judged)."""
     root = os.geteuid() == 0
     probe(root)
     uid = allocate_uid() if root else None
@@ -301,6 +308,8 @@ def launch(
     argv += ["--perms", "01777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     if not venv.is_relative_to(Path(sys.base_prefix).resolve()):
         argv += _parents(venv) + ["--ro-bind", str(venv), str(venv)]
+    if site_dir is not None:
+        argv += _only(site_dir, site_names)
     argv += _parents(Path(JAIL_IPC)) + ["--bind", str(dirs.ipc), JAIL_IPC]
     argv += ["--bind", str(dirs.workspace), JAIL_WORKSPACE]
     argv += ["--proc", "/proc", "--dev", "/dev"]
@@ -329,6 +338,19 @@ def launch(
         stderr.close()
         raise SandboxUnavailable(f"cannot start bubblewrap: {exc}") from None
     return JailedProcess(proc, stderr, uid)
+
+
+def _only(site_dir: Path, names: Sequence[str]) -> list[str]:
+    """bwrap arguments that replace ``site_dir`` by a read-only view of ``names`` in it."""
+    site = site_dir.resolve()
+    args = ["--perms", "0755", "--tmpfs", str(site)]
+    for name in names:
+        if "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"site_names must be plain names in {site}, got {name!r}")
+        path = site / name
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    return args + ["--remount-ro", str(site)]
 
 
 def _user_processes() -> int:

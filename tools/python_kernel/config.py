@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from envgym.sandbox.kernel_jail import JailLimits
+from tools.python_kernel.packages import KERNEL_PACKAGES
 
 #: DeepSeek-V3.2 Appendix B, Table 7: "python will respond with the output of the execution or
 #: time out after 120.0 seconds".
@@ -24,6 +25,9 @@ class KernelConfig:
     reap_strays: bool = True  # processes a cell started do not outlive it
     preload: tuple[str, ...] = ()  # modules imported at kernel start (warm kernels have them)
     limits: JailLimits = field(default_factory=JailLimits)
+    # Distributions the kernel may import (with what they require); everything else in
+    # site-packages is hidden from it (issue 9: no generator packages).  None: all of them.
+    packages: tuple[str, ...] | None = KERNEL_PACKAGES
     # Options for the kernel process (traitlets command-line form).
     kernel_args: tuple[str, ...] = (
         "--HistoryManager.enabled=False",  # no sqlite history thread, no file under $HOME

@@ -24,6 +24,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from envgym.sandbox.kernel_jail import JAIL_IPC, JailDirs, JailedProcess, launch
 from tools.python_kernel.config import KernelConfig
 from tools.python_kernel.output import OutputCollector
+from tools.python_kernel.packages import site_entries, site_packages
 
 _POLL_S = 0.1  # how often a waiting execution checks that the kernel is still alive
 _PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
@@ -42,6 +43,11 @@ def _envgym_reap(*_):
 get_ipython().events.register("pre_run_cell", _envgym_reap)
 del _envgym_reap
 """
+
+_FONTS_CONF = (
+    '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n'
+    "<fontconfig><dir>/usr/share/fonts</dir><cachedir>/tmp/.cache/fontconfig</cachedir></fontconfig>\n"
+)
 
 
 def _parent(msg: dict[str, Any]) -> object:
@@ -88,20 +94,30 @@ class JailedKernel:
         }
         conn = self.dirs.ipc / "kernel.json"
         conn.write_text(json.dumps(info))
+        # The jail has no /etc: without a config, fontconfig (matplotlib's font scan) prints
+        # "Cannot load default config file" into the first cell that plots.
+        (self.dirs.ipc / "fonts.conf").write_text(_FONTS_CONF)
         args = ["-f", f"{JAIL_IPC}/kernel.json", *self.config.kernel_args]
         env = {
             "IPYTHONDIR": "/tmp/.ipython",
             "MPLCONFIGDIR": "/tmp/.matplotlib",
             "XDG_CACHE_HOME": "/tmp/.cache",
             "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+            "FONTCONFIG_FILE": f"{JAIL_IPC}/fonts.conf",
             # One BLAS/OpenMP thread: threads count against RLIMIT_NPROC, and cores are few.
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
         }
-        launching = asyncio.ensure_future(
-            asyncio.to_thread(launch, "ipykernel_launcher", args, self.dirs, limits=self.config.limits, env=env)
-        )
+        packages = self.config.packages
+
+        def start_jail() -> JailedProcess:  # in a thread: it forks, and the first listing reads metadata
+            view: dict[str, Any] = {}
+            if packages is not None:
+                view = {"site_dir": site_packages(), "site_names": site_entries(packages)}
+            return launch("ipykernel_launcher", args, self.dirs, limits=self.config.limits, env=env, **view)
+
+        launching = asyncio.ensure_future(asyncio.to_thread(start_jail))
         try:
             self.jail = await asyncio.shield(launching)
         except asyncio.CancelledError:  # the launch goes on in its thread: wait for it, kill it
