@@ -9,9 +9,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import jsonschema
+#: Deepest argument nesting accepted.  Real tool arguments are a few levels deep; far deeper
+#: values crash recursive code on the way (jsonschema's error formatting, pprint, json) with a
+#: RecursionError, so they are refused up front with a message instead (issue 8, item 4).
+MAX_ARGUMENT_DEPTH = 64
+_MAX_PROBLEM_CHARS = 300  # one validation problem, as shown to the agent
 
 from envgym.sandbox.base import CallOutcome, Sandbox, ToolSpec
 
@@ -57,6 +63,17 @@ def _type_check(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
     return lambda v: isinstance(v, list) and all(item(x) for x in v)
 
 
+#: JSON Schema counts 2.0 as an integer, but the tool is Python: ``"ab" * 2.0`` raises, and an
+#: ``int`` parameter must receive an int.  Integers are therefore ints here, as in the fast path
+#: (issue 8, item 10).
+StrictValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: _JSON_TYPES["integer"](value)
+    ),
+)
+
+
 @dataclass(frozen=True)
 class _FastCheck:
     """Accepts exactly what the JSON Schema accepts, for the simple schemas tools mostly have;
@@ -91,9 +108,7 @@ class ToolTable:
 
     def __init__(self, specs: list[ToolSpec]) -> None:
         self.specs = {s.name: s for s in specs}
-        self._validators = {
-            s.name: jsonschema.Draft202012Validator(s.parameters) for s in specs
-        }
+        self._validators = {s.name: StrictValidator(s.parameters) for s in specs}
         self._fast = {s.name: _FastCheck.build(s.parameters) for s in specs}
         self._schemas = [s.openai() for s in specs]
 
@@ -108,17 +123,42 @@ class ToolTable:
             return f"unknown tool {name!r}. Available tools: {known}"
         if not isinstance(arguments, Mapping):
             return f"arguments of {name} must be a JSON object, got {type(arguments).__name__}"
+        if _too_deep(arguments.values()):
+            return f"arguments of {name} are nested more than {MAX_ARGUMENT_DEPTH} levels deep"
         fast = self._fast[name]
         if fast is not None and fast.ok(arguments):
             return None
-        problems = sorted(self._validators[name].iter_errors(dict(arguments)), key=str)
+        try:
+            # islice: a huge argument can have thousands of errors; five are shown.
+            problems = list(islice(self._validators[name].iter_errors(dict(arguments)), 50))
+        except RecursionError:  # a schema recursing on itself; depth alone is checked above
+            return f"invalid arguments for {name}: they could not be checked (too deeply nested)"
         if not problems:
             return None
+        # Sorted by where and what, never by str(error): that pretty-prints the whole instance.
+        problems.sort(key=lambda e: ([str(p) for p in e.absolute_path], str(e.validator), e.message))
         lines = []
         for err in problems[:5]:
             where = ".".join(str(p) for p in err.absolute_path)
-            lines.append(f"{where}: {err.message}" if where else err.message)
+            lines.append(_short(f"{where}: {err.message}" if where else err.message))
         return f"invalid arguments for {name}: " + "; ".join(lines)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_PROBLEM_CHARS else text[: _MAX_PROBLEM_CHARS - 1] + "…"
+
+
+def _too_deep(values: Any) -> bool:
+    """Whether any value nests lists/objects more than MAX_ARGUMENT_DEPTH deep (iterative:
+    the point is to not recurse).  Flat arguments cost one isinstance check each."""
+    stack = [(v, 1) for v in values if isinstance(v, (list, dict))]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_ARGUMENT_DEPTH:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (list, dict)))
+    return False
 
 
 def render_value(value: Any) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
+    "CONTEXT_AUTHOR",
+    "ENV_AUTHOR",
     "ActionProblem",
     "AssistantMessage",
     "FunctionCallDict",
@@ -31,14 +33,24 @@ __all__ = [
     "call_label",
     "decode_arguments",
     "dump_json",
+    "env_message",
     "fallback_call_id",
+    "is_env_message",
     "json_error",
     "normalize_action",
     "normalize_call",
     "system_message",
     "tool_message",
+    "unique_call_ids",
     "user_message",
 ]
+
+#: ``name`` of the user messages the env writes itself (nudges, notes on a malformed turn).
+#: ``name`` is the chat-completions field for a participant's name, so APIs and templates
+#: accept it; thinking retention reads it to tell the env's nudges from a real new user turn.
+ENV_AUTHOR = "envgym"
+#: ``name`` of the messages the context manager writes when it compacts (summary, notice).
+CONTEXT_AUTHOR = "envgym-context"
 
 
 class FunctionCallDict(TypedDict):
@@ -60,6 +72,7 @@ class SystemMessage(TypedDict):
 class UserMessage(TypedDict):
     role: Literal["user"]
     content: str
+    name: NotRequired[str]  # ENV_AUTHOR / CONTEXT_AUTHOR on messages the env wrote
 
 
 class AssistantMessage(TypedDict):
@@ -252,6 +265,15 @@ def system_message(content: str) -> SystemMessage:
 
 def user_message(content: str) -> UserMessage:
     return {"role": "user", "content": content}
+
+
+def env_message(content: str, author: str = ENV_AUTHOR) -> UserMessage:
+    """A user-role message written by the env (or, with CONTEXT_AUTHOR, its context manager)."""
+    return {"role": "user", "content": content, "name": author}
+
+
+def is_env_message(message: Mapping[str, Any], author: str = ENV_AUTHOR) -> bool:
+    return message.get("role") == "user" and message.get("name") == author
 
 
 def assistant_message(
@@ -540,3 +562,36 @@ def normalize_call(
     if kind is not None or args is None:
         return fail("not_an_object", f"{label}: arguments must be a JSON object, got {detail}")
     return ToolCall(call_id, name, args, raw_args if isinstance(raw_args, str) and raw_args.strip() else None), None
+
+
+def unique_call_ids(action: NormalizedAction, taken: set[str], suffix: str) -> NormalizedAction:
+    """``action`` with every call id already in ``taken`` renamed ``<id>_<suffix>``; the ids of
+    the result are added to ``taken``.
+
+    Ids must be unique over an episode, not only within a turn: a tool reply names its call by
+    id, and fallback ids are derived from the turn's text, so a model repeating a turn (or
+    reusing ``"call_0"``) would otherwise produce the same ids twice (issue 8, item 10).  A
+    fresh ``suffix`` per turn keeps the renaming deterministic.
+    """
+    calls = action.message.get("tool_calls") or []
+    ids = [c["id"] for c in calls]
+    if taken.isdisjoint(ids):
+        taken.update(ids)
+        return action
+    rename: dict[str, str] = {}
+    used = taken | set(ids)
+    for old in ids:
+        if old in taken and old not in rename:
+            new = f"{old}_{suffix}"
+            while new in used:
+                new += "_"
+            used.add(new)
+            rename[old] = new
+    message: AssistantMessage = dict(action.message)  # type: ignore[assignment]
+    message["tool_calls"] = [{**c, "id": rename.get(c["id"], c["id"])} for c in calls]
+    tool_calls = tuple(replace(c, id=rename.get(c.id, c.id)) for c in action.tool_calls)
+    problems = tuple(
+        replace(p, call_id=rename[p.call_id]) if p.call_id in rename else p for p in action.problems
+    )
+    taken.update(c["id"] for c in message["tool_calls"])
+    return NormalizedAction(message, tool_calls, problems)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from envgym.context import (
+    DISCARD_NOTICE,
     SUMMARY_PREFIX,
     ContextManager,
     discard_all,
@@ -25,10 +26,16 @@ from envgym.context import (
     thinking_retention,
     tool_call_groups,
 )
+from envgym.messages import CONTEXT_AUTHOR, ENV_AUTHOR
 from envgym.tokens import ApproxTokenCounter, HFTokenCounter, TokenCounter, render_plain
 
 SYS = {"role": "system", "content": "sys"}
 USER = {"role": "user", "content": "task"}
+NOTICE = {"role": "user", "content": DISCARD_NOTICE, "name": CONTEXT_AUTHOR}
+
+
+def summary(text: str) -> dict:
+    return {"role": "user", "content": SUMMARY_PREFIX + text, "name": CONTEXT_AUTHOR}
 
 
 def asst(reasoning: str | None = None, call: str | None = None, content: str | None = None) -> dict:
@@ -98,6 +105,16 @@ def test_thinking_retention_drops_reasoning_after_a_new_user_message() -> None:
     ]  # fmt: skip
     assert [(d.index, d.what) for d in rendered.dropped] == [(2, "reasoning"), (4, "reasoning")]
     assert "§3.2.1" in rendered.dropped[0].reason
+
+
+def test_env_nudges_do_not_end_the_chain_unless_asked() -> None:
+    nudge = {"role": "user", "content": "No tool call was found.", "name": ENV_AUTHOR}
+    history = [SYS, USER, asst("r1", "c1"), tool("c1"), asst("r2", content="hmm"), nudge]
+    kept = thinking_retention(history)
+    assert kept.messages == history and kept.dropped == ()  # §3.2.1: not a new user message
+    ended = ContextManager(env_messages_end_turn=True).render(history)
+    assert [d.index for d in ended.dropped] == [2, 4]
+    assert ContextManager().render(history).dropped == ()  # the default is off
 
 
 def test_discard_reasoning_drops_it_as_soon_as_anything_follows() -> None:
@@ -213,8 +230,30 @@ def test_discard_all_keeps_users_and_plain_answers() -> None:
         tool("c9"),
     ]
     rendered = discard_all(history)
-    assert rendered.messages == [SYS, USER, asst(content="Bergen."), second]
+    # The notice tells the model its results are gone (otherwise it believes it never called).
+    assert rendered.messages == [SYS, USER, asst(content="Bergen."), second, NOTICE]
     assert [d.index for d in rendered.dropped] == [2, 3, 4, 5, 8, 9]
+
+
+def test_discard_all_twice_keeps_one_notice() -> None:
+    once = discard_all([SYS, USER, *tool_turns(2)]).messages
+    twice = discard_all([*once, asst("r9", "c9"), tool("c9")])
+    assert twice.messages == [SYS, USER, NOTICE]
+    assert twice.origins == (0, 1, None)
+
+
+def test_summary_replaces_the_earlier_summary() -> None:
+    seen: list[list[dict]] = []
+
+    def summarizer(messages: list[dict]) -> str:
+        seen.append(messages)
+        return f"summary {len(seen)}"
+
+    first = summarize([SYS, USER, *tool_turns(2)], summarizer).messages
+    second = summarize([*first, asst("r9", "c9"), tool("c9")], summarizer)
+    assert second.messages == [SYS, USER, summary("summary 2")]  # not stacked on summary 1
+    assert summary("summary 1") in seen[1]  # the summarizer saw what the first one said
+    assert [(d.index, d.what) for d in second.dropped] == [(2, "summary"), (3, "summary"), (4, "summary")]
 
 
 def test_summary_replaces_the_tool_call_history() -> None:
@@ -227,11 +266,7 @@ def test_summary_replaces_the_tool_call_history() -> None:
     history = [SYS, USER, *tool_turns(3)]
     rendered = summarize(history, summarizer)
     assert seen == [history]  # the whole overflowed trajectory, task included
-    assert rendered.messages == [
-        SYS,
-        USER,
-        {"role": "user", "content": SUMMARY_PREFIX + "Tokyo is 21C."},
-    ]
+    assert rendered.messages == [SYS, USER, summary("Tokyo is 21C.")]
     assert [(d.index, d.what) for d in rendered.dropped] == [(i, "summary") for i in range(2, 8)]
     assert rendered.origins == (0, 1, None)
 
@@ -320,7 +355,7 @@ def test_compact_with_summary_calls_the_summarizer_once() -> None:
     )
     new, dropped = cm.compact([SYS, USER, *tool_turns(2)])
     assert calls == [6]
-    assert new == [SYS, USER, {"role": "user", "content": SUMMARY_PREFIX + "so far: nothing"}]
+    assert new == [SYS, USER, summary("so far: nothing")]
     assert [(d.index, d.what) for d in dropped] == [
         (2, "summary"),
         (3, "summary"),
@@ -341,7 +376,7 @@ def test_env_flow_render_check_compact_render() -> None:
     assert cm.overflowing(rendered.messages)
     base, dropped = cm.compact(base)
     rendered = cm.render(base)
-    assert rendered.messages == [SYS, USER]
+    assert rendered.messages == [SYS, USER, NOTICE]
     assert len(dropped) == 8 and not cm.overflowing(rendered.messages)
 
 

@@ -9,6 +9,7 @@
 
 from .manager import DEFAULT_THRESHOLD, ContextManager
 from .overflow import (
+    DISCARD_NOTICE,
     OVERFLOW_STRATEGIES,
     SUMMARY_PREFIX,
     Summarizer,
@@ -29,6 +30,7 @@ from .policies import (
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "DISCARD_NOTICE",
     "OVERFLOW_STRATEGIES",
     "POLICIES",
     "SUMMARY_PREFIX",

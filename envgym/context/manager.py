@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from envgym.tokens import ApproxTokenCounter, TokenCounter
 
 from .overflow import OVERFLOW_STRATEGIES, Summarizer, discard_all, discard_fraction, summarize
-from .policies import POLICIES, Dropped, Message, Rendered
+from .policies import POLICIES, Dropped, Message, Rendered, thinking_retention
 
 DEFAULT_THRESHOLD = 0.8  # DeepSeek-V3.2 §4.4: strategies kick in past 80% of the window
 
@@ -35,6 +35,9 @@ class ContextManager:
         threshold: fraction of ``window`` past which the prompt overflows.
         counter: counts prompt tokens; None means :class:`ApproxTokenCounter`.
         summarizer: the summary writer, required by ``overflow="summary"``.
+        env_messages_end_turn: under thinking retention, whether the env's own user-role
+            nudges (``name == ENV_AUTHOR``) end the reasoning chain like a real user message.
+            Off by default: DeepSeek-V3.2 §3.2.1 keeps reasoning until a *new user message*.
     """
 
     policy: str = "thinking-retention"
@@ -43,6 +46,8 @@ class ContextManager:
     threshold: float = DEFAULT_THRESHOLD
     counter: TokenCounter | None = None
     summarizer: Summarizer | None = None
+    env_messages_end_turn: bool = False
+    _default_counter: TokenCounter = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -63,18 +68,22 @@ class ContextManager:
             )
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], not {self.threshold}")
+        # One default counter for the manager's life, since counters cache per-message counts.
+        object.__setattr__(self, "_default_counter", ApproxTokenCounter())
 
     def with_counter(self, counter: TokenCounter | None) -> ContextManager:
         return replace(self, counter=counter)
 
     def render(self, history: Sequence[Mapping[str, Any]]) -> Rendered:
         """The messages to show the model under the reasoning policy (no compaction)."""
+        if self.policy == "thinking-retention":
+            return thinking_retention(history, env_messages_end_turn=self.env_messages_end_turn)
         return POLICIES[self.policy](history)
 
     def count(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
     ) -> int:
-        counter = self.counter if self.counter is not None else ApproxTokenCounter()
+        counter = self.counter if self.counter is not None else self._default_counter
         return counter.count(messages, tools)
 
     @property
@@ -96,10 +105,19 @@ class ContextManager:
         overflows and the strategy still frees something.  Returns the new base history and
         what left it (indices into ``history``).  Without a strategy nothing changes.
         """
+        result = self.compact_tracked(history, tools)
+        return result.messages, result.dropped
+
+    def compact_tracked(
+        self, history: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> Rendered:
+        """:meth:`compact`, also giving ``origins``: the index in ``history`` each new message
+        came from (None for what the strategy wrote), so a caller whose ``history`` is itself
+        a compacted view can map everything back to its full transcript."""
         current = [dict(m) for m in history]
-        if self.overflow is None:
-            return current, ()
         origins: list[int | None] = list(range(len(history)))
+        if self.overflow is None:
+            return Rendered(current, (), tuple(origins))
         dropped: list[Dropped] = []
         while True:
             result = self._apply(current)
@@ -113,7 +131,7 @@ class ContextManager:
             current = result.messages
             if not self.overflowing(self.render(current).messages, tools):
                 break
-        return current, tuple(sorted(dropped, key=lambda d: d.index))
+        return Rendered(current, tuple(sorted(dropped, key=lambda d: d.index)), tuple(origins))
 
     def _apply(self, history: list[Message]) -> Rendered:
         if self.overflow == "discard-75":

@@ -3,8 +3,10 @@
 All three act on the *tool-call history*: the units are tool-call groups, an assistant message
 that carries ``tool_calls`` together with the ``tool`` messages that follow it.  A group is
 always removed whole, so no call loses its result and no result its call.  System and user
-messages and assistant messages without tool calls are never removed.  Each strategy is a pure
-function ``history -> Rendered``.
+messages and assistant messages without tool calls are never removed, except the messages an
+earlier compaction wrote (``name == CONTEXT_AUTHOR``): Summary and Discard-all replace those, so
+repeated overflows never stack summaries or notices.  Each strategy is a pure function
+``history -> Rendered``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
+
+from envgym.messages import CONTEXT_AUTHOR, env_message, is_env_message
 
 from .policies import DropKind, Dropped, Message, Rendered
 
@@ -23,6 +27,15 @@ SUMMARY_PREFIX = (
     "[Context summary] Earlier tool calls and their results were removed to free up context. "
     "Summary of what they established:\n\n"
 )
+DISCARD_NOTICE = (
+    "[Context reset] All earlier tool calls and their results were removed to free up context "
+    "(the task above still stands). Call the tools again for anything you still need."
+)
+
+
+def _earlier_compactions(history: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """The messages earlier compactions wrote, as one-message groups."""
+    return [[i] for i, m in enumerate(history) if is_env_message(m, CONTEXT_AUTHOR)]
 
 
 def tool_call_groups(history: Sequence[Mapping[str, Any]]) -> list[list[int]]:
@@ -52,18 +65,18 @@ def _without(
     reason: str,
     insert: Message | None = None,
 ) -> Rendered:
-    """``history`` minus ``groups``; ``insert`` takes the place of the last removed group."""
+    """``history`` minus ``groups``; ``insert`` goes right after the last removed message."""
     removed = {i for group in groups for i in group}
-    insert_at = groups[-1][0] if groups and insert is not None else -1
+    insert_at = max(removed) if removed and insert is not None else -1
     messages: list[Message] = []
     origins: list[int | None] = []
     for i, message in enumerate(history):
-        if i == insert_at:
-            messages.append(dict(insert or {}))
-            origins.append(None)
         if i not in removed:
             messages.append(dict(message))
             origins.append(i)
+        if i == insert_at:
+            messages.append(dict(insert or {}))
+            origins.append(None)
     dropped = tuple(Dropped(i, what, reason) for i in sorted(removed))
     return Rendered(messages, dropped, tuple(origins))
 
@@ -89,18 +102,25 @@ def discard_fraction(history: Sequence[Mapping[str, Any]], fraction: float = 0.7
 
 def discard_all(history: Sequence[Mapping[str, Any]]) -> Rendered:
     """Discard-all (§4.4): drop every tool-call group, restarting from the task with a fresh
-    context, like a "new context" tool."""
+    context, like a "new context" tool.  A notice (``DISCARD_NOTICE``, replacing any earlier
+    one) takes the groups' place, so the model knows why its results are gone instead of
+    repeating calls it believes it never made."""
     groups = tool_call_groups(history)
+    if not groups:
+        return _without(history, [], "message", "")
     reason = (
         "context passed its overflow threshold: all tool-call history was discarded "
         "(Discard-all, DeepSeek-V3.2 §4.4)"
     )
-    return _without(history, groups, "message", reason)
+    notice = env_message(DISCARD_NOTICE, CONTEXT_AUTHOR)
+    return _without(history, groups + _earlier_compactions(history), "message", reason, insert=notice)
 
 
 def summarize(history: Sequence[Mapping[str, Any]], summarizer: Summarizer) -> Rendered:
-    """Summary (§4.4): replace the whole tool-call history by one ``user`` message holding a
-    summary of it, placed where the last group was, and let the rollout go on from there.
+    """Summary (§4.4): replace the whole tool-call history, and any summary an earlier overflow
+    wrote, by one ``user`` message holding a summary of it, placed after the last thing it
+    replaces, and let the rollout go on from there.  The summarizer sees the whole history,
+    earlier summary included, so nothing it established is lost; summaries never stack.
 
     The summary is a user message because few chat templates accept a system message
     mid-conversation; under thinking retention it also (rightly) closes the old reasoning.
@@ -115,8 +135,8 @@ def summarize(history: Sequence[Mapping[str, Any]], summarizer: Summarizer) -> R
         f"context passed its overflow threshold: {len(groups)} tool-call groups were replaced "
         "by a summary (Summary, DeepSeek-V3.2 §4.4)"
     )
-    summary = {"role": "user", "content": SUMMARY_PREFIX + text}
-    return _without(history, groups, "summary", reason, insert=summary)
+    summary = env_message(SUMMARY_PREFIX + text, CONTEXT_AUTHOR)
+    return _without(history, groups + _earlier_compactions(history), "summary", reason, insert=summary)
 
 
 OVERFLOW_STRATEGIES: tuple[str, ...] = ("summary", "discard-75", "discard-all")

@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeAlias
 
+from envgym.messages import is_env_message
+
 Message: TypeAlias = dict[str, Any]
 DropKind: TypeAlias = Literal["reasoning", "message", "summary"]
 
@@ -80,11 +82,23 @@ def keep_all(history: Sequence[Mapping[str, Any]]) -> Rendered:
     return _strip_reasoning(history, 0, "")
 
 
-def thinking_retention(history: Sequence[Mapping[str, Any]]) -> Rendered:
+def thinking_retention(
+    history: Sequence[Mapping[str, Any]], *, env_messages_end_turn: bool = False
+) -> Rendered:
     """DeepSeek-V3.2 §3.2.1: earlier reasoning is dropped only once a new *user* message follows
     it; while only tool results are appended, the current chain keeps its reasoning so the model
-    does not re-derive it on every call.  Tool calls and results are always kept."""
-    last_user = max((i for i, m in enumerate(history) if m.get("role") == "user"), default=-1)
+    does not re-derive it on every call.  Tool calls and results are always kept.
+
+    The env's own user-role nudges (``name == ENV_AUTHOR``: "no tool call was found…") are not
+    a new user turn: §3.2.1 warns that simulating tool interactions through user messages loses
+    the retention benefit.  ``env_messages_end_turn=True`` counts them anyway.
+    """
+    last_user = -1
+    for i in range(len(history) - 1, -1, -1):  # backwards: the latest turn start is near the end
+        message = history[i]
+        if message.get("role") == "user" and (env_messages_end_turn or not is_env_message(message)):
+            last_user = i
+            break
     return _strip_reasoning(history, last_user, RETENTION_REASON)
 
 
