@@ -33,11 +33,41 @@ def test_reasoning_tasks_are_deterministic_and_difficulty_changes_the_generator(
 
 
 def test_every_generated_task_checks_against_reasoning_gym() -> None:
-    # generate() raises unless reasoning-gym's scorer, the verifier and sympy accept the reference
+    from reasoning_gym.factory import get_score_answer_fn
+
     made = reasoning.generate("logic", seed=1, per_generator=1, difficulties=(2,))
     assert len(made) == len(reasoning.generators("logic"))
+    tools = reasoning.bundle_module("tools")
     for item in made:
-        assert item.task["metadata"]["answer"] == item.rg_answer
+        task, meta = item.task, item.task["metadata"]
+        # reasoning-gym's entry rebuilt from the seed stored with the task, not from generate()
+        entry = reasoning.regenerate(task)
+        assert task["prompt"] == entry["question"].strip(), task["id"]
+        assert meta["answer"] == str(entry["answer"]), task["id"]
+        printed = tools.python(meta["reference_code"]).strip()
+        assert get_score_answer_fn(meta["generator"])(answer=printed, entry=entry) == 1.0, (task["id"], printed)
+
+
+def test_task_seeds_are_secret_and_cannot_be_recomputed_from_what_the_agent_sees() -> None:
+    """Issue 9 item 2: a cell that knew the generator regenerated a task from seed*1000+difficulty."""
+    from reasoning_gym.factory import DATASETS
+
+    a = reasoning.generate("math", per_generator=1, difficulties=(1,))
+    b = reasoning.generate("math", per_generator=1, difficulties=(1,))
+    assert [t.task["id"] for t in a] == [t.task["id"] for t in b]  # same ids, generators, difficulty
+    seeds = [t.task["metadata"]["rg_seed"] for t in a + b]
+    assert len(set(seeds)) == len(seeds)  # drawn per build, not a function of id/index/difficulty
+    assert sum(x.task["prompt"] != y.task["prompt"] for x, y in zip(a, b)) >= len(a) // 2
+    for item in a:
+        assert str(item.task["metadata"]["rg_seed"]) not in item.task["prompt"]
+    # The attack: regenerate with the conventional seeds (build seeds 0..49 under the old
+    # seed*1000+difficulty scheme, and every small integer) and look for the task's prompt.
+    candidates = sorted({s * 1000 + 1 for s in range(50)} | set(range(200)))
+    for name in ("basic_arithmetic", "count_primes"):
+        task = next(t.task for t in a if t.task["metadata"]["generator"] == name)
+        for candidate in candidates:
+            entry = DATASETS[name][0](config=reasoning._config(name, 1, seed=candidate, size=1))[0]
+            assert entry["question"].strip() != task["prompt"], (name, candidate)
 
 
 def test_unknown_family_and_difficulty_are_rejected(tmp_path: Path) -> None:

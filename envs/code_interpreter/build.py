@@ -19,7 +19,7 @@ from typing import Any
 from envgym.bundle import write_manifest
 from envs.code_interpreter import data_tasks, reasoning
 
-GENERATOR_VERSION = "code-interpreter-1"
+GENERATOR_VERSION = "code-interpreter-2"  # 2: secret generator seeds kept with each task
 CATEGORY = "code interpreter"
 FAMILIES = ("math", "logic", "data")
 CODE_FILES = ("tools.py", "solution.py", "verifier.py")
@@ -36,7 +36,7 @@ def build_bundle(
     out_dir: Path,
     *,
     families: Sequence[str] = FAMILIES,
-    seed: int = 0,
+    seed: int | None = None,
     per_generator: int = 1,
     difficulties: Sequence[int] = (1, 2, 3, 4, 5),
 ) -> Path:
@@ -45,6 +45,10 @@ def build_bundle(
     ``per_generator`` instances per reasoning-gym generator and difficulty, and per data
     template (data templates have a fixed difficulty each).  Every reference answer is checked
     against the bundle's own verifier (and reasoning-gym's scorer) while building.
+
+    ``seed`` None (the default) draws every generator seed from :mod:`secrets` and keeps it
+    with its task (reasoning.py); an explicit seed makes the build reproducible and therefore
+    guessable by an agent that knows this code: use it for tests, not for training data.
     """
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown or not families:
@@ -69,7 +73,7 @@ def build_bundle(
         shutil.copyfile(_TEMPLATES / name, out / name)
     write_manifest(
         out,
-        name=f"code-interpreter-{'-'.join(families)}-seed{seed}",
+        name=f"code-interpreter-{'-'.join(families)}-{'secret-seeds' if seed is None else f'seed{seed}'}",
         category=CATEGORY,
         description=DESCRIPTION,
         provenance={"agent": "procedural:code_interpreter", "model": None, "seed": seed},
@@ -83,9 +87,10 @@ def cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "envgym"
 
 
-def default_bundle_dir(family: str = "all", seed: int = 0) -> Path:
+def default_bundle_dir(family: str = "all", seed: int | None = None) -> Path:
     """The default bundle of ``family`` ("all" or one of FAMILIES), built once into the cache.
 
+    With ``seed`` None the build draws secret seeds (once: the cached bundle keeps them).
     Named by a hash of the generator version, the arguments and the source of this package, so
     an edited generator never serves a stale bundle; built in a temp directory and renamed
     into place, so concurrent callers never see half a bundle.

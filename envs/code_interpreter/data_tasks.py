@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,8 +113,11 @@ def _month(rng: random.Random, choices: Sequence[int] = tuple(range(1, 13))) -> 
     return {"month": month, "month_name": _MONTHS[month - 1]}
 
 
-def generate(state: Path, *, seed: int = 0, per_template: int = 2, difficulties: Sequence[int] = (1, 2, 3, 4, 5)) -> list[dict[str, Any]]:
-    """Write the datasets into ``state`` and return the tasks (tasks.jsonl lines)."""
+def generate(state: Path, *, seed: int | None = None, per_template: int = 2, difficulties: Sequence[int] = (1, 2, 3, 4, 5)) -> list[dict[str, Any]]:
+    """Write the datasets into ``state`` and return the tasks (tasks.jsonl lines).  ``seed``
+    None draws a secret one (the agent sees the data files, never how they were drawn)."""
+    if seed is None:
+        seed = secrets.randbits(63)
     write_datasets(state, seed)
     tools, verifier = bundle_module("tools"), bundle_module("verifier")
     rng = random.Random(f"code-interpreter-data-tasks-{seed}")

@@ -7,6 +7,13 @@ curriculum (reasoning-gym's ``create_curriculum``): every attribute at level
 ``min(difficulty - 1, its top level, cap)``, with caps where the top level would make prompts
 longer than a small model's window (a 100×100 Game of Life board).
 
+Seeds (issue 9, items 2 and 4): by default every (generator, difficulty) draws its generator
+seed from :mod:`secrets` at build time and the task stores it host-side
+(``metadata.rg_seed`` / ``rg_index``: the bundle's tasks.jsonl, which no kernel mounts), so an
+agent that knows the generator cannot regenerate the instance from the task id, index or
+difficulty.  An explicit build ``seed`` derives the seeds by hashing instead: reproducible,
+hence guessable, for tests and experiments only.
+
 Every task is checked at build time three ways: the reference program's output must be
 accepted by reasoning-gym's own scorer, by the bundle's verifier against reasoning-gym's
 answer, and (numbers and expressions) be sympy-equivalent to it.
@@ -15,9 +22,11 @@ answer, and (numbers and expressions) be sympy-equivalent to it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import io
 import json
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,10 +81,30 @@ def _params(name: str, entry: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def task_seed(seed: int | None, name: str, difficulty: int) -> int:
+    """The generator seed of (``name``, ``difficulty``): secret by default (``seed`` None), else
+    a hash of the explicit build seed (never the old, guessable ``seed * 1000 + difficulty``)."""
+    if seed is None:
+        return secrets.randbits(63)
+    digest = hashlib.sha256(f"code-interpreter\0{seed}\0{name}\0{difficulty}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def regenerate(task: dict[str, Any]) -> dict[str, Any]:
+    """Host side: reasoning-gym's entry of a built task, from the seed stored with it."""
+    from reasoning_gym.factory import DATASETS
+
+    meta = task["metadata"]
+    name, index = meta["generator"], int(meta["rg_index"])
+    config = _config(name, int(task["difficulty"]), seed=int(meta["rg_seed"]), size=index + 1)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return dict(DATASETS[name][0](config=config)[index])
+
+
 def generate(
     family: str,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     per_generator: int = 1,
     difficulties: Sequence[int] = (1, 2, 3),
 ) -> list[GeneratedTask]:
@@ -90,7 +119,8 @@ def generate(
         for difficulty in difficulties:
             if not 1 <= difficulty <= 5:
                 raise ValueError(f"difficulty must be 1..5, got {difficulty}")
-            config = _config(name, difficulty, seed=seed * 1000 + difficulty, size=per_generator)
+            rg_seed = task_seed(seed, name, difficulty)
+            config = _config(name, difficulty, seed=rg_seed, size=per_generator)
             dataset = DATASETS[name][0](config=config)
             for index in range(per_generator):
                 with contextlib.redirect_stdout(io.StringIO()):  # some generators print progress
@@ -104,6 +134,8 @@ def generate(
                     "answer_kind": kind,
                     "answer": str(entry["answer"]),
                     "reference_code": code,
+                    "rg_seed": rg_seed,
+                    "rg_index": index,
                     **extra,
                 }
                 if kind == "sudoku":
