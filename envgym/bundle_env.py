@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from envgym.bundle import Bundle, Task, load_bundle
 from envgym.context import ContextManager
 from envgym.core import Action, Env, Message, Observation
-from envgym.dispatch import DEFAULT_OUTPUT_CAP, ToolTable, outcome_to_result, run_tool
-from envgym.messages import normalize_action, tool_message
+from envgym.dispatch import DEFAULT_OUTPUT_CAP, ToolResult, ToolTable, outcome_to_result, run_tool
+from envgym.messages import NormalizedAction, env_message, normalize_action, tool_message, unique_call_ids
 from envgym.parsers import ToolCallParser, get_parser
 from envgym.sandbox import Limits, Sandbox, open_sandbox
 from envgym.state import EpisodeDirs
@@ -90,8 +90,10 @@ class BundleEnv(Env):
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         self.counter: TokenCounter | None = HFTokenCounter(_tokenizer(tokenizer)) if tokenizer is not None else None
         self.context = context if isinstance(context, ContextManager) else ContextManager(policy=context)
-        if self.context.counter is None and self.budgets.context_window is not None:
+        if self.context.counter is None and (self.counter is not None or self.budgets.context_window is not None):
             self.context = self.context.with_counter(self.counter or ApproxTokenCounter())
+        # One counter for the budget and info: counters cache per-message counts (tokens.py).
+        self._budget_counter: TokenCounter = self.counter or self.context.counter or ApproxTokenCounter()
         self.native_tools = native_tools
         self.reward_mode = reward
         self.output_cap = output_cap
@@ -126,6 +128,8 @@ class BundleEnv(Env):
             {"role": "user", "content": self.task.prompt},
         ]
         self._context = list(self.history)
+        self._origins: list[int | None] = [0, 1]  # index in history of each _context message
+        self._call_ids: set[str] = set()
         self._turns = 0
         self._tool_calls = 0
         self._errors: Counter[str] = Counter()
@@ -145,6 +149,7 @@ class BundleEnv(Env):
             parsed = self.parser.parse(action)
         else:
             parsed = normalize_action(action)
+        parsed = unique_call_ids(parsed, self._call_ids, f"t{self._turns}")
         self._append(parsed.message)
         verdict = self._run_calls(parsed)
         if verdict is None and not parsed.message.get("tool_calls") and not parsed.problems:
@@ -177,33 +182,76 @@ class BundleEnv(Env):
     def _append(self, message: Message) -> None:
         self.history.append(message)
         self._context.append(message)
+        self._origins.append(len(self.history) - 1)
 
-    def _run_calls(self, parsed: Any) -> Verdict | None:
-        """Run the turn's tool calls in order; returns the verdict if one was a valid submit."""
+    def _run_calls(self, parsed: NormalizedAction) -> Verdict | None:
+        """Answer every call of the turn in order, then add notes on the turn as a whole.
+
+        Tool replies come first, right after the assistant message and in its call order: chat
+        templates and OpenAI-style APIs reject a user message between an assistant's tool calls
+        and their results (issue 8, item 5).  Returns the verdict if a call was a valid submit.
+        """
         assert self.task is not None
         for problem in parsed.problems:
             self._errors[problem.kind] += 1
-            if problem.call_id is None:  # about the whole message: no call to answer
-                self._append({"role": "user", "content": f"Error: {problem.message}"})
-            else:
-                self._append(tool_message(problem.call_id, problem.name or "", f"Error: {problem.message}"))
+        per_call = {p.call_id: p for p in parsed.problems if p.call_id is not None}
+        runnable = {call.id: call for call in parsed.tool_calls}
         verdict: Verdict | None = None
-        for call in parsed.tool_calls:
-            if verdict is not None:
-                self._append(tool_message(call.id, call.name, "Skipped: the task was already submitted."))
+        for entry in parsed.message.get("tool_calls") or ():
+            call_id, name = entry["id"], entry["function"]["name"]
+            problem = per_call.pop(call_id, None)
+            call = runnable.get(call_id)
+            if problem is not None or call is None:
+                text = problem.message if problem is not None else "this call could not be read"
+                self._append(tool_message(call_id, (problem.name if problem else None) or name or "", f"Error: {text}"))
                 continue
-            if self._tool_calls >= self.budgets.max_tool_calls:
-                self._errors["tool_budget"] += 1
-                self._append(tool_message(call.id, call.name, "Error: tool-call budget exhausted."))
-                continue
-            self._tool_calls += 1
-            result = run_tool(self.sandbox, self.tools, call.name, call.arguments, output_cap=self.output_cap)
-            if result.error:
-                self._errors[result.error] += 1
-            self._append(tool_message(call.id, call.name, result.content))
-            if call.name == self.task.submit_tool and result.error is None:
+            content, ran = self._answer(call, submitted=verdict is not None)
+            self._append(tool_message(call.id, call.name, content))
+            if ran is not None and call.name == self.task.submit_tool and ran.error is None:
                 verdict = self._verify(dict(call.arguments))
+        notes = [p for p in parsed.problems if p.call_id is None] + list(per_call.values())
+        for problem in notes:  # about the whole message: no call to answer
+            self._append(env_message(f"Error: {problem.message}"))
         return verdict
+
+    def _answer(self, call: Any, *, submitted: bool) -> tuple[str, ToolResult | None]:
+        """The reply to one readable call, and the result when the tool ran."""
+        if submitted:
+            return "Skipped: the task was already submitted.", None
+        if self._tool_calls >= self.budgets.max_tool_calls:
+            self._errors["tool_budget"] += 1
+            return "Error: tool-call budget exhausted.", None
+        left = self._time_left()
+        if left is not None and left <= 0:  # checked between calls, not only after the step
+            self._errors["time_budget"] += 1
+            return "Error: the episode's time budget is used up; the call was not run.", None
+        self._tool_calls += 1
+        result = self._call_within(call, left)
+        if result.error:
+            self._errors[result.error] += 1
+        return result.content, result
+
+    def _call_within(self, call: Any, left: float | None) -> ToolResult:
+        """Run a validated call with its wall-clock limit cut to the time budget left.
+
+        Backends read ``sandbox.limits.call_timeout_s`` per call, so it is lowered for this
+        call only (the in-process backend enforces no timeouts at all).
+        """
+        limits = getattr(self.sandbox, "limits", None)
+        bounded = left is not None and isinstance(limits, Limits) and left < limits.call_timeout_s
+        try:
+            if bounded:
+                self.sandbox.limits = replace(limits, call_timeout_s=left)
+            return run_tool(self.sandbox, self.tools, call.name, call.arguments, output_cap=self.output_cap)
+        except Exception as err:  # noqa: BLE001 - step never raises on agent input; counted
+            return ToolResult(content=f"Error: {call.name} could not be run ({type(err).__name__})", error="internal_error")
+        finally:
+            if bounded:
+                self.sandbox.limits = limits
+
+    def _time_left(self) -> float | None:
+        budget = self.budgets.time_budget_s
+        return None if budget is None else budget - (time.monotonic() - self._started)
 
     def _final_answer(self, message: Message) -> Verdict | None:
         assert self.task is not None
@@ -214,7 +262,7 @@ class BundleEnv(Env):
             "No tool call was found in your last message. Use the tools to gather what you need, "
             f"then call `{self.task.submit_tool}` with your final answer."
         )
-        self._append({"role": "user", "content": nudge})
+        self._append(env_message(nudge))
         return None
 
     def _verify(self, submission: dict[str, Any]) -> Verdict:
@@ -240,18 +288,29 @@ class BundleEnv(Env):
         return bool(reasons)
 
     def _observe(self) -> Observation:
+        tools = self.tools.schemas()
         rendered = self.context.render(self._context)
-        if self.context.overflowing(rendered.messages, self.tools.schemas()):
-            self._context, dropped = self.context.compact(self._context, self.tools.schemas())
-            self._dropped.extend(d.to_dict() for d in dropped)
+        if self.context.overflowing(rendered.messages, tools):
+            compacted = self.context.compact_tracked(self._context, tools)
+            # Records index env.history: the base may itself be compacted already.
+            self._dropped.extend(
+                {**d.to_dict(), "index": self._origins[d.index]}
+                for d in compacted.dropped
+                if self._origins[d.index] is not None
+            )
+            self._origins = [None if o is None else self._origins[o] for o in compacted.origins]
+            self._context = compacted.messages
             rendered = self.context.render(self._context)
-        self._dropped_now = [d.to_dict() for d in rendered.dropped]
+        self._dropped_now = [
+            {**d.to_dict(), "index": self._origins[d.index]}
+            for d in rendered.dropped
+            if self._origins[d.index] is not None
+        ]
         self._rendered = rendered.messages
-        return {"messages": rendered.messages, "tools": self.tools.schemas()}
+        return {"messages": rendered.messages, "tools": tools}
 
     def _prompt_tokens(self) -> int:
-        counter = self.counter or self.context.counter or ApproxTokenCounter()
-        return counter.count(self._rendered, self.tools.schemas())
+        return self._budget_counter.count(self._rendered, self.tools.schemas())
 
     def _info(self, *, reward_components: dict[str, float]) -> dict[str, Any]:
         info: dict[str, Any] = {

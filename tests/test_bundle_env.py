@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import envgym
-from bundle_factory import make_notes_bundle
+from bundle_factory import TOOLS, make_notes_bundle
 from envgym.bundle_env import BundleEnv
-from envgym.context import ContextManager
+from envgym.context import DISCARD_NOTICE, SUMMARY_PREFIX, ContextManager
 from envgym.core import INFO_KEYS
 from envgym.tokens import ApproxTokenCounter
 
@@ -208,17 +208,24 @@ def test_budgets_truncate(bundle_dir: Path) -> None:
         env.close()
 
 
-def test_thinking_retention_in_observations(env: BundleEnv) -> None:
-    env.reset(seed=0)
-    obs, *_ = env.step(turn(call("list_keys", {}), reasoning="R1"))
-    obs, *_ = env.step(turn(call("get_note", {"key": "secret"}, "c2"), reasoning="R2"))
-    kept = [m.get("reasoning_content") for m in obs["messages"] if m["role"] == "assistant"]
-    assert kept == ["R1", "R2"]  # tool results alone never drop reasoning
-    obs, _, _, _, info = env.step({"role": "assistant", "content": "hmm", "reasoning_content": "R3"})
-    kept = [m.get("reasoning_content") for m in obs["messages"] if m["role"] == "assistant"]
-    assert kept == [None, None, None]  # the nudge is a new user message
-    assert {d["what"] for d in info["context_dropped"]} == {"reasoning"}
-    assert env.history[2]["reasoning_content"] == "R1"  # the trajectory keeps everything
+def test_thinking_retention_in_observations(bundle_dir: Path) -> None:
+    for ends, after_nudge in ((False, ["R1", "R2", "R3"]), (True, [None, None, None])):
+        cm = ContextManager(env_messages_end_turn=ends)
+        env = BundleEnv(bundle_dir, sandbox="inprocess", context=cm)
+        try:
+            env.reset(seed=0)
+            obs, *_ = env.step(turn(call("list_keys", {}), reasoning="R1"))
+            obs, *_ = env.step(turn(call("get_note", {"key": "secret"}, "c2"), reasoning="R2"))
+            kept = [m.get("reasoning_content") for m in obs["messages"] if m["role"] == "assistant"]
+            assert kept == ["R1", "R2"]  # tool results alone never drop reasoning
+            obs, _, _, _, info = env.step({"role": "assistant", "content": "hmm", "reasoning_content": "R3"})
+            kept = [m.get("reasoning_content") for m in obs["messages"] if m["role"] == "assistant"]
+            # The env's nudge is not a new user message (§3.2.1) unless the option says so.
+            assert kept == after_nudge, ends
+            assert {d["what"] for d in info["context_dropped"]} == ({"reasoning"} if ends else set())
+            assert env.history[2]["reasoning_content"] == "R1"  # the trajectory keeps everything
+        finally:
+            env.close()
 
 
 def test_overflow_compaction_is_recorded(bundle_dir: Path) -> None:
@@ -282,3 +289,139 @@ def test_token_counts_with_embedded_tokenizer(bundle_dir: Path) -> None:
         assert info["tokens"]["prompt"] > first
     finally:
         env.close()
+
+
+# -- issue 8: order, overflow, budgets, ids, validation ------------------------------------------
+
+NAP_TOOLS = TOOLS + '''
+
+def nap(seconds: float) -> str:
+    """Sleep.
+
+    Args:
+        seconds: how long.
+    """
+    import time
+
+    time.sleep(seconds)
+    return "rested"
+'''
+
+
+def assert_replies_follow_calls(messages: list[dict]) -> None:
+    """Every tool call is answered exactly once, right after its assistant message (before any
+    user message), and no tool message answers a call that is not right before it."""
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m["role"] == "tool":
+            raise AssertionError(f"orphan tool message at {i}: {m}")
+        i += 1
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            ids = [c["id"] for c in m["tool_calls"]]
+            replies = []
+            while i < len(messages) and messages[i]["role"] == "tool":
+                replies.append(messages[i]["tool_call_id"])
+                i += 1
+            assert replies == ids, (ids, replies)
+
+
+def test_turn_notes_come_after_the_tool_replies(env: BundleEnv) -> None:
+    env.reset(seed=0)
+    action = {"role": "assistant", "content": 5, "tool_calls": [call("list_keys", {}, "a"), call("nope", {}, "b")]}
+    obs, *_, info = env.step(action)
+    assert [m["role"] for m in obs["messages"]] == ["system", "user", "assistant", "tool", "tool", "user"]
+    assert obs["messages"][-1]["content"].startswith("Error: 'content' must be a string")
+    assert_replies_follow_calls(obs["messages"])
+    assert info["errors"] == {"bad_message": 1, "unknown_tool": 1}
+
+
+def test_discard_all_after_a_malformed_turn_leaves_no_orphan(bundle_dir: Path) -> None:
+    cm = ContextManager(policy="keep-all", overflow="discard-all", window=900)
+    env = BundleEnv(bundle_dir, sandbox="inprocess", context=cm)
+    try:
+        env.reset(seed=0)
+        for i in range(12):
+            action = turn(call("shout", {"text": "abcdefgh", "times": 20}, f"s{i}"))
+            action["content"] = 5  # a message-level problem every turn
+            obs, *_, info = env.step(action)
+            assert_replies_follow_calls(obs["messages"])
+        assert info["context_compactions"], "discard-all should have fired"
+        notices = [m for m in obs["messages"] if m["content"] == DISCARD_NOTICE]
+        assert len(notices) == 1  # the model is told, once
+    finally:
+        env.close()
+
+
+def test_summary_overflow_keeps_one_summary_and_records_index_history(bundle_dir: Path) -> None:
+    calls: list[int] = []
+
+    def summarizer(messages: list[dict]) -> str:
+        calls.append(len(messages))
+        return f"summary {len(calls)}"
+
+    cm = ContextManager(policy="keep-all", overflow="summary", window=1500, summarizer=summarizer)
+    env = BundleEnv(bundle_dir, sandbox="inprocess", context=cm)
+    try:
+        env.reset(seed=0)
+        for i in range(40):
+            obs, *_, info = env.step(turn(call("shout", {"text": "abcdefgh", "times": 3}, f"s{i}")))
+            summaries = [m for m in obs["messages"] if str(m["content"]).startswith(SUMMARY_PREFIX)]
+            assert len(summaries) <= 1, f"step {i}: summaries stacked"
+            assert_replies_follow_calls(obs["messages"])
+        assert 1 <= len(calls) <= 3  # re-initiated from the summary, not summarized every step
+        records = info["context_compactions"]
+        assert len({r["index"] for r in records}) == len(records)  # each message dropped once
+        for record in records:  # indices into env.history: the calls and results summarized
+            assert env.history[record["index"]]["role"] in ("assistant", "tool")
+        assert max(r["index"] for r in records) > len(obs["messages"])
+    finally:
+        env.close()
+
+
+def test_time_budget_is_checked_between_calls(bundle_dir: Path, tmp_path: Path) -> None:
+    env = BundleEnv(make_notes_bundle(tmp_path / "nap", tools=NAP_TOOLS), sandbox="inprocess", time_budget_s=0.3)
+    try:
+        env.reset(seed=0)
+        *_, truncated, info = env.step(turn(*(call("nap", {"seconds": 0.2}, f"n{i}") for i in range(8))))
+        assert truncated and info["truncated_by"] == "time_budget"
+        assert info["tool_calls"] <= 2 and info["errors"]["time_budget"] >= 6  # not all 8 ran
+    finally:
+        env.close()
+
+
+@pytest.mark.timeout(60)
+def test_call_timeout_is_bounded_by_the_time_left(tmp_path: Path) -> None:
+    env = BundleEnv(make_notes_bundle(tmp_path / "nap", tools=NAP_TOOLS), sandbox="bwrap", time_budget_s=1.0)
+    try:
+        env.reset(seed=0)
+        obs, *_, info = env.step(turn(call("nap", {"seconds": 8}, "n1")))
+        assert info["errors"] == {"timeout": 1}  # cut at the ~1 s left, not the 10 s call limit
+        assert env.sandbox.limits.call_timeout_s == 10.0  # restored for later calls
+    finally:
+        env.close()
+
+
+def test_integral_float_for_int_parameter_is_refused(env: BundleEnv) -> None:
+    env.reset(seed=0)
+    obs, *_, info = env.step(turn(call("shout", '{"text": "ab", "times": 2.0}')))
+    assert info["errors"] == {"bad_arguments": 1}
+    assert "2.0 is not of type 'integer'" in obs["messages"][-1]["content"]
+
+
+def test_fallback_ids_are_unique_across_turns(env: BundleEnv) -> None:
+    env.reset(seed=0)
+    same = {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "list_keys", "arguments": "{}"}}]}
+    env.step(same)
+    obs, *_ = env.step(same)
+    ids = [m["tool_call_id"] for m in obs["messages"] if m["role"] == "tool"]
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert_replies_follow_calls(obs["messages"])
+
+
+@pytest.mark.parametrize("depth", [65, 400, 800])
+def test_deeply_nested_arguments_get_an_error_reply(env: BundleEnv, depth: int) -> None:
+    env.reset(seed=0)
+    obs, *_, info = env.step(turn(call("get_note", '{"key": ' + "[" * depth + "]" * depth + "}")))
+    assert obs["messages"][-1]["role"] == "tool" and "nested more than 64 levels" in obs["messages"][-1]["content"]
+    assert info["errors"] == {"bad_arguments": 1}
