@@ -24,7 +24,7 @@ from envs.trip_planning.local import LocalBundle
 
 pytestmark = pytest.mark.timeout(300)
 
-# Every check name each verifier can report (hazmat: only when a drawn shipment is hazmat).
+# Every check name each verifier can report; the bundles built below report all of them.
 RULES: dict[str, set[str]] = {
     "retail": {"valid_json", "customer", "sku_exists", "category_order", "in_stock", "min_rating",
                "distinct_brands", "max_weight", "not_purchased_before", "total_correct", "budget",
@@ -33,7 +33,8 @@ RULES: dict[str, set[str]] = {
     "meetings": {"valid_json", "meetings_in_order", "start_format", "no_overlap", "working_hours",
                  "no_conflicts", "lunch_hour", "representative", "room_fits", "room_free", "smallest_room"},
     "shipments": {"valid_json", "shipments_in_order", "lanes_exist", "route_connects", "max_hops",
-                  "no_repeated_hub", "allowed_modes", "deadline", "capacity", "total_cost_correct", "budget"},
+                  "no_repeated_hub", "allowed_modes", "hazmat", "deadline", "capacity", "total_cost_correct",
+                  "budget"},
 }
 RECIPES: dict[str, tuple[Recipe, int]] = {"retail": (RETAIL, 3), "meetings": (MEETINGS, 2), "shipments": (SHIPMENTS, 3)}
 

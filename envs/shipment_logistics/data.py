@@ -71,25 +71,30 @@ def _rows(rng: random.Random) -> list[Base]:
     hubs.sort(key=lambda h: h.code)
     rows: list[Base] = list(hubs)
     lanes: list[Lane] = []
-    for a in hubs:
+    # Every near pair is joined both ways (each direction its own lane, price and capacity):
+    # a one-way network strands hubs, and out-and-back detours are what a revisit looks like.
+    pairs: set[tuple[int, int]] = set()
+    for i, a in enumerate(hubs):
         near = sorted((h for h in hubs if h is not a), key=lambda h: _km(a, h))[: rng.randint(3, 4)]
-        for b in near:
-            for mode, (speed, rate, (lo, hi), hazmat) in MODES.items():
-                if mode == "air" and _km(a, b) < 250 or rng.random() < 0.35:
-                    continue
-                km = _km(a, b) * rng.uniform(1.05, 1.3)
-                lanes.append(Lane(
-                    lane_id="", origin=a.code, destination=b.code, mode=mode,
-                    transit_hours=max(1, round(km / speed + (2 if mode == "air" else 0))),
-                    cost_per_kg=round(rate * km / 100 * rng.uniform(0.8, 1.25) + 0.05, 2),
-                    capacity_kg=50 * rng.randint(lo // 50, hi // 50), hazmat_ok=rng.random() < hazmat))
+        pairs |= {(i, hubs.index(b)) for b in near} | {(hubs.index(b), i) for b in near}
+    for i, j in sorted(pairs):
+        a, b = hubs[i], hubs[j]
+        for mode, (speed, rate, (lo, hi), hazmat) in MODES.items():
+            if mode == "air" and _km(a, b) < 250 or rng.random() < 0.35:
+                continue
+            km = _km(a, b) * rng.uniform(1.05, 1.3)
+            lanes.append(Lane(
+                lane_id="", origin=a.code, destination=b.code, mode=mode,
+                transit_hours=max(1, round(km / speed + (2 if mode == "air" else 0))),
+                cost_per_kg=round(rate * km / 100 * rng.uniform(0.8, 1.25) + 0.05, 2),
+                capacity_kg=50 * rng.randint(lo // 50, hi // 50), hazmat_ok=rng.random() < hazmat))
     for i, lane in enumerate(sorted(lanes, key=lambda x: (x.origin, x.destination, x.mode)), start=101):
         lane.lane_id = f"LN-{i}"
     rows += lanes
-    # Shipments travel a dozen busy corridors (sometimes starting one hub off), so several of
+    # Shipments travel eight busy corridors (sometimes starting one hub off), so several of
     # them want the same cheap lanes and lane capacity binds (tasks.py draws such groups).
-    corridors = [rng.sample(hubs, 2) for _ in range(12)]
-    for i in range(80):
+    corridors = [rng.sample(hubs, 2) for _ in range(8)]
+    for i in range(120):
         a, b = rng.choice(corridors)
         if rng.random() < 0.3:
             a = rng.choice([h for h in hubs if h is not b])

@@ -21,8 +21,8 @@ PER_RELAXATION = 40  # walks tried per shipment and relaxed rule
 # The rule a walk may break, and what else it may ignore: rules of later verifier stages are
 # not reported for a walk that fails an earlier one, so they need not hold.
 _LATER = {"modes": {"deadline", "capacity"}, "hazmat": {"deadline", "capacity"}, "deadline": {"capacity"},
-          "capacity": set(), "simple": {"modes", "hazmat", "deadline", "capacity"},
-          "hops": {"simple", "modes", "hazmat", "deadline", "capacity"}}
+          "capacity": set(), "simple": {"hops", "modes", "hazmat", "deadline", "capacity"},
+          "hops": {"modes", "hazmat", "deadline", "capacity"}}
 MAX_WALK = 7  # lanes in a walk that may ignore the hop limit
 
 
@@ -59,7 +59,7 @@ def _walks(world: World, s: ShipmentRow, meta: dict[str, Any], rule: str,
            later: set[str]) -> Iterator[tuple[LaneRow, ...]]:
     """Walks origin -> destination that break ``rule`` and keep every rule not in ``later``."""
     modes, relax = set(meta["allowed_modes"]), later | {rule}
-    hops = MAX_WALK if rule == "hops" else meta["max_hops"]
+    hops = MAX_WALK if rule == "hops" or "hops" in later else meta["max_hops"]
 
     def breaks(path: tuple[LaneRow, ...]) -> bool:
         if rule == "hops":

@@ -1,7 +1,7 @@
 """Verifier for routing tasks: every rule of ``task["metadata"]``, checked against the network.
 
 Check names, in stages: valid_json | shipments_in_order, lanes_exist | route_connects,
-max_hops | no_repeated_hub | allowed_modes (only when a mode is ruled out), hazmat (only when a
+no_repeated_hub | max_hops | allowed_modes (only when a mode is ruled out), hazmat (only when a
 shipment is hazmat) | deadline | capacity | total_cost_correct, budget.  A stage is reported
 only when every earlier stage passed: a rejected submission stays rejected, and each rule can
 fail on its own (issue 9: every rule has a per-rule witness).  An answer that does not parse reports valid_json alone.
@@ -24,7 +24,7 @@ def _stages(meta: dict) -> list[list[str]]:
         f"SELECT hazmat FROM shipments WHERE shipment_id IN ({','.join('?' * len(meta['shipments']))})",
         list(meta["shipments"])))
     modes = ["allowed_modes"] if set(meta["allowed_modes"]) < set(_MODES) else []
-    return [["shipments_in_order", "lanes_exist"], ["route_connects", "max_hops"], ["no_repeated_hub"],
+    return [["shipments_in_order", "lanes_exist"], ["route_connects", "no_repeated_hub"], ["max_hops"],
             modes + (["hazmat"] if hazmat else []), ["deadline"], ["capacity"], ["total_cost_correct", "budget"]]
 
 
