@@ -82,6 +82,13 @@ class JailLimits:
     max_processes: int = 64  # RLIMIT_NPROC on the jail's own uid (threads count too)
     max_file_bytes: int = 256 * 1024**2  # RLIMIT_FSIZE
     tmp_bytes: int = 256 * 1024**2  # size of the private /tmp tmpfs
+    workspace_bytes: int = 256 * 1024**2  # size of /workspace (its own tmpfs: quota.BoundedDir)
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "cpu_seconds", "max_processes", "max_file_bytes", "tmp_bytes", "workspace_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"JailLimits.{name} must be a positive int, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envgym.sandbox.kernel_jail import JailDirs
+from envgym.sandbox.quota import BoundedDir, sweep_stale
 from envgym.state import default_workdir_root
 from tools.python_kernel.config import KernelConfig
 from tools.python_kernel.kernel import JailedKernel, KernelStartError
 from tools.python_kernel.session import KernelSession
 
 _MAX_START_FAILURES = 3  # consecutive failed starts before acquire gives up
+_IPC_BYTES = 1024**2  # the IPC directory holds sockets, the connection file and a boot log
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class KernelPool:
         self._started = self._replaced = self._restarts = 0
         self._names = itertools.count(1)
         self._closed = False
+        # Each workspace and IPC directory is its own size-limited tmpfs (issue 8 item 2: a
+        # cell wrote 1 GiB into host /dev/shm); keyed by path, closed when the path is removed.
+        self._boxes: dict[Path, BoundedDir] = {}
 
     # -- life cycle ---------------------------------------------------------------------
     async def start(self, *, wait: bool = True) -> KernelPool:
@@ -116,6 +121,8 @@ class KernelPool:
             session.closed = True
         self._leased.clear()
         await asyncio.gather(*(k.shutdown() for k in kernels), return_exceptions=True)
+        for path in list(self._boxes):
+            self._remove_dir(path)
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -173,7 +180,7 @@ class KernelPool:
         """For a session: kill ``old`` and cold-start a kernel on the same working directory."""
         self._restarts += 1
         await old.shutdown()
-        shutil.rmtree(old.dirs.ipc, ignore_errors=True)
+        self._remove_dir(old.dirs.ipc)
         return await self._start_kernel(workspace=old.dirs.workspace, counted=False)
 
     # -- internals ----------------------------------------------------------------------
@@ -194,11 +201,9 @@ class KernelPool:
     async def _start_kernel(self, workspace: Path | None = None, *, counted: bool = True) -> JailedKernel:
         assert self.root is not None
         name = f"{next(self._names)}-{secrets.token_hex(3)}"
-        ipc = self.root / f"ipc-{name}"
-        ipc.mkdir(mode=0o711)  # bwrap (root without CAP_DAC_OVERRIDE) must traverse it
+        ipc = self._new_dir(f"ipc-{name}-", _IPC_BYTES)
         if workspace is None:
-            workspace = self.root / f"ws-{name}"
-            workspace.mkdir(mode=0o711)
+            workspace = self._new_dir(f"ws-{name}-", self.config.limits.workspace_bytes)
         kernel = JailedKernel(self.config, JailDirs(workspace=workspace, ipc=ipc))
         self._starting += counted
         try:
@@ -206,15 +211,31 @@ class KernelPool:
         except BaseException as exc:
             self._failures += 1
             self._last_error = str(exc)
-            shutil.rmtree(ipc, ignore_errors=True)
+            self._remove_dir(ipc)
             if counted:
-                shutil.rmtree(workspace, ignore_errors=True)
+                self._remove_dir(workspace)
             raise
         finally:
             self._starting -= counted
         self._failures = 0
         self._started += 1
         return kernel
+
+    def _new_dir(self, prefix: str, size: int) -> Path:
+        """A fresh directory on its own tmpfs of ``size`` bytes (a plain directory where this
+        process cannot mount: see quota.py).  0711: bwrap (root without CAP_DAC_OVERRIDE)
+        must traverse it."""
+        assert self.root is not None
+        box = BoundedDir(size, base=self.root, prefix=prefix, mode=0o711)
+        self._boxes[box.path] = box
+        return box.path
+
+    def _remove_dir(self, path: Path) -> None:
+        box = self._boxes.pop(path, None)
+        if box is not None:
+            box.close()  # unmount: the tmpfs's memory goes back with it
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
     def _retire(self, kernel: JailedKernel, workspace: Path | None = None) -> None:
         """Kill a kernel in the background; it counts against max_kernels until it is gone."""
@@ -224,8 +245,8 @@ class KernelPool:
             try:
                 await kernel.shutdown()
             finally:
-                shutil.rmtree(kernel.dirs.ipc, ignore_errors=True)
-                shutil.rmtree(workspace or kernel.dirs.workspace, ignore_errors=True)
+                self._remove_dir(kernel.dirs.ipc)
+                self._remove_dir(workspace or kernel.dirs.workspace)
                 self._dying -= 1
                 await self._notify()
                 self._wake_refill()
@@ -289,6 +310,7 @@ def _prune_orphans(parent: Path) -> None:
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
+            sweep_stale(entry)  # unmount its workspaces first: rmtree cannot remove a mount
             shutil.rmtree(entry, ignore_errors=True)
         except PermissionError:
             pass  # alive, someone else's
