@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import gc
 import json
+import os
+import stat
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -137,18 +140,52 @@ def schema(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
+def bundle_files(root: Path) -> list[str]:
+    """Every regular file of a bundle (relative POSIX paths, sorted), never following links.
+
+    A bundle travels as an archive, so a link in it can point anywhere on the host: hashing or
+    loading through ``state/notes -> /etc/shadow`` would read a host file (issue 8 item 10).
+    Links and special files (a FIFO would block the reader) are refused, naming the path.
+    """
+    root = Path(root)
+    found: list[str] = []
+    for directory, dirs, files in os.walk(root, followlinks=False):
+        base = Path(directory)
+        for name in [*dirs, *files]:
+            path = base / name
+            rel = path.relative_to(root).as_posix()
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                raise BundleError(rel, f"is a symbolic link (to {os.readlink(path)!r}); bundles may not contain links")
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise BundleError(rel, "is not a regular file or directory (a FIFO, socket or device)")
+            if stat.S_ISREG(mode):
+                found.append(rel)
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # bytecode caches are not content
+    return sorted(found)
+
+
 def hash_bundle(root: Path) -> str:
-    """SHA-256 over every file but the manifest, in sorted relative-path order."""
+    """SHA-256 over every file but the manifest, in sorted relative-path order (no links)."""
     root = Path(root)
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = path.relative_to(root).as_posix()
-        if rel == MANIFEST or "__pycache__" in path.parts:
+    for rel in bundle_files(root):
+        if rel == MANIFEST:
             continue
-        data = path.read_bytes()
+        data = _read_nofollow(root, rel)
         digest.update(f"{rel}\0{len(data)}\0".encode())
         digest.update(data)
     return "sha256:" + digest.hexdigest()
+
+
+def _read_nofollow(root: Path, rel: str) -> bytes:
+    """The bytes of ``root/rel``; a link swapped in after the walk fails (ELOOP) instead of being followed."""
+    try:
+        fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise BundleError(rel, f"cannot be read without following links: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def write_manifest(
@@ -187,6 +224,7 @@ def load_bundle(root: Path | str, *, verify_hash: bool = True) -> Bundle:
     if not (root / STATE_DIR).is_dir():
         raise BundleError(STATE_DIR, "required directory is missing")
 
+    bundle_files(root)  # refuses links and special files, also when the hash is not checked
     manifest = _manifest(_load_json(root / MANIFEST))
     if verify_hash:
         actual = hash_bundle(root)
@@ -240,17 +278,36 @@ def _manifest(data: Any) -> Manifest:
     )
 
 
-# CPython 3.11's AST validation is not thread-safe ("AST constructor recursion depth mismatch"
-# when envs are built from several threads at once, as rollout env pools do).
 _AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str, filename: str = "<bundle>") -> ast.Module:
+    """``ast.parse`` that is safe while other threads parse too (issue 8 item 9a).
+
+    CPython 3.11.7 keeps the counter that ``ast.parse`` uses while it converts its C tree into
+    Python objects in interpreter-wide state.  A garbage collection during that conversion can
+    run finalizers (``__del__``, weakref callbacks), i.e. bytecode, so the GIL may pass to
+    another thread; if that thread parses too, both share the counter and one of them fails with
+    ``SystemError: AST constructor recursion depth mismatch``.  A lock alone serializes only the
+    parses that take it (in-process tools, verifiers and synthesis code parse on their own), so
+    the collector is also paused for the parse: no finalizer runs, nothing hands the GIL over,
+    and this parse cannot be interleaved with any other.
+    """
+    with _AST_LOCK:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return ast.parse(source, filename=filename)
+        finally:
+            if enabled:
+                gc.enable()
 
 
 def _defined_functions(root: Path, file: str) -> dict[str, ast.FunctionDef]:
     """Top-level functions of a bundle module, parsed (never executed) on the host."""
     try:
-        source = (root / file).read_text()
-        with _AST_LOCK:
-            tree = ast.parse(source, filename=file)
+        source = _read_nofollow(root, file).decode()
+        tree = parse_python(source, filename=file)
     except SyntaxError as exc:
         raise BundleError(file, f"syntax error at line {exc.lineno}: {exc.msg}") from None
     except UnicodeDecodeError as exc:

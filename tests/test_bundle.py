@@ -124,3 +124,108 @@ def test_duplicate_task_ids_and_bad_json_line(tmp_path: Path) -> None:
     with pytest.raises(BundleError) as exc:
         load_bundle(root)
     assert exc.value.field == "line 2"
+
+
+# -- links and special files (issue 8 item 10) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "target"),
+    [
+        ("state/leak.txt", "/etc/passwd"),  # a file link to a host file
+        ("state/host", "/etc"),  # a directory link: its files would be hashed and read
+        ("state/inner/loop", "."),  # a link that stays inside is refused as well
+        ("tools.py", "/etc/hostname"),  # a code file that is a link
+    ],
+)
+def test_links_anywhere_in_a_bundle_are_refused_by_name(tmp_path: Path, where: str, target: str) -> None:
+    root = make_notes_bundle(tmp_path / "b")
+    link = root / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.exists():
+        link.unlink()
+    link.symlink_to(target)
+    for load in (lambda: hash_bundle(root), lambda: load_bundle(root), lambda: load_bundle(root, verify_hash=False)):
+        with pytest.raises(BundleError) as exc:
+            load()
+        assert exc.value.file == where
+        assert "symbolic link" in str(exc.value) and target in str(exc.value)
+
+
+def test_a_fifo_in_state_is_refused_not_read(tmp_path: Path) -> None:
+    import os
+
+    root = make_notes_bundle(tmp_path / "b")
+    os.mkfifo(root / "state" / "pipe")  # reading it would block the host forever
+    with pytest.raises(BundleError) as exc:
+        load_bundle(root, verify_hash=False)
+    assert exc.value.file == "state/pipe" and "not a regular file" in str(exc.value)
+
+
+# -- loading from many threads (issue 8 item 9a) ----------------------------------------------
+
+# Enough typed tools that converting the parse tree takes a while (more garbage collections
+# inside the conversion, where CPython 3.11.7 lets another thread's parse clobber its counter).
+MANY_TOOLS = TOOLS + "".join(
+    f'\n\ndef tool_{i}(a: int, b: str = "x") -> str:\n    """Tool {i}."""\n'
+    f"    return str([a + {i}, b * {i}, {{'k': (a, b)}}])\n"
+    for i in range(150)
+)
+
+
+class _Cycle:
+    """Cyclic garbage with a finalizer: a collection of it runs bytecode (and may switch threads)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        pass
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(240)
+def test_load_bundle_from_many_threads_while_other_code_parses(tmp_path: Path) -> None:
+    import ast
+    import sys
+    import threading
+
+    root = make_notes_bundle(tmp_path / "b", tools=MANY_TOOLS)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def other_parser() -> None:  # e.g. an in-process tool, a verifier or synthesis code
+        while not stop.is_set():
+            try:
+                ast.parse(MANY_TOOLS)
+            except SystemError:
+                pass  # unguarded code may still fail; only load_bundle is under test
+
+    def garbage() -> None:
+        while not stop.is_set():
+            _Cycle()
+
+    def loader() -> None:
+        for _ in range(25):
+            if errors:
+                return
+            try:
+                load_bundle(root, verify_hash=False)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as possible: the race shows quickly
+    background = [threading.Thread(target=other_parser), threading.Thread(target=garbage)]
+    loaders = [threading.Thread(target=loader) for _ in range(4)]
+    try:
+        for t in background + loaders:
+            t.start()
+        for t in loaders:
+            t.join()
+    finally:
+        stop.set()
+        for t in background:
+            t.join()
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:1]
