@@ -1,22 +1,27 @@
-"""Copy-on-reset of a bundle's ``state/`` into an episode directory that keeps its inode.
+"""Copy-on-reset of a bundle's ``state/`` into a fresh, size-limited episode directory.
 
-Sandboxes bind-mount the episode directory when their worker starts, so a reset must refill
-the *same* directory rather than replace it (a new directory would cost a new worker).  The
-directory is writable by untrusted code that may still be running, so the refill never
-follows a link: it unlinks what is there, then creates every file with
-``O_CREAT | O_EXCL | O_NOFOLLOW`` relative to directory descriptors.  Anything unexpected (a
-racing writer, a file that cannot be removed) raises :class:`StateRefreshError`; the caller
-then starts over in a brand-new directory.
+Issue 8 items 1-3: the episode directory is a :class:`~envgym.sandbox.quota.BoundedDir` (its
+own tmpfs with a size limit, so a tool cannot fill host RAM).  A refill never walks what the
+last episode left: it mounts a *fresh* tmpfs on the same path (``BoundedDir.wipe``) and writes
+the pristine files into it with ``O_CREAT | O_EXCL | O_NOFOLLOW`` relative to directory fds.
+A worker of the last episode that is still running keeps only the old, detached tmpfs; the
+sandbox sees that the directory is a new filesystem and starts a fresh worker for it
+(docs/SANDBOX.md, "Episodes").  Without mount rights the directory is renamed away and
+recreated instead (a new inode; no size limit: ``EpisodeDirs.bounded`` is False).
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from envgym.sandbox.quota import DEFAULT_QUOTA_BYTES, BoundedDir
+
+QUOTA_ENV = "ENVGYM_STATE_QUOTA_BYTES"  # overrides the default episode quota
 
 
 class StateRefreshError(OSError):
@@ -113,40 +118,106 @@ def _clear(dir_fd: int) -> None:
             os.unlink(entry.name, dir_fd=dir_fd)
 
 
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Hand every directory and single-link regular file under ``root`` to ``uid:gid``.
+
+    Walks with directory fds (``O_NOFOLLOW`` at every step, ``fchown`` on what was opened), so
+    a symlink, or a directory swapped for a symlink mid-walk, is never followed to a host file
+    (issue 8 item 1: ``os.walk`` + ``chown`` lost that race).  Hard-linked files are skipped (a
+    host file smuggled in on a shared filesystem); entries that vanish mid-walk are skipped.
+    """
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        _chown_fd_tree(fd, uid, gid)
+    finally:
+        os.close(fd)
+
+
+_GONE = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO, errno.EACCES)
+
+
+def _chown_fd_tree(dir_fd: int, uid: int, gid: int) -> None:
+    os.fchown(dir_fd, uid, gid)
+    for entry in os.scandir(dir_fd):
+        try:
+            info = os.stat(entry.name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                try:
+                    _chown_fd_tree(sub, uid, gid)
+                finally:
+                    os.close(sub)
+            elif stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+                # O_NONBLOCK: a file swapped for a FIFO must not hang the host.
+                fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
+                try:
+                    now = os.fstat(fd)
+                    if stat.S_ISREG(now.st_mode) and now.st_nlink == 1:
+                        os.fchown(fd, uid, gid)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                raise
+
+
+def quota_from_env(default: int = DEFAULT_QUOTA_BYTES) -> int:
+    raw = os.environ.get(QUOTA_ENV)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"${QUOTA_ENV} must be a number of bytes, got {raw!r}") from None
+    if value < 4096:
+        raise ValueError(f"${QUOTA_ENV} must be at least 4096 bytes, got {value}")
+    return value
+
+
 class EpisodeDirs:
-    """The private directories of one environment instance: one reusable episode state."""
+    """The private directories of one environment instance: the episode state (and scratch).
 
-    def __init__(self, source: Path) -> None:
+    ``quota_bytes`` (default ``$ENVGYM_STATE_QUOTA_BYTES`` or 256 MiB) is what an episode may
+    add to the pristine state: each directory's tmpfs holds the pristine bytes plus the quota.
+    """
+
+    def __init__(self, source: Path, quota_bytes: int | None = None) -> None:
         self.pristine = PristineState(source)
-        root = default_workdir_root()
-        self.root = Path(tempfile.mkdtemp(prefix="envgym-", dir=root))
-        self._n = 0
-        self.current = self._fresh_dir()
+        quota = quota_from_env() if quota_bytes is None else quota_bytes
+        if not isinstance(quota, int) or isinstance(quota, bool) or quota < 4096:
+            raise ValueError(f"quota_bytes must be an int of at least 4096, got {quota_bytes!r}")
+        pristine_bytes = sum(len(e.data or b"") + 4096 for e in self.pristine.entries)
+        self.size_bytes = quota + pristine_bytes
+        # Directly under the work base (not in a private subdirectory), so that the first
+        # BoundedDir of a later process sweeps the mounts a killed process left there.
+        self.root = default_workdir_root() or Path(tempfile.gettempdir())
+        self._boxes: dict[str, BoundedDir] = {}
+        self.current = self._box("state").path
+        self.bounded = self._boxes["state"].bounded
 
-    def _fresh_dir(self) -> Path:
-        self._n += 1
-        path = self.root / f"state-{self._n}"
-        path.mkdir()
-        return path
+    def _box(self, name: str) -> BoundedDir:
+        box = self._boxes.get(name)
+        if box is None:
+            box = self._boxes[name] = BoundedDir(self.size_bytes, base=self.root, prefix=f"envgym-{name}-", mode=0o755)
+        return box
 
     def refill(self) -> Path:
-        """A pristine state in the current directory (or a new one if refilling failed)."""
-        try:
-            self.pristine.write_into(self.current)
-        except OSError:
-            shutil.rmtree(self.current, ignore_errors=True)
-            self.current = self._fresh_dir()
-            self.pristine.write_into(self.current)
-        return self.current
+        """A pristine state on a fresh filesystem at the episode path (see the module doc)."""
+        return self._refill("state")
+
+    def _refill(self, name: str) -> Path:
+        box = self._box(name)
+        box.wipe()
+        self.pristine.write_into(box.path)
+        return box.path
 
     def scratch(self, name: str) -> Path:
         """A separate pristine copy (e.g. for running a gold solution beside the episode)."""
-        path = self.root / name
-        if path.exists():
-            shutil.rmtree(path)
-        path.mkdir()
-        self.pristine.write_into(path)
-        return path
+        if name == "state" or "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"scratch name must be a plain name other than 'state', got {name!r}")
+        return self._refill(name)
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        for box in self._boxes.values():
+            box.close()
+        self._boxes.clear()

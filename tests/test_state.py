@@ -1,4 +1,4 @@
-"""Copy-on-reset: the episode directory keeps its inode, is refilled exactly, never follows links."""
+"""Copy-on-reset: the episode path is refilled exactly, on a fresh bounded filesystem, never following links."""
 
 from __future__ import annotations
 
@@ -15,22 +15,27 @@ def _make_source(root: Path) -> Path:
     return root
 
 
-def test_refill_restores_exact_contents_in_same_directory(tmp_path: Path) -> None:
+def test_refill_restores_exact_contents_at_the_same_path_on_a_new_filesystem(tmp_path: Path) -> None:
     dirs = EpisodeDirs(_make_source(tmp_path / "src"))
     try:
         first = dirs.refill()
-        inode = first.stat().st_ino
         (first / "db.sqlite").write_bytes(b"changed")
         (first / "junk").write_text("left by the episode")
         (first / "sub" / "deeper").mkdir()
-        second = dirs.refill()
-        assert second == first and second.stat().st_ino == inode
+        old = os.open(first, os.O_RDONLY | os.O_DIRECTORY)  # what a stale worker still holds
+        try:
+            second = dirs.refill()
+            # The old directory was replaced, not emptied: its holder keeps the old files.
+            assert "junk" in os.listdir(old)
+        finally:
+            os.close(old)
+        assert second == first
         files = sorted(p.relative_to(second).as_posix() for p in second.rglob("*"))
         assert files == ["db.sqlite", "sub", "sub/notes.txt"]
         assert (second / "db.sqlite").read_bytes() == b"pristine-db"
     finally:
         dirs.cleanup()
-    assert not dirs.root.exists()
+    assert not first.exists()
 
 
 def test_refill_never_writes_through_symlinks(tmp_path: Path) -> None:

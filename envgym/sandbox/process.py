@@ -8,6 +8,14 @@ and the last ``reset`` so the next call after a crash works on the same episode 
 
 Latency matters (an RL rollout makes thousands of tool calls): one request is one ``write``,
 one ``poll`` and usually one ``read`` on each side, with compact JSON.
+
+Isolation (issue 8 item 3, docs/SANDBOX.md "Episodes and restarts"): every ``reset`` starts a
+fresh worker, so no code of an earlier episode runs in a later one; and after every op the
+host looks at the worker from outside (:meth:`WorkerHandle.quiet`: one thread, no other
+process in the sandbox).  A worker that is not quiet is replaced before the next request, so
+a thread or process a call left behind never sees another request nor the channel its reply
+would travel on.  Bundle code can forge anything *within* its own call (that is the same as
+the tool returning that value); the host trusts nothing the worker says about itself.
 """
 
 from __future__ import annotations
@@ -61,7 +69,10 @@ class WorkerHandle(abc.ABC):
 
     @abc.abstractmethod
     def kill(self) -> None:
-        """Kill the worker and everything it started, release its fds; idempotent."""
+        """Kill the worker and everything it started, release its fds; idempotent.
+
+        Returns when nothing of the sandbox runs any more (or after a bounded wait), so the
+        state can be handed to a new worker without a writer of the old one racing it."""
 
     @abc.abstractmethod
     def death(self) -> tuple[CallError, str]:
@@ -70,6 +81,11 @@ class WorkerHandle(abc.ABC):
     @abc.abstractmethod
     def diagnostics(self) -> str:
         """Host-side details (stderr of the launcher, ...) for startup failures."""
+
+    def quiet(self) -> bool:
+        """Checked by the host from outside after each op: True when the worker is one thread
+        and nothing else of the sandbox runs.  Backends that cannot see inside say True."""
+        return True
 
 
 def signal_death(signum: int) -> tuple[CallError, str]:
@@ -205,6 +221,7 @@ class ProcessSandbox(Sandbox):
         self._bound: Path | None = None  # the state dir the live worker has mounted
         self._state: Path | None = None  # the state dir of the current episode
         self._load: dict[str, Any] | None = None
+        self._tainted = False  # the live worker left something running: replace it
         self._closed = False
 
     # -- backend hooks ---------------------------------------------------------------------
@@ -246,23 +263,13 @@ class ProcessSandbox(Sandbox):
         state = Path(state_dir).resolve()
         if not state.is_dir():
             raise FileNotFoundError(f"episode state directory {state} does not exist")
-        if self._conn is not None and state != self._bound:
-            # Mounts are fixed when the worker starts: a new episode directory means a new
-            # worker (which also gives each episode a fresh interpreter).
-            self._discard()
+        # A fresh worker per episode: nothing the last episode started (threads, processes,
+        # patched modules, globals) can run in this one.  The old worker is dead when
+        # _discard returns; the new one boots while the caller renders the first prompt and
+        # the policy thinks (its replies are read at the next op).
+        self._discard()
         self._state = state
-        if self._conn is None:
-            # Launch now, read its replies at the next op: the interpreter boots while the
-            # caller renders the first prompt and the policy thinks.
-            self._start()
-            return
-        self._prepare_state(state)  # the host may have added files since the worker started
-        try:
-            reply = self._exchange({"op": "reset", "state_dir": SANDBOX_STATE}, self.limits.call_timeout_s)
-        except WorkerDied:
-            return  # discarded; the next op restarts it on this state
-        if not reply.get("ok"):
-            self._discard()
+        self._start()
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
         request = {"op": "call", "name": name, "arguments": arguments}
@@ -294,6 +301,9 @@ class ProcessSandbox(Sandbox):
                 message = (self._load or {}).get("message", "the bundle failed to load")
                 return CallOutcome(ok=False, error=CallError.EXCEPTION, message=message), {}
             reply = self._exchange(request, timeout, conn)
+            if not conn.handle.quiet():
+                # Something of this call still runs: it must not see the next request.
+                self._tainted = True
         except WorkerDied as exc:
             reply = {"ok": False, "error": exc.kind.value, "message": exc.message}
         duration = time.perf_counter() - start
@@ -325,6 +335,8 @@ class ProcessSandbox(Sandbox):
         """The live worker's connection, starting (and re-loading) a worker when needed."""
         if self._closed:
             raise RuntimeError("sandbox is closed")
+        if self._tainted:
+            self._discard()
         if self._conn is None:
             self._start()
         if self._boot is not None:
@@ -380,6 +392,7 @@ class ProcessSandbox(Sandbox):
 
     def _discard(self) -> None:
         conn, self._conn, self._bound, self._boot = self._conn, None, None, None
+        self._tainted = False
         if conn is not None:
             conn.handle.kill()
         self._live.clear()
