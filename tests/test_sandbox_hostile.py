@@ -135,6 +135,11 @@ def whoami() -> dict[str, object]:
     return {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "groups": os.getgroups()}
 
 
+def environment() -> dict[str, str]:
+    """The worker's own environment (os.environ: readable whatever /proc allows)."""
+    return dict(os.environ)
+
+
 def import_host_package(name: str) -> str:
     """Import a package from the host's virtualenv."""
     __import__(name)
@@ -220,6 +225,13 @@ def test_host_environment_does_not_leak(
     monkeypatch.setenv("ENVGYM_TEST_API_KEY", "hunter2")
     with open_sandbox(bundle, backend, LIMITS) as sandbox:
         sandbox.reset(state)
+        # Issue 8 item 11: /proc/*/environ is unreadable after the privilege drop, so reading
+        # it alone passed even with the secret in the worker's environment.  os.environ is
+        # the worker's real environment; the call must succeed for the check to mean anything.
+        outcome = sandbox.call_tool("environment", {})
+        assert outcome.ok, outcome
+        assert "LANG" in outcome.value or "PATH" in outcome.value
+        assert "ENVGYM_TEST_API_KEY" not in outcome.value and "hunter2" not in repr(outcome.value)
         for pid in ("self", "1"):
             outcome = sandbox.call_tool("read_file", {"path": f"/proc/{pid}/environ"})
             assert "hunter2" not in str(outcome.value) and "ENVGYM_TEST_API_KEY" not in str(outcome.value)
