@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
-from envgym.sandbox.bwrap import PACKAGE_DIR, SANDBOX_PACKAGE, WORKER, allocate_uid
+from envgym.sandbox.bwrap import PACKAGE_DIR, SANDBOX_PACKAGE, WORKER, _children, allocate_uid, tree_quiet
 from envgym.sandbox.process import (
     SANDBOX_BUNDLE,
     SANDBOX_STATE,
@@ -31,6 +31,7 @@ from envgym.sandbox.process import (
     WorkerHandle,
     signal_death,
 )
+from envgym.state import chown_tree
 
 RUN_DIR = os.environ.get("ENVGYM_DOCKER_RUN", "/run/envgym-docker")
 DEFAULT_SOCKET = f"{RUN_DIR}/docker.sock"
@@ -100,6 +101,26 @@ class DockerWorker(WorkerHandle):
             listener.close()
             path.unlink(missing_ok=True)  # one connection only: nobody else may dial in
         self.read_fd = self.write_fd = self.sock.fileno()
+        self._tree: tuple[int, int] | None = None
+        self._blind = False  # the engine's pids are not ours (another pid namespace)
+
+    def _locate(self) -> tuple[int, int] | None:
+        """Host pids of the container's init (``init=True``) and of the worker under it."""
+        if self._tree is None and not self._blind and not self._killed:
+            try:
+                init = int(self.client.api.inspect_container(self.container.id)["State"]["Pid"])
+                (worker,) = _children(init)
+            except Exception:  # noqa: BLE001 - no such pid here: the engine runs elsewhere
+                self._blind = True
+                return None
+            self._tree = (init, worker)
+        return self._tree
+
+    def quiet(self) -> bool:
+        tree = self._locate()
+        # Blind (a remote or namespaced engine): the container's own limits still hold, but
+        # leftover threads are not detected (docs/SANDBOX.md).
+        return True if tree is None else tree_quiet(*tree)
 
     def _accept(self, listener: socket.socket) -> socket.socket:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -157,14 +178,10 @@ class DockerSandbox(ProcessSandbox):
         self.gid = self.uid if self.root else os.getgid()
 
     def _prepare_state(self, state: Path) -> None:
-        if not self.root:
-            return
-        for directory, dirs, files in os.walk(state):
-            os.chown(directory, self.uid, self.gid, follow_symlinks=False)
-            for name in dirs + files:
-                path = os.path.join(directory, name)
-                if os.lstat(path).st_nlink == 1 or os.path.isdir(path):
-                    os.chown(path, self.uid, self.gid, follow_symlinks=False)
+        # Only while no container of this sandbox runs (removal is synchronous); chown_tree
+        # follows no links and skips hard-linked files (issue 8 item 1).
+        if self.root:
+            chown_tree(state, self.uid, self.gid)
 
     def _launch(self, state: Path | None) -> WorkerHandle:
         from docker.types import Ulimit
