@@ -21,6 +21,8 @@ class KernelConfig:
     startup_timeout_s: float = 60.0  # a cold start under load (~0.6 s idle here)
     max_output_chars: int = 8_000  # shown to the model: head and tail of the output
     flood_bytes: int = 4 * 1024**2  # output received past this interrupts the cell
+    # One message (frame) from the kernel larger than this is refused by ZeroMQ unread.
+    max_message_bytes: int = 8 * 1024**2
     max_traceback_lines: int = 12  # of the shortened traceback
     reap_strays: bool = True  # processes a cell started do not outlive it
     preload: tuple[str, ...] = ()  # modules imported at kernel start (warm kernels have them)
@@ -39,5 +41,7 @@ class KernelConfig:
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+        if self.max_message_bytes < 64 * 1024:
+            raise ValueError(f"max_message_bytes must be at least 65536, got {self.max_message_bytes}")
         if self.max_output_chars < 200:
             raise ValueError(f"max_output_chars must be at least 200, got {self.max_output_chars}")

@@ -27,6 +27,10 @@ from tools.python_kernel.output import OutputCollector
 from tools.python_kernel.packages import site_entries, site_packages
 
 _POLL_S = 0.1  # how often a waiting execution checks that the kernel is still alive
+_RCVHWM = 32  # IOPub messages queued on the host at most (each at most max_message_bytes)
+# After the execute_reply, IOPub silent this long means its "idle" status was lost (dropped
+# with an oversized message or past the high-water mark): the cell is over all the same.
+_LOST_IDLE_S = 1.0
 _PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 _ids = itertools.count(1)
 
@@ -79,6 +83,7 @@ class JailedKernel:
         self.client: AsyncKernelClient | None = None
         self.started_at = 0.0
         self.broken = ""  # set when the kernel sent something the client could not read
+        self._monitor: Any = None  # IOPub disconnect events (oversized messages)
 
     # -- life cycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -128,9 +133,16 @@ class JailedKernel:
         # Linger 0 for every socket: a message queued for a dead kernel must never make
         # closing the context (explicitly or at garbage collection) wait forever.
         client.context.setsockopt(zmq.LINGER, 0)
+        # Issue 8 item 10d: the output cap must hold on the socket, not after a whole message
+        # is in host memory.  libzmq reads a frame's size first and drops a connection whose
+        # frame is larger than MAXMSGSIZE without allocating it (the SUB socket reconnects);
+        # the receive high-water mark bounds how many capped messages can queue up.
+        client.context.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
+        client.context.setsockopt(zmq.RCVHWM, _RCVHWM)
         client.load_connection_info({**info, "ip": str(self.dirs.ipc / "k")})
         client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
         self.client = client
+        self._watch_iopub()
         try:
             await self._wait_ready(t0 + self.config.startup_timeout_s)
             setup = _SETUP if self.config.reap_strays else ""
@@ -218,6 +230,7 @@ class JailedKernel:
     async def shutdown(self) -> None:
         """Kill the jail (no graceful shutdown: nothing in it is worth waiting for)."""
         if self.client is not None:
+            self._unwatch_iopub()
             self.client.stop_channels()
             self.client = None
         if self.jail is not None:
@@ -250,15 +263,34 @@ class JailedKernel:
         iopub = self.client.iopub_channel
         interrupted = False
         count: int | None = None
+        replied: float | None = None  # when the execute_reply was seen (only looked for when IOPub is quiet)
+        resubscribed = False
+        heard = time.monotonic()  # last IOPub message
         while True:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 return RunOutcome("timeout", msg_id, count)
             msg = await self._get(iopub, min(_POLL_S, remaining))
             if msg is None:
                 if not self.alive:
                     return RunOutcome("died", msg_id, count)
+                if await self._iopub_drops():
+                    collector.drop(self.config.max_message_bytes)
+                    self._reconnect_iopub()
+                    iopub = self.client.iopub_channel
+                    resubscribed = True
+                    if not interrupted:
+                        interrupted = True
+                        await self.interrupt()
+                if replied is None and await self._replied(msg_id):
+                    replied = time.monotonic()
+                if replied is not None and time.monotonic() - max(replied, heard) >= _LOST_IDLE_S:
+                    if resubscribed:  # the new subscription must be live before the next cell
+                        await self._wait_ready(time.monotonic() + self.config.startup_timeout_s)
+                    return RunOutcome("idle", msg_id, count)
                 continue
+            heard = time.monotonic()
             if _parent(msg) != msg_id:
                 continue
             kind, content = msg.get("msg_type"), msg.get("content")
@@ -275,6 +307,44 @@ class JailedKernel:
             if collector.flooded and not interrupted:
                 interrupted = True
                 await self.interrupt()
+
+    def _watch_iopub(self) -> None:
+        # libzmq refuses a frame over MAXMSGSIZE by dropping the connection, and a SUB socket
+        # does not reconnect after that protocol error: the disconnect event is the only sign.
+        assert self.client is not None
+        self._monitor = self.client.iopub_channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+
+    def _unwatch_iopub(self) -> None:
+        if self._monitor is not None and self.client is not None:
+            self.client.iopub_channel.socket.disable_monitor()
+            self._monitor.close(linger=0)
+        self._monitor = None
+
+    def _reconnect_iopub(self) -> None:
+        """A fresh IOPub socket after a refused message (the old connection is gone)."""
+        assert self.client is not None
+        self._unwatch_iopub()
+        self.client.iopub_channel.close()
+        self.client._iopub_channel = None  # the property connects and subscribes a new one
+        self._watch_iopub()
+
+    async def _iopub_drops(self) -> int:
+        """How many times IOPub was disconnected since the last call (each: a refused message)."""
+        count = 0
+        while self._monitor is not None and self._monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            await self._monitor.recv_multipart()
+            count += 1
+        return count
+
+    async def _replied(self, msg_id: str) -> bool:
+        """Whether the execute_reply of ``msg_id`` is on the shell channel (not waiting)."""
+        assert self.client is not None
+        shell = self.client.shell_channel
+        while await shell.msg_ready():
+            msg = await self._get(shell, 0)
+            if msg is not None and _parent(msg) == msg_id:
+                return True
+        return False
 
     async def interrupt(self) -> None:
         """Ask the kernel to raise KeyboardInterrupt in the running cell (control channel:

@@ -83,6 +83,7 @@ class OutputCollector:
     flood_bytes: int
     max_traceback_lines: int = 12
     received: int = 0  # characters received in total, kept or not
+    dropped: int = 0  # oversized messages refused on the socket, never read
     error: KernelError | None = None
     _head: list[str] = field(default_factory=list)
     _head_len: int = 0
@@ -102,6 +103,11 @@ class OutputCollector:
             self._head_len += min(room, len(text))
         keep = self.max_chars // 2
         self._tail = (self._tail + text[-keep:])[-keep:]  # the last characters of everything
+
+    def drop(self, limit: int) -> None:
+        """An output message over ``limit`` bytes was refused unread: count it as a flood."""
+        self.dropped += 1
+        self.received = max(self.received, self.flood_bytes + 1, limit + 1)
 
     def add_message(self, msg_type: str, content: dict[str, Any]) -> None:
         """Fold one IOPub message (already known to belong to this execution)."""

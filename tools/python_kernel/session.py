@@ -94,10 +94,16 @@ class KernelSession:
         elif out.flooded:
             status = "output_limit"
             out.error = None if out.error and out.error.ename == "KeyboardInterrupt" else out.error
-            notes.append(
-                f"The code printed more than {config.flood_bytes // 1024**2} MiB, so it was interrupted; "
-                "print less (e.g. summaries, head(), len())."
-            )
+            if out.dropped:
+                notes.append(
+                    f"The code sent an output of more than {config.max_message_bytes / 1024**2:g} MiB at once; it "
+                    "was discarded unread and the code interrupted. Print less (e.g. summaries, head(), len())."
+                )
+            else:
+                notes.append(
+                    f"The code printed more than {config.flood_bytes // 1024**2} MiB, so it was interrupted; "
+                    "print less (e.g. summaries, head(), len())."
+                )
         strays = await self._reap() if config.reap_strays else 0
         if strays:
             notes.append(f"{strays} background process(es) left by this code were stopped.")
