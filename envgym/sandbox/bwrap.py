@@ -110,22 +110,56 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in _read(f"/proc/{pid}/task/{pid}/children").split()]
 
 
-def _threads(pid: int) -> int:
-    stat = _read(f"/proc/{pid}/stat")
-    return int(stat[stat.rindex(b")") + 2 :].split()[17])  # field 20, num_threads
+class TreeWatch:
+    """Looks at a sandbox from the host: its init and the worker, by their host pids.
+
+    The three /proc files stay open and are re-read with ``pread`` at offset 0 (seq files
+    regenerate then), which keeps the per-call check to three syscalls.
+    """
+
+    def __init__(self, init: int, worker: int) -> None:
+        self.init, self.worker = init, worker
+        self._worker_b = str(worker).encode()
+        self._fds: list[int] = []
+        try:
+            for path in (f"/proc/{worker}/stat", f"/proc/{worker}/task/{worker}/children", f"/proc/{init}/task/{init}/children"):
+                self._fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            self.close()
+            raise
+
+    def quiet(self) -> bool:
+        """The worker is one thread, has no child, and is init's only child.
+
+        Read in this order (threads, the worker's children, init's children), a process
+        that moves between the lists meanwhile (an orphan reparented to init) is still seen;
+        with one thread, nothing else in the worker can start a new one during the reads.
+        """
+        try:
+            stat_fd, mine, inits = self._fds
+            stat = os.pread(stat_fd, 4096, 0)
+            if int(stat[stat.rindex(b")") + 2 :].split()[17]) != 1:  # field 20, num_threads
+                return False
+            return not os.pread(mine, 4096, 0).strip() and os.pread(inits, 4096, 0).split() == [self._worker_b]
+        except (OSError, ValueError, IndexError):
+            return False  # gone, closed or unreadable: not known to be quiet
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
 
 
 def tree_quiet(init: int, worker: int) -> bool:
-    """From the host: the worker is one thread, has no child, and is init's only child.
-
-    Read in this order (threads, then the worker's children, then init's), a process that
-    moves between the lists while we read (an orphan reparented to init) is still seen; with
-    one thread nothing else in the worker can start a new one meanwhile.
-    """
+    """One-off :meth:`TreeWatch.quiet` (opens and closes the files)."""
     try:
-        return _threads(worker) == 1 and not _children(worker) and _children(init) == [worker]
-    except (OSError, ValueError, IndexError):
-        return False  # gone, or unreadable: not known to be quiet
+        watch = TreeWatch(init, worker)
+    except OSError:
+        return False
+    try:
+        return watch.quiet()
+    finally:
+        watch.close()
 
 
 def probe(root: bool) -> None:
@@ -210,23 +244,23 @@ class BwrapWorker(WorkerHandle):
         self.uid = uid
         # Host pids of the sandbox's pid-1 (bwrap's init) and of the worker, with a pidfd on
         # the init: found once the worker has answered (see _locate).
-        self._tree: tuple[int, int] | None = None
+        self._watch: TreeWatch | None = None
         self._init_fd: int | None = None
 
-    def _locate(self) -> tuple[int, int] | None:
-        if self._tree is None and not self._killed:
+    def _locate(self) -> TreeWatch | None:
+        if self._watch is None and not self._killed:
             try:
                 (init,) = _children(self.proc.pid)
                 (worker,) = _children(init)
                 self._init_fd = os.pidfd_open(init)
+                self._watch = TreeWatch(init, worker)
             except (OSError, ValueError):
                 return None
-            self._tree = (init, worker)
-        return self._tree
+        return self._watch
 
     def quiet(self) -> bool:
-        tree = self._locate()
-        return tree is not None and tree_quiet(*tree)
+        watch = self._locate()
+        return watch is not None and watch.quiet()
 
     def kill(self) -> None:
         if self._killed:
@@ -244,6 +278,8 @@ class BwrapWorker(WorkerHandle):
             if pipe is not None:
                 pipe.close()
         self._wait_gone()
+        if self._watch is not None:
+            self._watch.close()
 
     def _wait_gone(self) -> None:
         """Until no process of the sandbox is left (the killed bwrap does not wait for that).

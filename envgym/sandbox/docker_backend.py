@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
-from envgym.sandbox.bwrap import PACKAGE_DIR, SANDBOX_PACKAGE, WORKER, _children, allocate_uid, tree_quiet
+from envgym.sandbox.bwrap import PACKAGE_DIR, SANDBOX_PACKAGE, WORKER, TreeWatch, _children, allocate_uid
 from envgym.sandbox.process import (
     SANDBOX_BUNDLE,
     SANDBOX_STATE,
@@ -101,26 +101,25 @@ class DockerWorker(WorkerHandle):
             listener.close()
             path.unlink(missing_ok=True)  # one connection only: nobody else may dial in
         self.read_fd = self.write_fd = self.sock.fileno()
-        self._tree: tuple[int, int] | None = None
+        self._watch: TreeWatch | None = None
         self._blind = False  # the engine's pids are not ours (another pid namespace)
 
-    def _locate(self) -> tuple[int, int] | None:
+    def _locate(self) -> TreeWatch | None:
         """Host pids of the container's init (``init=True``) and of the worker under it."""
-        if self._tree is None and not self._blind and not self._killed:
+        if self._watch is None and not self._blind and not self._killed:
             try:
                 init = int(self.client.api.inspect_container(self.container.id)["State"]["Pid"])
                 (worker,) = _children(init)
+                self._watch = TreeWatch(init, worker)
             except Exception:  # noqa: BLE001 - no such pid here: the engine runs elsewhere
                 self._blind = True
-                return None
-            self._tree = (init, worker)
-        return self._tree
+        return self._watch
 
     def quiet(self) -> bool:
-        tree = self._locate()
+        watch = self._locate()
         # Blind (a remote or namespaced engine): the container's own limits still hold, but
         # leftover threads are not detected (docs/SANDBOX.md).
-        return True if tree is None else tree_quiet(*tree)
+        return True if watch is None else watch.quiet()
 
     def _accept(self, listener: socket.socket) -> socket.socket:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -138,6 +137,8 @@ class DockerWorker(WorkerHandle):
         self._killed = True
         if getattr(self, "sock", None) is not None:
             self.sock.close()
+        if getattr(self, "_watch", None) is not None:
+            self._watch.close()
         if self.container is not None:
             try:
                 self.client.api.remove_container(self.container.id, force=True)
