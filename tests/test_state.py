@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envgym.state import EpisodeDirs, PristineState
+import pytest
+
+from envgym.state import EpisodeDirs, PristineState, chown_tree
 
 
 def _make_source(root: Path) -> Path:
@@ -68,3 +70,30 @@ def test_pristine_state_is_read_once(tmp_path: Path) -> None:
     dest.mkdir()
     pristine.write_into(dest)
     assert (dest / "db.sqlite").read_bytes() == b"pristine-db"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_chown_tree_never_reaches_host_files(tmp_path: Path) -> None:
+    host = tmp_path / "host.txt"
+    host.write_text("host")
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "mine.txt").write_text("episode")
+    os.symlink(host, tree / "link")  # a link to a host file
+    os.symlink(tmp_path, tree / "dirlink")  # a link to a host directory
+    os.link(host, tree / "hard")  # a host file smuggled in by a hard link
+    chown_tree(tree, 54321, 54321)
+    assert os.stat(tree / "sub" / "mine.txt").st_uid == 54321
+    assert os.stat(tree / "sub").st_uid == 54321 and os.stat(tree).st_uid == 54321
+    assert os.stat(host).st_uid == 0 and os.stat(tmp_path).st_uid == 0
+
+
+def test_episode_quota_is_validated(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="quota_bytes"):
+        EpisodeDirs(_make_source(tmp_path / "src"), quota_bytes=12)
+    dirs = EpisodeDirs(_make_source(tmp_path / "src2"), quota_bytes=1 << 20)
+    try:
+        with pytest.raises(ValueError, match="scratch name"):
+            dirs.scratch("../x")
+    finally:
+        dirs.cleanup()
