@@ -159,3 +159,23 @@ def test_directories_of_dead_pools_are_pruned(tmp_path: Path) -> None:
 
     asyncio.run(scenario())
     assert not orphan.exists() and mine.exists()
+
+
+_EXIT_SCRIPT = """
+from tools.python_kernel import KernelConfig, SyncKernelPool
+pool = SyncKernelPool(KernelConfig(preload=("numpy",)), warm=2, max_kernels=4, wait=False)
+session = pool.acquire()
+print(pool.pool.root, session.execute("print(1 + 1)").text.strip(), flush=True)
+"""  # exits with a session leased and the refill starting kernels: the exit hook closes it all
+
+
+def test_a_process_exits_promptly_with_its_pool_closed() -> None:
+    """Issue 8 item 9c: closing at exit hung for 30 s ("Task was destroyed but it is pending")."""
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr[-2000:]
+    root, printed = done.stdout.split()
+    assert printed == "2"
+    assert "Task was destroyed" not in done.stderr and "TimeoutError" not in done.stderr, done.stderr[-2000:]
+    assert not Path(root).exists()  # close() ran to the end: kernels killed, workspaces unmounted

@@ -47,7 +47,7 @@ class SyncKernelPool:
         except BaseException:
             self.close()
             raise
-        atexit.register(_close_ref, weakref.ref(self))
+        _at_exit(weakref.ref(self))
 
     @property
     def config(self) -> KernelConfig:
@@ -124,6 +124,24 @@ class SyncKernelSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _at_exit(ref: weakref.ref[SyncKernelPool]) -> None:
+    """Close the pool at exit *before* the interpreter joins its thread pools.
+
+    Issue 8 item 9c: closed from an ``atexit`` hook, the pool needed ``asyncio.to_thread``
+    (killing jails, a refill's launch) after concurrent.futures had already shut its executors
+    down, so ``close`` hung until its 30 s timeout and the loop died with pending tasks
+    ("Task was destroyed but it is pending").  threading's exit hooks run first (last
+    registered, first run), while the executors and the pool's loop thread still work."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        try:
+            register(_close_ref, ref)
+            return
+        except RuntimeError:  # the interpreter is already shutting down
+            pass
+    atexit.register(_close_ref, ref)
 
 
 def _close_ref(ref: weakref.ref[SyncKernelPool]) -> None:
