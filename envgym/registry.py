@@ -9,6 +9,7 @@ registry as ``envgym/<id>``.
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -154,3 +155,26 @@ def make(env_id: str | Path, **kwargs: Any) -> Env:
         return BundleEnv(path, **kwargs)
     found = spec(str(env_id))
     return found.entry_point(**{**found.kwargs, **kwargs})
+
+
+def env_factory(target: str | Path, **kwargs: Any) -> Callable[[], Env]:
+    """A zero-argument factory of exactly what ``make(target, **kwargs)`` builds.
+
+    ``envgym eval`` and the synthesis filter build their envs through this, so a registered
+    family runs with its own env class (``code-interpreter-v0`` gets ``CodeInterpreterEnv``: its
+    system prompt and Jupyter kernel), never a plain ``BundleEnv`` of the same bundle (issue 9
+    item 6).  An id is resolved now (a typo fails before any episode starts) and pinned to its
+    version; the factory is a ``functools.partial`` of :func:`make`, so it pickles (Ray actors).
+    """
+    if _is_bundle_dir(target):
+        return functools.partial(make, Path(target), **kwargs)
+    return functools.partial(make, spec(str(target)).id, **kwargs)
+
+
+def env_identity(target: str | Path) -> str:
+    """What builds ``target``'s envs, for keys and reports: ``"id:<name-vN>"`` or ``"bundle-dir"``."""
+    return "bundle-dir" if _is_bundle_dir(target) else f"id:{spec(str(target)).id}"
+
+
+def _is_bundle_dir(target: str | Path) -> bool:
+    return isinstance(target, Path) or (Path(target) / "manifest.json").is_file()

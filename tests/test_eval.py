@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 import subprocess
 import sys
 from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_rollout_doubles import ScriptedPolicy
 
+from envgym import registry
+from envgym.bundle import load_bundle
+from envgym.bundle_env import BundleEnv
 from envgym.evaluate import EvalConfig, EvalError, ModelRef, ModelSpecError, evaluate, model_ref
 from envgym.policy import SamplingParams
 from envgym.rollout import Budget
@@ -210,3 +216,72 @@ def test_budget_flags_reach_the_engine(store: Store) -> None:
     [e] = run.episodes
     assert (e.truncated_by, e.turns, e.passed) == ("max_turns", 3, False)
     assert run.summary.truncations == {"max_turns": 1}
+
+
+# -- evaluation builds what envgym.make builds (issue 9 item 6) --------------------------------
+
+MARK = "You are evaluated in the marked family."
+
+
+class _MarkedEnv(BundleEnv):
+    """A registered family's own env class over a bundle: its own system prompt (as
+    ``CodeInterpreterEnv`` has its own prompt and kernel-backed python tool)."""
+
+    def __init__(self, bundle: Path, **kwargs: object) -> None:
+        loaded = load_bundle(bundle)
+        tasks = tuple(dataclasses.replace(t, system_prompt=MARK) for t in loaded.tasks)
+        super().__init__(dataclasses.replace(loaded, tasks=tasks), **kwargs)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass
+class _Watching(ScriptedPolicy):
+    """The scripted double, also noting the system prompt each session saw."""
+
+    systems: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    async def act(self, session, messages, tools, params):  # type: ignore[no-untyped-def]
+        self.systems.setdefault(session, messages[0]["content"])
+        return await super().act(session, messages, tools, params)
+
+
+@pytest.fixture
+def marked_env() -> Iterator[str]:
+    registry.discover()
+    trip = registry.spec("trip-planning-v0").bundle_dir
+    assert trip is not None
+    registry.register(
+        "eval-marked-v0", lambda **kw: _MarkedEnv(trip(), **kw), bundle_dir=trip, override=True
+    )
+    try:
+        yield "eval-marked-v0"
+    finally:
+        registry._registry.pop("eval-marked-v0", None)
+
+
+def test_evaluation_runs_the_registered_env_class_not_a_plain_bundle_env(
+    store: Store, marked_env: str
+) -> None:
+    policy = _Watching(lambda task, sample: SCRIPT)
+    run = evaluate(marked_env, DOUBLE, EvalConfig(k=1, limit=2, concurrency=2), store=store, policy=policy)
+    assert run.ran == 2 and all(e.error is None and e.terminated for e in run.episodes)
+    assert sorted(policy.systems.values()) == [MARK, MARK]  # a plain BundleEnv says something else
+    assert all(e.messages[0]["content"] == MARK for e in run.episodes)
+    # What builds the envs is part of the key: the same bundle as a bare directory is another run.
+    bare = evaluate(
+        str(registry.resolve_bundle(marked_env)), DOUBLE, EvalConfig(k=1, limit=2), store=store, policy=double()
+    )
+    assert bare.key != run.key and bare.ran == 2
+    assert all(e.messages[0]["content"] != MARK for e in bare.episodes)
+
+
+def test_env_factory_builds_what_make_builds(marked_env: str) -> None:
+    factory = registry.env_factory(marked_env, sandbox="inprocess")
+    env = factory()
+    try:
+        assert type(env) is type(made := registry.make(marked_env, sandbox="inprocess")) is _MarkedEnv
+        made.close()
+    finally:
+        env.close()
+    with pytest.raises(KeyError, match="no environment 'eval-markd-v0'.*did you mean eval-marked-v0"):
+        registry.env_factory("eval-markd-v0")
+    assert pickle.loads(pickle.dumps(registry.env_factory("trip-planning-v0"))).args == ("trip-planning-v0",)

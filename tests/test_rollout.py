@@ -409,3 +409,61 @@ def test_cancelling_while_sandboxes_start_leaks_none(bundle_dir: Path) -> None:
     asyncio.run(main())
     assert len(made) == 3 and all(env.sandbox._closed for env in made)
     assert children() <= kids
+
+
+def test_closing_an_env_while_its_worker_launches_leaves_no_child(bundle_dir: Path) -> None:
+    """Issue 8 item 9b.  The pool closes a cancelled episode's env from another thread while
+    that env's ``reset`` may still be launching its sandbox worker (closing is what unblocks a
+    stuck call).  A worker registered after ``close()`` was never killed nor waited for: bwrap
+    exited (its staged bundle was gone) and stayed a zombie — the child with an empty command
+    line the cancellation test found.  Here ``close()`` is made to land inside the launch."""
+    import threading
+
+    env = BundleEnv(bundle_dir)
+    sandbox = env.sandbox
+    real_launch = sandbox._launch
+    launched, closed = threading.Event(), threading.Event()
+    handles: list[Any] = []
+
+    def launch(state: Any) -> Any:  # test double around the real launch: pauses after it
+        handle = real_launch(state)
+        handles.append(handle)
+        launched.set()
+        closed.wait(timeout=10)  # bounded: a close() that waited for us still lets us go on
+        return handle
+
+    sandbox._launch = launch  # type: ignore[method-assign]
+    failures: list[BaseException] = []
+
+    def reset() -> None:
+        try:
+            env.reset(options={"task": TASKS[0]})
+        except BaseException as exc:  # noqa: BLE001 - a reset cut short by close() may raise
+            failures.append(exc)
+
+    def close() -> None:
+        env.close()
+        closed.set()
+
+    resetter = threading.Thread(target=reset)
+    resetter.start()
+    assert launched.wait(timeout=60), failures
+    closer = threading.Thread(target=close)
+    closer.start()
+    resetter.join(timeout=60)
+    closer.join(timeout=60)
+    assert handles and not resetter.is_alive() and not closer.is_alive()
+    # Every worker this env launched was killed and reaped (no zombie, nothing running).
+    left = {h.proc.pid: (_proc_state(h.proc.pid), _cmdline(h.proc.pid)) for h in handles if h.proc.returncode is None}
+    # Before the fix: a live bwrap nobody would kill; once its pipes were garbage-collected it
+    # exited and stayed a zombie (state Z, empty command line) until the next Popen reaped it.
+    assert not left, left
+    assert not {h.proc.pid for h in handles} & children()
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

@@ -1,8 +1,10 @@
 """Run an evaluation: N tasks × n samples, resumable, every episode stored as it finishes.
 
 The evaluation key is the hash of (bundle content hash, model fingerprint, config hash); the
-config hash covers what changes results (sampling, budgets, context policy, parser, seed) and
-not what only selects or schedules episodes (k, n, --limit, concurrency, sandbox backend).
+config hash covers what changes results (sampling, budgets, context policy, parser, seed, and
+what builds the envs: a registered id or a bare bundle directory) and not what only selects or
+schedules episodes (k, n, --limit, concurrency, sandbox backend).  Envs are built exactly as
+``envgym.make(target)`` builds them (``registry.env_factory``), so a family's own env class runs.
 So a rerun — after a kill, or with a larger n — finds the episodes it already has and runs only
 the missing ``(task, sample)`` pairs; each sample's seed depends only on (seed, task, sample).
 """
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from envgym import registry
 from envgym.bundle import Bundle, BundleError, load_bundle
-from envgym.bundle_env import BundleEnv
+from envgym.core import Env
 from envgym.policy import Policy, SamplingParams
 from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
 from envgym.store import Store
@@ -78,8 +79,15 @@ class EvalConfig:
             "seed": self.seed,
         }
 
-    def config_hash(self) -> str:
-        return _sha(json.dumps(self.result_config(), sort_keys=True))
+    def config_hash(self, env: str | None = None) -> str:
+        """Hash of :meth:`result_config`, plus ``env`` (:func:`registry.env_identity`) when given."""
+        return _sha(json.dumps(self.keyed_config(env), sort_keys=True))
+
+    def keyed_config(self, env: str | None) -> dict[str, object]:
+        config = self.result_config()
+        if env is not None:
+            config["env"] = env
+        return config
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,21 @@ def open_bundle(target: str | Path) -> Bundle:
         raise EvalError(str(exc).strip('"')) from None
 
 
+def env_factory(target: str | Path, config: EvalConfig) -> Callable[[], Env]:
+    """The evaluation's envs: ``envgym.make(target, ...)`` with the config's env options."""
+    try:
+        return registry.env_factory(
+            target,
+            sandbox=config.sandbox,
+            context=config.context,
+            parser=config.parser,
+            native_tools=config.native_tools,
+            time_budget_s=config.budget.max_seconds,
+        )
+    except KeyError as exc:
+        raise EvalError(str(exc).strip('"')) from None
+
+
 async def run_evaluation(
     target: str | Path,
     model: str | ModelRef,
@@ -120,17 +143,19 @@ async def run_evaluation(
 ) -> EvalRun:
     """Evaluate ``model`` on ``target`` (an env id or bundle dir).  ``policy`` overrides loading."""
     bundle = open_bundle(target)
+    factory = env_factory(target, config)
+    env = registry.env_identity(target)
     ref = model if isinstance(model, ModelRef) else model_ref(model)
     tasks = list(bundle.tasks[: config.limit])
     bundle_hash = store.add_bundle(bundle)
-    key = evaluation_key(bundle_hash, ref.fingerprint, config.config_hash())
+    key = evaluation_key(bundle_hash, ref.fingerprint, config.config_hash(env))
     store.open_evaluation(
         key,
         bundle_hash=bundle_hash,
         model=ref.spec,
         model_hash=ref.fingerprint,
-        config_hash=config.config_hash(),
-        config=config.result_config(),
+        config_hash=config.config_hash(env),
+        config=config.keyed_config(env),
     )
     if config.retry_errors:
         store.delete_errored(key)
@@ -150,7 +175,7 @@ async def run_evaluation(
             )
         )
         try:
-            await _run(bundle, active, config, todo, store, key, total - len(todo), total, progress)
+            await _run(factory, active, config, todo, store, key, total - len(todo), total, progress)
         finally:
             if own:
                 await active.aclose()
@@ -161,7 +186,7 @@ async def run_evaluation(
         "bundle_hash": bundle_hash,
         "model": ref.spec,
         "model_hash": ref.fingerprint,
-        "config": config.result_config(),
+        "config": config.keyed_config(env),
         "samples": config.n,
     }
     summary = summarize(episodes, k=config.k, meta=meta, seed=config.seed)
@@ -172,7 +197,7 @@ async def run_evaluation(
 
 
 async def _run(
-    bundle: Bundle,
+    factory: Callable[[], Env],
     policy: Policy,
     config: EvalConfig,
     todo: list[EpisodeSpec],
@@ -182,15 +207,6 @@ async def _run(
     total: int,
     progress: Progress | None,
 ) -> None:
-    factory = functools.partial(
-        BundleEnv,
-        bundle,
-        sandbox=config.sandbox,
-        context=config.context,
-        parser=config.parser,
-        native_tools=config.native_tools,
-        time_budget_s=config.budget.max_seconds,
-    )
     concurrency = min(config.concurrency, len(todo))
     if config.ray is not None:
         from envgym.rollout.ray_engine import ray_engine
