@@ -112,7 +112,10 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     def reset(self, state_dir: Path) -> None:
-        """Point the worker at a fresh episode state directory (already populated)."""
+        """Start an episode on ``state_dir`` (already populated).
+
+        Process backends start a fresh worker for it (the old one is dead when this returns),
+        so nothing of an earlier episode runs in this one; see docs/SANDBOX.md."""
 
     @abc.abstractmethod
     def call_tool(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
