@@ -360,6 +360,13 @@ class ProcessSandbox(Sandbox):
         except WorkerDied:
             load_id, reset_id = -1, None  # the worker is already gone: _finish_boot reports it
         self._boot = _Boot(load_id, reset_id, started)
+        if self._closed:
+            # close() ran in another thread while this worker launched (an env pool closes a
+            # cancelled episode's env while its reset runs): close() sets _closed before it
+            # reads _conn, and this check comes after _conn is published, so one of the two
+            # always sees the new worker and kills it (issue 8 item 9b: leaked bwrap/zombie).
+            self._discard()
+            raise RuntimeError("sandbox is closed")
 
     def _finish_boot(self) -> None:
         boot, conn = self._boot, self._conn
