@@ -320,16 +320,43 @@ def test_env_failures_end_one_episode_and_replace_the_env(
 
 def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, gold: dict) -> None:
     fds, kids = open_fds(), children()
+    specs = specs_for(TASKS, 2)  # task-major: the first four are trip-001 ×2, hangzhou ×2
     policy = ScriptedPolicy(
         lambda task, sample: gold[task],
         fail=lambda s, turn: "hang" if not s.startswith("trip-001") else None,
+        gate=asyncio.Event(),
+        gated=frozenset(s.session for s in specs if s.task_id == "trip-001-d1"),
     )
 
+    async def open_gate_once_hangzhou_acts() -> None:
+        # trip-001 may finish only once both hanging episodes have their env (a sandbox starts
+        # slower than a scripted episode runs on a loaded machine): then four envs are open.
+        while len({s for s, _, _ in policy.calls if s.startswith("hangzhou")}) < 2:
+            await asyncio.sleep(0.01)
+        assert policy.gate is not None
+        policy.gate.set()
+
+    workers: list[Any] = []  # the process of every sandbox worker this engine launches
+
+    def env() -> BundleEnv:
+        made = BundleEnv(bundle_dir)
+        launch = made.sandbox._launch
+
+        def recorded(state: Any) -> Any:
+            handle = launch(state)
+            workers.append(handle.proc)  # not the handle: it owns a stderr file (an fd)
+            return handle
+
+        made.sandbox._launch = recorded  # type: ignore[method-assign]
+        return made
+
     async def main() -> tuple[EpisodeResult, ThreadEnvPool]:
-        pool = ThreadEnvPool(functools.partial(BundleEnv, bundle_dir), 4)
+        pool = ThreadEnvPool(env, 4)
         engine = RolloutEngine(policy, pool, concurrency=4)
-        async with engine, contextlib.aclosing(engine.run(specs_for(TASKS, 2))) as stream:
+        opener = asyncio.create_task(open_gate_once_hangzhou_acts())
+        async with engine, contextlib.aclosing(engine.run(specs)) as stream:
             async for first in stream:
+                await opener
                 assert pool.open_envs == 4  # four episodes were running
                 return first, pool  # leaving cancels the other episodes
         raise AssertionError("no result")
@@ -339,13 +366,14 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
     assert pool.open_envs == 0
     started = {s for s, _, _ in policy.calls}
     assert started and started <= set(policy.ended)  # every started session was ended
-    deadline = time.monotonic() + 10  # a killed worker may take a moment to be reaped under load
-    while not children() <= kids and time.monotonic() < deadline:
-        time.sleep(0.1)
-    # Warm Jupyter kernel pools left by earlier test modules refill themselves in the
-    # background (children of this process too); they are not this engine's.
-    leftover = {pid: cmd for pid in children() - kids if "ipykernel" not in (cmd := _cmdline(pid))}
-    assert not leftover, leftover
+    # Every worker the engine launched was killed *and reaped* by the time the engine closed
+    # (a kill waits for its process): no wait loop.  Counting all new children instead was
+    # flaky: warm Jupyter kernel pools of earlier test modules replace kernels in the
+    # background, and a retiring kernel's jail is a child with an empty command line too.
+    assert len(workers) >= 4
+    left = {w.pid: (_proc_state(w.pid), _cmdline(w.pid)) for w in workers if w.returncode is None}
+    assert not left, left
+    assert not {w.pid for w in workers} & (children() - kids)
     assert open_fds() <= fds
 
 
