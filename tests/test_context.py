@@ -447,6 +447,66 @@ def test_hf_token_counter_with_smollm2(smollm2_tokenizer: Any) -> None:
     no_template.chat_template = None
     plain = HFTokenCounter(no_template)
     assert plain.render(with_call, tools) == render_plain(with_call, tools)
-    assert plain.count(with_call) == len(
-        tok.encode(render_plain(with_call), add_special_tokens=False)
-    )
+    exact = len(tok.encode(render_plain(with_call), add_special_tokens=False))
+    assert plain.count_exact(with_call) == exact
+    assert abs(plain.count(with_call) - exact) <= len(with_call)  # parts tokenized one by one
+
+
+def episode(turns: int) -> list[dict]:
+    history: list[dict] = [SYS, {"role": "user", "content": "Find the note called 'secret'."}]
+    for i in range(turns):
+        call = asst(f"thinking about step {i}", f"c{i}")
+        call["tool_calls"][0]["function"]["arguments"] = '{"key": "secret", "n": %d}' % i
+        history += [call, {**tool(f"c{i}"), "content": f"tangerine {i} " * 5}]
+    history.append({"role": "user", "content": "No tool call was found.", "name": "envgym"})
+    return history
+
+
+TOOLS = [{"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {"type": "object"}}}]
+
+
+def test_incremental_counts_equal_whole_prompt_counts(smollm2_tokenizer: Any) -> None:
+    counter = HFTokenCounter(smollm2_tokenizer)
+    history = episode(30)
+    for end in (1, 2, 3, 10, len(history)):
+        for tools in ((), TOOLS):
+            assert counter.count(history[:end], tools) == counter.count_exact(history[:end], tools), (end, tools)
+    # A later prompt that differs inside the counted prefix (reasoning stripped by a newer user
+    # message, as thinking retention does): those messages are new objects and must be recounted.
+    stripped = thinking_retention([*history, {"role": "user", "content": "and now?"}]).messages
+    assert stripped[2] is not history[2] and counter.count(stripped) == counter.count_exact(stripped)
+    assert counter.count(stripped) < counter.count([*history, {"role": "user", "content": "and now?"}])
+    approx = ApproxTokenCounter()
+    for end in (0, 1, 5, len(history)):
+        for tools in ((), TOOLS):
+            text = render_plain(history[:end], tools)
+            assert approx.count(history[:end], tools) == -(-len(text) // 4)
+
+
+class CountingTokenizer:
+    """The real tokenizer, recording how many characters it was asked to encode."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.inner = tokenizer
+        self.chat_template = tokenizer.chat_template
+        self.encoded = 0
+
+    def encode(self, text: str, **kwargs: Any) -> list[int]:
+        self.encoded += len(text)
+        return self.inner.encode(text, **kwargs)
+
+    def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.apply_chat_template(*args, **kwargs)
+
+
+def test_counting_a_longer_prompt_tokenizes_only_the_new_messages(smollm2_tokenizer: Any) -> None:
+    tok = CountingTokenizer(smollm2_tokenizer)
+    counter = HFTokenCounter(tok)
+    history = episode(100)
+    counter.count(history, TOOLS)
+    tok.encoded = 0
+    counter.count(history, TOOLS)  # the same prompt again (the env counts it for budget and info)
+    assert tok.encoded == 0
+    longer = [*history, asst("more", "n1"), tool("n1")]
+    counter.count(longer, TOOLS)
+    assert 0 < tok.encoded < 400  # the two new messages, not ~100 turns of transcript
