@@ -74,13 +74,38 @@ StrictValidator = jsonschema.validators.extend(
 )
 
 
+#: Exact Python types of decoded JSON per JSON type: ``type(v) in ...`` is one C-level test,
+#: and ``type(True) is bool`` keeps booleans out of integer/number for free.
+_EXACT: dict[str, frozenset[type]] = {
+    "string": frozenset({str}),
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "boolean": frozenset({bool}),
+    "null": frozenset({type(None)}),
+    "array": frozenset({list}),
+    "object": frozenset({dict}),
+}
+
+
+def _exact_types(schema: Mapping[str, Any]) -> frozenset[type] | None:
+    """The exact types a plain ``{"type": ...}`` schema accepts, or None for anything else."""
+    if not set(schema) <= _PLAIN_KEYS or "type" not in schema:
+        return None
+    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    if not all(isinstance(k, str) and k in _EXACT for k in kinds):
+        return None
+    return frozenset().union(*(_EXACT[k] for k in kinds))
+
+
 @dataclass(frozen=True)
 class _FastCheck:
-    """Accepts exactly what the JSON Schema accepts, for the simple schemas tools mostly have;
-    anything it cannot decide (or rejects) goes to jsonschema, which also words the error."""
+    """Accepts only what the JSON Schema accepts, for the simple schemas tools mostly have;
+    anything it cannot decide (or rejects, or a subclass of a JSON type) goes to jsonschema,
+    which also words the error."""
 
     required: frozenset[str]
-    properties: Mapping[str, Callable[[Any], bool]]
+    types: Mapping[str, frozenset[type]]  # plain properties: exact types
+    checks: Mapping[str, Callable[[Any], bool]]  # arrays with item schemas
 
     @classmethod
     def build(cls, schema: Mapping[str, Any]) -> _FastCheck | None:
@@ -88,19 +113,32 @@ class _FastCheck:
             return None
         if schema.get("type") != "object" or schema.get("additionalProperties", True) is not False:
             return None
-        props = {}
+        types: dict[str, frozenset[type]] = {}
+        checks: dict[str, Callable[[Any], bool]] = {}
         for name, sub in (schema.get("properties") or {}).items():
-            check = _type_check(sub)
+            exact = _exact_types(sub) if isinstance(sub, Mapping) else None
+            if exact is not None:
+                types[name] = exact
+                continue
+            check = _type_check(sub) if isinstance(sub, Mapping) else None
             if check is None:
                 return None
-            props[name] = check
-        return cls(frozenset(schema.get("required", ())), props)
+            checks[name] = check
+        return cls(frozenset(schema.get("required", ())), types, checks)
 
     def ok(self, arguments: Mapping[str, Any]) -> bool:
         if not self.required <= arguments.keys():
             return False
-        props = self.properties
-        return all(k in props and props[k](v) for k, v in arguments.items())
+        types, checks = self.types, self.checks
+        for key, value in arguments.items():
+            allowed = types.get(key)
+            if allowed is None:
+                check = checks.get(key)
+                if check is None or not check(value):
+                    return False
+            elif type(value) not in allowed:
+                return False
+        return True
 
 
 class ToolTable:

@@ -65,8 +65,10 @@ def _strip_reasoning(
     """
     messages: list[Message] = []
     dropped: list[Dropped] = []
-    for i, original in enumerate(history):
-        if i < drop_before and "reasoning_content" in original and original.get("role") == "assistant":
+    head = min(max(drop_before, 0), len(history))
+    for i in range(head):
+        original = history[i]
+        if "reasoning_content" in original and original.get("role") == "assistant":
             message = dict(original)
             # Only non-empty reasoning is worth a record; an empty key is just tidied away.
             if message.pop("reasoning_content", None):
@@ -74,6 +76,7 @@ def _strip_reasoning(
             messages.append(message)
         else:
             messages.append(original)  # type: ignore[arg-type]
+    messages.extend(history[head:])  # type: ignore[arg-type]  # the kept tail, in one C call
     return Rendered(messages, tuple(dropped), tuple(range(len(history))))
 
 
