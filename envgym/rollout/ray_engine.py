@@ -22,7 +22,7 @@ from envgym.core import Action, Env, Observation
 from envgym.policy import Policy, PolicyError, SamplingParams, Turn
 
 from .engine import RolloutEngine
-from .envpool import EnvHandle, StepResult, env_history
+from .envpool import EnvRunner, SlotPool, StepResult
 
 
 def _ray() -> Any:
@@ -44,28 +44,11 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
     return ray
 
 
-class _EnvActor:
+class _EnvActor(EnvRunner):
+    """An :class:`EnvRunner` in a Ray actor: the env is built inside the actor process."""
+
     def __init__(self, factory: Callable[[], Env]) -> None:
-        self.env = factory()
-        self.last: Observation | None = None
-
-    def reset(
-        self, seed: int | None, options: dict[str, Any]
-    ) -> tuple[Observation, dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
-        self.last = obs
-        return obs, info
-
-    def step(self, action: Action) -> StepResult:
-        result = self.env.step(action)
-        self.last = result[0]
-        return result
-
-    def history(self) -> list[dict[str, Any]]:
-        return env_history(self.env, self.last)
-
-    def close(self) -> None:
-        self.env.close()
+        super().__init__(factory())
 
 
 class _RayHandle:
@@ -84,7 +67,7 @@ class _RayHandle:
         return await self.actor.history.remote()  # type: ignore[no-any-return]
 
 
-class RayEnvPool:
+class RayEnvPool(SlotPool[_RayHandle]):
     """Up to ``size`` env actors made from ``factory`` (which must pickle, e.g. a ``functools.partial``).
 
     ``actor_options`` go to ``ray.remote`` (``num_cpus``, ``resources``, ``scheduling_strategy``…);
@@ -99,55 +82,28 @@ class RayEnvPool:
         address: str | None = None,
         actor_options: dict[str, Any] | None = None,
     ) -> None:
-        if size <= 0:
-            raise ValueError(f"pool size must be positive, not {size}")
+        super().__init__(size)
         self._ray = ensure_ray(address)
         self._cls = self._ray.remote(**{"num_cpus": 0, **(actor_options or {})})(_EnvActor)
         self.factory = factory
-        self._idle: list[_RayHandle] = []
-        self._live: set[_RayHandle] = set()
-        self._slots = asyncio.Semaphore(size)
-        self._closed = False
 
-    async def acquire(self) -> EnvHandle:
-        if self._closed:
-            raise RuntimeError("the env pool is closed")
-        await self._slots.acquire()
-        if self._idle:
-            return self._idle.pop()
+    async def _open(self) -> _RayHandle:
         handle = _RayHandle(self._cls.remote(self.factory))
         try:
             await handle.actor.history.remote()  # surfaces a factory that fails in the actor
         except BaseException:
-            self._slots.release()
             self._ray.kill(handle.actor)  # also when cancelled while it started
             raise
-        self._live.add(handle)
         return handle
 
-    async def release(self, handle: EnvHandle, *, healthy: bool) -> None:
-        assert isinstance(handle, _RayHandle)
-        try:
-            if healthy and not self._closed:
-                self._idle.append(handle)
-            else:
-                self._live.discard(handle)
-                self._ray.kill(handle.actor)  # also ends its sandbox (die-with-parent)
-        finally:
-            self._slots.release()
+    async def _discard(self, handle: _RayHandle) -> None:
+        self._ray.kill(handle.actor)  # also ends its sandbox (die-with-parent)
 
-    async def aclose(self) -> None:
-        self._closed = True
-        handles, self._idle = list(self._live), []
-        self._live.clear()
+    async def _close_all(self, handles: list[_RayHandle]) -> None:
         closing = [h.actor.close.remote() for h in handles]
         await asyncio.gather(*closing, return_exceptions=True)
         for h in handles:
             self._ray.kill(h.actor)
-
-    @property
-    def open_envs(self) -> int:
-        return len(self._live)
 
 
 def ray_engine(
