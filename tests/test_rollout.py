@@ -16,6 +16,7 @@ from test_rollout_doubles import ScriptedPolicy
 
 from envgym import registry
 from envgym.bundle_env import BundleEnv
+from envgym.context import ContextManager
 from envgym.policy import SamplingParams, Turn
 from envgym.record import Segment
 from envgym.rollout import (
@@ -157,20 +158,23 @@ def test_gold_script_solves_tasks_with_one_segment_per_episode(
 def test_thinking_retention_drop_starts_a_new_segment_and_is_recorded(
     bundle_dir: Path, gold: dict
 ) -> None:
-    # A turn without a tool call makes the env nudge with a user message; thinking retention
-    # then drops the earlier reasoning (DeepSeek-V3.2 §3.2.1), so the prompt stops extending.
+    # A turn without a tool call makes the env nudge with a user-role message.  By default the
+    # nudge is not a new user turn (DeepSeek-V3.2 §3.2.1: simulated interactions must not cost
+    # the retained reasoning), so the prompt keeps extending: one segment, nothing dropped.
     calls = gold["trip-001-d1"]
-    policy = ScriptedPolicy(
-        lambda task, sample: [calls[0], "let me think", *calls[1:]], reasoning="because"
-    )
-    [r] = run(policy, bundle_dir, [EpisodeSpec("trip-001-d1")])
+    script = [calls[0], "let me think", *calls[1:]]
+    [kept] = run(ScriptedPolicy(lambda task, sample: script, reasoning="because"), bundle_dir, [EpisodeSpec("trip-001-d1")])
+    assert kept.passed and kept.turns == len(calls) + 1
+    assert len(kept.record.segments) == 1 and kept.context_dropped == []
+    # When the env's nudges end the turn, retention drops the earlier reasoning, the prompt
+    # stops extending, and the record starts a new segment.
+    strict = functools.partial(BundleEnv, context=ContextManager(env_messages_end_turn=True))
+    policy = ScriptedPolicy(lambda task, sample: script, reasoning="because")
+    [r] = run(policy, bundle_dir, [EpisodeSpec("trip-001-d1")], env_cls=strict)  # type: ignore[arg-type]
     assert r.passed and r.turns == len(calls) + 1
     assert len(r.record.segments) == 2
     assert [d["what"] for d in r.context_dropped] == ["reasoning", "reasoning"]
-    assert {d["index"] for d in r.context_dropped} == {
-        2,
-        4,
-    }  # the two assistant turns before the nudge
+    assert {d["index"] for d in r.context_dropped} == {2, 4}  # the two assistant turns before the nudge
     assert all(d["turn"] == 2 for d in r.context_dropped)
 
 
