@@ -285,3 +285,21 @@ def test_env_factory_builds_what_make_builds(marked_env: str) -> None:
     with pytest.raises(KeyError, match="no environment 'eval-markd-v0'.*did you mean eval-marked-v0"):
         registry.env_factory("eval-markd-v0")
     assert pickle.loads(pickle.dumps(registry.env_factory("trip-planning-v0"))).args == ("trip-planning-v0",)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(300)
+def test_eval_of_code_interpreter_runs_its_kernel_env(store: Store) -> None:
+    """Issue 9 item 6 on the real family: the episodes have CodeInterpreterEnv's system prompt
+    (not BundleEnv's generic one), and the gold answer passes through its tools."""
+    env = registry.make("code-interpreter-v0", sandbox="inprocess")
+    try:
+        assert type(env).__name__ == "CodeInterpreterEnv"
+        expected = env.bundle.tasks[0].system_prompt
+        assert expected
+    finally:
+        env.close()
+    run = evaluate("code-interpreter-v0", "gold", EvalConfig(k=1, limit=1), store=store)
+    [episode] = run.episodes
+    assert episode.passed and episode.messages[0]["content"] == expected
+    assert episode.tool_calls >= 1 and run.summary.errored == 0
