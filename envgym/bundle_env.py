@@ -12,7 +12,7 @@ from envgym.bundle import Bundle, Task, load_bundle
 from envgym.context import ContextManager
 from envgym.core import Action, Env, Message, Observation
 from envgym.dispatch import DEFAULT_OUTPUT_CAP, ToolResult, ToolTable, outcome_to_result, run_tool
-from envgym.messages import NormalizedAction, env_message, normalize_action, tool_message, unique_call_ids
+from envgym.messages import NormalizedAction, ToolCall, env_message, normalize_action, tool_message, unique_call_ids
 from envgym.parsers import ToolCallParser, get_parser
 from envgym.sandbox import Limits, Sandbox, open_sandbox
 from envgym.state import EpisodeDirs
@@ -192,6 +192,8 @@ class BundleEnv(Env):
         and their results (issue 8, item 5).  Returns the verdict if a call was a valid submit.
         """
         assert self.task is not None
+        if not parsed.problems:  # the common case: every call readable, in message order
+            return self._run_readable(parsed.tool_calls)
         for problem in parsed.problems:
             self._errors[problem.kind] += 1
         per_call = {p.call_id: p for p in parsed.problems if p.call_id is not None}
@@ -212,6 +214,16 @@ class BundleEnv(Env):
         notes = [p for p in parsed.problems if p.call_id is None] + list(per_call.values())
         for problem in notes:  # about the whole message: no call to answer
             self._append(env_message(f"Error: {problem.message}"))
+        return verdict
+
+    def _run_readable(self, calls: tuple[ToolCall, ...]) -> Verdict | None:
+        assert self.task is not None
+        verdict: Verdict | None = None
+        for call in calls:
+            content, ran = self._answer(call, submitted=verdict is not None)
+            self._append(tool_message(call.id, call.name, content))
+            if ran is not None and call.name == self.task.submit_tool and ran.error is None:
+                verdict = self._verify(dict(call.arguments))
         return verdict
 
     def _answer(self, call: Any, *, submitted: bool) -> tuple[str, ToolResult | None]:

@@ -510,3 +510,20 @@ def test_counting_a_longer_prompt_tokenizes_only_the_new_messages(smollm2_tokeni
     longer = [*history, asst("more", "n1"), tool("n1")]
     counter.count(longer, TOOLS)
     assert 0 < tok.encoded < 400  # the two new messages, not ~100 turns of transcript
+
+
+def test_render_follows_a_growing_history_and_other_lists() -> None:
+    cm = ContextManager()
+    history = [SYS, USER, asst("r1", "c1"), tool("c1")]
+    assert cm.render(history).dropped == ()
+    history.append({"role": "user", "content": "and Oslo?"})  # appended to the same list
+    assert [d.index for d in cm.render(history).dropped] == [2]
+    history.append(asst("r2", "c2"))
+    assert [d.index for d in cm.render(history).dropped] == [2]
+    assert cm.render(history[:4]).dropped == ()  # another (shorter) list: searched afresh
+    replaced = [*history[:4], {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "x"}]
+    assert cm.render(replaced).dropped == ()
+    history.append(tool("c2"))
+    cm.render(history)  # remembered: 7 messages searched, latest user turn at 4
+    other = [*history[:6], {"role": "user", "content": "and Bergen?"}, asst("r3", "c3"), tool("c3")]
+    assert [d.index for d in cm.render(other).dropped] == [2, 5]  # another list: its user at 6 counts

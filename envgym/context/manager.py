@@ -9,7 +9,7 @@ from typing import Any
 from envgym.tokens import ApproxTokenCounter, TokenCounter
 
 from .overflow import OVERFLOW_STRATEGIES, Summarizer, discard_all, discard_fraction, summarize
-from .policies import POLICIES, Dropped, Message, Rendered, thinking_retention
+from .policies import POLICIES, Dropped, Message, Rendered, last_user_turn, thinking_retention
 
 DEFAULT_THRESHOLD = 0.8  # DeepSeek-V3.2 §4.4: strategies kick in past 80% of the window
 
@@ -48,6 +48,9 @@ class ContextManager:
     summarizer: Summarizer | None = None
     env_messages_end_turn: bool = False
     _default_counter: TokenCounter = field(init=False, repr=False, compare=False)
+    # (history list, length searched, latest user turn, that message): the env appends to one
+    # list, so each render searches only the new messages for a user turn (issue 8, item 8).
+    _turn_memo: tuple[Any, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -77,8 +80,23 @@ class ContextManager:
     def render(self, history: Sequence[Mapping[str, Any]]) -> Rendered:
         """The messages to show the model under the reasoning policy (no compaction)."""
         if self.policy == "thinking-retention":
-            return thinking_retention(history, env_messages_end_turn=self.env_messages_end_turn)
+            last = self._last_user_turn(history)
+            return thinking_retention(history, env_messages_end_turn=self.env_messages_end_turn, last_user=last)
         return POLICIES[self.policy](history)
+
+    def _last_user_turn(self, history: Sequence[Mapping[str, Any]]) -> int:
+        """:func:`last_user_turn`, searching only what was appended since the last render of
+        the same list (a shorter list, another list, or a changed message means a full search;
+        histories are append-only between renders, as the env's are)."""
+        ends = self.env_messages_end_turn
+        memo = self._turn_memo  # one tuple: read and written atomically
+        if memo and memo[0] is history and memo[1] <= len(history) and (memo[2] < 0 or history[memo[2]] is memo[3]):
+            newer = last_user_turn(history, env_messages_end_turn=ends, start=memo[1])
+            last = newer if newer >= 0 else memo[2]
+        else:
+            last = last_user_turn(history, env_messages_end_turn=ends)
+        object.__setattr__(self, "_turn_memo", (history, len(history), last, history[last] if last >= 0 else None))
+        return last
 
     def count(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()

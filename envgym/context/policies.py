@@ -86,7 +86,10 @@ def keep_all(history: Sequence[Mapping[str, Any]]) -> Rendered:
 
 
 def thinking_retention(
-    history: Sequence[Mapping[str, Any]], *, env_messages_end_turn: bool = False
+    history: Sequence[Mapping[str, Any]],
+    *,
+    env_messages_end_turn: bool = False,
+    last_user: int | None = None,
 ) -> Rendered:
     """DeepSeek-V3.2 §3.2.1: earlier reasoning is dropped only once a new *user* message follows
     it; while only tool results are appended, the current chain keeps its reasoning so the model
@@ -94,15 +97,24 @@ def thinking_retention(
 
     The env's own user-role nudges (``name == ENV_AUTHOR``: "no tool call was found…") are not
     a new user turn: §3.2.1 warns that simulating tool interactions through user messages loses
-    the retention benefit.  ``env_messages_end_turn=True`` counts them anyway.
+    the retention benefit.  ``env_messages_end_turn=True`` counts them anyway.  ``last_user``
+    (from :func:`last_user_turn`) skips the search when the caller already knows it.
     """
-    last_user = -1
-    for i in range(len(history) - 1, -1, -1):  # backwards: the latest turn start is near the end
+    if last_user is None:
+        last_user = last_user_turn(history, env_messages_end_turn=env_messages_end_turn)
+    return _strip_reasoning(history, last_user, RETENTION_REASON)
+
+
+def last_user_turn(
+    history: Sequence[Mapping[str, Any]], *, env_messages_end_turn: bool = False, start: int = 0
+) -> int:
+    """Index of the latest user message that starts a turn, searching ``history[start:]``
+    backwards; -1 when there is none there."""
+    for i in range(len(history) - 1, start - 1, -1):  # backwards: the latest is near the end
         message = history[i]
         if message.get("role") == "user" and (env_messages_end_turn or not is_env_message(message)):
-            last_user = i
-            break
-    return _strip_reasoning(history, last_user, RETENTION_REASON)
+            return i
+    return -1
 
 
 def discard_reasoning(history: Sequence[Mapping[str, Any]]) -> Rendered:
