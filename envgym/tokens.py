@@ -117,6 +117,14 @@ class _Tally:
         self._sums: list[int] = [0]
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Counters travel with env factories to worker processes (Ray): send the cost
+        # function, not the lock or the cache.
+        return {"cost": self._cost, "limit": self._limit}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["cost"], state["limit"])  # type: ignore[misc]
+
     def total(self, messages: Messages) -> int:
         with self._lock:
             prev = self._prev
@@ -151,6 +159,12 @@ class _ToolsCost:
         self._cost = cost
         self._last: tuple[Tools, int] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"cost": self._cost}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["cost"])  # type: ignore[misc]
+
     def __call__(self, tools: Tools) -> int:
         last = self._last
         if last is not None and last[0] is tools:
@@ -158,6 +172,14 @@ class _ToolsCost:
         cost = self._cost(tools)
         self._last = (tools, cost)
         return cost
+
+
+def _plain_message_chars(message: Mapping[str, Any], _first: bool) -> int:
+    return len(_plain_message(message)) + 1  # + the "\n" joining it to the next part
+
+
+def _plain_tools_chars(tools: Tools) -> int:
+    return len(_plain_tools(tools)) + 1
 
 
 @dataclass(frozen=True)
@@ -173,8 +195,8 @@ class ApproxTokenCounter:
         if self.chars_per_token <= 0:
             raise ValueError("chars_per_token must be positive")
         # Each part costs its length plus the "\n" joining it to the next (one too many, below).
-        object.__setattr__(self, "_tally", _Tally(lambda m, _first: len(_plain_message(m)) + 1))
-        object.__setattr__(self, "_tools", _ToolsCost(lambda t: len(_plain_tools(t)) + 1))
+        object.__setattr__(self, "_tally", _Tally(_plain_message_chars))
+        object.__setattr__(self, "_tools", _ToolsCost(_plain_tools_chars))
 
     def count(self, messages: Messages, tools: Tools = ()) -> int:
         chars = self._tally.total(messages) + (self._tools(tools) if tools else 0)

@@ -527,3 +527,13 @@ def test_render_follows_a_growing_history_and_other_lists() -> None:
     cm.render(history)  # remembered: 7 messages searched, latest user turn at 4
     other = [*history[:6], {"role": "user", "content": "and Bergen?"}, asst("r3", "c3"), tool("c3")]
     assert [d.index for d in cm.render(other).dropped] == [2, 5]  # another list: its user at 6 counts
+
+
+def test_managers_and_counters_pickle() -> None:
+    import pickle
+
+    cm = ContextManager(overflow="discard-75", window=1000)
+    history = [SYS, USER, *tool_turns(3)]
+    cm.count(history)  # with a warm cache and a lock inside
+    copy_ = pickle.loads(pickle.dumps(cm))  # env factories travel to Ray workers
+    assert copy_.count(history) == cm.count(history) == ApproxTokenCounter().count(history)
