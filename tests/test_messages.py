@@ -358,3 +358,21 @@ def test_fast_path_matches_general_path(action: dict) -> None:
     slow = _repair(action)
     assert fast == slow
     assert fast.message == slow.message
+
+
+def test_unique_call_ids_renames_only_ids_used_before() -> None:
+    from envgym.messages import unique_call_ids
+
+    taken: set[str] = set()
+    turn = {"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "f", "arguments": "{}"}},
+        {"function": {"name": "g", "arguments": "[1]"}},
+    ]}  # fmt: skip
+    first = unique_call_ids(normalize_action(turn), taken, "t1")
+    assert first == normalize_action(turn)  # nothing taken yet: unchanged
+    second = unique_call_ids(normalize_action(turn), taken, "t2")
+    ids = [c["id"] for c in second.message["tool_calls"]]
+    assert ids == [f"{c['id']}_t2" for c in first.message["tool_calls"]]
+    assert [c.id for c in second.tool_calls] == ids[:1]  # the runnable call follows
+    assert [p.call_id for p in second.problems] == ids[1:]  # so does the problem's reply id
+    assert taken == {c["id"] for m in (first, second) for c in m.message["tool_calls"]}
