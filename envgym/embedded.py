@@ -12,12 +12,12 @@ folder (fp32 safetensors + tokenizer + chat template) under ``$ENVGYM_CACHE/mode
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from envgym.cache import built_once
+from envgym.cache import cache_root as envgym_cache_root
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2"  # the name users type (``--model smollm2``)
@@ -40,8 +40,7 @@ def gguf_dir() -> Path:
 
 def cache_root() -> Path:
     """``$ENVGYM_CACHE/models`` or ``~/.cache/envgym/models``."""
-    base = os.environ.get("ENVGYM_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "envgym") / "models"
+    return envgym_cache_root() / "models"
 
 
 @cache
@@ -55,28 +54,15 @@ def load_tokenizer() -> Any:
 def hf_dir() -> Path:
     """The embedded model as a Hugging Face folder, converted from the GGUF on first use.
 
-    The conversion writes into a temporary sibling folder and renames it into place, so an
-    interrupted run or two processes converting at once never leave a half-written folder.
+    Converted once into the cache (envgym/cache.py): concurrent callers wait for one
+    conversion, and an interrupted run never leaves a half-written folder.
     """
-    target = cache_root() / _FOLDER
-    if (target / _DONE).is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{_FOLDER}-", dir=target.parent))
-    scratch.chmod(0o755)  # mkdtemp makes it private; the cache is readable like any other
-    try:
-        _convert(scratch)
-        (scratch / _DONE).write_text(GGUF_NAME + "\n")
-        if target.exists() and not (target / _DONE).is_file():
-            shutil.rmtree(target, ignore_errors=True)  # leftovers of an older, broken layout
-        try:
-            scratch.rename(target)
-        except OSError:
-            if not (target / _DONE).is_file():  # not a concurrent writer that won the race
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return target
+
+    def convert(folder: Path) -> None:
+        _convert(folder)
+        (folder / _DONE).write_text(GGUF_NAME + "\n")
+
+    return built_once(cache_root() / _FOLDER, convert, marker=_DONE)
 
 
 def _convert(folder: Path) -> None:

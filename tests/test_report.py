@@ -84,8 +84,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Episode
         env.reset(options={"task": task})
         gold[task] = env.gold_calls()
     env.close()
-    # trip-001-d1 thinks aloud once (a nudge follows: earlier reasoning is dropped); trip-002-d2
-    # sample 1 hits a backend failure.
+    # trip-001-d1 thinks aloud once (the env nudges it back to tools); under `discard-reasoning`
+    # reasoning followed by any message is dropped. trip-002-d2 sample 1 hits a backend failure.
     def script(task: str, sample: int) -> list:
         return [gold[task][0], "hmm", *gold[task][1:]] if task == "trip-001-d1" else gold[task]
 
@@ -97,7 +97,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Episode
     run = evaluate(
         "trip-planning-v0",
         ModelRef("double", "test", "double:v1"),
-        EvalConfig(k=2, limit=3),
+        EvalConfig(k=2, limit=3, context="discard-reasoning"),
         store=Store(f"sqlite:///{tmp / 'r.db'}"),
         policy=policy,
     )

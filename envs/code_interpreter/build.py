@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from envgym.bundle import write_manifest
+from envgym.cache import built_once, cache_root, source_digest
 from envs.code_interpreter import data_tasks, reasoning
 
 GENERATOR_VERSION = "code-interpreter-2"  # 2: secret generator seeds kept with each task
@@ -81,43 +80,21 @@ def build_bundle(
     return out
 
 
-def cache_root() -> Path:
-    """``$ENVGYM_CACHE``, else ``~/.cache/envgym``."""
-    env = os.environ.get("ENVGYM_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "envgym"
-
-
 def default_bundle_dir(family: str = "all", seed: int | None = None) -> Path:
     """The default bundle of ``family`` ("all" or one of FAMILIES), built once into the cache.
 
     With ``seed`` None the build draws secret seeds (once: the cached bundle keeps them).
     Named by a hash of the generator version, the arguments and the source of this package, so
-    an edited generator never serves a stale bundle; built in a temp directory and renamed
-    into place, so concurrent callers never see half a bundle.
+    an edited generator never serves a stale bundle; built once (envgym/cache.py), so
+    concurrent callers wait for one build and never see half a bundle.
     """
     families = FAMILIES if family == "all" else (family,)
     key = hashlib.sha256(f"{GENERATOR_VERSION}\0{family}\0{seed}\0{_source_digest()}".encode()).hexdigest()[:12]
-    final = cache_root() / "bundles" / f"code-interpreter-{family}-{key}"
-    if (final / "manifest.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        build_bundle(tmp, families=families, seed=seed)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "manifest.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return built_once(cache_root() / "bundles" / f"code-interpreter-{family}-{key}",
+                      lambda out: build_bundle(out, families=families, seed=seed))
 
 
 def _source_digest() -> str:
-    digest = hashlib.sha256()
-    for path in sorted([*_PACKAGE.glob("*.py"), *_TEMPLATES.glob("*.py")]):
-        if path.name in ("registration.py", "env.py", "prompts.py", "routing.py"):
-            continue  # they do not shape the bundle
-        digest.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    files = sorted([*_PACKAGE.glob("*.py"), *_TEMPLATES.glob("*.py")])
+    skip = ("registration.py", "env.py", "prompts.py", "routing.py")  # they do not shape the bundle
+    return source_digest(_PACKAGE, [p for p in files if p.name not in skip])

@@ -25,17 +25,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import random
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envgym.bundle import write_manifest
+from envgym.cache import built_once, cache_root, source_digest
 from envgym.corrupt import corruptions
 from envs.procedural_kit.witness import Candidates, find_witnesses, generic_candidates
 from envs.trip_planning.local import Episode, LocalBundle, passed
@@ -202,31 +201,15 @@ def default_bundle_dir(recipe: Recipe, *, seed: int = 0, n_tasks: int = 10) -> P
     """The category's registered default bundle, built once into the envgym cache.
 
     Keyed by a digest of the category's and the kit's sources, so an edited generator never
-    serves a stale bundle; built in a private temp directory renamed into place (the first of
-    several racing processes wins).
+    serves a stale bundle; concurrent callers wait for one build (envgym/cache.py).
     """
-    from envs.trip_planning.build import cache_root
-
-    digest = hashlib.sha256(f"{recipe.agent}\0{seed}\0{n_tasks}".encode())
+    parts = [f"{recipe.agent}\0{seed}\0{n_tasks}".encode()]
     for root in sorted({recipe.templates.parent, Path(__file__).resolve().parent}):
-        for path in sorted(root.rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        parts.append(source_digest(root, sorted(root.rglob("*.py"))).encode())
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
     slug = recipe.agent.split(":")[-1].replace("_", "-")
-    final = cache_root() / "bundles" / f"{slug}-v0-{digest.hexdigest()[:12]}"
-    if (final / "manifest.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        build_procedural_bundle(recipe, tmp / "b", seed=seed, n_tasks=n_tasks)
-        try:
-            os.rename(tmp / "b", final)
-        except OSError:
-            if not (final / "manifest.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return built_once(cache_root() / "bundles" / f"{slug}-v0-{key}",
+                      lambda out: build_procedural_bundle(recipe, out, seed=seed, n_tasks=n_tasks))
 
 
 def write_rows(path: Path, base: type, rows: list[Any]) -> Path:

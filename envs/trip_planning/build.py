@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from envgym.bundle import write_manifest
+from envgym.cache import built_once, cache_root, source_digest
 from envs.trip_planning.data import DEFAULT_N_CITIES, write_db
 from envs.trip_planning.constraints import TripSpec
 from envs.trip_planning.local import Episode, LocalBundle, passed
@@ -123,42 +122,16 @@ class _RuleWitnesses:
         return {**t.task, "witnesses": self.found[t.spec]}
 
 
-def cache_root() -> Path:
-    """``$ENVGYM_CACHE``, else ``~/.cache/envgym``."""
-    env = os.environ.get("ENVGYM_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "envgym"
-
-
 def default_bundle_dir(seed: int = 0) -> Path:
-    """The default bundle, built once into the cache and reused; safe under concurrency.
+    """The default bundle, built once into the envgym cache and reused (envgym/cache.py).
 
     The directory name hashes the generator version, the seed and the generator's own source,
-    so editing the generator never serves a stale bundle.  Building happens in a private temp
-    directory that is renamed into place, so no caller ever sees a half-built bundle; when
-    several processes race, the first rename wins and the others discard their copy.
+    so editing the generator never serves a stale bundle; concurrent callers wait for one build.
     """
     key = hashlib.sha256(f"{GENERATOR_VERSION}\0{seed}\0{_source_digest()}".encode()).hexdigest()[:12]
-    final = cache_root() / "bundles" / f"trip-planning-v0-{key}"
-    if (final / "manifest.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        build_bundle(tmp, seed=seed)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "manifest.json").is_file():  # not a lost race: a real failure
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # only still there if another build won
-    return final
+    return built_once(cache_root() / "bundles" / f"trip-planning-v0-{key}", lambda out: build_bundle(out, seed=seed))
 
 
 def _source_digest() -> str:
-    digest = hashlib.sha256()
-    for path in sorted([*_PACKAGE.glob("*.py"), *_TEMPLATES.glob("*.py")]):
-        if path.name == "registration.py":
-            continue
-        digest.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    files = sorted([*_PACKAGE.glob("*.py"), *_TEMPLATES.glob("*.py")])
+    return source_digest(_PACKAGE, [p for p in files if p.name != "registration.py"])
