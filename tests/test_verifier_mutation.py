@@ -19,6 +19,10 @@ from envgym.bundle import load_bundle, write_manifest
 from envgym.check import check_bundle
 
 FAST = {"corruptions_per_task": 5, "reruns": 1, "adversarial": False}
+# The one-task checks run the exploits too: code-interpreter tasks declare no witnesses, and
+# check derives theirs from submissions that fail one rule only (a blank answer, an unparseable
+# one), which the exploit list supplies.
+ONE_TASK = {**FAST, "adversarial": True}
 _MUTANT = '''
 
 def envgym_mutant(submission, task):
@@ -84,7 +88,7 @@ def _rewrite(root: Path, line: dict) -> None:
 def test_removing_any_single_check_fails_check(family: str, tmp_path: Path) -> None:
     built = FAMILIES[family](tmp_path / "built")
     root, info = _one_task_bundle(built, tmp_path / "one")
-    clean = check_bundle(load_bundle(root), **FAST)
+    clean = check_bundle(load_bundle(root), **ONE_TASK)
     assert clean.passed, f"{family}: the unmutated task must pass: {clean.tasks[0].problems}"
     rules = info["rules"]
     assert len(rules) >= 1
@@ -96,7 +100,7 @@ def test_removing_any_single_check_fails_check(family: str, tmp_path: Path) -> N
         verifier = mutant / "verifier.py"
         verifier.write_text(verifier.read_text() + _MUTANT.format(original=original, rule=rule))
         _rewrite(mutant, {**info["line"], "verifier": "envgym_mutant"})
-        report = check_bundle(load_bundle(mutant), **FAST)
+        report = check_bundle(load_bundle(mutant), **ONE_TASK)
         if report.passed:
             survived.append(rule)
         shutil.rmtree(mutant)
