@@ -19,13 +19,19 @@ def solve_retail(tools, task: dict) -> None:
     tools.submit_result(answer_text=json.dumps(answer))
 
 
-def _basket(tools, meta: dict) -> dict | None:
+def _customer_context(tools, meta: dict) -> tuple:
+    """The customer, their tier discount and (when the task excludes them) the SKUs they bought."""
     customer = tools.get_customer(name=meta["customer"])
     discount = tools.get_tier_discount(tier=customer["tier"])
     owned = set()
     if meta["exclude_purchased"]:
         for order in tools.list_orders(customer=meta["customer"]):
             owned.update(line["sku"] for line in tools.get_order_lines(order_id=order["order_id"]))
+    return customer, discount, owned
+
+
+def _basket(tools, meta: dict) -> dict | None:
+    customer, discount, owned = _customer_context(tools, meta)
     pools = []
     for category in meta["categories"]:
         pool = []
@@ -94,12 +100,7 @@ def greedy_retail(tools, task: dict) -> None:
 
 
 def _greedy_basket(tools, meta: dict) -> dict:
-    customer = tools.get_customer(name=meta["customer"])
-    discount = tools.get_tier_discount(tier=customer["tier"])
-    owned = set()
-    if meta["exclude_purchased"]:
-        for order in tools.list_orders(customer=meta["customer"]):
-            owned.update(line["sku"] for line in tools.get_order_lines(order_id=order["order_id"]))
+    customer, discount, owned = _customer_context(tools, meta)
     skus, prices = [], []
     for category in meta["categories"]:
         for p in tools.list_products(category=category, min_rating=meta["min_rating"]):  # cheapest first
