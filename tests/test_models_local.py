@@ -139,7 +139,9 @@ def test_multi_turn_token_in_token_out_kv_reuse_and_rescoring(tokenizer: Any) ->
         assert len(turn.token_ids) == len(turn.logprobs) == len(turn.kept) > 0
         assert all(k is not None and t in k for t, k in zip(turn.token_ids, turn.kept))
         assert turn.routes is None
-    engine_lp = [x for t in turns for x in t.logprobs]
+    # the full-vocabulary log-probs re-score (the sampled-distribution ones are renormalized
+    # over the top-p set: tests/test_record_trainer.py)
+    engine_lp = [x for t in turns for x in t.full_logprobs]  # type: ignore[attr-defined]
     assert _rescore(policy.model, turns, PARAMS.temperature) == pytest.approx(engine_lp, abs=1e-4)
 
 
@@ -206,7 +208,7 @@ def test_moe_routes_are_recorded_per_token_and_layer(tokenizer: Any, window: int
                 torch.topk(layer[start + j - 1], 2).indices.tolist() for layer in out.router_logits
             ]
             assert route == expected
-    engine_lp = [x for t in turns for x in t.logprobs]
+    engine_lp = [x for t in turns for x in t.full_logprobs]  # type: ignore[attr-defined]
     assert _rescore(policy.model, turns, 1.0) == pytest.approx(engine_lp, abs=1e-4)
 
 

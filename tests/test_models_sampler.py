@@ -39,16 +39,26 @@ def test_truncation_ranks_by_probability_and_breaks_ties_by_id() -> None:
     assert truncation(logits, SamplingParams(top_k=3)).tolist() == [1, 3, 2]
 
 
-def test_logprob_is_tempered_and_untruncated() -> None:
+def test_logprobs_are_tempered_full_and_renormalized_over_the_kept_set() -> None:
     params = SamplingParams(temperature=0.5, top_k=2, seed=0)
     generator = torch.Generator().manual_seed(0)
+    scaled = [v / 0.5 for v in LOGITS.tolist()]
     for _ in range(50):
         drawn = sample(LOGITS, params, generator)
-        assert drawn.kept == [0, 1]
+        assert drawn.kept is not None and drawn.kept.tolist() == [0, 1]
         assert drawn.token in (0, 1)
-        # log_softmax(logits / T) over the whole vocabulary, not renormalized over the kept set
-        scaled = [v / 0.5 for v in LOGITS.tolist()]
-        assert drawn.logprob == pytest.approx(_log_softmax(scaled, drawn.token), abs=1e-6)
+        # full: log_softmax(logits / T) over the whole vocabulary
+        assert drawn.full_logprob == pytest.approx(_log_softmax(scaled, drawn.token), abs=1e-6)
+        # sampled: the same distribution restricted to the kept set {0, 1}, renormalized
+        assert drawn.logprob == pytest.approx(_log_softmax(scaled[:2], drawn.token), abs=1e-6)
+
+
+def test_without_truncation_both_logprobs_agree() -> None:
+    drawn = sample(LOGITS, SamplingParams(temperature=0.8), torch.Generator().manual_seed(2))
+    assert drawn.kept is None
+    expected = _log_softmax([v / 0.8 for v in LOGITS.tolist()], drawn.token)
+    assert drawn.logprob == pytest.approx(expected, abs=1e-6)
+    assert drawn.full_logprob == pytest.approx(expected, abs=1e-6)
 
 
 def test_sampling_never_leaves_the_kept_set_and_follows_its_distribution() -> None:
@@ -62,12 +72,13 @@ def test_sampling_never_leaves_the_kept_set_and_follows_its_distribution() -> No
     assert counts[0] / 4000 == pytest.approx(0.731, abs=0.03)
 
 
-def test_greedy_takes_the_argmax_with_its_untempered_logprob() -> None:
+def test_greedy_takes_the_argmax_with_its_untempered_full_logprob() -> None:
     drawn = sample(
         torch.tensor([0.5, 4.0, 1.0]), SamplingParams(temperature=0.0), torch.Generator()
     )
-    assert drawn.token == 1 and drawn.kept == [1]
-    assert drawn.logprob == pytest.approx(_log_softmax([0.5, 4.0, 1.0], 1), abs=1e-6)
+    assert drawn.token == 1 and drawn.kept is not None and drawn.kept.tolist() == [1]
+    assert drawn.logprob == 0.0  # the point mass it was drawn from
+    assert drawn.full_logprob == pytest.approx(_log_softmax([0.5, 4.0, 1.0], 1), abs=1e-6)
 
 
 def test_same_seed_same_tokens() -> None:

@@ -18,7 +18,8 @@ from envgym import registry
 from envgym.bundle_env import BundleEnv
 from envgym.context import ContextManager
 from envgym.policy import SamplingParams, Turn
-from envgym.record import Segment
+from envgym.models.kept import encode_kept
+from envgym.record import Segment, TurnInfo
 from envgym.rollout import (
     AgentPolicy,
     Budget,
@@ -96,13 +97,17 @@ def test_record_builder_extends_one_segment_then_starts_another() -> None:
     b.add(Turn(text="no ids"))  # an HTTP server without token ids
     record = b.finish(1.0, {"budget": 1.0})
     first, second = record.segments
+    nan = float("nan")
     assert first == Segment(
         token_ids=[1, 2, 5, 6, 9, 7],
         loss_mask=[0, 0, 1, 1, 0, 1],
-        logprobs=[0.0, 0.0, -0.5, -0.25, 0.0, -1.0],
-        kept=[None, None, None, None, None, [7, 8]],
+        sampled_logprobs=[0.0, 0.0, -0.5, -0.25, 0.0, -1.0],  # a plain Turn's kind
+        full_logprobs=[0.0, 0.0, nan, nan, 0.0, nan],  # not reported
+        # a plain Turn without kept sets: unknown (record v2), not "not truncated"
+        kept=[None, None, "unknown", "unknown", None, encode_kept([7, 8])],
         routes=None,
         turns=[(2, 4), (5, 6)],
+        turn_info=[TurnInfo(finish_reason="stop")] * 2,
     )
     assert (
         second.token_ids == [1, 2, 9, 4]

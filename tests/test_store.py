@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from envgym import registry
 from envgym.bundle import Bundle, load_bundle
+from envgym.models.kept import decode_kept
 from envgym.policy import Turn
 from envgym.rollout import EpisodeResult, RecordBuilder
 from envgym.store import Store, StoreError, default_url
@@ -295,6 +296,8 @@ def test_exports_load_with_hugging_face_datasets(
         assert seg["loss_mask"] == [0, 0, 0, 1, 1, 0, 1]
         assert seg["logprobs"] == [0.0, 0.0, 0.0, -0.25, -1.5, 0.0, -0.125]
         assert seg["turns"] == [[3, 5], [6, 7]]
-        assert json.loads(seg["kept"]) == [None, None, None, [7, 9], None, None, None]
+        # record v2: compact kept-set codes; the second turn reported none: "unknown"
+        kept = [decode_kept(k) for k in json.loads(seg["kept"])]
+        assert kept == [None, None, None, [7, 9], None, None, "unknown"]
         assert json.loads(first["messages"])[0]["content"] == "plan ✈"
     store.close()

@@ -29,10 +29,12 @@ from typing import Any
 import torch
 
 from envgym.models.chat import ChatFormat, end_tokens
+from envgym.models.kept import KeptEntry, KeptSets, encode_kept
 from envgym.models.kv import KVStore, RaggedCache, kv_layout, mask_placeholder
 from envgym.models.routes import moe_top_k, top_experts
 from envgym.models.sampler import sample
 from envgym.models.session import TokenSession, common_prefix, next_prompt
+from envgym.models.turn import SAMPLED_AND_FULL, RecordedTurn
 from envgym.policy import PolicyError, SamplingParams, Turn, Usage
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ class Request:
     params: SamplingParams
     future: asyncio.Future[Turn]
     loop: asyncio.AbstractEventLoop
+    policy_version: int = 0  # the policy's version when the turn was asked for
 
 
 @dataclass
@@ -67,11 +70,10 @@ class _Row:
     prompt: list[int]
     cached: int
     logits: torch.Tensor  # [V]: the distribution of the next token
-    route: list[list[int]] | None  # router choices at the position that produced ``logits``
     tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    kept: list[list[int] | None] = field(default_factory=list)
-    routes: list[list[list[int]]] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # under the sampled distribution
+    full_logprobs: list[float] = field(default_factory=list)  # over the whole vocabulary
+    kept: list[KeptEntry] = field(default_factory=list)  # compact entries (envgym.models.kept)
     finish: str | None = None
 
 
@@ -223,12 +225,12 @@ class Engine:
         session.tokens.ids = list(prompt)
         session.tokens.forget_messages()
         try:
-            logits, route = self._forward_prefill(store, prompt[reuse:])
+            logits = self._forward_prefill(store, prompt[reuse:])
         except BaseException:
             session.busy = False
             store.crop(reuse)
             raise
-        return _Row(request, session, prompt, reuse, logits, route)
+        return _Row(request, session, prompt, reuse, logits)
 
     def _donor(self, prompt: list[int], me: _Session) -> tuple[_Session | None, int]:
         best, best_len = None, 0
@@ -240,26 +242,24 @@ class Engine:
                 best, best_len = other, n
         return best, best_len
 
-    def _forward_prefill(
-        self, store: KVStore, ids: list[int]
-    ) -> tuple[torch.Tensor, list[list[int]] | None]:
-        logits, route = None, None
+    def _forward_prefill(self, store: KVStore, ids: list[int]) -> torch.Tensor:
+        logits = None
         for start in range(0, len(ids), PREFILL_CHUNK):
             chunk = ids[start : start + PREFILL_CHUNK]
-            logits, routes = self._forward(
+            logits = self._forward(
                 [store],
                 torch.tensor([chunk]),
                 torch.arange(store.length, store.length + len(chunk)).unsqueeze(0),
             )
-            route = routes[0] if routes is not None else None
         assert logits is not None
-        return logits[0], route
+        return logits[0]
 
     def _forward(
         self, stores: list[KVStore], input_ids: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, list[list[list[int]]] | None]:
-        """``input_ids, positions: [B, q]`` → next-token logits ``[B, V]`` and, for MoE models,
-        per row and MoE layer the experts chosen at the last position."""
+    ) -> torch.Tensor:
+        """``input_ids, positions: [B, q]`` → next-token logits ``[B, V]``.  For MoE models each
+        row's store also records the experts every MoE layer chose at each of the ``q`` new
+        positions (prompt tokens included: Keep Routing replays the whole sequence)."""
         cache = RaggedCache(stores, input_ids.shape[1])
         inputs = dict(
             input_ids=input_ids,
@@ -271,15 +271,15 @@ class Engine:
         if not self.moe_top_k:
             logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :].float()
             cache.commit()
-            return logits, None
+            return logits
         # The MoE causal-LM head would compute its load-balancing loss from the attention mask;
         # the base model returns the router logits without it, and the LM head is one matmul.
         out = self.model.base_model(**inputs, output_router_logits=True)
+        routes = top_experts(out.router_logits, len(stores), input_ids.shape[1], self.moe_top_k)
+        for store, row_routes in zip(stores, routes):  # before commit: length = first new position
+            store.write_routes(store.length, row_routes)
         cache.commit()
-        logits = self.model.get_output_embeddings()(out.last_hidden_state[:, -1, :]).float()
-        return logits, top_experts(
-            out.router_logits, len(stores), input_ids.shape[1], self.moe_top_k
-        )
+        return self.model.get_output_embeddings()(out.last_hidden_state[:, -1, :]).float()
 
     def _step(self) -> None:
         live: list[_Row] = []
@@ -287,9 +287,8 @@ class Engine:
             drawn = sample(row.logits, row.request.params, row.session.generator)  # type: ignore[arg-type]
             row.tokens.append(drawn.token)
             row.logprobs.append(drawn.logprob)
-            row.kept.append(drawn.kept)
-            if row.route is not None:
-                row.routes.append(row.route)
+            row.full_logprobs.append(drawn.full_logprob)
+            row.kept.append(None if drawn.kept is None else encode_kept(drawn.kept))
             row.finish = self._finish_reason(row)
             if row.finish is not None:
                 self._complete(row)
@@ -301,10 +300,9 @@ class Engine:
         stores = [row.session.store for row in live]
         input_ids = torch.tensor([[row.tokens[-1]] for row in live])
         positions = torch.tensor([[row.session.store.length] for row in live])
-        logits, routes = self._forward(stores, input_ids, positions)
+        logits = self._forward(stores, input_ids, positions)
         for i, row in enumerate(live):
             row.logits = logits[i]
-            row.route = routes[i] if routes is not None else None
 
     def _finish_reason(self, row: _Row) -> str | None:
         if row.tokens[-1] in self.end_tokens:
@@ -328,15 +326,23 @@ class Engine:
         row.session.tokens.record_turn(
             row.prompt, row.tokens, row.request.messages, row.request.tools, reasoning
         )
-        turn = Turn(
+        # Every position but the last sampled token (never fed) went through a forward pass.
+        routes = row.session.store.routes_upto(len(row.prompt) + len(row.tokens) - 1)
+        first = len(row.prompt) - 1  # the position whose output sampled the first token
+        turn = RecordedTurn(
             text=text,
             prompt_ids=list(row.prompt),
             token_ids=list(row.tokens),
             logprobs=list(row.logprobs),
-            kept=list(row.kept),
-            routes=list(row.routes) if self.moe_top_k else None,
+            kept=KeptSets(row.kept),
+            routes=routes[first : first + len(row.tokens)].tolist() if routes is not None else None,
             finish_reason=row.finish or "stop",
             usage=Usage(len(row.prompt), len(row.tokens), row.cached),
+            full_logprobs=list(row.full_logprobs),
+            logprob_kind=SAMPLED_AND_FULL,
+            params=row.request.params,
+            policy_version=row.request.policy_version,
+            position_routes=routes,
         )
         self._release(row, finished=True)
         _resolve(row.request.loop, row.request.future, turn, None)
@@ -362,9 +368,20 @@ class Engine:
                 session.store.clear()
 
     def end_session(self, session: str) -> None:
-        state = self._sessions.get(session)
-        if state is not None and not state.busy:
-            del self._sessions[session]
+        """Forget a session now, even with a turn in flight (its caller was cancelled or gave
+        up): that row is freed and its request failed here rather than at the next admission,
+        so a later episode reusing the id starts with a fresh generator and cache."""
+        state = self._sessions.pop(session, None)
+        ended = f"session {session!r} was ended while its turn was in flight"
+        for row in self._rows:
+            if row.session is state:
+                self._fail(row.request, ended)
+        self._rows = [row for row in self._rows if row.session is not state]
+        for request in [r for r in self._waiting if r.session == session]:
+            self._waiting.remove(request)
+            self._fail(request, ended)
+        if state is not None:
+            state.store.clear()
 
     def _fail(self, request: Request, message: str) -> None:
         _resolve(request.loop, request.future, None, PolicyError(message))

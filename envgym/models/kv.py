@@ -46,12 +46,19 @@ def kv_layout(model: torch.nn.Module) -> tuple[int, int, int, torch.dtype]:
 
 
 class KVStore:
-    """One sequence's cache, all layers: buffers grown by ~25% so appends are amortized O(1)."""
+    """One sequence's cache, all layers: buffers grown by ~25% so appends are amortized O(1).
+
+    For MoE models it also holds, per cached position, the experts each MoE layer routed it to
+    (``routes: [capacity, L, k]`` int16, written by :meth:`write_routes`): the routes share the
+    keys' life cycle (crop, prefix copy, eviction), so a turn's routes are always those of the
+    keys and values it attended to.
+    """
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
         self.layers, self.kv_heads, self.head_dim, self.dtype = layers, kv_heads, head_dim, dtype
         self.keys: list[torch.Tensor] = []  # [1, kv_heads, capacity, head_dim] per layer
         self.values: list[torch.Tensor] = []
+        self.routes: torch.Tensor | None = None  # [capacity, L, k] int16 (MoE only)
         self.length = 0  # positions holding valid keys/values
 
     @property
@@ -68,6 +75,20 @@ class KVStore:
         for old, new in zip(self.keys + self.values, keys + values):
             new[:, :, : self.length] = old[:, :, : self.length]
         self.keys, self.values = keys, values
+        if self.routes is not None:
+            routes = torch.empty((capacity, *self.routes.shape[1:]), dtype=torch.int16)
+            routes[: self.length] = self.routes[: self.length]
+            self.routes = routes
+
+    def write_routes(self, start: int, routes: torch.Tensor) -> None:
+        """Record ``routes: [new, L, k]`` for positions ``[start, start + new)`` (reserved)."""
+        if self.routes is None or self.routes.shape[1:] != routes.shape[1:]:
+            self.routes = torch.full((self.capacity, *routes.shape[1:]), -1, dtype=torch.int16)
+        self.routes[start : start + routes.shape[0]] = routes
+
+    def routes_upto(self, length: int) -> torch.Tensor | None:
+        """A copy of the routes of positions ``[0, length)`` (``[length, L, k]``), or None."""
+        return None if self.routes is None else self.routes[:length].clone()
 
     def crop(self, length: int) -> None:
         """Forget every position from ``length`` on (the buffers are kept)."""
@@ -79,13 +100,16 @@ class KVStore:
         self.reserve(length)
         for mine, theirs in zip(self.keys + self.values, donor.keys + donor.values):
             mine[:, :, :length] = theirs[:, :, :length]
+        if donor.routes is not None:
+            self.write_routes(0, donor.routes[:length])
         self.length = length
 
     def clear(self) -> None:
-        self.keys, self.values, self.length = [], [], 0
+        self.keys, self.values, self.routes, self.length = [], [], None, 0
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+        extra = [self.routes] if self.routes is not None else []
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values + extra)
 
 
 @dataclass(frozen=True)

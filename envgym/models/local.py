@@ -9,9 +9,11 @@ turn (docs/MODELS.md has the details):
 * token-in/token-out: one session per episode; when the new messages extend the previous ones,
   only the new messages are tokenized and appended (envgym.models.session);
 * KV-cache reuse across turns and batched decoding across episodes (envgym.models.engine);
-* per sampled token: the log-prob under the temperature-scaled, untruncated distribution, the
-  top-k/top-p kept set (envgym.models.sampler) and, for MoE models, the experts each MoE layer
-  routed the producing position to.
+* per sampled token (a :class:`~envgym.models.turn.RecordedTurn`): the log-prob under the
+  distribution it was drawn from (tempered, top-k/top-p truncated, renormalized) and over the
+  full tempered vocabulary, the kept set (envgym.models.sampler, stored compactly by
+  envgym.models.kept); per turn the sampling parameters and policy version; for MoE models the
+  experts each MoE layer chose at every position the forward passes saw.
 
 Stop rule: a turn ends at the first of (1) an end-of-sequence token (``<|im_end|>`` for
 SmolLM2), sampled and kept in ``token_ids``; (2) the end of a tool call (``</tool_call>`` in the
@@ -120,7 +122,7 @@ class LocalPolicy:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Turn] = loop.create_future()
         self._engine.submit(
-            Request(session, list(messages), list(tools or []), params, future, loop)
+            Request(session, list(messages), list(tools or []), params, future, loop, self.version)
         )
         return await future
 

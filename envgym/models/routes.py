@@ -1,8 +1,10 @@
 """MoE routes for Keep Routing (DeepSeek-V3.2 §3.1): which experts each MoE layer used.
 
-For each sampled token the engine records, per MoE layer, the top-k experts the router chose at
-the position whose output distribution sampled that token (position ``t-1`` for token ``t``):
-the routing the trainer replays to compute π_θ of that token.
+For every position a forward pass feeds (prompt, tool and sampled tokens alike), the engine
+records per MoE layer the top-k experts the router chose for that position's hidden state: the
+routing the trainer replays over the whole sequence to compute π_θ (trainer/routing.py).  The
+routes live beside the KV cache (envgym.models.kv.KVStore), so prefix reuse and prefix copies
+carry the routes of the keys and values they reuse.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ def moe_top_k(config: Any) -> int:
 
 def top_experts(
     router_logits: tuple[torch.Tensor, ...], batch: int, new: int, k: int
-) -> list[list[list[int]]]:
-    """Top-k experts per row and MoE layer at each row's last position.
+) -> torch.Tensor:
+    """``[batch, new, L, k]`` int64: per row, position and MoE layer the top-k experts.
 
-    Each layer's router logits are ``[batch * new, experts]`` (rows are flattened); the top-k of
-    the logits are the top-k of the router's softmax, most weighted expert first.
+    Each layer's router logits are ``[batch * new, experts]`` (rows flattened batch-major).  The
+    experts are taken as softmax-top-k routers take them (Mixtral, Qwen-MoE, OLMoE: top-k of
+    the fp32 softmax, most weighted first), so ties resolve as the router's own do.
     """
-    per_layer: list[list[list[int]]] = []
-    for logits in router_logits:
-        last = logits.view(batch, new, -1)[:, -1, :]  # [B, experts]
-        per_layer.append(torch.topk(last.float(), k, dim=-1).indices.tolist())
-    return [[layer[b] for layer in per_layer] for b in range(batch)]
+    per_layer = [
+        torch.topk(torch.softmax(logits.float(), dim=-1), k, dim=-1).indices.view(batch, new, k)
+        for logits in router_logits
+    ]
+    return torch.stack(per_layer, dim=2)

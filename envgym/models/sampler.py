@@ -1,22 +1,27 @@
 """Temperature / top-k / top-p sampling that reports what the trainer needs per token.
 
-For each sampled token the sampler returns:
+For each sampled token the sampler returns (DeepSeek-V3.2 §3.1, eq. 5–6 and Keep Sampling Mask):
 
-* ``logprob`` = ``log_softmax(logits / T)[token]``: the log-probability under the
-  temperature-scaled distribution over the **whole vocabulary, before top-k/top-p truncation**.
-  That is π_old of the GRPO importance ratio (DeepSeek-V3.2 §3.1, eq. 6): the trainer recomputes
-  ``log_softmax(logits_θ / T)`` at the same position and, with Keep Sampling Mask (§3.1),
-  renormalizes both over ``kept`` itself when it wants the truncated distribution.
-* ``kept``: the token ids the truncation left as candidates, most probable first; ``None`` when
-  the sampler did not truncate (``top_k=0`` and ``top_p=1``).
+* ``logprob`` — the log-probability under the distribution the token was **actually drawn
+  from**: ``log_softmax(logits / T)`` restricted to the kept set and renormalized over it,
+  i.e. ``full_logprob − log Σ_{j ∈ kept} softmax(logits / T)_j``.  That is π_old of the
+  importance ratio when the trainer applies the keep sampling mask to π_θ (the trainer
+  renormalizes its own distribution over the same ``kept`` ids).  Without truncation it equals
+  ``full_logprob``.
+* ``full_logprob`` — ``log_softmax(logits / T)[token]`` over the **whole vocabulary**, before
+  top-k/top-p: π_old for a trainer that does not mask; and with ``logprob`` it gives the kept
+  set's mass (``full_logprob − logprob``).
+* ``kept`` — the token ids the truncation left as candidates (``[K]`` int64, most probable
+  first); ``None`` when the sampler did not truncate (``top_k=0`` and ``top_p=1``).
 
 Truncation order (as transformers does it): top-k first, then top-p on the renormalized top-k
 distribution: sorted by probability, a token is kept when the probability mass of the tokens
 ranked above it is below ``top_p`` (so the most probable token is always kept, and the kept set
 is the smallest prefix whose mass reaches ``top_p``).  Ties are broken by token id (stable sort).
 
-``temperature == 0`` is greedy: the argmax is taken, ``kept == [token]`` (a top-1 truncation) and
-``logprob`` is under the untempered distribution (``T = 1``).
+``temperature == 0`` is greedy: the argmax is taken, ``kept == [token]`` (a top-1 truncation),
+``logprob == 0`` (the point mass it was drawn from) and ``full_logprob`` is under the untempered
+distribution (``T = 1``: ``logits / 0`` has no log-softmax).
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from envgym.policy import SamplingParams
 @dataclass(frozen=True)
 class Sample:
     token: int
-    logprob: float
-    kept: list[int] | None
+    logprob: float  # under the sampled (tempered, truncated, renormalized) distribution
+    full_logprob: float  # log_softmax(logits / T)[token] over the whole vocabulary
+    kept: torch.Tensor | None  # [K] int64, most probable first; None = not truncated
 
 
 def truncation(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor | None:
@@ -56,14 +62,16 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     logits = logits.float()
     if params.temperature == 0:
         token = int(torch.argmax(logits))
-        logprob = float(torch.log_softmax(logits, dim=-1)[token])
-        return Sample(token, logprob, [token])
+        full = float(torch.log_softmax(logits, dim=-1)[token])
+        return Sample(token, 0.0, full, torch.tensor([token]))
     scaled = logits / params.temperature
-    logprobs = torch.log_softmax(scaled, dim=-1)
+    logprobs = torch.log_softmax(scaled, dim=-1)  # [V]
     kept = truncation(scaled, params)
     if kept is None:
         token = int(torch.multinomial(logprobs.exp(), 1, generator=generator))
-        return Sample(token, float(logprobs[token]), None)
-    probs = torch.softmax(scaled[kept], dim=-1)
-    token = int(kept[int(torch.multinomial(probs, 1, generator=generator))])
-    return Sample(token, float(logprobs[token]), kept.tolist())
+        full = float(logprobs[token])
+        return Sample(token, full, full, None)
+    renormalized = torch.log_softmax(scaled[kept], dim=-1)  # [K]: the distribution drawn from
+    j = int(torch.multinomial(renormalized.exp(), 1, generator=generator))
+    token = int(kept[j])
+    return Sample(token, float(renormalized[j]), float(logprobs[token]), kept)

@@ -13,9 +13,12 @@ chat itself (envgym.models.session, the same :class:`ChatFormat` as the local en
 local engine's KV reuse; ``Usage.cached_prompt_tokens`` is what the server reports.
 
 Log-probs: the server is started with ``--logprobs-mode processed_logprobs``: the log-prob of
-each sampled token after temperature **and** top-k/top-p (renormalized over the kept set).  With
-``top_p=1, top_k=0`` that equals the local engine's convention (tempered, untruncated); with
-truncation it is the truncated distribution's log-prob (docs/MODELS.md).
+each sampled token after temperature **and** top-k/top-p (renormalized over the kept set), i.e.
+the *sampled*-distribution kind of the record (envgym.record); the full-vocabulary kind and the
+kept sets are not reported, so turns come back as :class:`~envgym.models.turn.RecordedTurn`
+with ``logprob_kind="sampled"``, ``full_logprobs=None`` and ``kept=None`` — *unknown*, which the
+record keeps distinct from "not truncated" (docs/MODELS.md).  A server started elsewhere must
+use the same ``--logprobs-mode``, or these log-probs are of another kind.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 from envgym.models.chat import ChatFormat, end_tokens
 from envgym.models.http_client import BadReply, HttpClient, RateLimit, RetryPolicy
 from envgym.models.session import TokenSession, next_prompt
+from envgym.models.turn import SAMPLED, RecordedTurn
 from envgym.parsers import ToolCallParser
 from envgym.policy import PolicyError, SamplingParams, Turn, Usage
 
@@ -226,6 +230,7 @@ class VLLMPolicy:
         params: SamplingParams,
     ) -> Turn:
         state = self._sessions.setdefault(session, TokenSession())
+        version = self.version  # the weights this turn is asked of
         try:
             prompt = next_prompt(self.format, state, messages, tools, self.end_tokens).ids
         except Exception as err:  # noqa: BLE001 - bad messages or a failing template
@@ -244,13 +249,18 @@ class VLLMPolicy:
         text = self.format.generation_prefix + self.format.tokenizer.decode(ids)
         reasoning = bool(self.format.parser.parse(text).reasoning_content)
         state.record_turn(prompt, turn.token_ids, messages, tools, reasoning)
-        return Turn(
+        return RecordedTurn(
             text=text,
             prompt_ids=prompt,
             token_ids=turn.token_ids,
-            logprobs=turn.logprobs,
+            logprobs=turn.logprobs,  # processed_logprobs: the sampled distribution's
+            kept=None,  # unknown: the completions API does not report the kept sets
             finish_reason=turn.finish_reason,
             usage=turn.usage,
+            full_logprobs=None,
+            logprob_kind=SAMPLED,
+            params=params,
+            policy_version=version,
         )
 
     def request_body(
@@ -295,9 +305,19 @@ class VLLMPolicy:
             text=str(choice.get("text") or ""),
             token_ids=[int(t) for t in ids],
             logprobs=[float(x) for x in logprobs],
-            finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+            finish_reason=self._finish_reason(choice),
             usage=Usage(len(prompt), len(ids), int(details.get("cached_tokens") or 0)),
         )
+
+    def _finish_reason(self, choice: dict[str, Any]) -> str:
+        """``"length"``, ``"tool_calls"`` (stopped at the end of a tool call, as the local
+        engine says) or ``"stop"``."""
+        if choice.get("finish_reason") == "length":
+            return "length"
+        stop_reason = choice.get("stop_reason")
+        if isinstance(stop_reason, str) and stop_reason in self.stop:
+            return "tool_calls"
+        return "stop"
 
     async def reset_prefix_cache(self) -> None:
         """Empty the server's prefix cache (needs ``VLLM_SERVER_DEV_MODE=1``, as VLLMServer sets)."""
