@@ -13,7 +13,9 @@ import torch
 from envgym.bundle_env import BundleEnv
 from envgym.models.local import LocalPolicy
 from envgym.policy import SamplingParams, Turn
-from envgym.record import EpisodeRecord, Segment
+from envgym.models.kept import decode_kept
+from envgym.record import EpisodeRecord
+from envgym.rollout import RecordBuilder
 from bundle_factory import make_notes_bundle
 
 PARAMS = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=40, seed=11)
@@ -48,16 +50,10 @@ def _episode(policy: LocalPolicy, bundle: Path, turns: int) -> list[Turn]:
 
 def _record(turns: list[Turn]) -> EpisodeRecord:
     """Segments as the rollout engine builds them: a new one whenever a prompt stops extending."""
-    segments: list[Segment] = []
+    builder = RecordBuilder(model="local:smollm2", policy_version=0)
     for turn in turns:
-        assert turn.prompt_ids is not None
-        seg = segments[-1] if segments else None
-        if seg is None or turn.prompt_ids[: len(seg.token_ids)] != seg.token_ids:
-            seg = Segment()
-            segments.append(seg)
-        seg.add_context(turn.prompt_ids[len(seg.token_ids) :])
-        seg.add_sampled(turn.token_ids, turn.logprobs, turn.kept)
-    return EpisodeRecord(segments=segments, policy_version=0, model="local:smollm2")
+        builder.add(turn)
+    return builder.finish(0.0, {})
 
 
 def test_recorded_episode_rescores_to_the_engine_logprobs(
@@ -77,10 +73,15 @@ def test_recorded_episode_rescores_to_the_engine_logprobs(
     logprobs = torch.log_softmax(logits / PARAMS.temperature, dim=-1)
     sampled = [i for i, m in enumerate(seg.loss_mask) if m]
     rescored = [float(logprobs[i - 1, seg.token_ids[i]]) for i in sampled]
-    engine = [seg.logprobs[i] for i in sampled]
+    engine = [seg.full_logprobs[i] for i in sampled]
     assert max(abs(a - b) for a, b in zip(rescored, engine)) < 1e-4
-    # the kept sets are top-p truncations containing the sampled token
-    assert all(seg.token_ids[i] in seg.kept[i] for i in sampled)  # type: ignore[operator]
+    # the kept sets are top-p truncations containing the sampled token, and the sampled-
+    # distribution log-prob is the full one renormalized over them
+    for i in sampled:
+        kept = decode_kept(seg.kept[i])
+        assert isinstance(kept, list) and seg.token_ids[i] in kept
+        mass = float(torch.logsumexp(logprobs[i - 1, kept], dim=0))
+        assert abs(seg.sampled_logprobs[i] - (rescored[sampled.index(i)] - mass)) < 1e-4
     # later turns prefilled only what was new
     assert all(t.usage.cached_prompt_tokens > 0 for t in turns[1:])
 
