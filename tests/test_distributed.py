@@ -119,7 +119,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     load_full_state_dict(fresh, saved["sd3"])
     with torch.no_grad():
         probe = batch["input_ids"]
-        saved["logits_gap"] = float((fresh(input_ids=probe).logits - model(input_ids=probe).logits).abs().max())
+        gap = fresh(input_ids=probe).logits - model(input_ids=probe).logits
+        saved["logits_gap"] = float(gap.abs().max())
     saved["errors"] = {}
     for name, call in {
         "unsharded": lambda: distributed_step(tiny_model(0), opt, batch, token_nll),
@@ -230,7 +231,8 @@ def test_misuse_under_a_process_group_is_refused(ranks: list[dict[str, Any]]) ->
 
 def test_without_a_process_group_it_is_plain_training(reference: Any) -> None:
     model = tiny_model(seed=0)
-    stats = distributed_step(model, torch.optim.SGD(model.parameters(), lr=LR), make_batch(), token_nll)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    stats = distributed_step(model, opt, make_batch(), token_nll)
     assert stats.n_units == 21.0 and not stats.skipped
     assert max_gap(model.state_dict(), reference[0]) < 1e-12
 
@@ -259,7 +261,7 @@ def test_shard_batch_splits_rows_and_refuses_bad_batches() -> None:
     [
         ("not callable", TypeError, "loss_fn must be callable"),
         (lambda m, b: token_nll(m, b)[0], TypeError, "must return \\(loss_sum, n_units\\)"),
-        (lambda m, b: (token_nll(m, b)[0].reshape(1), 3), ValueError, "scalar tensor, not \\(1,\\)"),
+        (lambda m, b: (token_nll(m, b)[0].reshape(1), 3), ValueError, "scalar tensor, not \\(1,"),
         (lambda m, b: (torch.tensor(1.0), 3), ValueError, "does not require grad"),
         (lambda m, b: (token_nll(m, b)[0], -1), ValueError, "n_units must be a finite scalar >= 0"),
         (lambda m, b: (token_nll(m, b)[0], math.inf), ValueError, "n_units must be a finite"),
@@ -303,7 +305,8 @@ def ray_local() -> Iterator[Any]:
 
     from envgym.rollout.ray_engine import ensure_ray
 
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # tests/ is not importable there
+    # tests/ is not importable in Ray's workers: ship this module's functions by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ensure_ray(None, num_cpus=2)
     yield ray
     ray.shutdown()
@@ -323,7 +326,8 @@ def test_ray_trainer_group_equals_single_process(ray_local: Any, reference: Any)
     placement = Placement(plan)
     try:
         optimizer = functools.partial(torch.optim.SGD, lr=LR)
-        with TrainerGroup(functools.partial(tiny_model, 0), optimizer, placement, master_addr="127.0.0.1") as group:
+        model = functools.partial(tiny_model, 0)
+        with TrainerGroup(model, optimizer, placement, master_addr="127.0.0.1") as group:
             stats = group.step(make_batch(), token_nll)
             sd = group.full_state_dict()
         assert stats.n_units == 21.0 and not stats.skipped
@@ -331,12 +335,25 @@ def test_ray_trainer_group_equals_single_process(ray_local: Any, reference: Any)
 
         where = ray_local.remote(placement_group_id).options(**placement.rollout_options())
         assert ray_local.get(where.remote()) == placement.rollout_group.id.hex()
+        with pytest.raises(ValueError, match="rank must be an int in \\[0, 2\\), not 2"):
+            placement.trainer_options(2)
+        with pytest.raises(ValueError, match="index must be None or in \\[0, 1\\), not 1"):
+            placement.rollout_options(1)
     finally:
         placement.remove()
+    too_big = PlacementPlan(trainers=2, rollout_workers=0, trainer_cpus=8)
+    with pytest.raises(TimeoutError, match="not ready in 1 s: trainers \\[\\{'CPU': 8.0\\}"):
+        Placement(too_big, timeout_s=1)
+    trainers_only = Placement(PlacementPlan(trainers=1, rollout_workers=0, trainer_cpus=0.5))
+    try:
+        with pytest.raises(ValueError, match="rollout_workers=0"):
+            trainers_only.rollout_options()
+    finally:
+        trainers_only.remove()
 
 
 def test_placement_plan_refuses_bad_values() -> None:
-    from trainer.placement import PlacementPlan
+    from trainer.placement import Placement, PlacementPlan
 
     with pytest.raises(ValueError, match="trainers must be an int >= 1, not 0"):
         PlacementPlan(trainers=0)
@@ -347,3 +364,5 @@ def test_placement_plan_refuses_bad_values() -> None:
     with pytest.raises(ValueError, match="strategy must be one of"):
         PlacementPlan(strategy="RANDOM")
     assert PlacementPlan(trainer_gpus=1).trainer_bundles() == [{"CPU": 1.0, "GPU": 1.0}] * 2
+    with pytest.raises(TypeError, match="plan must be a PlacementPlan, not dict"):
+        Placement({"trainers": 2})  # type: ignore[arg-type]

@@ -228,7 +228,8 @@ def distributed_step(
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable, not {type(loss_fn).__name__}")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
+        kind = type(optimizer).__name__
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, not {kind}")
     if max_grad_norm is not None and not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
         raise ValueError(f"max_grad_norm must be positive and finite, not {max_grad_norm!r}")
     distributed = dist.is_initialized() and dist.get_world_size() > 1

@@ -66,9 +66,9 @@ class PlacementPlan:
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, not {value!r}")
         if self.trainer_cpus == 0 and self.trainer_gpus == 0:
-            raise ValueError("a trainer must reserve something: trainer_cpus and trainer_gpus are 0")
+            raise ValueError("a trainer reserves nothing: trainer_cpus and trainer_gpus are 0")
         if self.rollout_workers and self.rollout_cpus == 0 and self.rollout_gpus == 0:
-            raise ValueError("a rollout worker must reserve something: rollout_cpus and _gpus are 0")
+            raise ValueError("a rollout worker reserves nothing: rollout_cpus and _gpus are 0")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, not {self.strategy!r}")
 
@@ -119,8 +119,9 @@ class Placement:
 
     def trainer_options(self, rank: int) -> dict[str, Any]:
         """``.options(...)`` for rank ``rank``'s actor: its own bundle."""
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.plan.trainers:
-            raise ValueError(f"rank must be an int in [0, {self.plan.trainers}), not {rank!r}")
+        world = self.plan.trainers
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
+            raise ValueError(f"rank must be an int in [0, {world}), not {rank!r}")
         return {
             "num_cpus": self.plan.trainer_cpus,
             "num_gpus": self.plan.trainer_gpus,
@@ -135,11 +136,13 @@ class Placement:
         if index is not None and not (
             isinstance(index, int) and 0 <= index < self.plan.rollout_workers
         ):
-            raise ValueError(f"index must be None or in [0, {self.plan.rollout_workers}), not {index!r}")
+            bound = self.plan.rollout_workers
+            raise ValueError(f"index must be None or in [0, {bound}), not {index!r}")
+        bundle = -1 if index is None else index  # -1: any bundle of the group
         return {
             "num_cpus": self.plan.rollout_cpus,
             "num_gpus": self.plan.rollout_gpus,
-            "scheduling_strategy": self._strategy(self.rollout_group, -1 if index is None else index),
+            "scheduling_strategy": self._strategy(self.rollout_group, bundle),
         }
 
     def remove(self) -> None:
@@ -183,7 +186,9 @@ class TrainerWorker:
 
     def step(self, batch: Batch, loss_fn: LossFn, max_grad_norm: float | None) -> StepStats:
         assert self.model is not None and self.optimizer is not None, "setup() first"
-        return distributed_step(self.model, self.optimizer, batch, loss_fn, max_grad_norm=max_grad_norm)
+        return distributed_step(
+            self.model, self.optimizer, batch, loss_fn, max_grad_norm=max_grad_norm
+        )
 
     def full_state_dict(self) -> dict[str, Tensor]:
         assert self.model is not None, "setup() first"
@@ -197,7 +202,7 @@ class TrainerWorker:
 
 
 class TrainerGroup:
-    """``placement.plan.trainers`` ranks as Ray actors, one per trainer bundle, in one process group.
+    """``placement.plan.trainers`` ranks as Ray actors (one per trainer bundle), one process group.
 
     ``model_factory`` and ``optimizer_factory`` must pickle (module-level functions,
     ``functools.partial``); each rank builds its model, shards it and adopts rank 0's weights.
@@ -252,7 +257,8 @@ class TrainerGroup:
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """Rank 0's gathered weights (every rank takes part in the gather)."""
-        return self._get([w.full_state_dict.remote() for w in self.workers])[0]  # type: ignore[no-any-return]
+        states = self._get([w.full_state_dict.remote() for w in self.workers])
+        return states[0]  # type: ignore[no-any-return]
 
     def close(self) -> None:
         closing = [w.close.remote() for w in self.workers]
