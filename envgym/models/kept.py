@@ -42,6 +42,8 @@ _MAX_VARINT_BYTES = 5  # ids < 2**35: far beyond any vocabulary
 
 def _varints(values: np.ndarray) -> bytes:
     """LEB128 varints of non-negative ``values: [n]`` (vectorized)."""
+    if values.size == 0 or int(values.max()) < 0x80:  # the common case: one byte each
+        return values.astype(np.uint8).tobytes()
     v = values.astype(np.uint64)
     sizes = np.ones(v.shape, dtype=np.int64)
     for j in range(1, _MAX_VARINT_BYTES):
@@ -89,7 +91,9 @@ def encode_kept(ids: Any) -> str:
         raise ValueError("a kept set cannot be empty (the sampled token is always in it)")
     if array.dtype.kind not in "iu":
         raise TypeError(f"kept ids must be integers, not {array.dtype}")
-    array = np.unique(array.astype(np.int64))
+    array = np.sort(array.astype(np.int64, copy=False))
+    if array.size > 1 and not (np.diff(array) > 0).all():
+        array = np.unique(array)
     if int(array[0]) < 0 or int(array[-1]) >= 1 << 35:
         raise ValueError(f"kept ids must be in [0, 2**35), got {int(array[0])}..{int(array[-1])}")
     flags, body = 0, _varints(_gaps(array))
