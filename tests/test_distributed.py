@@ -126,6 +126,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         "unsharded": lambda: distributed_step(tiny_model(0), opt, batch, token_nll),
         "twice": lambda: shard_model(model),
         "no_layers": lambda: shard_model(nn.Sequential(nn.Linear(2, 2))),
+        "foreign_layers": lambda: shard_model(tiny_model(0), layers=[nn.Linear(2, 2)]),
     }.items():
         try:
             call()
@@ -224,6 +225,9 @@ def test_misuse_under_a_process_group_is_refused(ranks: list[dict[str, Any]]) ->
     assert errors["unsharded"].startswith("TypeError") and "shard_model" in errors["unsharded"]
     assert errors["twice"].startswith("ValueError") and "already sharded" in errors["twice"]
     assert errors["no_layers"].startswith("ValueError") and "Sequential" in errors["no_layers"]
+    assert errors["foreign_layers"] == (
+        "ValueError: layers holds a Linear that is not a submodule"
+    )
 
 
 # -- single process and bad input -------------------------------------------------------------
@@ -294,6 +298,10 @@ def test_bad_arguments_are_refused() -> None:
         init_distributed(3, 2, master_port=free_port(), backend="gloo")
     with pytest.raises(ValueError, match="master_port must be an int in \\(0, 65536\\), not 70000"):
         init_distributed(0, 2, master_port=70000, backend="gloo")
+    with pytest.raises(ValueError, match="world_size must be a positive int, not 0"):
+        init_distributed(0, 0, master_port=free_port(), backend="gloo")
+    with pytest.raises(ValueError, match="timeout_s must be positive, not -1"):
+        init_distributed(0, 1, master_port=free_port(), backend="gloo", timeout_s=-1)
 
 
 # -- Ray: trainer ranks as actors, rollout workers in their own placement group ---------------
