@@ -10,10 +10,13 @@ turn's session is really gone after ``end_session``.
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -325,6 +328,58 @@ def test_vllm_turns_say_sampled_logprobs_and_unknown_kept_sets(tokenizer: Any) -
     n = len(turn.prompt_ids or [])
     assert seg.kept[n:] == [UNKNOWN, UNKNOWN] and seg.sampled_logprobs[n:] == [-0.5, -0.25]
     assert seg.turn_info == [TurnInfo(0.8, 0.9, 40, 3, "tool_calls", SAMPLED)]
+
+
+def _npy_b64(array: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def test_vllm_routed_experts_become_routes_for_every_position(tokenizer: Any) -> None:
+    from envgym.models.http_client import BadReply
+    from envgym.models.vllm_server import VLLMPolicy
+
+    policy = VLLMPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer)
+    replies: list[dict[str, Any]] = []
+
+    async def post_json(path: str, body: dict[str, Any], check: Any) -> Any:
+        n = len(body["prompt"]) + 2 - 1  # every position but the last sampled token
+        routes = replies.pop(0)["routes"](n)
+        return check(
+            {
+                "choices": [
+                    {
+                        "token_ids": [5, 2],
+                        "logprobs": {"token_logprobs": [-0.5, -0.25]},
+                        "finish_reason": "stop",
+                        "routed_experts": routes,
+                    }
+                ]
+            }
+        )
+
+    policy.client.post_json = post_json  # type: ignore[method-assign]
+    replies.append({"routes": lambda n: _npy_b64((np.arange(n * 4) % 8).reshape(n, 2, 2).astype(np.uint8))})
+    replies.append({"routes": lambda n: _npy_b64(np.zeros((n - 1, 2, 2), np.uint8))})
+
+    async def run() -> Turn:
+        try:
+            turn = await policy.act("s", START, [], PARAMS)
+            with pytest.raises(BadReply, match="routed_experts have shape"):
+                await policy.act("t", START, [], PARAMS)
+            return turn
+        finally:
+            await policy.aclose()
+
+    turn = asyncio.run(run())
+    builder = RecordBuilder(model="vllm", policy_version=0)
+    builder.add(turn)
+    [seg] = builder.record.segments
+    n = len(seg.token_ids) - 1
+    routes = seg.routes_tensor()
+    assert routes[:-1].flatten().tolist() == [i % 8 for i in range(n * 4)]
+    assert routes[-1].tolist() == [[-1, -1], [-1, -1]]
 
 
 # -- version 1 records, bad records -----------------------------------------------------------

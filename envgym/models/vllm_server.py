@@ -19,11 +19,19 @@ kept sets are not reported, so turns come back as :class:`~envgym.models.turn.Re
 with ``logprob_kind="sampled"``, ``full_logprobs=None`` and ``kept=None`` — *unknown*, which the
 record keeps distinct from "not truncated" (docs/MODELS.md).  A server started elsewhere must
 use the same ``--logprobs-mode``, or these log-probs are of another kind.
+
+MoE routes: a server started with ``--enable-return-routed-experts`` (``VLLMServer(
+routed_experts=True)``) returns, per completion, the experts of every position it forwarded
+(prompt included, the last sampled token excluded: ``[prompt + sampled - 1, L, k]``); they become
+``RecordedTurn.position_routes``, the same layout as the local engine's (envgym.record).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import io
 import os
 import signal
 import socket
@@ -75,6 +83,7 @@ class VLLMServer:
         dtype: str = "float32",
         log_path: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        routed_experts: bool = False,
     ) -> None:
         self.venv = Path(venv)
         self.python = self.venv / "bin" / "python"
@@ -90,6 +99,7 @@ class VLLMServer:
         self.dtype = dtype
         self.log_path = log_path or Path(f"/tmp/envgym-vllm-{self.port}.log")
         self.extra_args = extra_args
+        self.routed_experts = routed_experts  # MoE models: return every position's experts
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -117,6 +127,7 @@ class VLLMServer:
             self.dtype,
             "--logprobs-mode",
             "processed_logprobs",
+            *(["--enable-return-routed-experts"] if self.routed_experts else []),
             *self.extra_args,
         ]
 
@@ -261,6 +272,7 @@ class VLLMPolicy:
             logprob_kind=SAMPLED,
             params=params,
             policy_version=version,
+            position_routes=turn.position_routes if isinstance(turn, RecordedTurn) else None,
         )
 
     def request_body(
@@ -301,12 +313,13 @@ class VLLMPolicy:
             raise BadReply("the reply's log-probs do not match its tokens")
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
-        return Turn(
+        return RecordedTurn(
             text=str(choice.get("text") or ""),
             token_ids=[int(t) for t in ids],
             logprobs=[float(x) for x in logprobs],
             finish_reason=self._finish_reason(choice),
             usage=Usage(len(prompt), len(ids), int(details.get("cached_tokens") or 0)),
+            position_routes=_routed_experts(choice.get("routed_experts"), len(prompt) + len(ids) - 1),
         )
 
     def _finish_reason(self, choice: dict[str, Any]) -> str:
@@ -333,6 +346,24 @@ class VLLMPolicy:
     async def aclose(self) -> None:
         self._sessions.clear()
         await self.client.aclose()
+
+
+def _routed_experts(encoded: Any, positions: int) -> Any:
+    """vLLM's ``routed_experts`` (base64 of a ``.npy`` array ``[positions, L, k]``) as an int16
+    numpy array, or None when the server sent none."""
+    if encoded is None:
+        return None
+    import numpy as np
+
+    try:
+        array = np.load(io.BytesIO(base64.b64decode(encoded, validate=True)), allow_pickle=False)
+    except (TypeError, ValueError, binascii.Error, OSError) as err:
+        raise BadReply(f"the reply's routed_experts cannot be read: {err}") from None
+    if array.ndim != 3 or array.shape[0] != positions:
+        raise BadReply(
+            f"the reply's routed_experts have shape {array.shape}, expected ({positions}, L, k)"
+        )
+    return array.astype(np.int16)
 
 
 async def wait_ready(base_url: str, timeout: float = 30.0) -> None:
