@@ -49,7 +49,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from envgym.models.kept import UNKNOWN, KeptEntry, KeptSets, encode_kept, kept_tensors
+from envgym.models.kept import (
+    UNKNOWN,
+    KeptEntry,
+    KeptSets,
+    check_entry,
+    encode_kept,
+    kept_tensors,
+)
 from envgym.models.turn import LOGPROB_KINDS, SAMPLED
 
 if TYPE_CHECKING:
@@ -72,13 +79,16 @@ class TurnInfo:
 
     def __post_init__(self) -> None:
         if self.logprob_kind not in LOGPROB_KINDS:
-            raise ValueError(f"logprob_kind must be one of {LOGPROB_KINDS}, not {self.logprob_kind!r}")
+            raise ValueError(
+                f"logprob_kind must be one of {LOGPROB_KINDS}, not {self.logprob_kind!r}"
+            )
 
 
 def _kept_entry(value: Any) -> KeptEntry:
-    if value is None or isinstance(value, str):
+    if isinstance(value, str):
+        check_entry(value)  # "unknown" or a code that decodes; else a clear ValueError
         return value
-    return encode_kept(value)
+    return None if value is None else encode_kept(value)
 
 
 @dataclass(eq=False)

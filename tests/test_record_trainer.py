@@ -360,7 +360,9 @@ def test_vllm_routed_experts_become_routes_for_every_position(tokenizer: Any) ->
         )
 
     policy.client.post_json = post_json  # type: ignore[method-assign]
-    replies.append({"routes": lambda n: _npy_b64((np.arange(n * 4) % 8).reshape(n, 2, 2).astype(np.uint8))})
+    replies.append(
+        {"routes": lambda n: _npy_b64((np.arange(n * 4) % 8).reshape(n, 2, 2).astype(np.uint8))}
+    )
     replies.append({"routes": lambda n: _npy_b64(np.zeros((n - 1, 2, 2), np.uint8))})
 
     async def run() -> Turn:
@@ -430,6 +432,8 @@ def test_unknown_versions_and_corrupted_records_are_named() -> None:
         Segment().add_sampled([1], [-1.0, -2.0])
     with pytest.raises(ValueError, match="1 sampled ids but 2 kept sets"):
         Segment().add_sampled([1], [-1.0], kept=[None, None])
+    with pytest.raises(ValueError, match="kept-set code 'maybe' is corrupted"):
+        Segment().add_sampled([1], [-1.0], kept=["maybe"])
     with pytest.raises(ValueError, match="logprob_kind must be one of"):
         TurnInfo(logprob_kind="raw")
     with pytest.raises(ValueError, match="unknown must be"):
@@ -451,7 +455,9 @@ def test_unknown_versions_and_corrupted_records_are_named() -> None:
                 st.tuples(
                     st.integers(0, 999),
                     st.floats(-20, 0),
-                    st.one_of(st.none(), st.just(UNKNOWN), st.sets(st.integers(0, 999), min_size=1)),
+                    st.one_of(
+                        st.none(), st.just(UNKNOWN), st.sets(st.integers(0, 999), min_size=1)
+                    ),
                 ),
                 min_size=1,
                 max_size=4,

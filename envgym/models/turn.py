@@ -45,7 +45,9 @@ class RecordedTurn(Turn):
 
     def __post_init__(self) -> None:
         if self.logprob_kind not in LOGPROB_KINDS:
-            raise ValueError(f"logprob_kind must be one of {LOGPROB_KINDS}, not {self.logprob_kind!r}")
+            raise ValueError(
+                f"logprob_kind must be one of {LOGPROB_KINDS}, not {self.logprob_kind!r}"
+            )
         if self.full_logprobs is not None and len(self.full_logprobs) != len(self.token_ids):
             raise ValueError(
                 f"full_logprobs has {len(self.full_logprobs)} entries for {len(self.token_ids)} ids"

@@ -319,7 +319,9 @@ class VLLMPolicy:
             logprobs=[float(x) for x in logprobs],
             finish_reason=self._finish_reason(choice),
             usage=Usage(len(prompt), len(ids), int(details.get("cached_tokens") or 0)),
-            position_routes=_routed_experts(choice.get("routed_experts"), len(prompt) + len(ids) - 1),
+            position_routes=_routed_experts(
+                choice.get("routed_experts"), len(prompt) + len(ids) - 1
+            ),
         )
 
     def _finish_reason(self, choice: dict[str, Any]) -> str:
