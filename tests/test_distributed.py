@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from torch import Tensor, nn
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
 from trainer.distributed import (
     StepStats,
@@ -48,6 +48,18 @@ def tiny_model(seed: int) -> LlamaForCausalLM:
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).to(torch.float64)
+
+
+def tiny_moe(seed: int) -> MixtralForCausalLM:
+    """The MoE policy's shape in miniature: 4 experts, top-2, float64."""
+    torch.manual_seed(seed)
+    config = MixtralConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=32,
+        experts_implementation="eager",  # grouped_mm has no float64 kernel
+    )
+    return MixtralForCausalLM(config).to(torch.float64)
 
 
 def make_batch() -> dict[str, Tensor]:
@@ -121,6 +133,9 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         probe = batch["input_ids"]
         gap = fresh(input_ids=probe).logits - model(input_ids=probe).logits
         saved["logits_gap"] = float(gap.abs().max())
+    moe = shard_model(tiny_moe(seed=rank))
+    distributed_step(moe, torch.optim.SGD(moe.parameters(), lr=LR), batch, token_nll)
+    saved["moe"] = full_state_dict(moe)
     saved["errors"] = {}
     for name, call in {
         "unsharded": lambda: distributed_step(tiny_model(0), opt, batch, token_nll),
@@ -184,6 +199,12 @@ def test_normalizer_is_global_not_per_rank(ranks: list[dict[str, Any]]) -> None:
         loss_sum, n = token_nll(ref_model, batch)
     assert stats.loss == pytest.approx(float(loss_sum / n), rel=1e-12)
     assert ranks[1]["stats1"] == stats
+
+
+def test_moe_policy_step_equals_single_process_step(ranks: list[dict[str, Any]]) -> None:
+    model, batch = tiny_moe(seed=0), make_batch()
+    hand_step(model, global_mean_grads(model, batch), LR)
+    assert max_gap(ranks[0]["moe"], model.state_dict()) < 1e-12
 
 
 def test_clipped_step_equals_single_process(ranks: list[dict[str, Any]], reference: Any) -> None:
