@@ -1,0 +1,352 @@
+"""The GRPO loss as a pure function of explicit tensors and masks, diagnostics beside it.
+
+Per trained token t of sequence i (``mask`` zeroes prompt, tool, user and padding tokens):
+
+    r      = π_θ / π_old                                           DeepSeek-V3.2 §3.1 eq. 6
+    s      = min(r·Â, clip(r, 1−ε_low, 1+ε_high)·Â)                eq. 5 with clip-higher
+             (decoupled ε_low / ε_high: Seed-Thinking §4.2 eq. 1)
+    s      = max(s, c·Â) where Â < 0                               dual clip (LongCat §3.2.1
+             triple clip: ε_neg_high ↔ c = 1 + ε_neg_high; Ye et al. 2020)
+    w      = min(π_old / π_engine, C)                              truncated IS (LongCat §3.2.1)
+    M_i    = 0 if Â_i < 0 and mean_t log(π_engine/π_θ) > δ else 1  OPSM, eq. 8–9 (trainer.masks)
+    kl     = r·(π_ref/π_θ − log(π_ref/π_θ) − 1)                    unbiased KL estimate, eq. 7
+    nll    = −log π_θ on positive sequences                        Seed-Thinking §4.2 eq. 2
+    ℓ      = −M_i·w·s + β·kl + μ·nll
+
+and the loss is ℓ aggregated by ``LossConfig.aggregation`` (see :func:`aggregate_parts`).  The
+keep sampling mask (§3.1) is applied upstream: ``logp`` is already renormalized over the kept set
+by ``kernels.logprob.selected_logprobs`` (reference: :func:`trainer.masks.keep_mask_logprobs`).
+
+**Non-finite inputs** are flagged, not raised, by default: values at untrained positions are
+ignored (never propagate), a NaN/inf at a trained position makes the loss non-finite and is
+counted in ``diagnostics["nonfinite"]``; the trainer skips such a batch (``finite_batch`` checks
+before the forward pass is spent, ``trainer.distributed`` drops a non-finite step).  Pass
+``on_nonfinite="raise"`` for a ValueError naming the input instead.  docs/LOSSES.md has the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from trainer.masks import opsm_mask, tis_weights
+
+__all__ = [
+    "Aggregation",
+    "LossConfig",
+    "aggregate",
+    "aggregate_parts",
+    "clipped_surrogate",
+    "finite_batch",
+    "grpo_loss",
+    "nonfinite_count",
+    "unbiased_kl",
+]
+
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "constant"]
+AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "constant")
+
+
+def _number(name: str, value: object, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "a number or None" if optional else "a number"
+        raise TypeError(f"{name} must be {kind}, not {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Loss hyper-parameters; every field checked on construction (clear error naming it)."""
+
+    eps_low: float = 0.2  # ratio floor 1 − ε_low where Â < 0 (eq. 5)
+    eps_high: float = 0.28  # clip-higher: room for low-probability tokens to rise (Seed §4.2)
+    dual_clip: float | None = 3.0  # c > 1: ratio cap for Â < 0 (LongCat triple clip), None = off
+    kl_beta: float = 0.0  # β of eq. 5/7; 0 = no KL (LongCat §3.2.1, AM-Thinking)
+    opsm_delta: float | None = None  # δ of eq. 9, None = no off-policy sequence masking
+    tis_cap: float | None = 2.0  # C of truncated IS, None = no engine/trainer correction
+    aggregation: Aggregation = "token-mean"
+    normalizer: float | None = None  # the constant denominator, only for "constant"
+    lm_coef: float = 0.0  # μ of Seed-Thinking eq. 2 (positive-example LM loss)
+
+    def __post_init__(self) -> None:
+        for name in ("eps_low", "eps_high", "kl_beta", "lm_coef"):
+            _number(name, getattr(self, name))
+        for name in ("dual_clip", "opsm_delta", "tis_cap", "normalizer"):
+            _number(name, getattr(self, name), optional=True)
+        if not 0 <= self.eps_low < 1:
+            raise ValueError(f"eps_low must be in [0, 1) (the ratio floor 1 − eps_low > 0), got {self.eps_low}")
+        if self.eps_high < 0:
+            raise ValueError(f"eps_high must be ≥ 0, got {self.eps_high}")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError(f"dual_clip must be > 1 (a ratio cap for negative advantages) or None, got {self.dual_clip}")
+        if self.kl_beta < 0:
+            raise ValueError(f"kl_beta must be ≥ 0, got {self.kl_beta}")
+        if self.opsm_delta is not None and self.opsm_delta < 0:
+            raise ValueError(f"opsm_delta must be ≥ 0 or None, got {self.opsm_delta}")
+        if self.tis_cap is not None and self.tis_cap < 1:
+            raise ValueError(f"tis_cap must be ≥ 1 (a cap below 1 down-weights on-policy tokens) or None, got {self.tis_cap}")
+        if self.lm_coef < 0:
+            raise ValueError(f"lm_coef must be ≥ 0, got {self.lm_coef}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {self.aggregation!r}")
+        if self.aggregation == "constant":
+            if self.normalizer is None or self.normalizer <= 0:
+                raise ValueError(f"aggregation 'constant' needs normalizer > 0, got {self.normalizer!r}")
+        elif self.normalizer is not None:
+            raise ValueError(f"normalizer is only used by aggregation 'constant', not {self.aggregation!r}")
+
+
+def clipped_surrogate(
+    ratio: Tensor,  # [B, T]: r = π_θ / π_old
+    adv: Tensor,  # [B, T] (or broadcastable): Â per token
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+) -> tuple[Tensor, dict[str, Tensor]]:  # (objective s [B, T] to maximize, region flags [B, T] bool)
+    """s = min(r·Â, clip(r, 1−ε_low, 1+ε_high)·Â), then max(s, c·Â) where Â < 0.
+
+    Eq. 5 with decoupled bounds (Seed-Thinking eq. 1) and the dual clip (LongCat §3.2.1).  In each
+    flagged region s is a constant times Â, so its gradient w.r.t. π_θ is exactly zero:
+    ``clip_high`` Â > 0, r > 1+ε_high; ``clip_low`` Â < 0, r < 1−ε_low; ``dual`` Â < 0, r > c.
+    """
+    adv = adv.expand_as(ratio)
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    obj = torch.minimum(ratio * adv, clipped * adv)
+    with torch.no_grad():
+        flags = {
+            "clip_low": (adv < 0) & (ratio < 1.0 - eps_low),
+            "clip_high": (adv > 0) & (ratio > 1.0 + eps_high),
+            "dual": (adv < 0) & (ratio > dual_clip) if dual_clip is not None else torch.zeros_like(ratio, dtype=torch.bool),
+        }
+    if dual_clip is not None:
+        obj = torch.where(adv < 0, torch.maximum(obj, dual_clip * adv), obj)
+    return obj, flags
+
+
+def unbiased_kl(
+    logp: Tensor,  # [B, T]: log π_θ
+    old_logp: Tensor,  # [B, T]: log π_old (the tokens were sampled from it)
+    ref_logp: Tensor,  # [B, T]: log π_ref
+) -> Tensor:  # [B, T]
+    """DeepSeek-V3.2 eq. 7: (π_θ/π_old)·(π_ref/π_θ − log(π_ref/π_θ) − 1).
+
+    The K3 estimator importance-weighted by π_θ/π_old so that, for tokens drawn from π_old, its
+    gradient is unbiased: ∂/∂logp = (π_θ/π_old)·(log π_θ − log π_ref).  Differentiable in ``logp``.
+    """
+    d = ref_logp - logp
+    return torch.exp(logp - old_logp) * (torch.exp(d) - d - 1.0)
+
+
+def aggregate_parts(
+    token_loss: Tensor,  # [B, T]
+    mask: Tensor,  # [B, T] bool
+    aggregation: Aggregation,
+    normalizer: float | None = None,
+) -> tuple[Tensor, Tensor]:  # (loss_sum, n_units): loss = loss_sum / n_units
+    """The loss as a sum and a unit count, so a batch split across ranks or microbatches can be
+    normalized globally (``trainer.distributed`` sums both):
+
+    * ``token-mean`` Σ_{i,t} ℓ / Σ_{i,t} m — every token weighs the same (Seed §4.2 token-level loss)
+    * ``seq-mean-token-mean`` Σ_i (Σ_t ℓ / |o_i|) / #sequences — eq. 5's 1/G Σ_i 1/|o_i| Σ_t;
+      sequences without a trained token are not counted
+    * ``constant`` Σ_{i,t} ℓ / normalizer — LongCat §3.2.1 (Dr. GRPO): a fixed denominator, e.g.
+      #sequences × T_max, removes the length bias of per-sequence means
+    """
+    ell = torch.where(mask, token_loss, torch.zeros_like(token_loss))
+    if aggregation == "token-mean":
+        return ell.sum(), mask.sum().to(ell.dtype)
+    if aggregation == "seq-mean-token-mean":
+        per_seq = mask.sum(dim=1).to(ell.dtype)
+        return (ell.sum(dim=1) / per_seq.clamp_min(1.0)).sum(), (per_seq > 0).sum().to(ell.dtype)
+    if aggregation == "constant":
+        if normalizer is None or not normalizer > 0:
+            raise ValueError(f"aggregation 'constant' needs normalizer > 0, got {normalizer!r}")
+        return ell.sum(), torch.tensor(float(normalizer), dtype=ell.dtype, device=ell.device)
+    raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
+
+
+def aggregate(token_loss: Tensor, mask: Tensor, aggregation: Aggregation, normalizer: float | None = None) -> Tensor:
+    """loss_sum / n_units of :func:`aggregate_parts`; 0 (with a graph) when nothing is trained."""
+    total, units = aggregate_parts(token_loss, mask, aggregation, normalizer)
+    return total / units.clamp_min(1.0)
+
+
+def _bool_mask(mask: object, shape: torch.Size) -> Tensor:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a torch.Tensor [B, T], not {type(mask).__name__}")
+    if mask.shape != shape:
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, logp {tuple(shape)}")
+    if mask.dtype == torch.bool:
+        return mask
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("mask must hold only 0 and 1 (or be bool)")
+    return mask != 0
+
+
+def _check_inputs(logp: Tensor, per_token: dict[str, Tensor | None], per_seq: dict[str, Tensor | None]) -> None:
+    if not isinstance(logp, Tensor) or logp.dim() != 2 or not logp.is_floating_point():
+        raise ValueError(f"logp must be a floating tensor [B, T], got {getattr(logp, 'shape', type(logp).__name__)}")
+    for name, t in per_token.items():
+        if t is None:
+            continue
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor [B, T]")
+        if t.shape != logp.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, logp {tuple(logp.shape)}")
+    for name, t in per_seq.items():
+        if t is None:
+            continue
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a tensor [B]")
+        if t.shape != logp.shape[:1]:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected [B] = [{logp.shape[0]}]")
+
+
+def _nonfinite(mask: Tensor, per_token: dict[str, Tensor | None], per_seq: dict[str, Tensor | None]) -> dict[str, int]:
+    """Count of NaN/inf values per input at trained positions (sequences with a trained token)."""
+    counts: dict[str, int] = {}
+    has_tokens = mask.any(dim=1)
+    for name, t in per_token.items():
+        if t is not None:
+            counts[name] = int((mask & ~torch.isfinite(t)).sum())
+    for name, t in per_seq.items():
+        if t is not None and t.is_floating_point():
+            counts[name] = int((has_tokens & ~torch.isfinite(t)).sum())
+    return counts
+
+
+def nonfinite_count(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+    ref_logp: Tensor | None = None, engine_logp: Tensor | None = None,
+) -> int:
+    """How many NaN/inf values the inputs of :func:`grpo_loss` hold where they would be used."""
+    per_token = {"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "engine_logp": engine_logp}
+    _check_inputs(logp, per_token, {"advantages": advantages})
+    return sum(_nonfinite(_bool_mask(mask, logp.shape), per_token, {"advantages": advantages}).values())
+
+
+def finite_batch(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+    ref_logp: Tensor | None = None, engine_logp: Tensor | None = None,
+) -> bool:
+    """True when :func:`grpo_loss` on these inputs can be finite (the trainer skips the batch if not)."""
+    return nonfinite_count(logp, old_logp, advantages, mask, ref_logp=ref_logp, engine_logp=engine_logp) == 0
+
+
+def grpo_loss(
+    logp: Tensor,  # [B, T]: log π_θ of the sampled tokens (keep-mask renormalized), differentiable
+    old_logp: Tensor,  # [B, T]: log π_old (trainer recompute at the rollout weights, or engine's)
+    advantages: Tensor,  # [B]: Â per sequence (trainer.advantages.group_advantages)
+    mask: Tensor,  # [B, T] bool or 0/1: trained tokens (policy-sampled, not overlong/padding)
+    cfg: LossConfig,
+    *,
+    ref_logp: Tensor | None = None,  # [B, T]: log π_ref, needed when cfg.kl_beta > 0
+    engine_logp: Tensor | None = None,  # [B, T]: the sampler's log-probs (TIS, OPSM's π_old)
+    rewards_positive: Tensor | None = None,  # [B] bool (or rewards: positive where > 0)
+    on_nonfinite: Literal["flag", "raise"] = "flag",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The GRPO loss (to minimize) and detached 0-d diagnostics; see the module docstring.
+
+    Diagnostics: ``loss_sum``/``n_units`` (loss = loss_sum / n_units, for global normalizers),
+    ``pg_loss``, ``kl``, ``lm_loss`` (each aggregated like the loss, so loss = pg_loss + β·kl +
+    μ·lm_loss), ``clip_low_fraction``, ``clip_high_fraction``, ``dual_clip_fraction`` and
+    ``ratio_mean`` (over trained tokens), ``opsm_masked_fraction`` and ``opsm_kl`` (over sequences
+    with a trained token), ``tis_ratio_mean``, ``tis_ratio_mean_truncated``,
+    ``tis_truncated_fraction`` (over trained tokens), ``tokens``, ``sequences``, ``nonfinite``.
+    Only ``logp`` receives gradients; the other inputs are constants.
+    """
+    if not isinstance(cfg, LossConfig):
+        raise TypeError(f"cfg must be a LossConfig, not {type(cfg).__name__}")
+    if on_nonfinite not in ("flag", "raise"):
+        raise ValueError(f"on_nonfinite must be 'flag' or 'raise', got {on_nonfinite!r}")
+    per_token = {"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "engine_logp": engine_logp}
+    per_seq = {"advantages": advantages, "rewards_positive": rewards_positive}
+    _check_inputs(logp, per_token, per_seq)
+    if not advantages.is_floating_point():
+        raise TypeError(f"advantages must be a floating tensor [B], not {advantages.dtype}")
+    m = _bool_mask(mask, logp.shape)
+    if cfg.kl_beta > 0 and ref_logp is None:
+        raise ValueError(f"kl_beta = {cfg.kl_beta} > 0 needs ref_logp (the reference policy's log-probs)")
+    if cfg.lm_coef > 0 and rewards_positive is None:
+        raise ValueError(f"lm_coef = {cfg.lm_coef} > 0 needs rewards_positive (which sequences are positive)")
+    bad = _nonfinite(m, per_token, per_seq)
+    if on_nonfinite == "raise" and any(bad.values()):
+        raise ValueError("non-finite inputs at trained positions: " + ", ".join(f"{k}: {v}" for k, v in bad.items() if v))
+
+    def clean(t: Tensor) -> Tensor:  # untrained positions may hold anything (padding, -inf)
+        return torch.where(m, t, torch.zeros_like(t))
+
+    lp, old = clean(logp), clean(old_logp.detach())
+    adv = advantages.detach().to(lp.dtype)
+    seq_has = m.any(dim=1)
+    adv = torch.where(seq_has, adv, torch.zeros_like(adv))
+    ratio = torch.exp(lp - old)
+    obj, flags = clipped_surrogate(ratio, adv.unsqueeze(1), cfg.eps_low, cfg.eps_high, cfg.dual_clip)
+
+    engine = clean(engine_logp.detach()) if engine_logp is not None else None
+    keep, divergence = opsm_mask(lp.detach(), engine if engine is not None else old, adv, m, cfg.opsm_delta or 0.0)
+    if cfg.opsm_delta is None:
+        keep = torch.ones_like(keep)
+    if engine is not None:
+        # without a cap the ratio is reported (before = after) but not applied
+        trunc, raw = tis_weights(old, engine, cfg.tis_cap if cfg.tis_cap is not None else math.inf)
+        w = trunc if cfg.tis_cap is not None else torch.ones_like(lp)
+    else:  # no engine log-probs: π_old is the engine's, the ratio is 1 by definition
+        trunc = raw = w = torch.ones_like(lp)
+    pg_tok = -(keep.unsqueeze(1).to(lp.dtype) * w * obj)
+
+    if ref_logp is not None:
+        kl_tok = unbiased_kl(lp, old, clean(ref_logp.detach()))
+    else:
+        kl_tok = torch.zeros_like(lp)
+    if rewards_positive is not None:
+        pos = rewards_positive if rewards_positive.dtype == torch.bool else rewards_positive.detach() > 0
+        lm_tok = -lp * pos.unsqueeze(1).to(lp.dtype)
+    else:
+        lm_tok = torch.zeros_like(lp)
+
+    token_loss = pg_tok
+    if cfg.kl_beta > 0:
+        token_loss = token_loss + cfg.kl_beta * kl_tok
+    if cfg.lm_coef > 0:
+        token_loss = token_loss + cfg.lm_coef * lm_tok
+    loss_sum, n_units = aggregate_parts(token_loss, m, cfg.aggregation, cfg.normalizer)
+    loss = loss_sum / n_units.clamp_min(1.0)
+
+    with torch.no_grad():
+        tokens = m.sum().to(lp.dtype)
+        n_seq = seq_has.sum().to(lp.dtype)
+
+        def token_mean(x: Tensor) -> Tensor:
+            return torch.where(m, x.to(lp.dtype), torch.zeros_like(lp)).sum() / tokens.clamp_min(1.0)
+
+        def part(x: Tensor) -> Tensor:
+            return aggregate(x.detach(), m, cfg.aggregation, cfg.normalizer)
+
+        diagnostics = {
+            "loss_sum": loss_sum.detach(),
+            "n_units": n_units.detach(),
+            "pg_loss": part(pg_tok),
+            "kl": part(kl_tok),
+            "lm_loss": part(lm_tok),
+            "clip_low_fraction": token_mean(flags["clip_low"]),
+            "clip_high_fraction": token_mean(flags["clip_high"]),
+            "dual_clip_fraction": token_mean(flags["dual"]),
+            "ratio_mean": token_mean(ratio.detach()),
+            "opsm_masked_fraction": (seq_has & ~keep).sum().to(lp.dtype) / n_seq.clamp_min(1.0),
+            "opsm_kl": torch.where(seq_has, divergence, torch.zeros_like(divergence)).sum() / n_seq.clamp_min(1.0),
+            "tis_ratio_mean": token_mean(raw),
+            "tis_ratio_mean_truncated": token_mean(trunc),
+            "tis_truncated_fraction": token_mean(raw > trunc),
+            "tokens": tokens,
+            "sequences": n_seq,
+            "nonfinite": torch.tensor(float(sum(bad.values())), dtype=lp.dtype),
+        }
+    return loss, diagnostics
