@@ -61,13 +61,21 @@ def test_task_seeds_are_secret_and_cannot_be_recomputed_from_what_the_agent_sees
     for item in a:
         assert str(item.task["metadata"]["rg_seed"]) not in item.task["prompt"]
     # The attack: regenerate with the conventional seeds (build seeds 0..49 under the old
-    # seed*1000+difficulty scheme, and every small integer) and look for the task's prompt.
+    # seed*1000+difficulty scheme, and every small integer).  Level-1 generators have only a few
+    # hundred distinct questions, so a candidate can reproduce a prompt by chance; what must not
+    # happen is a candidate reproducing the task's whole *stream* (its entry and the next ones).
     candidates = sorted({s * 1000 + 1 for s in range(50)} | set(range(200)))
     for name in ("basic_arithmetic", "count_primes"):
         task = next(t.task for t in a if t.task["metadata"]["generator"] == name)
+        meta = task["metadata"]
+        assert meta["rg_seed"] not in candidates and meta["rg_seed"] >= 2**32
+        stream = [e["question"] for e in DATASETS[name][0](
+            config=reasoning._config(name, 1, seed=meta["rg_seed"], size=meta["rg_index"] + 6))]
+        assert stream[meta["rg_index"]].strip() == task["prompt"]  # the stored seed does regenerate it
         for candidate in candidates:
-            entry = DATASETS[name][0](config=reasoning._config(name, 1, seed=candidate, size=1))[0]
-            assert entry["question"].strip() != task["prompt"], (name, candidate)
+            guess = [e["question"] for e in DATASETS[name][0](
+                config=reasoning._config(name, 1, seed=candidate, size=meta["rg_index"] + 6))]
+            assert guess != stream, (name, candidate)
 
 
 def test_unknown_family_and_difficulty_are_rejected(tmp_path: Path) -> None:
@@ -118,3 +126,21 @@ def test_envgym_check_code_interpreter_v0_passes(tmp_path: Path, monkeypatch: py
     report = json.loads(result.output.strip().splitlines()[-1])
     assert report["passed"] and len(report["tasks"]) >= 100
     assert registry.resolve_bundle("code-interpreter-v0").is_relative_to(tmp_path / "cache")
+
+
+def test_draws_whose_answer_is_in_the_prompt_are_degenerate() -> None:
+    from envs.code_interpreter.reasoning import _answer_in_prompt, bundle_module
+
+    verifier = bundle_module("verifier")
+
+    def task(prompt: str, answer: str, kind: str) -> dict:
+        return {"id": "t", "prompt": prompt, "metadata": {"answer": answer, "answer_kind": kind}}
+
+    # reasoning-gym drew these: the answer is already written in the question.
+    assert _answer_in_prompt(task("Simplify the fraction $1/6$ to its lowest terms.", "$1/6$", "reduced_fraction"), verifier)
+    assert _answer_in_prompt(task("Simplify this expression: 8428*x**3\nUse ** for powers.", "8428*x**3", "expression"), verifier)
+    # A real question: the answer has to be computed.
+    assert not _answer_in_prompt(task("Simplify the fraction $20/82$ to its lowest terms.", "$10/41$", "reduced_fraction"), verifier)
+    assert not _answer_in_prompt(task("Simplify this expression: (4*x**2)*(2107*x)", "8428*x**3", "expression"), verifier)
+    # A bare number that happens to occur in the prompt is not a gift (the policy cannot know which).
+    assert not _answer_in_prompt(task("How many 1 bits does 7 have? Answer with a number such as 3.", "3", "number"), verifier)

@@ -14,7 +14,9 @@ agent that knows the generator cannot regenerate the instance from the task id, 
 difficulty.  An explicit build ``seed`` derives the seeds by hashing instead: reproducible,
 hence guessable, for tests and experiments only.
 
-Every task is checked at build time three ways: the reference program's output must be
+Degenerate draws are replaced by the next one: an answer that can be copied from its own
+prompt (simplify 10/41), or one the task's answer format cannot express (simplify 7/7: "1/1" is
+no reduced fraction).  Every task is checked at build time three ways: the reference program's output must be
 accepted by reasoning-gym's own scorer, by the bundle's verifier against reasoning-gym's
 answer, and (numbers and expressions) be sympy-equivalent to it.
 """
@@ -26,6 +28,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from envgym.adversarial import exploits
 from envs.code_interpreter.oracle import sympy_equivalent
 from envs.code_interpreter.programs import PROGRAMS
 
@@ -41,6 +45,7 @@ _FILES = Path(__file__).resolve().parent / "bundle_files"
 LEVEL_CAPS = {"game_of_life": 1, "binary_matrix": 1, "rotten_oranges": 1, "largest_island": 1, "spiral_matrix": 1,
               "polynomial_multiplication": 1, "bf": 1}  # bf level 2: ~16 s per interpretation in Python
 FAMILIES = ("math", "logic")
+_SPARE_DRAWS = 20  # per generator and level, to replace draws whose answer is in the prompt
 
 
 @dataclass(frozen=True)
@@ -120,9 +125,13 @@ def generate(
             if not 1 <= difficulty <= 5:
                 raise ValueError(f"difficulty must be 1..5, got {difficulty}")
             rg_seed = task_seed(seed, name, difficulty)
-            config = _config(name, difficulty, seed=rg_seed, size=per_generator)
+            # Spare entries replace degenerate ones (see _answer_in_prompt).
+            config = _config(name, difficulty, seed=rg_seed, size=per_generator + _SPARE_DRAWS)
             dataset = DATASETS[name][0](config=config)
-            for index in range(per_generator):
+            kept = 0
+            for index in range(per_generator + _SPARE_DRAWS):
+                if kept == per_generator:
+                    break
                 with contextlib.redirect_stdout(io.StringIO()):  # some generators print progress
                     entry = dataset[index]
                 params = _params(name, entry)
@@ -141,7 +150,7 @@ def generate(
                 if kind == "sudoku":
                     meta["puzzle"] = params["puzzle"]
                 task = {
-                    "id": f"{family}-{name.replace('_', '-')}-d{difficulty}-{index}",
+                    "id": f"{family}-{name.replace('_', '-')}-d{difficulty}-{kept}",  # stable when draws are skipped
                     "prompt": entry["question"].strip(),
                     "solution": "solve_with_code",
                     "verifier": "verify_answer",
@@ -150,6 +159,8 @@ def generate(
                     "system_prompt": None,
                     "metadata": meta,
                 }
+                if _unparseable(verifier.verify_answer({"answer": str(entry["answer"])}, task)):
+                    continue  # reasoning-gym's own answer is no well-formed value (simplify 7/7: "1/1")
                 rg_score = score(answer=printed, entry=entry)
                 report = verifier.verify_answer({"answer": printed}, task)
                 exact = kind in ("number", "expression") and "rel_tol" not in meta
@@ -159,5 +170,38 @@ def generate(
                         f"reference program of {task['id']} disagrees: printed {printed[:80]!r}, "
                         f"reasoning-gym answer {entry['answer']!r} (score {rg_score}, sympy {agrees}), verifier {report}"
                     )
+                if _answer_in_prompt(task, verifier):
+                    continue
+                kept += 1
                 out.append(GeneratedTask(task, str(entry["answer"])))
+            if kept < per_generator:
+                raise RuntimeError(f"{name} d{difficulty}: only {kept}/{per_generator} tasks whose "
+                                   f"answer is not in the prompt in {per_generator + _SPARE_DRAWS} draws")
     return out
+
+
+def _unparseable(report: dict[str, Any]) -> bool:
+    return any(c["name"] == "answer_parses" and not c["passed"] for c in report["checks"])
+
+
+def _answer_in_prompt(task: dict[str, Any], verifier: ModuleType) -> bool:
+    """Whether copying text from the prompt already earns the reward (a degenerate draw).
+
+    reasoning-gym sometimes asks to simplify a fraction that is already in lowest terms
+    ("Simplify 10/41": answer 10/41): a policy echoing the prompt would be rewarded without
+    solving anything, so such draws are replaced by the next entry.  Two tests: an answer that
+    still shows an operation (a fraction, a polynomial) written verbatim in the prompt ("Simplify
+    this expression: 8428*x**3"), and the generic prompt-echo exploits the verifier accepts.
+    """
+    answer = re.sub(r"\s+", "", str(task["metadata"]["answer"]))
+    if re.search(r"[+*/^×]|\d-", answer) and answer in re.sub(r"\s+", "", task["prompt"]):
+        return True
+    for exploit in exploits(task["prompt"], {"answer": ""}):
+        # Bare numbers are left out: one that happens to occur in the prompt is no gift, as
+        # the policy cannot tell which it is.
+        if exploit.name.startswith(("echo_prompt", "echo_expression")) and isinstance(
+                exploit.submission.get("answer"), str):
+            report = verifier.verify_answer({"answer": exploit.submission["answer"]}, task)
+            if all(c["passed"] for c in report["checks"]):
+                return True
+    return False
