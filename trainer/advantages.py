@@ -31,8 +31,8 @@ def group_advantages(
     """Â[g, j] = R[g, j] − mean_j R[g, :]  (/ (std_j R[g, :] + eps) when ``normalize_std``).
 
     Mean and std run over the valid entries of each row; std is the population std (divide by the
-    group's count, not count − 1) so that a one-sample group gives Â = 0 instead of NaN.  Integer or
-    bool rewards are promoted to the default float dtype.
+    group's count, not count − 1) so that a one-sample group gives Â = 0 instead of NaN.
+    Integer or bool rewards are promoted to the default float dtype.
     """
     if not isinstance(rewards, Tensor):
         raise TypeError(f"rewards must be a torch.Tensor [G, n], not {type(rewards).__name__}")
@@ -40,7 +40,8 @@ def group_advantages(
         raise ValueError(f"rewards must have shape [G, n] with n ≥ 1, got {tuple(rewards.shape)}")
     if not isinstance(normalize_std, bool):
         raise TypeError(f"normalize_std must be a bool, not {type(normalize_std).__name__}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+    number = isinstance(eps, (int, float)) and not isinstance(eps, bool)
+    if not number or not math.isfinite(eps) or eps < 0:
         raise ValueError(f"eps must be a finite number ≥ 0, got {eps!r}")
     if not rewards.is_floating_point():
         rewards = rewards.to(torch.get_default_dtype())
@@ -50,7 +51,9 @@ def group_advantages(
         if not isinstance(valid, Tensor) or valid.dtype != torch.bool:
             raise TypeError("valid must be a bool tensor [G, n]")
         if valid.shape != rewards.shape:
-            raise ValueError(f"valid has shape {tuple(valid.shape)}, rewards {tuple(rewards.shape)}")
+            raise ValueError(
+                f"valid has shape {tuple(valid.shape)}, rewards {tuple(rewards.shape)}"
+            )
     bad = (valid & ~torch.isfinite(rewards)).any(dim=1)
     if bool(bad.any()):
         rows = bad.nonzero().flatten().tolist()
@@ -72,9 +75,14 @@ def finite_groups(rewards: Tensor, valid: Tensor | None = None) -> Tensor:  # [G
     """True for each group whose (valid) rewards are all finite: the groups safe to train on."""
     if not isinstance(rewards, Tensor) or rewards.dim() != 2:
         raise ValueError("rewards must be a tensor of shape [G, n]")
-    ok = torch.isfinite(rewards) if rewards.is_floating_point() else torch.ones_like(rewards, dtype=torch.bool)
+    if rewards.is_floating_point():
+        ok = torch.isfinite(rewards)
+    else:
+        ok = torch.ones_like(rewards, dtype=torch.bool)
     if valid is not None:
-        if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != rewards.shape:
+        if not isinstance(valid, Tensor) or valid.dtype != torch.bool:
+            raise ValueError(f"valid must be a bool tensor of shape {tuple(rewards.shape)}")
+        if valid.shape != rewards.shape:
             raise ValueError(f"valid must be a bool tensor of shape {tuple(rewards.shape)}")
         ok = ok | ~valid
     return ok.all(dim=1)

@@ -8,8 +8,8 @@ Per trained token t of sequence i (``mask`` zeroes prompt, tool, user and paddin
     s      = max(s, c·Â) where Â < 0                               dual clip (LongCat §3.2.1
              triple clip: ε_neg_high ↔ c = 1 + ε_neg_high; Ye et al. 2020)
     w      = min(π_old / π_engine, C)                              truncated IS (LongCat §3.2.1)
-    M_i    = 0 if Â_i < 0 and mean_t log(π_engine/π_θ) > δ else 1  OPSM, eq. 8–9 (trainer.masks)
-    kl     = r·(π_ref/π_θ − log(π_ref/π_θ) − 1)                    unbiased KL estimate, eq. 7
+    M_i    = 0 if Â_i < 0 and mean_t log(π_engine/π_θ) > δ else 1  OPSM, eq. 8–9
+    kl     = r·(π_ref/π_θ − log(π_ref/π_θ) − 1)                    unbiased KL, eq. 7
     nll    = −log π_θ on positive sequences                        Seed-Thinking §4.2 eq. 2
     ℓ      = −M_i·w·s + β·kl + μ·nll
 
@@ -33,6 +33,16 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from trainer.aggregation import AGGREGATIONS, Aggregation, aggregate, aggregate_parts
+from trainer.loss_inputs import (
+    Inputs,
+    bool_mask,
+    check_inputs,
+    finite_batch,
+    nonfinite_by_input,
+    nonfinite_count,
+    per_token_inputs,
+)
 from trainer.masks import opsm_mask, tis_weights
 
 __all__ = [
@@ -47,8 +57,6 @@ __all__ = [
     "unbiased_kl",
 ]
 
-Aggregation = Literal["token-mean", "seq-mean-token-mean", "constant"]
-AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "constant")
 
 
 def _number(name: str, value: object, *, optional: bool = False) -> None:
@@ -81,26 +89,40 @@ class LossConfig:
         for name in ("dual_clip", "opsm_delta", "tis_cap", "normalizer"):
             _number(name, getattr(self, name), optional=True)
         if not 0 <= self.eps_low < 1:
-            raise ValueError(f"eps_low must be in [0, 1) (the ratio floor 1 − eps_low > 0), got {self.eps_low}")
+            raise ValueError(
+                f"eps_low must be in [0, 1) (the ratio floor 1 − eps_low > 0), got {self.eps_low}"
+            )
         if self.eps_high < 0:
             raise ValueError(f"eps_high must be ≥ 0, got {self.eps_high}")
         if self.dual_clip is not None and self.dual_clip <= 1:
-            raise ValueError(f"dual_clip must be > 1 (a ratio cap for negative advantages) or None, got {self.dual_clip}")
+            raise ValueError(
+                "dual_clip must be > 1 (a ratio cap for negative advantages) or None, "
+                f"got {self.dual_clip}"
+            )
         if self.kl_beta < 0:
             raise ValueError(f"kl_beta must be ≥ 0, got {self.kl_beta}")
         if self.opsm_delta is not None and self.opsm_delta < 0:
             raise ValueError(f"opsm_delta must be ≥ 0 or None, got {self.opsm_delta}")
         if self.tis_cap is not None and self.tis_cap < 1:
-            raise ValueError(f"tis_cap must be ≥ 1 (a cap below 1 down-weights on-policy tokens) or None, got {self.tis_cap}")
+            raise ValueError(
+                "tis_cap must be ≥ 1 (a cap below 1 down-weights on-policy tokens) or None, "
+                f"got {self.tis_cap}"
+            )
         if self.lm_coef < 0:
             raise ValueError(f"lm_coef must be ≥ 0, got {self.lm_coef}")
         if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {self.aggregation!r}")
+            raise ValueError(
+                f"aggregation must be one of {list(AGGREGATIONS)}, got {self.aggregation!r}"
+            )
         if self.aggregation == "constant":
             if self.normalizer is None or self.normalizer <= 0:
-                raise ValueError(f"aggregation 'constant' needs normalizer > 0, got {self.normalizer!r}")
+                raise ValueError(
+                    f"aggregation 'constant' needs normalizer > 0, got {self.normalizer!r}"
+                )
         elif self.normalizer is not None:
-            raise ValueError(f"normalizer is only used by aggregation 'constant', not {self.aggregation!r}")
+            raise ValueError(
+                f"normalizer is only used by aggregation 'constant', not {self.aggregation!r}"
+            )
 
 
 def clipped_surrogate(
@@ -114,7 +136,8 @@ def clipped_surrogate(
 
     Eq. 5 with decoupled bounds (Seed-Thinking eq. 1) and the dual clip (LongCat §3.2.1).  In each
     flagged region s is a constant times Â, so its gradient w.r.t. π_θ is exactly zero:
-    ``clip_high`` Â > 0, r > 1+ε_high; ``clip_low`` Â < 0, r < 1−ε_low; ``dual`` Â < 0, r > c.
+    ``clip_high`` Â > 0, r > 1+ε_high; ``clip_low`` Â < 0, r < 1−ε_low;
+    ``dual`` Â < 0, r > c.
     """
     adv = adv.expand_as(ratio)
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
@@ -123,7 +146,7 @@ def clipped_surrogate(
         flags = {
             "clip_low": (adv < 0) & (ratio < 1.0 - eps_low),
             "clip_high": (adv > 0) & (ratio > 1.0 + eps_high),
-            "dual": (adv < 0) & (ratio > dual_clip) if dual_clip is not None else torch.zeros_like(ratio, dtype=torch.bool),
+            "dual": (adv < 0) & (ratio > (dual_clip if dual_clip is not None else math.inf)),
         }
     if dual_clip is not None:
         obj = torch.where(adv < 0, torch.maximum(obj, dual_clip * adv), obj)
@@ -138,110 +161,15 @@ def unbiased_kl(
     """DeepSeek-V3.2 eq. 7: (π_θ/π_old)·(π_ref/π_θ − log(π_ref/π_θ) − 1).
 
     The K3 estimator importance-weighted by π_θ/π_old so that, for tokens drawn from π_old, its
-    gradient is unbiased: ∂/∂logp = (π_θ/π_old)·(log π_θ − log π_ref).  Differentiable in ``logp``.
+    gradient is unbiased: ∂/∂logp = (π_θ/π_old)·(log π_θ − log π_ref).  Differentiable in
+    ``logp``.
     """
     d = ref_logp - logp
     return torch.exp(logp - old_logp) * (torch.exp(d) - d - 1.0)
 
 
-def aggregate_parts(
-    token_loss: Tensor,  # [B, T]
-    mask: Tensor,  # [B, T] bool
-    aggregation: Aggregation,
-    normalizer: float | None = None,
-) -> tuple[Tensor, Tensor]:  # (loss_sum, n_units): loss = loss_sum / n_units
-    """The loss as a sum and a unit count, so a batch split across ranks or microbatches can be
-    normalized globally (``trainer.distributed`` sums both):
-
-    * ``token-mean`` Σ_{i,t} ℓ / Σ_{i,t} m — every token weighs the same (Seed §4.2 token-level loss)
-    * ``seq-mean-token-mean`` Σ_i (Σ_t ℓ / |o_i|) / #sequences — eq. 5's 1/G Σ_i 1/|o_i| Σ_t;
-      sequences without a trained token are not counted
-    * ``constant`` Σ_{i,t} ℓ / normalizer — LongCat §3.2.1 (Dr. GRPO): a fixed denominator, e.g.
-      #sequences × T_max, removes the length bias of per-sequence means
-    """
-    ell = torch.where(mask, token_loss, torch.zeros_like(token_loss))
-    if aggregation == "token-mean":
-        return ell.sum(), mask.sum().to(ell.dtype)
-    if aggregation == "seq-mean-token-mean":
-        per_seq = mask.sum(dim=1).to(ell.dtype)
-        return (ell.sum(dim=1) / per_seq.clamp_min(1.0)).sum(), (per_seq > 0).sum().to(ell.dtype)
-    if aggregation == "constant":
-        if normalizer is None or not normalizer > 0:
-            raise ValueError(f"aggregation 'constant' needs normalizer > 0, got {normalizer!r}")
-        return ell.sum(), torch.tensor(float(normalizer), dtype=ell.dtype, device=ell.device)
-    raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
-
-
-def aggregate(token_loss: Tensor, mask: Tensor, aggregation: Aggregation, normalizer: float | None = None) -> Tensor:
-    """loss_sum / n_units of :func:`aggregate_parts`; 0 (with a graph) when nothing is trained."""
-    total, units = aggregate_parts(token_loss, mask, aggregation, normalizer)
-    return total / units.clamp_min(1.0)
-
-
-def _bool_mask(mask: object, shape: torch.Size) -> Tensor:
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be a torch.Tensor [B, T], not {type(mask).__name__}")
-    if mask.shape != shape:
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, logp {tuple(shape)}")
-    if mask.dtype == torch.bool:
-        return mask
-    if not bool(((mask == 0) | (mask == 1)).all()):
-        raise ValueError("mask must hold only 0 and 1 (or be bool)")
-    return mask != 0
-
-
-def _check_inputs(logp: Tensor, per_token: dict[str, Tensor | None], per_seq: dict[str, Tensor | None]) -> None:
-    if not isinstance(logp, Tensor) or logp.dim() != 2 or not logp.is_floating_point():
-        raise ValueError(f"logp must be a floating tensor [B, T], got {getattr(logp, 'shape', type(logp).__name__)}")
-    for name, t in per_token.items():
-        if t is None:
-            continue
-        if not isinstance(t, Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating tensor [B, T]")
-        if t.shape != logp.shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, logp {tuple(logp.shape)}")
-    for name, t in per_seq.items():
-        if t is None:
-            continue
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a tensor [B]")
-        if t.shape != logp.shape[:1]:
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected [B] = [{logp.shape[0]}]")
-
-
-def _nonfinite(mask: Tensor, per_token: dict[str, Tensor | None], per_seq: dict[str, Tensor | None]) -> dict[str, int]:
-    """Count of NaN/inf values per input at trained positions (sequences with a trained token)."""
-    counts: dict[str, int] = {}
-    has_tokens = mask.any(dim=1)
-    for name, t in per_token.items():
-        if t is not None:
-            counts[name] = int((mask & ~torch.isfinite(t)).sum())
-    for name, t in per_seq.items():
-        if t is not None and t.is_floating_point():
-            counts[name] = int((has_tokens & ~torch.isfinite(t)).sum())
-    return counts
-
-
-def nonfinite_count(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-    ref_logp: Tensor | None = None, engine_logp: Tensor | None = None,
-) -> int:
-    """How many NaN/inf values the inputs of :func:`grpo_loss` hold where they would be used."""
-    per_token = {"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "engine_logp": engine_logp}
-    _check_inputs(logp, per_token, {"advantages": advantages})
-    return sum(_nonfinite(_bool_mask(mask, logp.shape), per_token, {"advantages": advantages}).values())
-
-
-def finite_batch(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-    ref_logp: Tensor | None = None, engine_logp: Tensor | None = None,
-) -> bool:
-    """True when :func:`grpo_loss` on these inputs can be finite (the trainer skips the batch if not)."""
-    return nonfinite_count(logp, old_logp, advantages, mask, ref_logp=ref_logp, engine_logp=engine_logp) == 0
-
-
 def grpo_loss(
-    logp: Tensor,  # [B, T]: log π_θ of the sampled tokens (keep-mask renormalized), differentiable
+    logp: Tensor,  # [B, T]: log π_θ of the sampled tokens (keep-mask renormalized); has grad
     old_logp: Tensor,  # [B, T]: log π_old (trainer recompute at the rollout weights, or engine's)
     advantages: Tensor,  # [B]: Â per sequence (trainer.advantages.group_advantages)
     mask: Tensor,  # [B, T] bool or 0/1: trained tokens (policy-sampled, not overlong/padding)
@@ -266,19 +194,20 @@ def grpo_loss(
         raise TypeError(f"cfg must be a LossConfig, not {type(cfg).__name__}")
     if on_nonfinite not in ("flag", "raise"):
         raise ValueError(f"on_nonfinite must be 'flag' or 'raise', got {on_nonfinite!r}")
-    per_token = {"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "engine_logp": engine_logp}
-    per_seq = {"advantages": advantages, "rewards_positive": rewards_positive}
-    _check_inputs(logp, per_token, per_seq)
+    per_token = per_token_inputs(logp, old_logp, ref_logp, engine_logp)
+    per_seq: Inputs = {"advantages": advantages, "rewards_positive": rewards_positive}
+    check_inputs(logp, per_token, per_seq)
     if not advantages.is_floating_point():
         raise TypeError(f"advantages must be a floating tensor [B], not {advantages.dtype}")
-    m = _bool_mask(mask, logp.shape)
+    m = bool_mask(mask, logp.shape)
     if cfg.kl_beta > 0 and ref_logp is None:
-        raise ValueError(f"kl_beta = {cfg.kl_beta} > 0 needs ref_logp (the reference policy's log-probs)")
+        raise ValueError(f"kl_beta = {cfg.kl_beta} > 0 needs ref_logp (the reference log-probs)")
     if cfg.lm_coef > 0 and rewards_positive is None:
-        raise ValueError(f"lm_coef = {cfg.lm_coef} > 0 needs rewards_positive (which sequences are positive)")
-    bad = _nonfinite(m, per_token, per_seq)
+        raise ValueError(f"lm_coef = {cfg.lm_coef} > 0 needs rewards_positive (which are positive)")
+    bad = nonfinite_by_input(m, per_token, per_seq)
     if on_nonfinite == "raise" and any(bad.values()):
-        raise ValueError("non-finite inputs at trained positions: " + ", ".join(f"{k}: {v}" for k, v in bad.items() if v))
+        counts = ", ".join(f"{k}: {v}" for k, v in bad.items() if v)
+        raise ValueError(f"non-finite inputs at trained positions: {counts}")
 
     def clean(t: Tensor) -> Tensor:  # untrained positions may hold anything (padding, -inf)
         return torch.where(m, t, torch.zeros_like(t))
@@ -288,10 +217,13 @@ def grpo_loss(
     seq_has = m.any(dim=1)
     adv = torch.where(seq_has, adv, torch.zeros_like(adv))
     ratio = torch.exp(lp - old)
-    obj, flags = clipped_surrogate(ratio, adv.unsqueeze(1), cfg.eps_low, cfg.eps_high, cfg.dual_clip)
+    obj, flags = clipped_surrogate(
+        ratio, adv.unsqueeze(1), cfg.eps_low, cfg.eps_high, cfg.dual_clip
+    )
 
     engine = clean(engine_logp.detach()) if engine_logp is not None else None
-    keep, divergence = opsm_mask(lp.detach(), engine if engine is not None else old, adv, m, cfg.opsm_delta or 0.0)
+    sample_logp = engine if engine is not None else old  # eq. 9's π_old: what was sampled from
+    keep, divergence = opsm_mask(lp.detach(), sample_logp, adv, m, cfg.opsm_delta or 0.0)
     if cfg.opsm_delta is None:
         keep = torch.ones_like(keep)
     if engine is not None:
@@ -307,7 +239,9 @@ def grpo_loss(
     else:
         kl_tok = torch.zeros_like(lp)
     if rewards_positive is not None:
-        pos = rewards_positive if rewards_positive.dtype == torch.bool else rewards_positive.detach() > 0
+        pos = rewards_positive
+        if pos.dtype != torch.bool:
+            pos = pos.detach() > 0
         lm_tok = -lp * pos.unsqueeze(1).to(lp.dtype)
     else:
         lm_tok = torch.zeros_like(lp)
@@ -325,7 +259,8 @@ def grpo_loss(
         n_seq = seq_has.sum().to(lp.dtype)
 
         def token_mean(x: Tensor) -> Tensor:
-            return torch.where(m, x.to(lp.dtype), torch.zeros_like(lp)).sum() / tokens.clamp_min(1.0)
+            x = torch.where(m, x.to(lp.dtype), torch.zeros_like(lp))
+            return x.sum() / tokens.clamp_min(1.0)
 
         def part(x: Tensor) -> Tensor:
             return aggregate(x.detach(), m, cfg.aggregation, cfg.normalizer)
@@ -341,7 +276,7 @@ def grpo_loss(
             "dual_clip_fraction": token_mean(flags["dual"]),
             "ratio_mean": token_mean(ratio.detach()),
             "opsm_masked_fraction": (seq_has & ~keep).sum().to(lp.dtype) / n_seq.clamp_min(1.0),
-            "opsm_kl": torch.where(seq_has, divergence, torch.zeros_like(divergence)).sum() / n_seq.clamp_min(1.0),
+            "opsm_kl": divergence.sum() / n_seq.clamp_min(1.0),  # 0 for empty sequences
             "tis_ratio_mean": token_mean(raw),
             "tis_ratio_mean_truncated": token_mean(trunc),
             "tis_truncated_fraction": token_mean(raw > trunc),

@@ -25,7 +25,7 @@ def opsm_mask(
     mask: Tensor,  # [B, T] bool: trained tokens
     delta: float,
 ) -> tuple[Tensor, Tensor]:  # (keep [B] bool, divergence [B])
-    """M_i of DeepSeek-V3.2 eq. 9: 0 when Â_i < 0 and (1/|o_i|) Σ_t log(π_old/π_θ) > δ, else 1.
+    """M_i of DeepSeek-V3.2 eq. 9: 0 if Â_i < 0 and (1/|o_i|) Σ_t log(π_old/π_θ) > δ, else 1.
 
     ``divergence[i]`` is that per-sequence KL(π_old‖π_θ) estimate (the mean over the sequence's
     trained tokens; 0 for a sequence with none).  Only negative-advantage sequences are masked:
@@ -75,14 +75,16 @@ def _kept_bool(kept_ids: Tensor, kept_rows: Tensor, shape: tuple[int, int, int])
     keep = keep[..., :V]
     empty = kept_rows & ~keep.any(dim=2)
     if bool(empty.any()):
-        raise ValueError(f"kept_rows is True at {int(empty.sum())} position(s) with an empty kept set")
+        n = int(empty.sum())
+        raise ValueError(f"kept_rows is True at {n} position(s) with an empty kept set")
     return keep | ~kept_rows.unsqueeze(2)
 
 
 def _check_logits(logits: Tensor, temperature: float) -> None:
     if not isinstance(logits, Tensor) or logits.dim() != 3 or not logits.is_floating_point():
         raise ValueError("logits must be a floating tensor of shape [B, T, V]")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+    number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+    if not number or not temperature > 0:
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
 
 
