@@ -60,6 +60,8 @@ def upcycle(
     _check_args(n_experts, top_k, noise, seed, router_std)
     src = Path(src)
     out = Path(out)
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"src={str(src)!r} has no config.json: not an HF model folder")
     dense = AutoModelForCausalLM.from_pretrained(str(src), dtype=dtype)
     moe = upcycle_model(
         dense, n_experts=n_experts, top_k=top_k, noise=noise, seed=seed, router_std=router_std
@@ -93,9 +95,13 @@ def upcycle_model(
     from transformers import MixtralForCausalLM
 
     _check_args(n_experts, top_k, noise, seed, router_std)
-    config = mixtral_config(dense.config, n_experts=n_experts, top_k=top_k)
-    std = float(dense.config.initializer_range if router_std is None else router_std)
     dtype = next(dense.parameters()).dtype
+    # transformers' default grouped_mm experts kernel has no float64 version; eager has.
+    kernel = "eager" if dtype == torch.float64 else None
+    config = mixtral_config(
+        dense.config, n_experts=n_experts, top_k=top_k, experts_implementation=kernel
+    )
+    std = float(dense.config.initializer_range if router_std is None else router_std)
     with torch.device("meta"):
         moe = MixtralForCausalLM(config)
     moe = moe.to_empty(device="cpu").to(dtype)
@@ -109,8 +115,14 @@ def upcycle_model(
     return moe
 
 
-def mixtral_config(dense_config: Any, *, n_experts: int, top_k: int) -> Any:
-    """The Mixtral config that reproduces ``dense_config`` (a Llama config) with MoE MLPs."""
+def mixtral_config(
+    dense_config: Any, *, n_experts: int, top_k: int, experts_implementation: str | None = None
+) -> Any:
+    """The Mixtral config that reproduces ``dense_config`` (a Llama config) with MoE MLPs.
+
+    ``experts_implementation`` picks transformers' expert kernel (None = its default); it is a
+    run-time choice that ``save_pretrained`` does not write.
+    """
     from transformers import MixtralConfig
 
     if getattr(dense_config, "model_type", None) not in ("llama",):
@@ -149,6 +161,7 @@ def mixtral_config(dense_config: Any, *, n_experts: int, top_k: int) -> Any:
         num_experts_per_tok=top_k,
         output_router_logits=False,
         router_jitter_noise=0.0,
+        experts_implementation=experts_implementation,
     )
 
 
