@@ -1,0 +1,331 @@
+"""The GRPO run's configuration: typed dataclasses loaded from YAML (``envgym train CONFIG.yaml``).
+
+Every value is checked before anything runs (no model loaded, no env started): an unknown key,
+a value of the wrong type or an impossible value raises one :class:`ConfigError` whose message
+names the dotted key (``rollout.group_size``) and what was wrong.  docs/TRAINER.md has the full
+reference; ``configs/grpo_smollm2.yaml`` is a complete example.
+
+The ``loss`` section is :class:`trainer.losses.LossConfig` (DeepSeek-V3.2 §3.1 eq. 5–9, LongCat
+§3.2, Seed-Thinking §4.2); its own checks run here too and are re-worded with the key names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from trainer.losses import LossConfig
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the offending key."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = "smollm2"  # "smollm2" (embedded), an HF folder or hub id
+    dtype: Literal["float32", "bfloat16", "float64"] = "float32"
+    thinking: bool = False  # open every assistant turn with <think>
+    parser: str = "hermes"  # the tool-call text format the model writes
+    gradient_checkpointing: bool = False
+    engine: Literal["local", "vllm"] = "local"  # where rollouts are sampled
+    vllm_url: str | None = None  # engine: vllm → "http://127.0.0.1:PORT/v1"
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str = ""  # a registered environment id or a bundle directory
+    tasks: list[str] | None = None  # restrict to these task ids (default: every task)
+    sandbox: str = "bwrap"
+    context: str = "thinking-retention"
+
+
+@dataclass(frozen=True)
+class HeldOutConfig:
+    """Tasks kept out of training (evaluated on, never trained on)."""
+
+    fraction: float = 0.0  # of each env's tasks, chosen by ``seed``
+    tasks: list[str] = field(default_factory=list)  # explicit held-out ids ("ENV::TASK" or TASK)
+    seed: int = 0
+    every: int = 0  # evaluate pass@1 on the held-out tasks every N steps (0 = never)
+    samples: int = 1
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    group_size: int = 8  # n samples per prompt (GRPO group)
+    prompts: int = 4  # prompts per rollout batch
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    max_tokens: int = 512  # per turn
+    episode_tokens: int = 2048  # sampled tokens per episode
+    max_turns: int = 16
+    max_seconds: float = 600.0
+    concurrency: int = 8
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    lr: float = 1e-6
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = 1.0
+    warmup_steps: int = 0
+
+
+@dataclass(frozen=True)
+class DynamicSamplingConfig:
+    """Seed-Thinking §4.2 dynamic sampling / LongCat §3.2.2 online filtering: groups whose
+    rewards are all equal (all correct or all wrong) carry no GRPO gradient and are dropped; more
+    prompts are rolled out to refill the batch, at most ``max_refills`` extra rounds."""
+
+    enabled: bool = True
+    max_refills: int = 2
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    """Bounded-staleness asynchronous rollouts (LongCat §3.1.1 DORA, §3.2.2 staleness control;
+    Seed-Thinking §5.2 streaming rollouts)."""
+
+    enabled: bool = False
+    max_staleness: int = 1  # policy versions a sample may lag behind the trainer
+    stale: Literal["drop", "regenerate"] = "regenerate"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    dir: str = "runs/grpo/checkpoints"
+    every: int = 1  # steps between checkpoints (0 = only at the end)
+    keep: int = 2  # newest checkpoints kept on disk
+    resume: bool = True  # resume from the newest checkpoint in ``dir`` when there is one
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    dir: str = "runs/grpo/metrics"
+    tensorboard: bool = True
+    plot: bool = True  # PNG curves after every step
+    store: str | None = None  # SQLAlchemy URL of the envgym store for the run row (None: none)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    envs: list[EnvConfig] = field(default_factory=list)
+    heldout: HeldOutConfig = field(default_factory=HeldOutConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    steps: int = 10
+    minibatches: int = 1  # optimizer steps per rollout batch (the batch split this many ways)
+    micro_tokens: int = 8192  # padded tokens per microbatch (gradient accumulation)
+    normalize_std: bool = False  # Â = (R − mean) / std instead of R − mean
+    old_logprobs: Literal["recompute", "engine"] = "recompute"  # π_old of the ratio
+    keep_sampling_mask: bool = True  # renormalize π_θ over the recorded kept sets (§3.1)
+    unknown_kept: Literal["raise", "full"] = "raise"  # kept sets the engine did not report
+    keep_routing: bool = True  # replay recorded MoE routes (§3.1)
+    overlong_mask: bool = True  # mask turns cut by the token limit (LongCat §3.2.2)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    async_: AsyncConfig = field(default_factory=AsyncConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    seed: int = 0
+    chunk_size: int = 1024  # vocabulary chunk of the log-prob op (kernels/logprob.py)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as YAML would hold it (``async_`` is written ``async``)."""
+        data = dataclasses.asdict(self)
+        data["async"] = data.pop("async_")
+        return data
+
+
+# -- loading -------------------------------------------------------------------------------------
+_RENAMED = {"async": "async_"}  # YAML key → field name (``async`` is a Python keyword)
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read a YAML file into a checked :class:`TrainConfig` (ConfigError on any problem)."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read the config {str(p)!r}: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{p}: not valid YAML: {err}") from None
+    return config_from_dict({} if data is None else data)
+
+
+def config_from_dict(data: Any) -> TrainConfig:
+    """Build and check a :class:`TrainConfig` from plain data (a parsed YAML mapping)."""
+    config = _build(TrainConfig, data, "")
+    check(config)
+    return config
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'the config'} must be a mapping, not {_show(data)}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        name = _RENAMED.get(key, key) if isinstance(key, str) else key
+        dotted = f"{where}.{key}" if where else str(key)
+        if name not in names:
+            known = ", ".join(sorted(_RENAMED.get(n, n) for n in _yaml_names(cls)))
+            raise ConfigError(f"unknown config key {dotted!r} (known here: {known})")
+        kwargs[name] = _convert(hints[name], value, dotted)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as err:  # LossConfig's own checks name its fields
+        raise ConfigError(f"{where or 'config'}: {err}") from None
+
+
+def _yaml_names(cls: type) -> list[str]:
+    inverse = {v: k for k, v in _RENAMED.items()}
+    return [inverse.get(f.name, f.name) for f in dataclasses.fields(cls)]
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, where)
+            except ConfigError as err:
+                errors.append(err)
+        raise errors[0]
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ConfigError(f"{where} must be one of {list(allowed)}, not {_show(value)}")
+        return value
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, not {_show(value)}")
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, not {_show(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, not {_show(value)}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, not {_show(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} must be finite, not {value}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, not {_show(value)}")
+        return value
+    raise ConfigError(f"{where}: unsupported type {hint}")  # a bug in this module
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}" if value is not None else "null"
+
+
+# -- impossible values -----------------------------------------------------------------------------
+def check(c: TrainConfig) -> None:
+    """Raise ConfigError naming the first impossible value."""
+    _positive(c, "steps", "minibatches", "micro_tokens", "chunk_size")
+    if not c.envs:
+        raise ConfigError("envs must list at least one environment ({id: ...})")
+    for i, env in enumerate(c.envs):
+        if not env.id.strip():
+            raise ConfigError(f"envs[{i}].id must name an environment or a bundle directory")
+        if env.tasks is not None and not env.tasks:
+            raise ConfigError(f"envs[{i}].tasks is empty: leave it out to use every task")
+    h = c.heldout
+    if not 0.0 <= h.fraction < 1.0:
+        raise ConfigError(f"heldout.fraction must be in [0, 1), not {h.fraction}")
+    _positive(h, "samples", where="heldout")
+    _non_negative(h, "every", where="heldout")
+    r = c.rollout
+    _positive(r, "prompts", "max_tokens", "episode_tokens", "max_turns", "concurrency",
+              where="rollout")
+    if r.group_size < 2:
+        raise ConfigError(
+            f"rollout.group_size must be ≥ 2 (group-relative advantages), not {r.group_size}"
+        )
+    if r.temperature <= 0:
+        raise ConfigError(
+            f"rollout.temperature must be > 0 (log-probs are of logits / T), not {r.temperature}"
+        )
+    if not 0.0 < r.top_p <= 1.0:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], not {r.top_p}")
+    _non_negative(r, "top_k", where="rollout")
+    if r.max_seconds <= 0:
+        raise ConfigError(f"rollout.max_seconds must be > 0, not {r.max_seconds}")
+    if c.minibatches > r.prompts * r.group_size:
+        raise ConfigError(
+            f"minibatches ({c.minibatches}) must be ≤ the episodes per batch "
+            f"(rollout.prompts × rollout.group_size = {r.prompts * r.group_size})"
+        )
+    o = c.optimizer
+    if o.lr <= 0:
+        raise ConfigError(f"optimizer.lr must be > 0, not {o.lr}")
+    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ConfigError(f"optimizer.betas must be two numbers in [0, 1), not {o.betas}")
+    if o.eps <= 0 or o.weight_decay < 0:
+        raise ConfigError("optimizer.eps must be > 0 and optimizer.weight_decay ≥ 0")
+    if o.max_grad_norm is not None and o.max_grad_norm <= 0:
+        raise ConfigError(f"optimizer.max_grad_norm must be > 0 or null, not {o.max_grad_norm}")
+    _non_negative(o, "warmup_steps", where="optimizer")
+    _non_negative(c.dynamic_sampling, "max_refills", where="dynamic_sampling")
+    if c.async_.max_staleness < 0:
+        raise ConfigError(f"async.max_staleness must be ≥ 0, not {c.async_.max_staleness}")
+    _non_negative(c.checkpoint, "every", where="checkpoint")
+    _positive(c.checkpoint, "keep", where="checkpoint")
+    if not c.checkpoint.dir.strip() or not c.metrics.dir.strip():
+        raise ConfigError("checkpoint.dir and metrics.dir must be non-empty paths")
+    if c.model.engine == "vllm" and not c.model.vllm_url:
+        raise ConfigError("model.vllm_url is required when model.engine is 'vllm'")
+    if c.model.engine == "vllm" and c.keep_sampling_mask and c.unknown_kept == "raise" and (
+        r.top_p < 1.0 or r.top_k > 0
+    ):
+        raise ConfigError(
+            "model.engine 'vllm' does not report kept sets, so keep_sampling_mask with top_p/top_k "
+            "needs unknown_kept: full (an approximation) or keep_sampling_mask: false"
+        )
+
+
+def _positive(obj: Any, *names: str, where: str = "") -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value <= 0:
+            raise ConfigError(f"{where + '.' if where else ''}{name} must be > 0, not {value}")
+
+
+def _non_negative(obj: Any, *names: str, where: str = "") -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value < 0:
+            raise ConfigError(f"{where + '.' if where else ''}{name} must be ≥ 0, not {value}")

@@ -1,0 +1,432 @@
+"""The GRPO loop: rollouts → rewards → group advantages → minibatch updates → weight sync.
+
+    trainer = Trainer(load_config("configs/grpo_smollm2.yaml"))
+    trainer.run()                      # or: envgym train configs/grpo_smollm2.yaml
+
+One step (synchronous mode):
+
+1. take ``rollout.prompts`` training tasks from the seeded data order (:class:`TaskOrder`) and
+   roll out ``rollout.group_size`` episodes of each through envgym's rollout engine with the
+   engine policy (the in-process local engine, or a vLLM server);
+2. group them; with dynamic sampling (Seed-Thinking §4.2, LongCat §3.2.2) drop the groups whose
+   rewards are all equal and roll out more prompts to refill, at most ``max_refills`` rounds;
+   NaN/inf rewards skip the batch (reported); an empty batch skips the step (reported);
+3. advantages Â = R − mean(R) per group (DeepSeek-V3.2 §3.1 eq. 5; trainer.advantages);
+4. π_old: the trainer's log-probs at the rollout weights (``old_logprobs: recompute``, one no-grad
+   pass before any update) or the engine's (``engine``); the engine's own log-probs always feed
+   truncated IS and off-policy sequence masking (eq. 8–9; LongCat §3.2.1);
+5. ``minibatches`` optimizer steps, each over length-balanced microbatches with gradient
+   accumulation, weighted so the minibatch loss equals one pass over all its tokens
+   (trainer.losses.grpo_loss); NaN/inf log-probs or losses skip (reported);
+6. the new weights go to the engine (:mod:`trainer.weight_sync` logic below) and the policy
+   version is bumped; metrics, checkpoint.
+
+Asynchronous mode (``async.enabled``; LongCat §3.1.1 DORA, Seed-Thinking §5.2 streaming rollouts)
+overlaps rollouts with training: a producer keeps rolling out and streams each finished group into
+a bounded queue while the trainer trains; a group whose oldest turn was sampled more than
+``async.max_staleness`` versions ago is dropped or regenerated (LongCat §3.2.2 staleness control).
+In this in-process engine one set of weights serves every episode, so an episode in flight during a
+sync continues under the new weights (each turn records its version; staleness counts the oldest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from envgym.policy import SamplingParams
+from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
+from trainer.batch import (
+    Group,
+    group_results,
+    nonfinite_rewards,
+    samples_from_groups,
+    split_informative,
+)
+from trainer.checkpoint import (
+    TaskOrder,
+    config_changes,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from trainer.config import TrainConfig
+from trainer.metrics import MetricsLog, RunRecord, write_run
+from trainer.policy import Policy
+from trainer.update import Update, sync_weights
+
+log = logging.getLogger(__name__)
+TaskRef = tuple[int, str]  # (index into config.envs, task id)
+
+
+def derive_seed(*parts: int) -> int:
+    """A 31-bit seed that depends only on ``parts`` (run seed, step, round…)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class StepReport:
+    step: int
+    metrics: dict[str, float]
+    skipped: str | None = None  # why the update was skipped (NaN rewards, empty batch…)
+
+
+def task_split(config: TrainConfig) -> tuple[list[TaskRef], list[TaskRef]]:
+    """``(train, held_out)`` task refs; ValueError naming the config key on unknown tasks."""
+    from envgym.evaluate.runner import EvalError, open_bundle
+
+    train: list[TaskRef] = []
+    held: list[TaskRef] = []
+    explicit = set(config.heldout.tasks)
+    seen: set[str] = set()
+    for i, env in enumerate(config.envs):
+        try:
+            ids = [t.id for t in open_bundle(env.id).tasks]
+        except EvalError as err:
+            raise ValueError(f"envs[{i}].id: {err}") from None
+        if env.tasks is not None:
+            missing = sorted(set(env.tasks) - set(ids))
+            if missing:
+                raise ValueError(f"envs[{i}].tasks: no such tasks in {env.id!r}: {missing}")
+            ids = [t for t in ids if t in set(env.tasks)]
+        n_held = round(config.heldout.fraction * len(ids))
+        rng = np.random.default_rng([config.heldout.seed, i])
+        chosen = {ids[j] for j in rng.permutation(len(ids))[:n_held].tolist()}
+        for t in ids:
+            names = {t, f"{env.id}::{t}"}
+            seen |= names
+            (held if t in chosen or names & explicit else train).append((i, t))
+    unknown = sorted(explicit - seen)
+    if unknown:
+        raise ValueError(f"heldout.tasks: no such tasks: {unknown}")
+    return train, held
+
+
+class Trainer:
+    """Runs the GRPO loop of one :class:`TrainConfig` (see the module docstring).
+
+    ``model``/``tokenizer`` override ``config.model.path`` (tests pass tiny models);
+    ``engine_policy`` overrides the engine built from ``config.model``; ``on_step`` is called
+    with each :class:`StepReport`, ``on_phase`` with a short text as phases start.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        model: nn.Module | None = None,
+        tokenizer: Any = None,
+        engine_policy: Any = None,
+        on_step: Callable[[StepReport], None] | None = None,
+        on_phase: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.on_step = on_step or (lambda report: None)
+        self.on_phase = on_phase or (lambda text: None)
+        torch.manual_seed(config.seed)
+        self.train_tasks, self.heldout_tasks = task_split(config)
+        self.order = TaskOrder(self.train_tasks, config.seed)
+        if model is None:
+            model, tokenizer = _load(config)
+        elif tokenizer is None:
+            raise ValueError("a model passed in needs its tokenizer")
+        self.tokenizer = tokenizer
+        self.model = model
+        model.train(config.model.gradient_checkpointing)  # dropout-free HF LMs: only for GC
+        if config.model.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.policy = Policy(
+            model,
+            chunk_size=config.chunk_size,
+            keep_sampling_mask=config.keep_sampling_mask,
+            keep_routing=config.keep_routing,
+        )
+        self.ref_policy = None
+        if config.loss.kl_beta > 0:  # the unbiased KL (eq. 7) needs the initial policy
+            ref = copy.deepcopy(model).eval().requires_grad_(False)
+            self.ref_policy = Policy(ref, chunk_size=config.chunk_size,
+                                     keep_sampling_mask=config.keep_sampling_mask,
+                                     keep_routing=config.keep_routing)
+        self.engine = engine_policy if engine_policy is not None else _engine(config, model, tokenizer)
+        self.update = Update(config, self.policy, self.ref_policy, pad_id=_pad_id(tokenizer))
+        self.step = 0
+        self.version = 0
+        self.metrics = MetricsLog(config.metrics.dir, tensorboard=config.metrics.tensorboard,
+                                  plot=config.metrics.plot)
+        config_key = {k: v for k, v in config.to_dict().items() if k != "steps"}
+        self.run_record = RunRecord(
+            run_key="sha256:" + hashlib.sha256(json.dumps(config_key, sort_keys=True).encode()).hexdigest(),
+            model=config.model.path,
+            envs=[e.id for e in config.envs],
+            config=config.to_dict(),
+            metrics_dir=str(Path(config.metrics.dir).resolve()),
+            checkpoint_dir=str(Path(config.checkpoint.dir).resolve()),
+        )
+        self._resumed_from: Path | None = None
+        self._retry: list[TaskRef] = []  # async: stale prompts to roll out again
+
+    # -- resume ----------------------------------------------------------------------------------
+    def maybe_resume(self) -> Path | None:
+        """Load the newest checkpoint of ``checkpoint.dir`` when ``checkpoint.resume``."""
+        path = latest_checkpoint(self.config.checkpoint.dir) if self.config.checkpoint.resume else None
+        if path is None:
+            return None
+        state = load_checkpoint(path, model=self.model, optimizer=self.update.optimizer,
+                                scheduler=self.update.scheduler)
+        changed = config_changes(state.config, self.config.to_dict())
+        if changed:
+            raise ValueError(
+                f"checkpoint {path} was written under another config (changed: {', '.join(changed)}); "
+                "use a new checkpoint.dir or set checkpoint.resume: false"
+            )
+        self.step, self.version = state.step, state.policy_version
+        self.order = TaskOrder(self.train_tasks, self.config.seed, **state.cursor)
+        self.metrics.truncate(self.step)
+        self._resumed_from = path
+        return path
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self) -> list[StepReport]:
+        """Train until ``config.steps`` (resuming first when there is a checkpoint)."""
+        return asyncio.run(self.arun())
+
+    async def arun(self) -> list[StepReport]:
+        reports: list[StepReport] = []
+        self.maybe_resume()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                self._engines = [await stack.enter_async_context(e) for e in self._rollout_engines()]
+                if self._resumed_from is not None:
+                    await sync_weights(self.engine, self.model, self.version, self.config)
+                write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
+                if self.config.async_.enabled:
+                    await self._run_async(reports)
+                else:
+                    while self.step < self.config.steps:
+                        reports.append(await self._finish(await self._collect_sync()))
+            self.run_record.status = "finished"
+        except BaseException:
+            self.run_record.status = "failed"
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
+            self.metrics.close()
+            if hasattr(self.engine, "aclose"):
+                with contextlib.suppress(Exception):
+                    await self.engine.aclose()
+        return reports
+
+    def _rollout_engines(self) -> list[RolloutEngine]:
+        from envgym import registry
+
+        r = self.config.rollout
+        params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                                max_tokens=r.max_tokens)
+        budget = Budget(max_turns=r.max_turns, max_tokens=r.episode_tokens, max_seconds=r.max_seconds)
+        out = []
+        for env in self.config.envs:
+            factory = registry.env_factory(
+                env.id, sandbox=env.sandbox, context=env.context, parser=self.config.model.parser,
+                native_tools=True, time_budget_s=r.max_seconds,
+            )
+            out.append(RolloutEngine.local(self.engine, factory, concurrency=r.concurrency,
+                                           params=params, budget=budget))
+        return out
+
+    async def _rollout(self, refs: list[TaskRef], seed: int) -> list[Group]:
+        """``group_size`` episodes of each task; one :class:`Group` per task with ≥ 2 valid."""
+        n = self.config.rollout.group_size
+        by_env: dict[int, list[str]] = {}
+        for env, task in refs:
+            by_env.setdefault(env, []).append(task)
+
+        async def one(env: int, tasks: list[str]) -> list[EpisodeResult]:
+            specs = [EpisodeSpec(t, s, seed=seed) for t in tasks for s in range(n)]
+            async with contextlib.aclosing(self._engines[env].run(specs)) as stream:
+                return [r async for r in stream]
+
+        runs = await asyncio.gather(*(one(e, ts) for e, ts in by_env.items()))
+        groups: list[Group] = []
+        for env, results in zip(by_env, runs):
+            found, errored = group_results(results)
+            self._tally["errored"] += errored
+            for g in found:
+                g.task_id = f"{env}::{g.task_id}"
+            groups.extend(found)
+        return groups
+
+    async def _collect_sync(self) -> tuple[list[Group], str | None]:
+        """One batch of groups (dynamic sampling with refills); a skip reason or None."""
+        c = self.config
+        self._tally = {"errored": 0, "all_correct": 0, "all_wrong": 0, "refills": 0,
+                       "episodes": 0, "passed": 0, "reward_sum": 0.0, "stale_dropped": 0}
+        self._t0 = time.monotonic()
+        kept: list[Group] = []
+        rounds = 1 + (c.dynamic_sampling.max_refills if c.dynamic_sampling.enabled else 0)
+        for round_ in range(rounds):
+            self.on_phase(f"step {self.step + 1}: rollouts (round {round_ + 1})")
+            refs = self.order.take(c.rollout.prompts - len(kept))
+            groups = await self._rollout(refs, derive_seed(c.seed, self.step, round_))
+            self._tally["refills"] += round_ > 0
+            bad = nonfinite_rewards(groups)
+            if bad:
+                return [], f"non-finite rewards: {', '.join(bad[:5])}"
+            self._count(groups)
+            kept.extend(self._filter(groups))
+            if len(kept) >= c.rollout.prompts:
+                break
+        return kept, None if kept else "empty batch: every group was filtered out"
+
+    def _count(self, groups: list[Group]) -> None:
+        for g in groups:
+            for r in g.results:
+                self._tally["episodes"] += 1
+                self._tally["passed"] += r.passed
+                self._tally["reward_sum"] += r.reward
+
+    def _filter(self, groups: list[Group]) -> list[Group]:
+        if not self.config.dynamic_sampling.enabled:
+            return list(groups)
+        kept, correct, wrong = split_informative(groups)
+        self._tally["all_correct"] += correct
+        self._tally["all_wrong"] += wrong
+        return kept
+
+    async def _finish(self, collected: tuple[list[Group], str | None]) -> StepReport:
+        """Update on the collected groups (unless skipped), sync, log, checkpoint."""
+        groups, skipped = collected
+        rollout_s = time.monotonic() - self._t0
+        metrics: dict[str, float] = {}
+        if skipped is None:
+            self.on_phase(f"step {self.step + 1}: training on {len(groups)} groups")
+            samples = samples_from_groups(groups, self._advantages(groups),
+                                          overlong_mask=self.config.overlong_mask)
+            metrics, skipped = await asyncio.to_thread(self.update.run, samples, self.step)
+        t1 = time.monotonic()
+        self.step += 1
+        if skipped is None:
+            await sync_weights(self.engine, self.model, self.version + 1, self.config)
+            self.version += 1
+        if self.heldout_tasks and self.config.heldout.every and (
+            self.step % self.config.heldout.every == 0 or self.step == self.config.steps
+        ):
+            metrics["heldout_pass_rate"] = await self.evaluate_heldout()
+        metrics.update(self._tally_metrics(groups))
+        metrics.update(step=self.step, policy_version=self.version, skipped=float(skipped is not None),
+                       rollout_s=rollout_s, train_s=t1 - self._t0 - rollout_s,
+                       step_s=time.monotonic() - self._t0)
+        if skipped is not None:
+            log.warning("step %d: update skipped: %s", self.step, skipped)
+        self.metrics.log(metrics)
+        self._checkpoint()
+        self.run_record.step, self.run_record.policy_version = self.step, self.version
+        self.run_record.last_metrics = metrics
+        write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
+        report = StepReport(self.step, metrics, skipped)
+        self.on_step(report)
+        return report
+
+    def _advantages(self, groups: list[Group]) -> torch.Tensor:
+        from trainer.advantages import group_advantages
+
+        n = max(len(g.results) for g in groups)
+        rewards = torch.zeros(len(groups), n, dtype=torch.float64)
+        valid = torch.zeros(len(groups), n, dtype=torch.bool)
+        for i, g in enumerate(groups):
+            rewards[i, : len(g.results)] = torch.tensor(g.rewards, dtype=torch.float64)
+            valid[i, : len(g.results)] = True
+        return group_advantages(rewards, normalize_std=self.config.normalize_std, valid=valid)
+
+    def _tally_metrics(self, groups: list[Group]) -> dict[str, float]:
+        t = self._tally
+        episodes = max(t["episodes"], 1)
+        lengths = [r.sampled_tokens for g in groups for r in g.results]
+        return {
+            "reward_mean": t["reward_sum"] / episodes,
+            "pass_rate": t["passed"] / episodes,
+            "episodes": float(t["episodes"]),
+            "errored": float(t["errored"]),
+            "groups_kept": float(len(groups)),
+            "groups_all_correct": float(t["all_correct"]),
+            "groups_all_wrong": float(t["all_wrong"]),
+            "refills": float(t["refills"]),
+            "stale_dropped": float(t["stale_dropped"]),
+            "response_len_mean": float(np.mean(lengths)) if lengths else 0.0,
+        }
+
+    def _checkpoint(self) -> None:
+        c = self.config.checkpoint
+        if (c.every and self.step % c.every == 0) or self.step == self.config.steps:
+            save_checkpoint(c.dir, step=self.step, policy_version=self.version, model=self.model,
+                            optimizer=self.update.optimizer, scheduler=self.update.scheduler,
+                            cursor=self.order.cursor, config=self.config.to_dict(), keep=c.keep)
+
+    async def evaluate_heldout(self) -> float:
+        """pass@1 on the held-out tasks (``heldout.samples`` each, fixed seeds)."""
+        self.on_phase(f"step {self.step}: held-out evaluation")
+        h = self.config.heldout
+        passed = total = 0
+        for env in sorted({e for e, _ in self.heldout_tasks}):
+            tasks = [t for e, t in self.heldout_tasks if e == env]
+            specs = [EpisodeSpec(t, s, seed=h.seed) for t in tasks for s in range(h.samples)]
+            async with contextlib.aclosing(self._engines[env].run(specs)) as stream:
+                async for r in stream:
+                    if r.error is None:
+                        passed += r.passed
+                        total += 1
+        return passed / total if total else math.nan
+
+    # -- asynchronous mode -----------------------------------------------------------------------
+    async def _run_async(self, reports: list[StepReport]) -> None:
+        from trainer.stream import run_async
+
+        await run_async(self, reports)
+
+
+def _load(config: TrainConfig) -> tuple[nn.Module, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envgym import embedded
+
+    folder = str(embedded.hf_dir()) if config.model.path == embedded.NAME else config.model.path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, config.model.dtype))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"model.path: cannot load {config.model.path!r}: {err}") from None
+    return model, tokenizer
+
+
+def _engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
+    m = config.model
+    if m.engine == "vllm":
+        from envgym.models.vllm_server import VLLMPolicy
+
+        return VLLMPolicy(m.vllm_url or "", tokenizer=tokenizer, parser=m.parser, thinking=m.thinking)
+    from envgym.models.local import LocalPolicy
+
+    return LocalPolicy(copy.deepcopy(model).requires_grad_(False), tokenizer, name=f"train:{m.path}",
+                       parser=m.parser, thinking=m.thinking, max_batch=config.rollout.concurrency)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None)
+    return int(pad or 0)

@@ -1,0 +1,162 @@
+"""The trainable policy: per-token log-probs (and entropy) of recorded sequences under π_θ.
+
+Any Hugging Face causal LM.  The log-probs come from the final hidden states and the LM head
+through ``kernels.logprob.selected_logprobs``, which never materializes the ``[N, V]`` logits
+(the vocabulary is processed in chunks); only the trained positions are scored at all.
+
+* **Temperature.** The engine recorded ``log_softmax(logits / T)``; π_θ is computed at the
+  same ``T`` so the importance ratio compares like with like.
+* **Keep Sampling Mask** (DeepSeek-V3.2 §3.1): where the sampler truncated (top-p/top-k) and
+  the record holds the exact kept ids, π_θ is renormalized over that kept set, so π_θ and π_old
+  share one action subspace (``kept_rows`` False = the full vocabulary applies).
+* **Keep Routing** (DeepSeek-V3.2 §3.1): when the batch carries the MoE routes the engine used,
+  the forward runs inside ``trainer.routing.replay_routes`` so the same experts are trained.
+  :meth:`Policy.routing_flip_rate` measures how often the current router would choose
+  differently (a metric of how much replay matters).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from trainer.batch import TrainBatch
+
+try:
+    from kernels.logprob import selected_logprobs
+except ImportError:  # TEMPORARY until kernels/logprob.py lands (parallel helper)
+
+    def selected_logprobs(  # type: ignore[misc]
+        hidden: Tensor,
+        weight: Tensor,
+        targets: Tensor,
+        *,
+        temperature: float = 1.0,
+        kept_ids: Tensor | None = None,
+        kept_rows: Tensor | None = None,
+        chunk_size: int = 1024,
+        with_entropy: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        logits = (hidden @ weight.T).float() / temperature
+        if kept_ids is not None and kept_rows is not None:
+            allowed = torch.zeros_like(logits, dtype=torch.bool)
+            valid = kept_ids >= 0
+            rows = torch.arange(len(kept_ids)).unsqueeze(1).expand_as(kept_ids)
+            allowed[rows[valid], kept_ids[valid]] = True
+            allowed[~kept_rows] = True
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        logp = torch.log_softmax(logits, dim=-1)
+        out = logp.gather(1, targets.unsqueeze(1)).squeeze(1)
+        ent = None
+        if with_entropy:
+            p = logp.exp()
+            ent = -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
+        return out.to(hidden.dtype), None if ent is None else ent.to(hidden.dtype)
+
+
+class Policy:
+    """Wraps a causal LM for training.
+
+    Args:
+        model: an HF ``*ForCausalLM`` (its ``base_model`` returns the final, normed hidden
+            states; ``get_output_embeddings()`` is the LM head).
+        chunk_size: vocabulary chunk of the log-prob op.
+        keep_sampling_mask: renormalize over the recorded kept sets.
+        keep_routing: replay recorded MoE routes.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        chunk_size: int = 1024,
+        keep_sampling_mask: bool = True,
+        keep_routing: bool = True,
+    ) -> None:
+        _check_head(model)
+        self.model = model
+        self.chunk_size = chunk_size
+        self.keep_sampling_mask = keep_sampling_mask
+        self.keep_routing = keep_routing
+
+    @property
+    def head_weight(self) -> Tensor:
+        return self.model.get_output_embeddings().weight  # type: ignore[union-attr,return-value]
+
+    def hidden_states(self, batch: TrainBatch) -> Tensor:
+        """``[B, T, H]`` final hidden states of ``batch.input_ids`` (routes replayed if any)."""
+        with self._routing(batch):
+            out = self.model.base_model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+            )
+        return out.last_hidden_state
+
+    def logprobs(
+        self, batch: TrainBatch, *, temperature: float, with_entropy: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """``logp: [B, T]`` of ``batch.targets`` under π_θ at ``temperature`` (0 where
+        ``mask`` is 0) and, when asked, the entropy ``[B, T]`` of the same distribution."""
+        hidden = self.hidden_states(batch)
+        sel = batch.mask > 0
+        kept_ids = kept_rows = None
+        if self.keep_sampling_mask and bool(batch.kept_rows.any()):
+            kept_ids, kept_rows = batch.kept_ids, batch.kept_rows
+        lp, ent = selected_logprobs(
+            hidden[sel],
+            self.head_weight,
+            batch.targets[sel],
+            temperature=temperature,
+            kept_ids=kept_ids,
+            kept_rows=kept_rows,
+            chunk_size=self.chunk_size,
+            with_entropy=with_entropy,
+        )
+        logp = torch.zeros(batch.mask.shape, dtype=lp.dtype, device=lp.device)
+        logp = logp.masked_scatter(sel, lp)
+        entropy = None
+        if ent is not None:
+            entropy = torch.zeros(batch.mask.shape, dtype=ent.dtype).masked_scatter(sel, ent)
+        return logp, entropy
+
+    def routing_flip_rate(self, batch: TrainBatch) -> float | None:
+        """Fraction of recorded expert choices the current router would not make, over the
+        trained positions (trainer.routing.routing_flip_rate); None for a dense batch."""
+        if batch.routes is None:
+            return None
+        from trainer.routing import capture_routes, routing_flip_rate
+
+        now = capture_routes(self.model, batch.input_ids, attention_mask=batch.attention_mask)
+        return routing_flip_rate(batch.routes, now, batch.mask > 0)
+
+    @contextlib.contextmanager
+    def _routing(self, batch: TrainBatch) -> Iterator[None]:
+        if batch.routes is None or not self.keep_routing:
+            yield
+            return
+        from trainer.routing import replay_routes
+
+        # Padding positions carry -1: replay_routes leaves them to the live router; their
+        # outputs are masked out of every loss and right padding is never attended to.
+        with replay_routes(self.model, batch.routes):
+            yield
+
+
+def _check_head(model: Any) -> None:
+    """Refuse heads the hidden-state × weight path would compute wrongly (silent bias)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None or not hasattr(head, "weight"):
+        raise TypeError(f"{type(model).__name__} has no LM head (get_output_embeddings())")
+    if getattr(head, "bias", None) is not None:
+        raise ValueError(f"{type(model).__name__}'s LM head has a bias: not supported")
+    config = getattr(model, "config", None)
+    for name in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
+        value = getattr(config, name, None)
+        if value not in (None, 1, 1.0):
+            raise ValueError(
+                f"{type(model).__name__} transforms its logits ({name}={value}): not supported "
+                "by the hidden-state log-prob path"
+            )

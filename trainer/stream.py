@@ -1,0 +1,129 @@
+"""Asynchronous GRPO with bounded staleness (``async.enabled``; used by trainer/loop.py).
+
+LongCat-Flash-Thinking §3.1.1 (DORA) streams rollouts: finished samples go straight to the next
+stage instead of waiting for the batch's longest episode, and generation goes on while the trainer
+trains; §3.2.2 bounds the *staleness* — how many policy versions a sample may lag — and
+regenerates prompts past the bound.  Seed-Thinking §5.2's streaming rollout system makes the same
+trade (a completion ratio of on-policy samples, the rest from versioned snapshots).
+
+Here one producer task keeps rolling out batches of prompts and puts each finished GRPO group
+(all ``group_size`` samples of a prompt) into a bounded queue (``prompts × (max_staleness + 1)``
+groups: it can run ahead of the trainer by about ``max_staleness`` batches).  The trainer pulls
+groups until it has ``prompts`` informative ones and trains in a worker thread while the producer
+goes on.  A group is *stale* when ``trainer version − oldest turn version > max_staleness`` (every
+turn records the version it was sampled with): it is dropped, and with ``stale: regenerate`` its
+prompt goes back to the front of the producer's list.  π_old is the trainer's recompute at the
+current weights before the update (``old_logprobs: recompute``) and the engine's log-probs drive
+truncated IS / off-policy masking, which is what corrects for the lag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from envgym.rollout import EpisodeResult, EpisodeSpec
+from trainer.batch import Group, group_results, nonfinite_rewards
+
+if TYPE_CHECKING:
+    from trainer.loop import StepReport, Trainer
+
+ASYNC_SEED_BASE = 1 << 20  # async batches are numbered apart from synchronous steps' seeds
+
+
+def oldest_version(group: Group) -> int:
+    """The oldest policy version any turn of any sample in ``group`` was sampled with."""
+    versions = [
+        info.policy_version if info.policy_version is not None else r.record.policy_version
+        for r in group.results
+        for seg in r.record.segments
+        for info in seg.turn_info
+    ]
+    return min(versions, default=min(r.record.policy_version for r in group.results))
+
+
+async def run_async(trainer: Trainer, reports: list[StepReport]) -> None:
+    c = trainer.config
+    queue: asyncio.Queue[Group] = asyncio.Queue(
+        maxsize=c.rollout.prompts * (c.async_.max_staleness + 1)
+    )
+    producer = asyncio.create_task(_produce(trainer, queue))
+    try:
+        while trainer.step < c.steps:
+            collected = await _consume(trainer, queue, producer)
+            reports.append(await trainer._finish(collected))
+    finally:
+        producer.cancel()
+        await asyncio.gather(producer, return_exceptions=True)
+
+
+async def _produce(trainer: Trainer, queue: asyncio.Queue[Group]) -> None:
+    from trainer.loop import derive_seed
+
+    c = trainer.config
+    batch = 0
+    while True:
+        refs = trainer._retry[: c.rollout.prompts]
+        del trainer._retry[: len(refs)]
+        refs += trainer.order.take(c.rollout.prompts - len(refs))
+        seed = derive_seed(c.seed, ASYNC_SEED_BASE + batch)
+        batch += 1
+        by_env: dict[int, list[str]] = {}
+        for env, task in refs:
+            by_env.setdefault(env, []).append(task)
+        await asyncio.gather(*(_stream_env(trainer, queue, e, ts, seed) for e, ts in by_env.items()))
+
+
+async def _stream_env(
+    trainer: Trainer, queue: asyncio.Queue[Group], env: int, tasks: list[str], seed: int
+) -> None:
+    n = trainer.config.rollout.group_size
+    pending: dict[str, list[EpisodeResult]] = {}
+    specs = [EpisodeSpec(t, s, seed=seed) for t in tasks for s in range(n)]
+    async with contextlib.aclosing(trainer._engines[env].run(specs)) as stream:
+        async for result in stream:
+            done = pending.setdefault(result.task_id, [])
+            done.append(result)
+            if len(done) < n:
+                continue
+            groups, _ = group_results(pending.pop(result.task_id))
+            for g in groups:  # one at most: all samples of one task
+                g.task_id = f"{env}::{g.task_id}"
+                await queue.put(g)
+
+
+async def _consume(
+    trainer: Trainer, queue: asyncio.Queue[Group], producer: asyncio.Task[None]
+) -> tuple[list[Group], str | None]:
+    c = trainer.config
+    trainer._tally = {"errored": 0, "all_correct": 0, "all_wrong": 0, "refills": 0,
+                      "episodes": 0, "passed": 0, "reward_sum": 0.0, "stale_dropped": 0}
+    trainer._t0 = time.monotonic()
+    trainer.on_phase(f"step {trainer.step + 1}: streaming rollouts (async)")
+    limit = c.rollout.prompts * (1 + (c.dynamic_sampling.max_refills if c.dynamic_sampling.enabled else 0))
+    kept: list[Group] = []
+    pulled = 0
+    while len(kept) < c.rollout.prompts and pulled < limit:
+        getter = asyncio.ensure_future(queue.get())
+        await asyncio.wait({getter, producer}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():  # the producer died: surface its error
+            getter.cancel()
+            producer.result()
+            raise RuntimeError("the rollout producer stopped")
+        group = getter.result()
+        if trainer.version - oldest_version(group) > c.async_.max_staleness:
+            trainer._tally["stale_dropped"] += 1
+            if c.async_.stale == "regenerate":
+                env, _, task = group.task_id.partition("::")
+                trainer._retry.append((int(env), task))
+            continue
+        pulled += 1
+        bad = nonfinite_rewards([group])
+        if bad:
+            return [], f"non-finite rewards: {', '.join(bad[:5])}"
+        trainer._count([group])
+        kept.extend(trainer._filter([group]))
+    trainer._tally["refills"] = max(0, pulled - c.rollout.prompts)
+    return kept, None if kept else "empty batch: every group was filtered out"

@@ -1,0 +1,229 @@
+"""One rollout batch's policy updates, and the weight sync to the engine (trainer/loop.py).
+
+:class:`Update` owns the optimizer (AdamW, linear warm-up) and turns a batch of
+:class:`~trainer.batch.Sample` s into ``minibatches`` optimizer steps:
+
+1. one no-grad pass over length-balanced microbatches computes π_old at the rollout weights
+   (``old_logprobs: recompute``), the reference log-probs for the KL term (eq. 7) and the MoE
+   routing-flip rate; non-finite engine or recomputed log-probs skip the batch (reported);
+2. the samples are shuffled (seeded by the step) into minibatches; each minibatch accumulates
+   gradients over its microbatches, each microbatch's loss weighted by its share of the
+   minibatch's tokens (token-mean), rows (seq-mean-token-mean) or rows (constant normalizer per
+   sequence) so the sum equals the loss of one pass over the whole minibatch; a non-finite loss
+   or gradient norm skips that optimizer step (reported).
+
+:func:`sync_weights` pushes the trained weights to the engine: in-process local engine — copied
+into its model on its worker thread, between decode steps; vLLM — written as safetensors and
+reloaded in place through the server's ``/collective_rpc reload_weights`` (``VLLM_SERVER_DEV_MODE``
+endpoints, which envgym's VLLMServer enables), then its prefix cache is reset.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from trainer.batch import Sample, TrainBatch, balanced_microbatches, collate, split_minibatches
+from trainer.config import TrainConfig
+from trainer.policy import Policy
+
+from trainer.losses import grpo_loss
+
+# Diagnostics of grpo_loss that are bookkeeping, not metrics.
+_NOT_METRICS = frozenset({"loss_sum", "n_units", "tokens", "sequences"})
+
+
+class Update:
+    """The optimizer and the per-batch update (see the module docstring)."""
+
+    def __init__(
+        self, config: TrainConfig, policy: Policy, ref_policy: Policy | None, *, pad_id: int = 0
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.ref_policy = ref_policy
+        self.pad_id = pad_id
+        o = config.optimizer
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay
+        )
+        warmup = o.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+        )
+
+    def _collate(self, samples: Sequence[Sample]) -> TrainBatch:
+        return collate(samples, pad_id=self.pad_id, unknown_kept=self.config.unknown_kept,
+                       dtype=_dtype(self.policy.model))
+
+    def _micro(self, samples: Sequence[Sample], rows: Sequence[int]) -> list[list[int]]:
+        lengths = [samples[i].length for i in rows]
+        return [[rows[j] for j in mb] for mb in balanced_microbatches(lengths, self.config.micro_tokens)]
+
+    def run(self, samples: list[Sample], step: int) -> tuple[dict[str, float], str | None]:
+        """Train on ``samples``; ``(metrics, skip reason or None)``."""
+        if not samples:
+            return {}, "empty batch: no trained tokens after masking"
+        metrics: dict[str, float] = {"samples": float(len(samples))}
+        bad = self._prepare(samples, metrics)
+        if bad is not None:
+            return metrics, bad
+        gen = torch.Generator().manual_seed(int(step) * 1_000_003 + self.config.seed)
+        sums: dict[str, float] = defaultdict(float)
+        weights: dict[str, float] = defaultdict(float)
+        steps_done = skipped = 0
+        norms = []
+        losses = []
+        for part in split_minibatches(len(samples), self.config.minibatches, gen):
+            units = self._units([samples[i] for i in part])
+            self.optimizer.zero_grad(set_to_none=True)
+            finite, total = True, 0.0
+            for idx in self._micro(samples, part):
+                batch = self._collate([samples[i] for i in idx])
+                loss_sum, diag = self._loss(batch)
+                if not torch.isfinite(loss_sum):
+                    finite = False
+                    break
+                # Σ over microbatches of loss_sum / (the minibatch's units) = one pass's loss.
+                (loss_sum / units).backward()
+                total += float(loss_sum.detach()) / units
+                w = float(batch.tokens)
+                for key, value in diag.items():
+                    v = float(value)
+                    if key not in _NOT_METRICS and math.isfinite(v):
+                        sums[key] += v * w
+                        weights[key] += w
+            max_norm = self.config.optimizer.max_grad_norm or math.inf
+            norm = float(torch.nn.utils.clip_grad_norm_(self.optimizer.param_groups[0]["params"], max_norm))
+            if not finite or not math.isfinite(norm):
+                self.optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            self.optimizer.step()
+            self.scheduler.step()
+            losses.append(total)
+            norms.append(norm)
+            steps_done += 1
+        metrics.update({k: sums[k] / weights[k] for k in sums if weights[k]})
+        metrics.update(loss=float(sum(losses) / len(losses)) if losses else math.nan,
+                       optimizer_steps=float(steps_done), minibatches_skipped=float(skipped),
+                       grad_norm=float(sum(norms) / len(norms)) if norms else math.nan,
+                       lr=float(self.scheduler.get_last_lr()[0]))
+        if not steps_done:
+            return metrics, "non-finite loss or gradients in every minibatch"
+        return metrics, None
+
+    def _units(self, part: Sequence[Sample]) -> float:
+        """The minibatch's denominator (trainer.aggregation.aggregate_parts): trained tokens
+        (token-mean), sequences (seq-mean-token-mean; each sample has a trained token) or the
+        constant normalizer."""
+        agg = self.config.loss.aggregation
+        if agg == "token-mean":
+            return float(sum(s.trained_tokens for s in part))
+        if agg == "seq-mean-token-mean":
+            return float(len(part))
+        assert self.config.loss.normalizer is not None
+        return float(self.config.loss.normalizer)
+
+    def _loss(self, batch: TrainBatch) -> tuple[Tensor, dict[str, Any]]:
+        """``(loss_sum with its graph, diagnostics)`` of one microbatch."""
+        c = self.config
+        logp, entropy = self.policy.logprobs(batch, temperature=c.rollout.temperature, with_entropy=True)
+        old = batch.old_logp if c.old_logprobs == "recompute" else batch.engine_logp
+        assert old is not None
+        loss, diag = grpo_loss(logp, old, batch.advantages, batch.mask, c.loss,
+                               ref_logp=batch.ref_logp, engine_logp=batch.engine_logp,
+                               rewards_positive=batch.rewards >= 1.0)
+        diag = dict(diag)
+        assert entropy is not None
+        diag["entropy"] = (entropy.detach() * batch.mask).sum() / batch.mask.sum().clamp_min(1)
+        # loss = loss_sum / n_units (n_units a constant): the summable part, with its graph.
+        return loss * diag["n_units"].clamp_min(1.0), diag
+
+    @torch.no_grad()
+    def _prepare(self, samples: list[Sample], metrics: dict[str, float]) -> str | None:
+        """π_old / reference log-probs and the flip rate; a skip reason on non-finite values."""
+        c = self.config
+        flips, flip_w = 0.0, 0
+        lengths = []
+        for idx in self._micro(samples, list(range(len(samples)))):
+            batch = self._collate([samples[i] for i in idx])
+            sel = batch.mask > 0
+            if not bool(torch.isfinite(batch.engine_logp[sel]).all()):
+                return "non-finite engine log-probs (the engine did not report them?)"
+            if c.old_logprobs == "recompute":
+                lp, _ = self.policy.logprobs(batch, temperature=c.rollout.temperature)
+                if not bool(torch.isfinite(lp[sel]).all()):
+                    return "non-finite log-probs from the trainer's recompute"
+                _store(samples, idx, lp, "old_logp")
+            if self.ref_policy is not None:
+                lp, _ = self.ref_policy.logprobs(batch, temperature=c.rollout.temperature)
+                _store(samples, idx, lp, "ref_logp")
+            rate = self.policy.routing_flip_rate(batch) if batch.routes is not None else None
+            if rate is not None:
+                flips += rate * batch.tokens
+                flip_w += batch.tokens
+            lengths.extend(samples[i].length for i in idx)
+        metrics["seq_len_mean"] = float(sum(lengths) / len(lengths))
+        metrics["tokens"] = float(sum(s.trained_tokens for s in samples))
+        if flip_w:
+            metrics["routing_flip_rate"] = flips / flip_w
+        return None
+
+
+def _store(samples: list[Sample], idx: list[int], logp: Tensor, name: str) -> None:
+    for b, i in enumerate(idx):
+        setattr(samples[i], name, logp[b, : samples[i].length - 1].detach().clone())
+
+
+def _dtype(model: nn.Module) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+# -- weight sync -------------------------------------------------------------------------------
+async def sync_weights(engine: Any, model: nn.Module, version: int, config: TrainConfig) -> None:
+    """Give ``engine`` the weights of ``model`` and set its policy version to ``version``."""
+    from envgym.models.local import LocalPolicy
+
+    if isinstance(engine, LocalPolicy):
+        state = model.state_dict()
+
+        def load() -> None:
+            engine.model.load_state_dict(state)
+
+        # On the engine's worker thread, between decode steps (no forward sees half a copy).
+        await engine._on_worker(load)
+    elif hasattr(engine, "client") and config.model.engine == "vllm":
+        await _reload_vllm(engine, model, Path(config.checkpoint.dir) / "engine-weights", version)
+    else:
+        raise TypeError(f"cannot sync weights into a {type(engine).__name__} engine")
+    engine.version = version
+
+
+async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int) -> None:
+    """vLLM weight reload from disk: ``save_pretrained`` + ``/collective_rpc reload_weights``
+    (vLLM ≥ 0.11's in-place reload; the server needs ``VLLM_SERVER_DEV_MODE=1``), then reset the
+    prefix cache (its KV was computed with the old weights) and tag the weight version."""
+    import httpx
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    root = engine.client.base_url.removesuffix("/v1")
+    async with httpx.AsyncClient(timeout=600) as client:
+        reply = await client.post(
+            f"{root}/collective_rpc",
+            json={"method": "reload_weights", "kwargs": {"weights_path": str(folder.resolve())}},
+        )
+        reply.raise_for_status()
+        (await client.post(f"{root}/reset_prefix_cache")).raise_for_status()
+        with_version = await client.post(f"{root}/update_weight_version",
+                                         json={"new_version": str(version)})
+        if with_version.status_code not in (200, 404):  # older servers lack the endpoint
+            with_version.raise_for_status()
