@@ -19,7 +19,7 @@ Meaning of the inherited fields for these backends:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from envgym.policy import SamplingParams, Turn
@@ -41,7 +41,7 @@ class RecordedTurn(Turn):
     # MoE: per position of ``prompt_ids + token_ids[:-1]`` (every position the forward passes
     # saw; the last sampled token is never fed), per MoE layer, the router's top-k experts:
     # [P, L, k] int; None for a dense model or a backend that cannot see its router.
-    position_routes: torch.Tensor | Any = None
+    position_routes: torch.Tensor | Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.logprob_kind not in LOGPROB_KINDS:
