@@ -368,6 +368,7 @@ class Trainer:
             "refills": float(t["refills"]),
             "stale_dropped": float(t["stale_dropped"]),
             "response_len_mean": float(np.mean(lengths)) if lengths else 0.0,
+            **({"staleness_max": float(t["staleness_max"])} if "staleness_max" in t else {}),
         }
 
     def _checkpoint(self) -> None:

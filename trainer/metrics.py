@@ -31,8 +31,9 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reward / pass rate", ("reward_mean", "pass_rate", "heldout_pass_rate")),
     ("KL", ("kl",)),
     ("entropy", ("entropy",)),
-    ("clip fractions", ("clip_low_frac", "clip_high_frac", "dual_clip_frac", "opsm_masked_frac")),
-    ("IS ratio (engine → trainer)", ("is_ratio_mean", "is_ratio_truncated_mean")),
+    ("clip / mask fractions", ("clip_low_fraction", "clip_high_fraction", "dual_clip_fraction",
+                               "opsm_masked_fraction")),
+    ("IS ratio π_old/π_engine", ("tis_ratio_mean", "tis_ratio_mean_truncated")),
     ("lengths (tokens)", ("response_len_mean", "seq_len_mean")),
     ("loss / grad norm", ("loss", "grad_norm")),
     ("routing flips", ("routing_flip_rate",)),
@@ -200,7 +201,7 @@ SHOWN = (
     ("pass", "pass_rate"),
     ("kl", "kl"),
     ("ent", "entropy"),
-    ("clip", "clip_high_frac"),
+    ("clip", "clip_high_fraction"),
     ("len", "response_len_mean"),
 )
 
@@ -239,6 +240,10 @@ class ProgressDisplay:
 
     def phase(self, text: str) -> None:
         self.progress.update(self.task, description=text)
+
+    def update_report(self, report: Any) -> None:
+        """``on_step`` callback of trainer.loop.Trainer (a StepReport)."""
+        self.update(report.metrics)
 
     def update(self, metrics: dict[str, float]) -> None:
         parts = [

@@ -113,13 +113,15 @@ async def _consume(
             producer.result()
             raise RuntimeError("the rollout producer stopped")
         group = getter.result()
-        if trainer.version - oldest_version(group) > c.async_.max_staleness:
+        staleness = trainer.version - oldest_version(group)
+        if staleness > c.async_.max_staleness:
             trainer._tally["stale_dropped"] += 1
             if c.async_.stale == "regenerate":
                 env, _, task = group.task_id.partition("::")
                 trainer._retry.append((int(env), task))
             continue
         pulled += 1
+        trainer._tally["staleness_max"] = max(trainer._tally.get("staleness_max", 0), staleness)
         bad = nonfinite_rewards([group])
         if bad:
             return [], f"non-finite rewards: {', '.join(bad[:5])}"
