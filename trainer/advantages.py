@@ -83,6 +83,8 @@ def finite_groups(rewards: Tensor, valid: Tensor | None = None) -> Tensor:  # [G
         if not isinstance(valid, Tensor) or valid.dtype != torch.bool:
             raise ValueError(f"valid must be a bool tensor of shape {tuple(rewards.shape)}")
         if valid.shape != rewards.shape:
-            raise ValueError(f"valid must be a bool tensor of shape {tuple(rewards.shape)}")
+            raise ValueError(
+                f"valid has shape {tuple(valid.shape)}, rewards {tuple(rewards.shape)}"
+            )
         ok = ok | ~valid
     return ok.all(dim=1)
