@@ -536,3 +536,22 @@ def test_keep_mask_bad_input() -> None:
     out = keep_mask_logprobs(LOGITS, torch.tensor([[[-1], [0]]]), torch.tensor([[False, True]]),
                              targets)
     assert close(out, torch.log(t([[1 / 10, 1.0]])))
+
+
+def test_keep_mask_reference_agrees_with_the_kernels_op() -> None:
+    """The plain-torch helper and kernels.logprob (chunked, [N, V] never materialized) agree."""
+    from kernels.logprob import naive_selected_logprobs, selected_logprobs
+
+    g = torch.Generator().manual_seed(1)
+    B, T, H, V = 2, 3, 4, 7
+    hidden = torch.randn(B * T, H, generator=g, dtype=F64)
+    weight = torch.randn(V, H, generator=g, dtype=F64)
+    kept = torch.tensor([[0, 3, 5], [2, -1, -1], [1, 2, 3], [6, 0, -1], [4, 4, 4], [0, 1, 2]])
+    rows = torch.tensor([True, True, False, True, True, False])
+    targets = torch.tensor([3, 2, 6, 0, 4, 1])
+    ours = keep_mask_logprobs((hidden @ weight.T).view(B, T, V), kept.view(B, T, 3),
+                              rows.view(B, T), targets.view(B, T), temperature=0.7)
+    for op in (selected_logprobs, naive_selected_logprobs):
+        theirs, _ = op(hidden, weight, targets, temperature=0.7, kept_ids=kept, kept_rows=rows,
+                       chunk_size=3)
+        assert torch.allclose(ours.view(-1), theirs, atol=1e-10)
