@@ -24,38 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from kernels.logprob import selected_logprobs
 from trainer.batch import TrainBatch
-
-try:
-    from kernels.logprob import selected_logprobs
-except ImportError:  # TEMPORARY until kernels/logprob.py lands (parallel helper)
-
-    def selected_logprobs(  # type: ignore[misc]
-        hidden: Tensor,
-        weight: Tensor,
-        targets: Tensor,
-        *,
-        temperature: float = 1.0,
-        kept_ids: Tensor | None = None,
-        kept_rows: Tensor | None = None,
-        chunk_size: int = 1024,
-        with_entropy: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        logits = (hidden @ weight.T).float() / temperature
-        if kept_ids is not None and kept_rows is not None:
-            allowed = torch.zeros_like(logits, dtype=torch.bool)
-            valid = kept_ids >= 0
-            rows = torch.arange(len(kept_ids)).unsqueeze(1).expand_as(kept_ids)
-            allowed[rows[valid], kept_ids[valid]] = True
-            allowed[~kept_rows] = True
-            logits = logits.masked_fill(~allowed, float("-inf"))
-        logp = torch.log_softmax(logits, dim=-1)
-        out = logp.gather(1, targets.unsqueeze(1)).squeeze(1)
-        ent = None
-        if with_entropy:
-            p = logp.exp()
-            ent = -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
-        return out.to(hidden.dtype), None if ent is None else ent.to(hidden.dtype)
 
 
 class Policy:

@@ -1,0 +1,181 @@
+"""trainer/policy.py and trainer/update.py: π_θ log-probs of recorded sequences (keep sampling
+mask, keep routing) checked against a full-logits computation; non-finite inputs skip updates."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
+
+from envgym.models.kept import encode_kept
+from trainer.batch import Sample, collate
+from trainer.config import config_from_dict
+from trainer.policy import Policy
+from trainer.update import Update
+
+V = 97
+
+
+def _llama(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg).double()
+
+
+def _mixtral(seed: int = 0) -> MixtralForCausalLM:
+    torch.manual_seed(seed)
+    cfg = MixtralConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                        num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0)
+    return MixtralForCausalLM(cfg).float()  # grouped expert matmuls: no float64
+
+
+def _sample(ids: list[int], mask: list[int], kept: list[Any], *, adv: float = 1.0,
+            routes: torch.Tensor | None = None, engine: float = -1.0) -> Sample:
+    return Sample(
+        token_ids=ids, loss_mask=mask, engine_logp=[engine if m else 0.0 for m in mask],
+        kept=[None if k is None else encode_kept(k) for k in kept], routes=routes,
+        advantage=adv, reward=float(adv > 0), group=0, task_id="t", policy_version=0,
+    )
+
+
+def _samples() -> list[Sample]:
+    return [
+        _sample([5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1], [None, None, [7, 3, 50], None, None, [10, 11]]),
+        _sample([20, 21, 22], [0, 1, 1], [None, [21, 1, 2, 3], None], adv=-1.0),
+    ]
+
+
+def _expected(model: Any, batch: Any, temperature: float, keep: bool) -> tuple[torch.Tensor, ...]:
+    """Full logits, -inf outside each trained row's kept set, log_softmax, gather: by hand."""
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    z = logits / temperature
+    sel = batch.mask > 0
+    rows = z[sel]  # [M, V], row-major like kept_ids
+    if keep:
+        allowed = torch.zeros_like(rows, dtype=torch.bool)
+        for i, (ids, on) in enumerate(zip(batch.kept_ids.tolist(), batch.kept_rows.tolist())):
+            if on:
+                allowed[i, [j for j in ids if j >= 0]] = True
+            else:
+                allowed[i] = True
+        rows = rows.masked_fill(~allowed, -math.inf)
+    lp = torch.log_softmax(rows, dim=-1)
+    picked = lp.gather(1, batch.targets[sel].unsqueeze(1)).squeeze(1)
+    p = lp.exp()
+    ent = -(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum(-1)
+    return picked, ent
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_logprobs_equal_full_logits_with_and_without_the_keep_sampling_mask(keep: bool) -> None:
+    model = _llama()
+    batch = collate(_samples(), pad_id=0, dtype=torch.float64)
+    policy = Policy(model, chunk_size=16, keep_sampling_mask=keep)
+    logp, ent = policy.logprobs(batch, temperature=0.7, with_entropy=True)
+    assert logp.shape == batch.mask.shape and ent is not None
+    want_lp, want_ent = _expected(model, batch, 0.7, keep)
+    sel = batch.mask > 0
+    assert torch.allclose(logp[sel], want_lp, atol=1e-10, rtol=0)
+    assert torch.allclose(ent[sel], want_ent, atol=1e-10, rtol=0)
+    assert bool((logp[~sel] == 0).all()) and bool((ent[~sel] == 0).all())
+    if keep:  # renormalized over kept sets: target 7 among {3, 7, 50} has log-prob > full vocab
+        full, _ = _expected(model, batch, 0.7, False)
+        assert bool((logp[sel][batch.kept_rows] > full[batch.kept_rows]).all())
+    logp.sum().backward()
+    assert model.get_output_embeddings().weight.grad is not None
+    assert model.get_input_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_keep_routing_replays_recorded_routes() -> None:
+    from trainer.routing import capture_routes
+
+    model = _mixtral()
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    with torch.no_grad():
+        own = capture_routes(model, torch.tensor([ids[:-1]]))[0]  # [T-1, L, k]: inputs only
+    routes = torch.cat([own, torch.full((1, *own.shape[1:]), -1)])  # the last token: never fed
+    sample = _sample(ids, [0, 0, 1, 1, 1, 1, 1], [None] * 7, routes=routes)
+    batch = collate([sample], dtype=torch.float32)
+    plain = Policy(model, keep_routing=False).logprobs(batch, temperature=1.0)[0]
+    replay = Policy(model)
+    assert replay.routing_flip_rate(batch) == 0.0
+    assert torch.equal(replay.logprobs(batch, temperature=1.0)[0], plain)
+    # other experts (still distinct within each top-k): replay changes π_θ, flips are counted
+    other = (own + 1) % 4
+    swapped = _sample(ids, [0, 0, 1, 1, 1, 1, 1], [None] * 7,
+                      routes=torch.cat([other, torch.full((1, *own.shape[1:]), -1)]))
+    sbatch = collate([swapped], dtype=torch.float32)
+    assert replay.routing_flip_rate(sbatch) > 0.0
+    assert not torch.allclose(replay.logprobs(sbatch, temperature=1.0)[0], plain)
+    assert torch.equal(Policy(model, keep_routing=False).logprobs(sbatch, temperature=1.0)[0], plain)
+    assert Policy(_llama()).routing_flip_rate(collate(_samples())) is None
+
+
+def test_heads_the_hidden_state_path_cannot_score_are_refused() -> None:
+    model = _llama()
+    model.lm_head = torch.nn.Linear(32, V, bias=True)
+    with pytest.raises(ValueError, match="LM head has a bias"):
+        Policy(model)
+    model = _llama()
+    model.config.final_logit_softcapping = 30.0
+    with pytest.raises(ValueError, match="final_logit_softcapping=30.0"):
+        Policy(model)
+    with pytest.raises(TypeError, match="no LM head"):
+        Policy(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+def _update(model: Any, **overrides: Any) -> Update:
+    data: dict[str, Any] = {"envs": [{"id": "x"}], "rollout": {"group_size": 2, "prompts": 1},
+                            "optimizer": {"lr": 1e-2}, **overrides}
+    config = config_from_dict(data)
+    return Update(config, Policy(model), None)
+
+
+def test_update_takes_optimizer_steps_on_finite_input() -> None:
+    model = _llama()
+    before = model.lm_head.weight.detach().clone()
+    metrics, skipped = _update(model, minibatches=2).run(_samples(), step=0)
+    assert skipped is None and metrics["optimizer_steps"] == 2
+    assert not torch.equal(before, model.lm_head.weight)
+    assert metrics["tokens"] == 5 and math.isfinite(metrics["loss"])
+
+
+def test_non_finite_log_probs_skip_the_update_and_say_why() -> None:
+    model = _llama()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    bad_engine = _samples()
+    bad_engine[0].engine_logp[2] = math.nan
+    metrics, skipped = _update(model).run(bad_engine, step=0)
+    assert skipped == "non-finite engine log-probs (the engine did not report them?)"
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[0, 0] = math.nan  # the trainer's forward → NaN
+    _, skipped = _update(model).run(_samples(), step=0)
+    assert skipped == "non-finite log-probs from the trainer's recompute"
+    _, skipped = _update(model, old_logprobs="engine").run(_samples(), step=0)
+    assert skipped == "non-finite loss or gradients in every minibatch"
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if "up_proj" not in k)
+    _, skipped = _update(_llama()).run([], step=0)
+    assert skipped is not None and "empty batch" in skipped
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\(\)` has been overridden")
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "constant"])
+def test_microbatches_accumulate_to_the_one_pass_gradient(aggregation: str) -> None:
+    """The same minibatch split into 1-row microbatches or kept whole gives the same gradient."""
+    loss = {"aggregation": aggregation, **({"normalizer": 7.0} if aggregation == "constant" else {})}
+    grads = []
+    for micro in (10_000, 1):  # one microbatch | one row each
+        model = _llama()
+        upd = _update(model, micro_tokens=micro, loss=loss, optimizer={"lr": 1e-2, "max_grad_norm": None})
+        upd.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]  # keep the grads
+        upd.run(_samples(), step=0)
+        grads.append(model.lm_head.weight.grad.clone())
+    assert torch.allclose(grads[0], grads[1], atol=1e-12, rtol=1e-9)
