@@ -32,6 +32,7 @@ from trainer.distributed import (
     shard_batch,
     shard_model,
 )
+from trainer.losses import LossConfig, grpo_loss
 
 WORLD = 2
 LR = 0.5
@@ -78,6 +79,42 @@ def token_nll(model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tenso
     logits = model(input_ids=ids).logits[:, :-1]  # [B, T-1, V]
     logp = torch.log_softmax(logits.double(), -1).gather(-1, ids[:, 1:, None])[..., 0]
     return -(logp * mask).sum(), mask.sum()
+
+
+def token_logp(model: nn.Module, ids: Tensor) -> Tensor:  # [B, T-1]
+    logits = model(input_ids=ids).logits[:, :-1]
+    return torch.log_softmax(logits.double(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+
+
+GRPO_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
+
+
+def grpo_batch() -> dict[str, Tensor]:
+    """make_batch plus π_old (the seed-0 model's log-probs, jittered so ratios clip) and Â."""
+    batch = make_batch()
+    with torch.no_grad():
+        old = token_logp(tiny_model(seed=0), batch["input_ids"])
+    noise = torch.randn(old.shape, generator=torch.Generator().manual_seed(3), dtype=old.dtype)
+    advantages = torch.tensor([1.0, -0.5, 0.7, -1.2], dtype=torch.float64)
+    return {**batch, "old_logp": old + 0.3 * noise, "advantages": advantages}
+
+
+def grpo_terms(
+    model: nn.Module, batch: dict[str, Tensor], aggregation: str
+) -> tuple[Tensor, dict[str, Tensor]]:
+    cfg = LossConfig(aggregation=aggregation)  # type: ignore[arg-type]
+    logp = token_logp(model, batch["input_ids"])
+    mask = batch["loss_mask"].bool()
+    return grpo_loss(logp, batch["old_logp"], batch["advantages"], mask, cfg)
+
+
+def grpo_sum(
+    model: nn.Module, batch: dict[str, Tensor], aggregation: str
+) -> tuple[Tensor, Tensor]:
+    """trainer.losses.grpo_loss as a (loss_sum, n_units) loss_fn."""
+    loss, diagnostics = grpo_terms(model, batch, aggregation)
+    n_units = diagnostics["n_units"]
+    return loss * n_units.clamp_min(1.0), n_units
 
 
 def nan_on_rank1(model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
@@ -133,6 +170,12 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         probe = batch["input_ids"]
         gap = fresh(input_ids=probe).logits - model(input_ids=probe).logits
         saved["logits_gap"] = float(gap.abs().max())
+    grpo = shard_batch(grpo_batch(), rank, world)
+    for aggregation in GRPO_AGGREGATIONS:
+        policy = shard_model(tiny_model(seed=rank))
+        loss_fn = functools.partial(grpo_sum, aggregation=aggregation)
+        distributed_step(policy, torch.optim.SGD(policy.parameters(), lr=LR), grpo, loss_fn)
+        saved[aggregation] = full_state_dict(policy)
     moe = shard_model(tiny_moe(seed=rank))
     distributed_step(moe, torch.optim.SGD(moe.parameters(), lr=LR), batch, token_nll)
     saved["moe"] = full_state_dict(moe)
@@ -205,6 +248,19 @@ def test_moe_policy_step_equals_single_process_step(ranks: list[dict[str, Any]])
     model, batch = tiny_moe(seed=0), make_batch()
     hand_step(model, global_mean_grads(model, batch), LR)
     assert max_gap(ranks[0]["moe"], model.state_dict()) < 1e-12
+
+
+@pytest.mark.parametrize("aggregation", GRPO_AGGREGATIONS)
+def test_grpo_step_equals_single_process_step(
+    ranks: list[dict[str, Any]], aggregation: str
+) -> None:
+    model, batch = tiny_model(seed=0), grpo_batch()
+    loss, diagnostics = grpo_terms(model, batch, aggregation)
+    # the batch exercises the clipped branches, not only the identity ratio
+    assert diagnostics["clip_low_fraction"] + diagnostics["clip_high_fraction"] > 0
+    assert diagnostics["dual_clip_fraction"] + diagnostics["clip_low_fraction"] < 1
+    hand_step(model, grads_of(model, loss), LR)
+    assert max_gap(ranks[0][aggregation], model.state_dict()) < 1e-12
 
 
 def test_clipped_step_equals_single_process(ranks: list[dict[str, Any]], reference: Any) -> None:
