@@ -115,3 +115,14 @@ def test_kit_drops_tasks_it_cannot_prove(tmp_path: Path, change: Callable[[Recip
     recipe = dataclasses.replace(change(RETAIL), max_draws=20)
     with pytest.raises(UnsolvableTask, match="no witness for|greedy baseline solves"):
         build_procedural_bundle(recipe, tmp_path / "b", seed=3, n_tasks=1, difficulties=(1,))
+
+
+def test_a_task_meant_for_greedy_falls_back_to_a_strict_harder_draw(tmp_path: Path) -> None:
+    """No draw the baseline solves (a helper that never submits): the bundle is still built, from strict draws
+    the baseline fails, instead of raising (shipment level 5 lost 2 of 50 seeds this way)."""
+    recipe = dataclasses.replace(RETAIL, baseline="_customer_context", greedy_share={1: 1.0}, max_draws=5)
+    root = build_procedural_bundle(recipe, tmp_path / "b", seed=3, n_tasks=2, difficulties=(1,))
+    tasks = load_bundle(root).tasks
+    assert len(tasks) == 2
+    with LocalBundle(root).episode() as ep:
+        assert not any(baseline_solves(ep, t.to_dict() | {"baseline": t.baseline}) for t in tasks)

@@ -129,6 +129,11 @@ def _strict_task(episode: Episode, recipe: Recipe, world: Any, rng: random.Rando
     problems: list[str] = []
     share = recipe.greedy_share.get(difficulty) if recipe.greedy_share is not None else None
     want_greedy = None if share is None else rng.random() < share
+    # A draw the greedy baseline should solve but does not is still a strict task: if no draw
+    # greedy solves turns up, keep the first such one (the share of easy tasks is a target, and
+    # the measured greedy rate is what `envgym check` reports), rather than lose the bundle.
+    # The reverse never happens: a task meant to defeat greedy is never replaced by one it solves.
+    harder: dict[str, Any] | None = None
     for _ in range(recipe.max_draws):
         task = recipe.draw_task(world, rng, difficulty, index)
         if task is None:
@@ -144,9 +149,13 @@ def _strict_task(episode: Episode, recipe: Recipe, world: Any, rng: random.Rando
             task = {**task, "baseline": recipe.baseline}
             if want_greedy is not None and baseline_solves(episode, task) != want_greedy:
                 problem = "greedy baseline " + ("fails" if want_greedy else "solves")
+                if want_greedy and harder is None:
+                    harder = {**task, "witnesses": witnesses}
         if problem is None:
             return {**task, "witnesses": witnesses}
         problems.append(problem)
+    if harder is not None:
+        return harder
     seen = "; ".join(sorted(set(problems))[:3]) or "no solvable draw"
     raise UnsolvableTask(f"no strict difficulty-{difficulty} task in {recipe.max_draws} draws ({seen})")
 
