@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 from collections.abc import Sequence
@@ -177,7 +178,7 @@ def load_checkpoint(
         weights = torch.load(p / "model.pt", map_location="cpu", weights_only=True)
         opt = torch.load(p / "optimizer.pt", map_location="cpu", weights_only=True)
         rng = torch.load(p / "rng.pt", map_location="cpu", weights_only=False)
-    except (OSError, ValueError, RuntimeError, KeyError) as err:
+    except (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(f"checkpoint {p} is unreadable: {type(err).__name__}: {err}") from None
     model.load_state_dict(weights)
     optimizer.load_state_dict(opt["optimizer"])
