@@ -18,8 +18,8 @@ One step (synchronous mode):
 5. ``minibatches`` optimizer steps, each over length-balanced microbatches with gradient
    accumulation, weighted so the minibatch loss equals one pass over all its tokens
    (trainer.losses.grpo_loss); NaN/inf log-probs or losses skip (reported);
-6. the new weights go to the engine (:mod:`trainer.weight_sync` logic below) and the policy
-   version is bumped; metrics, checkpoint.
+6. the new weights go to the engine (:mod:`trainer.weight_sync`) and the policy version is
+   bumped; metrics, checkpoint.
 
 Asynchronous mode (``async.enabled``; LongCat §3.1.1 DORA, Seed-Thinking §5.2 streaming rollouts)
 overlaps rollouts with training: a producer keeps rolling out and streams each finished group into
@@ -67,10 +67,11 @@ from trainer.checkpoint import (
 from trainer.config import TrainConfig
 from trainer.metrics import MetricsLog, RunRecord, write_run
 from trainer.policy import Policy
-from trainer.update import Update, sync_weights
+from trainer.tasks import TaskRef, task_split
+from trainer.update import Update
+from trainer.weight_sync import build_engine, load_model, pad_id, sync_weights
 
 log = logging.getLogger(__name__)
-TaskRef = tuple[int, str]  # (index into config.envs, task id)
 
 
 def derive_seed(*parts: int) -> int:
@@ -84,37 +85,6 @@ class StepReport:
     step: int
     metrics: dict[str, float]
     skipped: str | None = None  # why the update was skipped (NaN rewards, empty batch…)
-
-
-def task_split(config: TrainConfig) -> tuple[list[TaskRef], list[TaskRef]]:
-    """``(train, held_out)`` task refs; ValueError naming the config key on unknown tasks."""
-    from envgym.evaluate.runner import EvalError, open_bundle
-
-    train: list[TaskRef] = []
-    held: list[TaskRef] = []
-    explicit = set(config.heldout.tasks)
-    seen: set[str] = set()
-    for i, env in enumerate(config.envs):
-        try:
-            ids = [t.id for t in open_bundle(env.id).tasks]
-        except EvalError as err:
-            raise ValueError(f"envs[{i}].id: {err}") from None
-        if env.tasks is not None:
-            missing = sorted(set(env.tasks) - set(ids))
-            if missing:
-                raise ValueError(f"envs[{i}].tasks: no such tasks in {env.id!r}: {missing}")
-            ids = [t for t in ids if t in set(env.tasks)]
-        n_held = round(config.heldout.fraction * len(ids))
-        rng = np.random.default_rng([config.heldout.seed, i])
-        chosen = {ids[j] for j in rng.permutation(len(ids))[:n_held].tolist()}
-        for t in ids:
-            names = {t, f"{env.id}::{t}"}
-            seen |= names
-            (held if t in chosen or names & explicit else train).append((i, t))
-    unknown = sorted(explicit - seen)
-    if unknown:
-        raise ValueError(f"heldout.tasks: no such tasks: {unknown}")
-    return train, held
 
 
 class Trainer:
@@ -142,7 +112,7 @@ class Trainer:
         self.train_tasks, self.heldout_tasks = task_split(config)
         self.order = TaskOrder(self.train_tasks, config.seed)
         if model is None:
-            model, tokenizer = _load(config)
+            model, tokenizer = load_model(config)
         elif tokenizer is None:
             raise ValueError("a model passed in needs its tokenizer")
         self.tokenizer = tokenizer
@@ -162,8 +132,8 @@ class Trainer:
             self.ref_policy = Policy(ref, chunk_size=config.chunk_size,
                                      keep_sampling_mask=config.keep_sampling_mask,
                                      keep_routing=config.keep_routing)
-        self.engine = engine_policy if engine_policy is not None else _engine(config, model, tokenizer)
-        self.update = Update(config, self.policy, self.ref_policy, pad_id=_pad_id(tokenizer))
+        self.engine = engine_policy if engine_policy is not None else build_engine(config, model, tokenizer)
+        self.update = Update(config, self.policy, self.ref_policy, pad_id=pad_id(tokenizer))
         self.step = 0
         self.version = 0
         self.metrics = MetricsLog(config.metrics.dir, tensorboard=config.metrics.tensorboard,
@@ -398,36 +368,3 @@ class Trainer:
         from trainer.stream import run_async
 
         await run_async(self, reports)
-
-
-def _load(config: TrainConfig) -> tuple[nn.Module, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from envgym import embedded
-
-    folder = str(embedded.hf_dir()) if config.model.path == embedded.NAME else config.model.path
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, config.model.dtype))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"model.path: cannot load {config.model.path!r}: {err}") from None
-    return model, tokenizer
-
-
-def _engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
-    m = config.model
-    if m.engine == "vllm":
-        from envgym.models.vllm_server import VLLMPolicy
-
-        return VLLMPolicy(m.vllm_url or "", tokenizer=tokenizer, parser=m.parser, thinking=m.thinking)
-    from envgym.models.local import LocalPolicy
-
-    return LocalPolicy(copy.deepcopy(model).requires_grad_(False), tokenizer, name=f"train:{m.path}",
-                       parser=m.parser, thinking=m.thinking, max_batch=config.rollout.concurrency)
-
-
-def _pad_id(tokenizer: Any) -> int:
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = getattr(tokenizer, "eos_token_id", None)
-    return int(pad or 0)

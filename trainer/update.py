@@ -1,4 +1,4 @@
-"""One rollout batch's policy updates, and the weight sync to the engine (trainer/loop.py).
+"""One rollout batch's policy updates (step 5 of trainer/loop.py).
 
 :class:`Update` owns the optimizer (AdamW, linear warm-up) and turns a batch of
 :class:`~trainer.batch.Sample` s into ``minibatches`` optimizer steps:
@@ -7,15 +7,13 @@
    (``old_logprobs: recompute``), the reference log-probs for the KL term (eq. 7) and the MoE
    routing-flip rate; non-finite engine or recomputed log-probs skip the batch (reported);
 2. the samples are shuffled (seeded by the step) into minibatches; each minibatch accumulates
-   gradients over its microbatches, each microbatch's loss weighted by its share of the
-   minibatch's tokens (token-mean), rows (seq-mean-token-mean) or rows (constant normalizer per
-   sequence) so the sum equals the loss of one pass over the whole minibatch; a non-finite loss
-   or gradient norm skips that optimizer step (reported).
+   gradients over its microbatches: each microbatch contributes its loss *sum* divided by the
+   minibatch's units — trained tokens (token-mean), sequences (seq-mean-token-mean) or the
+   fixed ``loss.normalizer`` (constant) — so the accumulated gradient is that of one
+   ``grpo_loss`` over the whole minibatch; a non-finite loss or gradient norm skips that
+   optimizer step (reported).
 
-:func:`sync_weights` pushes the trained weights to the engine: in-process local engine — copied
-into its model on its worker thread, between decode steps; vLLM — written as safetensors and
-reloaded in place through the server's ``/collective_rpc reload_weights`` (``VLLM_SERVER_DEV_MODE``
-endpoints, which envgym's VLLMServer enables), then its prefix cache is reset.
+The weight sync to the engine that follows is trainer/weight_sync.py.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,9 +28,8 @@ from torch import Tensor, nn
 
 from trainer.batch import Sample, TrainBatch, balanced_microbatches, collate, split_minibatches
 from trainer.config import TrainConfig
-from trainer.policy import Policy
-
 from trainer.losses import grpo_loss
+from trainer.policy import Policy
 
 # Diagnostics of grpo_loss that are bookkeeping, not metrics.
 _NOT_METRICS = frozenset({"loss_sum", "n_units", "tokens", "sequences"})
@@ -185,45 +181,3 @@ def _store(samples: list[Sample], idx: list[int], logp: Tensor, name: str) -> No
 
 def _dtype(model: nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
-
-
-# -- weight sync -------------------------------------------------------------------------------
-async def sync_weights(engine: Any, model: nn.Module, version: int, config: TrainConfig) -> None:
-    """Give ``engine`` the weights of ``model`` and set its policy version to ``version``."""
-    from envgym.models.local import LocalPolicy
-
-    if isinstance(engine, LocalPolicy):
-        state = model.state_dict()
-
-        def load() -> None:
-            engine.model.load_state_dict(state)
-
-        # On the engine's worker thread, between decode steps (no forward sees half a copy).
-        await engine._on_worker(load)
-    elif hasattr(engine, "client") and config.model.engine == "vllm":
-        await _reload_vllm(engine, model, Path(config.checkpoint.dir) / "engine-weights", version)
-    else:
-        raise TypeError(f"cannot sync weights into a {type(engine).__name__} engine")
-    engine.version = version
-
-
-async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int) -> None:
-    """vLLM weight reload from disk: ``save_pretrained`` + ``/collective_rpc reload_weights``
-    (vLLM ≥ 0.11's in-place reload; the server needs ``VLLM_SERVER_DEV_MODE=1``), then reset the
-    prefix cache (its KV was computed with the old weights) and tag the weight version."""
-    import httpx
-
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder, safe_serialization=True)
-    root = engine.client.base_url.removesuffix("/v1")
-    async with httpx.AsyncClient(timeout=600) as client:
-        reply = await client.post(
-            f"{root}/collective_rpc",
-            json={"method": "reload_weights", "kwargs": {"weights_path": str(folder.resolve())}},
-        )
-        reply.raise_for_status()
-        (await client.post(f"{root}/reset_prefix_cache")).raise_for_status()
-        with_version = await client.post(f"{root}/update_weight_version",
-                                         json={"new_version": str(version)})
-        if with_version.status_code not in (200, 404):  # older servers lack the endpoint
-            with_version.raise_for_status()

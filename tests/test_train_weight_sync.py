@@ -1,0 +1,83 @@
+"""trainer/weight_sync.py: the vLLM weight-reload path against a stand-in server on 127.0.0.1.
+
+The stand-in answers the three dev-mode endpoints a vLLM server (``VLLM_SERVER_DEV_MODE=1``)
+exposes and records what it was sent; a real server would then load the safetensors folder in
+place (``reload_weights(weights_path=...)`` of vllm.v1.worker.gpu_model_runner).  The local
+engine's sync is covered end to end in tests/test_train_loop.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from envgym.embedded import load_tokenizer
+from test_train_loop import tiny_model, train_config
+from trainer.weight_sync import sync_weights
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    calls: list[tuple[str, Any]] = []
+    missing: frozenset[str] = frozenset()
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).calls.append((self.path, json.loads(body) if body else None))
+        status = 404 if self.path in self.missing else 200
+        self.send_response(status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Any:
+    _Recorder.calls = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_vllm_sync_saves_safetensors_and_asks_for_an_in_place_reload(
+    tmp_path: Path, server: Any
+) -> None:
+    from envgym.models.vllm_server import VLLMPolicy
+
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm", "model.vllm_url": url})
+    model = tiny_model()
+    engine = VLLMPolicy(url, tokenizer=load_tokenizer())
+    _Recorder.missing = frozenset({"/update_weight_version"})  # an older server: tolerated
+    asyncio.run(sync_weights(engine, model, 7, config))
+    asyncio.run(engine.aclose())
+
+    folder = (tmp_path / "ck" / "engine-weights").resolve()
+    paths = [p for p, _ in _Recorder.calls]
+    assert paths == ["/collective_rpc", "/reset_prefix_cache", "/update_weight_version"]
+    assert _Recorder.calls[0][1] == {"method": "reload_weights",
+                                     "kwargs": {"weights_path": str(folder)}}
+    assert _Recorder.calls[2][1] == {"new_version": "7"}
+    assert engine.version == 7
+    saved = load_file(folder / "model.safetensors")
+    weight = model.model.layers[0].mlp.up_proj.weight
+    assert torch.equal(saved["model.layers.0.mlp.up_proj.weight"], weight.detach())
+
+
+def test_sync_refuses_an_unknown_engine(tmp_path: Path) -> None:
+    config = train_config(tmp_path, tmp_path)
+    with pytest.raises(TypeError, match="cannot sync weights into a object engine"):
+        asyncio.run(sync_weights(object(), tiny_model(), 1, config))

@@ -1,0 +1,100 @@
+"""The trainer's side of the rollout engine: load the model, build the engine, sync weights.
+
+* :func:`load_model` — ``model.path`` (``smollm2`` = the embedded SmolLM2, an HF folder or hub
+  id) at ``model.dtype``, with its tokenizer;
+* :func:`build_engine` — the in-process local engine (envgym.models.local) on a frozen copy of
+  the trained model, or a client of a vLLM server (envgym.models.vllm_server);
+* :func:`sync_weights` — after every update: in-process local engine — the new state dict is
+  copied into its model on its worker thread, between decode steps; vLLM — written as
+  safetensors and reloaded in place through the server's ``/collective_rpc reload_weights``
+  (``VLLM_SERVER_DEV_MODE`` endpoints, which envgym's VLLMServer enables), then its prefix cache
+  is reset.  Either way the engine's policy version is bumped, so every later turn records it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.config import TrainConfig
+
+
+def load_model(config: TrainConfig) -> tuple[nn.Module, Any]:
+    """``(model, tokenizer)`` of ``model.path``; ValueError naming the key when unloadable."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envgym import embedded
+
+    folder = str(embedded.hf_dir()) if config.model.path == embedded.NAME else config.model.path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, config.model.dtype))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"model.path: cannot load {config.model.path!r}: {err}") from None
+    return model, tokenizer
+
+
+def build_engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
+    """The engine policy rollouts sample from (its weights start as ``model``'s)."""
+    m = config.model
+    if m.engine == "vllm":
+        from envgym.models.vllm_server import VLLMPolicy
+
+        return VLLMPolicy(m.vllm_url or "", tokenizer=tokenizer, parser=m.parser, thinking=m.thinking)
+    from envgym.models.local import LocalPolicy
+
+    return LocalPolicy(copy.deepcopy(model).requires_grad_(False), tokenizer, name=f"train:{m.path}",
+                       parser=m.parser, thinking=m.thinking, max_batch=config.rollout.concurrency)
+
+
+def pad_id(tokenizer: Any) -> int:
+    """The id padding positions hold (never attended to, never trained on)."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None)
+    return int(pad or 0)
+
+
+async def sync_weights(engine: Any, model: nn.Module, version: int, config: TrainConfig) -> None:
+    """Give ``engine`` the weights of ``model`` and set its policy version to ``version``."""
+    from envgym.models.local import LocalPolicy
+
+    if isinstance(engine, LocalPolicy):
+        state = model.state_dict()
+
+        def load() -> None:
+            engine.model.load_state_dict(state)
+
+        # On the engine's worker thread, between decode steps (no forward sees half a copy).
+        await engine._on_worker(load)
+    elif hasattr(engine, "client") and config.model.engine == "vllm":
+        await _reload_vllm(engine, model, Path(config.checkpoint.dir) / "engine-weights", version)
+    else:
+        raise TypeError(f"cannot sync weights into a {type(engine).__name__} engine")
+    engine.version = version
+
+
+async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int) -> None:
+    """vLLM weight reload from disk: ``save_pretrained`` + ``/collective_rpc reload_weights``
+    (vLLM ≥ 0.11's in-place reload; the server needs ``VLLM_SERVER_DEV_MODE=1``), then reset the
+    prefix cache (its KV was computed with the old weights) and tag the weight version."""
+    import httpx
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    root = engine.client.base_url.removesuffix("/v1")
+    async with httpx.AsyncClient(timeout=600) as client:
+        reply = await client.post(
+            f"{root}/collective_rpc",
+            json={"method": "reload_weights", "kwargs": {"weights_path": str(folder.resolve())}},
+        )
+        reply.raise_for_status()
+        (await client.post(f"{root}/reset_prefix_cache")).raise_for_status()
+        with_version = await client.post(f"{root}/update_weight_version",
+                                         json={"new_version": str(version)})
+        if with_version.status_code not in (200, 404):  # older servers lack the endpoint
+            with_version.raise_for_status()
