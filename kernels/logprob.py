@@ -32,6 +32,7 @@ run instead (``backend="auto"``).
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Literal
 
 import torch
@@ -80,6 +81,10 @@ def selected_logprobs(
     if backend == "auto":
         backend = "triton" if hidden.is_cuda and triton_available() else "torch"
     if backend == "triton":
+        if not hidden.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError(
+                f"backend='triton' needs CUDA tensors (hidden is on {hidden.device}) or TRITON_INTERPRET=1"
+            )
         from kernels.logprob_triton import triton_selected_logprobs
 
         return triton_selected_logprobs(inp)
