@@ -23,6 +23,7 @@ outputs weighted by the gates:  ``y_i = Σ_j g_ij · E_{e_ij}(x_i)`` with
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import torch
@@ -87,6 +88,8 @@ def moe_experts(
         from kernels.logprob import triton_available
 
         impl = "triton" if x.is_cuda and triton_available() else "grouped"
+    if impl == "triton" and not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"impl='triton' needs CUDA tensors (x is on {x.device}) or TRITON_INTERPRET=1")
     return _grouped(x, experts, gates, w1, w3, w2, backend="triton" if impl == "triton" else "torch")
 
 
