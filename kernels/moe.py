@@ -18,6 +18,8 @@ outputs weighted by the gates:  ``y_i = Σ_j g_ij · E_{e_ij}(x_i)`` with
   ``N·k`` (token, slot) assignments by expert, one gather, a grouped matmul over the
   contiguous per-expert segments (:func:`kernels.moe_grouped.grouped_mm`, a custom autograd
   op; Triton on CUDA), SwiGLU and gate scaling once over all rows, one ``index_add`` back.
+* :func:`moe_experts_concat` — the same on transformers' ``gate_up_proj [E, 2F, D]`` /
+  ``down_proj [E, D, F]`` layout (what an ``ExpertsInterface`` registration would call).
 * :func:`moe_forward` — router + experts in one call.
 """
 
@@ -32,7 +34,7 @@ from torch import Tensor
 
 from kernels.moe_grouped import grouped_mm
 
-__all__ = ["moe_experts", "moe_forward", "route"]
+__all__ = ["moe_experts", "moe_experts_concat", "moe_forward", "route"]
 
 Impl = Literal["auto", "grouped", "loop", "triton"]
 
@@ -91,6 +93,23 @@ def moe_experts(
     if impl == "triton" and not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"impl='triton' needs CUDA tensors (x is on {x.device}) or TRITON_INTERPRET=1")
     return _grouped(x, experts, gates, w1, w3, w2, backend="triton" if impl == "triton" else "torch")
+
+
+def moe_experts_concat(
+    x: Tensor,  # [N, D]
+    experts: Tensor,  # [N, k] int64
+    gates: Tensor,  # [N, k]
+    gate_up: Tensor,  # [E, 2F, D]: [w1; w3] stacked, transformers' ``gate_up_proj``
+    down: Tensor,  # [E, D, F]: w2, transformers' ``down_proj``
+    *,
+    impl: Impl = "auto",
+) -> Tensor:  # [N, D]
+    """:func:`moe_experts` on transformers' concatenated expert layout (Mixtral, Qwen-MoE,
+    OLMoE ``*Experts`` modules): the gate/up halves are views, so gradients reach ``gate_up``."""
+    if not isinstance(gate_up, Tensor) or gate_up.dim() != 3 or gate_up.shape[1] % 2:
+        raise ValueError(f"gate_up must be a [E, 2F, D] tensor, got {_describe(gate_up)}")
+    f = gate_up.shape[1] // 2
+    return moe_experts(x, experts, gates, gate_up[:, :f], gate_up[:, f:], down, impl=impl)
 
 
 def moe_forward(

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from kernels.moe import moe_experts, moe_forward, route
+from kernels.moe import moe_experts, moe_experts_concat, moe_forward, route
 from kernels.moe_grouped import grouped_mm
 
 F64 = torch.float64
@@ -213,3 +213,28 @@ def test_grouped_mm_bad_input() -> None:
         grouped_mm(a, torch.zeros(2, 4, 3), torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="backend"):
         grouped_mm(a, w, torch.tensor([1, 2]), backend="cuda")
+
+
+def test_concatenated_layout_matches_transformers_mixtral_experts() -> None:
+    # transformers' own eager experts module (gate_up_proj [E, 2F, D], down_proj [E, D, F])
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+
+    cfg = MixtralConfig(hidden_size=6, intermediate_size=4, num_local_experts=3, num_experts_per_tok=2)
+    cfg._experts_implementation = "eager"
+    module = MixtralExperts(cfg).double()
+    g = torch.Generator().manual_seed(20)
+    with torch.no_grad():
+        module.gate_up_proj.copy_(torch.randn(3, 8, 6, generator=g, dtype=F64))
+        module.down_proj.copy_(torch.randn(3, 6, 4, generator=g, dtype=F64))
+    x = torch.randn(7, 6, generator=g, dtype=F64)
+    experts, gates = route(torch.randn(7, 3, generator=g, dtype=F64), 2)
+    want = module(x, experts, gates)
+    want.sum().backward()
+    gate_up = module.gate_up_proj.detach().clone().requires_grad_(True)
+    got = moe_experts_concat(x, experts, gates, gate_up, module.down_proj.detach(), impl="grouped")
+    got.sum().backward()
+    torch.testing.assert_close(got, want.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gate_up.grad, module.gate_up_proj.grad, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="gate_up"):
+        moe_experts_concat(x, experts, gates, gate_up[:, :7], module.down_proj.detach())
