@@ -227,7 +227,8 @@ def test_replayed_gates_by_hand(cls: type, flags: dict[str, bool], want: list[fl
 def test_replayed_gates_carry_the_router_gradient() -> None:
     """Gates = softmax over the replayed experts' logits, differentiable w.r.t. the router."""
     torch.manual_seed(0)
-    router = MixtralTopKRouter(MixtralConfig(hidden_size=3, num_local_experts=4, num_experts_per_tok=2))
+    config = MixtralConfig(hidden_size=3, num_local_experts=4, num_experts_per_tok=2)
+    router = MixtralTopKRouter(config)
     with torch.no_grad():
         router.weight.normal_()
     hidden = torch.randn(5, 3)

@@ -128,7 +128,8 @@ def test_noise_lets_experts_diverge() -> None:
     moe = upcycle_model(dense, noise=0.1, seed=3)
     experts = moe.model.layers[0].mlp.experts.gate_up_proj  # [E, 2I, H]
     assert not torch.equal(experts[0], experts[1])
-    w = torch.cat([dense.model.layers[0].mlp.gate_proj.weight, dense.model.layers[0].mlp.up_proj.weight])
+    mlp = dense.model.layers[0].mlp
+    w = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
     rel = float((experts[0] - w).detach().std() / w.detach().std())
     assert 0.05 < rel < 0.2  # noise · std(W) per entry
     with torch.no_grad():
