@@ -296,8 +296,14 @@ def test_exports_load_with_hugging_face_datasets(
         assert seg["loss_mask"] == [0, 0, 0, 1, 1, 0, 1]
         assert seg["logprobs"] == [0.0, 0.0, 0.0, -0.25, -1.5, 0.0, -0.125]
         assert seg["turns"] == [[3, 5], [6, 7]]
-        # record v2: compact kept-set codes; the second turn reported none: "unknown"
-        kept = [decode_kept(k) for k in json.loads(seg["kept"])]
+        # record v2: kept sets decoded (null = not truncated); the second turn reported none:
+        # "unknown"; the record's compact codes beside them
+        kept = json.loads(seg["kept"])
         assert kept == [None, None, None, [7, 9], None, None, "unknown"]
+        assert [decode_kept(k) for k in json.loads(seg["kept_codes"])] == kept
+        assert seg["full_logprobs"] == [0.0, 0.0, 0.0, None, None, 0.0, None]  # not reported
+        info = seg["turn_info"]
+        assert [t["finish_reason"] for t in info] == ["stop", "stop"]
+        assert info[0]["logprob_kind"] == "sampled" and info[0]["temperature"] is None
         assert json.loads(first["messages"])[0]["content"] == "plan ✈"
     store.close()

@@ -196,12 +196,14 @@ class RolloutEngine:
             if tokens_left <= 0:
                 run.truncate("max_tokens")
                 return
-            turn = await self._act(spec, obs, tokens_left, run.turns, deadline)
+            params = self._params(spec, tokens_left, run.turns)
+            version = self.policy.version  # of the weights asked: a plain Turn does not say
+            turn = await self._act(spec, obs, params, deadline)
             if turn is None:
                 run.truncate("max_seconds")
                 return
             try:
-                builder.add(turn)
+                builder.add(turn, params=params, policy_version=version)
             except RecordError as exc:
                 raise _Failure("record", str(exc)) from None
             run.count(turn)
@@ -223,12 +225,15 @@ class RolloutEngine:
                 run.finish(reward, terminated, truncated, info)
                 return
 
-    async def _act(
-        self, spec: EpisodeSpec, obs: Observation, tokens_left: int, turn: int, deadline: float
-    ) -> Turn | None:
+    def _params(self, spec: EpisodeSpec, tokens_left: int, turn: int) -> SamplingParams:
         params = replace(self.params, max_tokens=min(self.params.max_tokens, tokens_left))
         if spec.seed is not None:
             params = replace(params, seed=spec.turn_seed(turn))
+        return params
+
+    async def _act(
+        self, spec: EpisodeSpec, obs: Observation, params: SamplingParams, deadline: float
+    ) -> Turn | None:
         try:
             result = await _within(
                 self.policy.act(spec.session, obs["messages"], obs["tools"], params), deadline

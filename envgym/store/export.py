@@ -1,17 +1,26 @@
 """Episodes as training/analysis data: JSONL and Parquet files that ``datasets`` loads.
 
-One row per episode.  Scalar outcome columns; ``segments`` holds the per-token record
-(``token_ids``, ``loss_mask``, ``logprobs``, ``turns`` as ``[start, end)`` pairs) as a list of
-structs; the heterogeneous parts (chat messages, reward components, the sampler's kept sets and
-MoE routes) are JSON strings so every row has one schema.
+One row per episode.  Scalar outcome columns; ``segments`` holds the per-token record (record
+version 2, envgym.record) as a list of structs: ``token_ids``, ``loss_mask``, ``logprobs`` (under
+the sampled distribution) and ``full_logprobs`` (over the whole vocabulary; ``null`` where the
+backend did not report that kind), ``turns`` as ``[start, end)`` pairs and ``turn_info`` (per
+turn: sampling parameters, policy version, finish reason, log-prob kind).  The heterogeneous
+parts are JSON strings so every row has one schema: chat messages, reward components, MoE routes,
+and the sampler's kept sets twice — ``kept`` decoded (per token the kept ids, ``null`` = not
+truncated, ``"unknown"`` = not reported: readable without envgym) and ``kept_codes`` (the
+record's compact codes, envgym.models.kept).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from envgym.models.kept import decode_kept
+from envgym.record import Segment
 from envgym.rollout.episode import EpisodeResult
 
 FORMATS = ("jsonl", "parquet")
@@ -33,30 +42,51 @@ def episode_row(evaluation: str, model: str, r: EpisodeResult) -> dict[str, Any]
         "policy_version": r.record.policy_version,
         "reward_components": json.dumps(r.reward_components),
         "messages": json.dumps(r.messages, ensure_ascii=False),
-        "segments": [
-            {
-                "token_ids": list(s.token_ids),
-                "loss_mask": list(s.loss_mask),
-                "logprobs": [float(x) for x in s.logprobs],
-                "turns": [list(t) for t in s.turns],
-                "kept": json.dumps(s.kept),
-                "routes": json.dumps(s.routes),
-            }
-            for s in r.record.segments
-        ],
+        "segments": [segment_row(s) for s in r.record.segments],
+    }
+
+
+def _floats(values: list[float]) -> list[float | None]:
+    return [None if math.isnan(x) else float(x) for x in values]  # NaN: not reported
+
+
+def segment_row(s: Segment) -> dict[str, Any]:
+    return {
+        "token_ids": list(s.token_ids),
+        "loss_mask": list(s.loss_mask),
+        "logprobs": _floats(s.sampled_logprobs),
+        "full_logprobs": _floats(s.full_logprobs),
+        "turns": [list(t) for t in s.turns],
+        "turn_info": [asdict(info) for info in s.turn_info],
+        "kept": json.dumps([decode_kept(k) for k in s.kept]),
+        "kept_codes": json.dumps(s.kept),
+        "routes": json.dumps(s.routes),
     }
 
 
 def _arrow_schema() -> Any:
     import pyarrow as pa
 
+    turn_info = pa.struct(
+        [
+            ("temperature", pa.float64()),
+            ("top_p", pa.float64()),
+            ("top_k", pa.int64()),
+            ("policy_version", pa.int64()),
+            ("finish_reason", pa.string()),
+            ("logprob_kind", pa.string()),
+        ]
+    )
     segment = pa.struct(
         [
             ("token_ids", pa.list_(pa.int64())),
             ("loss_mask", pa.list_(pa.int8())),
             ("logprobs", pa.list_(pa.float64())),
+            ("full_logprobs", pa.list_(pa.float64())),
             ("turns", pa.list_(pa.list_(pa.int64()))),
+            ("turn_info", pa.list_(turn_info)),
             ("kept", pa.string()),
+            ("kept_codes", pa.string()),
             ("routes", pa.string()),
         ]
     )
