@@ -50,7 +50,8 @@ def test_killed_run_resumes_with_identical_weights_and_data_order(
 ) -> None:
     bundle = parity_bundle(tmp_path / "b", tasks=5)
 
-    straight = Trainer(_config(tmp_path, bundle, "straight"), model=tiny_model(), tokenizer=tokenizer)
+    config = _config(tmp_path, bundle, "straight")
+    straight = Trainer(config, model=tiny_model(), tokenizer=tokenizer)
     straight_reports = straight.run()
     assert [r.step for r in straight_reports] == [1, 2, 3]
     assert all(r.skipped is None for r in straight_reports)

@@ -234,7 +234,8 @@ def test_the_cli_trains_from_a_yaml_config(tmp_path: Path, tokenizer: Any) -> No
 def test_task_split_bad_input(tmp_path: Path) -> None:
     bundle = parity_bundle(tmp_path / "b")
     with pytest.raises(ValueError, match=r"envs\[0\].tasks: no such tasks .*'nope'"):
-        task_split(train_config(tmp_path, bundle, envs=[{"id": str(bundle), "tasks": ["t0", "nope"]}]))
+        envs = [{"id": str(bundle), "tasks": ["t0", "nope"]}]
+        task_split(train_config(tmp_path, bundle, envs=envs))
     with pytest.raises(ValueError, match=r"heldout.tasks: no such tasks: \['zz'\]"):
         task_split(train_config(tmp_path, bundle, **{"heldout.tasks": ["zz"]}))
     with pytest.raises(ValueError, match=r"envs\[0\].id"):

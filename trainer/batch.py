@@ -197,7 +197,11 @@ class TrainBatch:
 
 
 def collate(
-    samples: Sequence[Sample], *, pad_id: int = 0, unknown_kept: str = "raise", dtype: torch.dtype = torch.float32
+    samples: Sequence[Sample],
+    *,
+    pad_id: int = 0,
+    unknown_kept: str = "raise",
+    dtype: torch.dtype = torch.float32,
 ) -> TrainBatch:
     """Pad ``samples`` into a :class:`TrainBatch` (shifted inputs/targets; see the class)."""
     if not samples:

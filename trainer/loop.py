@@ -132,7 +132,9 @@ class Trainer:
             self.ref_policy = Policy(ref, chunk_size=config.chunk_size,
                                      keep_sampling_mask=config.keep_sampling_mask,
                                      keep_routing=config.keep_routing)
-        self.engine = engine_policy if engine_policy is not None else build_engine(config, model, tokenizer)
+        if engine_policy is None:
+            engine_policy = build_engine(config, model, tokenizer)
+        self.engine = engine_policy
         self.update = Update(config, self.policy, self.ref_policy, pad_id=pad_id(tokenizer))
         self.step = 0
         self.version = 0
@@ -140,7 +142,8 @@ class Trainer:
                                   plot=config.metrics.plot)
         config_key = {k: v for k, v in config.to_dict().items() if k != "steps"}
         self.run_record = RunRecord(
-            run_key="sha256:" + hashlib.sha256(json.dumps(config_key, sort_keys=True).encode()).hexdigest(),
+            run_key="sha256:"
+            + hashlib.sha256(json.dumps(config_key, sort_keys=True).encode()).hexdigest(),
             model=config.model.path,
             envs=[e.id for e in config.envs],
             config=config.to_dict(),
@@ -153,7 +156,9 @@ class Trainer:
     # -- resume ----------------------------------------------------------------------------------
     def maybe_resume(self) -> Path | None:
         """Load the newest checkpoint of ``checkpoint.dir`` when ``checkpoint.resume``."""
-        path = latest_checkpoint(self.config.checkpoint.dir) if self.config.checkpoint.resume else None
+        if not self.config.checkpoint.resume:
+            return None
+        path = latest_checkpoint(self.config.checkpoint.dir)
         if path is None:
             return None
         state = load_checkpoint(path, model=self.model, optimizer=self.update.optimizer,
@@ -161,8 +166,9 @@ class Trainer:
         changed = config_changes(state.config, self.config.to_dict())
         if changed:
             raise ValueError(
-                f"checkpoint {path} was written under another config (changed: {', '.join(changed)}); "
-                "use a new checkpoint.dir or set checkpoint.resume: false"
+                f"checkpoint {path} was written under another config "
+                f"(changed: {', '.join(changed)}); use a new checkpoint.dir or set "
+                "checkpoint.resume: false"
             )
         self.step, self.version = state.step, state.policy_version
         self.order = TaskOrder(self.train_tasks, self.config.seed, **state.cursor)
@@ -180,7 +186,9 @@ class Trainer:
         self.maybe_resume()
         try:
             async with contextlib.AsyncExitStack() as stack:
-                self._engines = [await stack.enter_async_context(e) for e in self._rollout_engines()]
+                self._engines = [
+                    await stack.enter_async_context(e) for e in self._rollout_engines()
+                ]
                 if self._resumed_from is not None:
                     await sync_weights(self.engine, self.model, self.version, self.config)
                 write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
@@ -208,7 +216,8 @@ class Trainer:
         r = self.config.rollout
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                 max_tokens=r.max_tokens)
-        budget = Budget(max_turns=r.max_turns, max_tokens=r.episode_tokens, max_seconds=r.max_seconds)
+        budget = Budget(max_turns=r.max_turns, max_tokens=r.episode_tokens,
+                        max_seconds=r.max_seconds)
         out = []
         for env in self.config.envs:
             factory = registry.env_factory(
@@ -298,7 +307,8 @@ class Trainer:
         ):
             metrics["heldout_pass_rate"] = await self.evaluate_heldout()
         metrics.update(self._tally_metrics(groups))
-        metrics.update(step=self.step, policy_version=self.version, skipped=float(skipped is not None),
+        metrics.update(step=self.step, policy_version=self.version,
+                       skipped=float(skipped is not None),
                        rollout_s=rollout_s, train_s=t1 - self._t0 - rollout_s,
                        step_s=time.monotonic() - self._t0)
         if skipped is not None:

@@ -115,7 +115,8 @@ def _read_csv(path: Path) -> list[dict[str, float]]:
     if not path.exists():
         return []
     with path.open(newline="") as fh:
-        return [{k: float(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(fh)]
+        rows = csv.DictReader(fh)
+        return [{k: float(v) for k, v in r.items() if v not in ("", None)} for r in rows]
 
 
 def plot_curves(rows: list[dict[str, float]], path: Path) -> None:

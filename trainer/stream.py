@@ -73,7 +73,9 @@ async def _produce(trainer: Trainer, queue: asyncio.Queue[Group]) -> None:
         by_env: dict[int, list[str]] = {}
         for env, task in refs:
             by_env.setdefault(env, []).append(task)
-        await asyncio.gather(*(_stream_env(trainer, queue, e, ts, seed) for e, ts in by_env.items()))
+        await asyncio.gather(
+            *(_stream_env(trainer, queue, e, ts, seed) for e, ts in by_env.items())
+        )
 
 
 async def _stream_env(
@@ -102,7 +104,8 @@ async def _consume(
                       "episodes": 0, "passed": 0, "reward_sum": 0.0, "stale_dropped": 0}
     trainer._t0 = time.monotonic()
     trainer.on_phase(f"step {trainer.step + 1}: streaming rollouts (async)")
-    limit = c.rollout.prompts * (1 + (c.dynamic_sampling.max_refills if c.dynamic_sampling.enabled else 0))
+    refills = c.dynamic_sampling.max_refills if c.dynamic_sampling.enabled else 0
+    limit = c.rollout.prompts * (1 + refills)
     kept: list[Group] = []
     pulled = 0
     while len(kept) < c.rollout.prompts and pulled < limit:

@@ -61,7 +61,8 @@ class Update:
 
     def _micro(self, samples: Sequence[Sample], rows: Sequence[int]) -> list[list[int]]:
         lengths = [samples[i].length for i in rows]
-        return [[rows[j] for j in mb] for mb in balanced_microbatches(lengths, self.config.micro_tokens)]
+        bins = balanced_microbatches(lengths, self.config.micro_tokens)
+        return [[rows[j] for j in mb] for mb in bins]
 
     def run(self, samples: list[Sample], step: int) -> tuple[dict[str, float], str | None]:
         """Train on ``samples``; ``(metrics, skip reason or None)``."""
@@ -97,7 +98,8 @@ class Update:
                         sums[key] += v * w
                         weights[key] += w
             max_norm = self.config.optimizer.max_grad_norm or math.inf
-            norm = float(torch.nn.utils.clip_grad_norm_(self.optimizer.param_groups[0]["params"], max_norm))
+            params = self.optimizer.param_groups[0]["params"]
+            norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
             if not finite or not math.isfinite(norm):
                 self.optimizer.zero_grad(set_to_none=True)
                 skipped += 1
@@ -131,7 +133,8 @@ class Update:
     def _loss(self, batch: TrainBatch) -> tuple[Tensor, dict[str, Any]]:
         """``(loss_sum with its graph, diagnostics)`` of one microbatch."""
         c = self.config
-        logp, entropy = self.policy.logprobs(batch, temperature=c.rollout.temperature, with_entropy=True)
+        logp, entropy = self.policy.logprobs(batch, temperature=c.rollout.temperature,
+                                             with_entropy=True)
         old = batch.old_logp if c.old_logprobs == "recompute" else batch.engine_logp
         assert old is not None
         loss, diag = grpo_loss(logp, old, batch.advantages, batch.mask, c.loss,

@@ -32,7 +32,8 @@ def load_model(config: TrainConfig) -> tuple[nn.Module, Any]:
     folder = str(embedded.hf_dir()) if config.model.path == embedded.NAME else config.model.path
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, config.model.dtype))
+        dtype = getattr(torch, config.model.dtype)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     except (OSError, ValueError) as err:
         raise ValueError(f"model.path: cannot load {config.model.path!r}: {err}") from None
     return model, tokenizer
@@ -44,11 +45,13 @@ def build_engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
     if m.engine == "vllm":
         from envgym.models.vllm_server import VLLMPolicy
 
-        return VLLMPolicy(m.vllm_url or "", tokenizer=tokenizer, parser=m.parser, thinking=m.thinking)
+        return VLLMPolicy(m.vllm_url or "", tokenizer=tokenizer, parser=m.parser,
+                          thinking=m.thinking)
     from envgym.models.local import LocalPolicy
 
-    return LocalPolicy(copy.deepcopy(model).requires_grad_(False), tokenizer, name=f"train:{m.path}",
-                       parser=m.parser, thinking=m.thinking, max_batch=config.rollout.concurrency)
+    frozen = copy.deepcopy(model).requires_grad_(False)
+    return LocalPolicy(frozen, tokenizer, name=f"train:{m.path}", parser=m.parser,
+                       thinking=m.thinking, max_batch=config.rollout.concurrency)
 
 
 def pad_id(tokenizer: Any) -> int:

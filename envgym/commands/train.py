@@ -20,7 +20,9 @@ def register(app: typer.Typer) -> None:
 
 
 def train_command(
-    config_path: Path = typer.Argument(..., help="the run's YAML config (configs/grpo_smollm2.yaml)"),
+    config_path: Path = typer.Argument(
+        ..., help="the run's YAML config (configs/grpo_smollm2.yaml)"
+    ),
     steps: int = typer.Option(None, "--steps", help="override the config's steps"),
     no_resume: bool = typer.Option(
         False, "--no-resume", help="start fresh even when checkpoint.dir has a checkpoint"
@@ -63,7 +65,8 @@ def train_command(
         err.print(f"[yellow]step {r.step}: update skipped:[/] {r.skipped}")
     last = reports[-1].metrics if reports else {}
     if as_json:
-        sys.stdout.write(json.dumps({"steps": len(reports), "skipped": len(skipped), "last": last}) + "\n")
+        payload = {"steps": len(reports), "skipped": len(skipped), "last": last}
+        sys.stdout.write(json.dumps(payload) + "\n")
         return
     table = Table(title=f"envgym train · {config_path}")
     for col in ("metric", "last step"):
