@@ -204,7 +204,10 @@ def _chunk_logits(h: Tensor, weight: Tensor, cols: Columns, c0: int, c1: int, in
     """``z [n, c1-c0]`` (scaled by 1/T) and the head rows ``w [c1-c0, H]`` it came from."""
     w = weight[c0:c1] if cols.ids is None else weight.index_select(0, cols.ids[c0:c1])
     w = w.to(inp.compute_dtype)
-    return (h @ w.T).mul_(inp.inv_temperature), w
+    z = h @ w.T
+    if inp.inv_temperature != 1.0:  # T = 1 is the common case: skip a pass over the tile
+        z.mul_(inp.inv_temperature)
+    return z, w
 
 
 def _group_forward(h: Tensor, weight: Tensor, cols: Columns, inp: LogprobInputs) -> tuple[Tensor, Tensor | None]:
@@ -212,6 +215,8 @@ def _group_forward(h: Tensor, weight: Tensor, cols: Columns, inp: LogprobInputs)
 
     Each chunk gives its own log-sum-exp ``l_c`` and softmax-mean ``μ_c``; they combine as
     ``log Z = logsumexp_c l_c`` and ``μ = Σ_c e^{l_c − log Z} μ_c`` (exact, no running rescale).
+    Few, large tensor ops per chunk: on a busy CPU every op is a parallel region that waits
+    for its slowest thread, so passes over the tile cost more than their arithmetic.
     """
     lses, mus = [], []
     for ci, (c0, c1) in enumerate(cols.chunks(inp.chunk_size)):
@@ -219,15 +224,26 @@ def _group_forward(h: Tensor, weight: Tensor, cols: Columns, inp: LogprobInputs)
         mask = cols.mask(ci, h.shape[0], c0, c1)
         if mask is not None:
             z.masked_fill_(~mask, float("-inf"))
-        m = z.amax(dim=1)
-        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row with nothing kept here
-        e = (z - m.unsqueeze(1)).exp_()
+        if mask is None:
+            # one fused pass instead of logsumexp's several: log_softmax(z)_0 = z_0 - lse
+            ls = torch.log_softmax(z, dim=1)
+            lses.append(z[:, 0] - ls[:, 0])
+            if inp.with_entropy:
+                mus.append(ls.exp_().mul_(z).sum(dim=1))  # Σ_v softmax_c(z)_v z_v
+            continue
+        if not inp.with_entropy:
+            lses.append(torch.logsumexp(z, dim=1))  # -inf where nothing of the row's set is here
+            continue
+        m = z.amax(dim=1, keepdim=True)
+        m.nan_to_num_(neginf=0.0)  # a row with nothing kept in this chunk: e = 0 below
+        if mask is not None:
+            z.masked_fill_(~mask, 0.0)  # now finite; e is zeroed there instead (avoids 0 · -inf)
+        e = torch.exp(z - m)
+        if mask is not None:
+            e.masked_fill_(~mask, 0.0)
         s = e.sum(dim=1)
-        lses.append(m + s.log())  # -inf where nothing of the row's set is in this chunk
-        if inp.with_entropy:
-            if mask is not None:
-                z.masked_fill_(~mask, 0.0)  # e is 0 there; avoid 0 · (-inf)
-            mus.append(e.mul_(z).sum(dim=1) / s.clamp_min(torch.finfo(s.dtype).tiny))
+        lses.append(m.squeeze(1) + s.log())
+        mus.append(e.mul_(z).sum(dim=1) / s.clamp_min(torch.finfo(s.dtype).tiny))
     lse = torch.stack(lses, dim=1)  # [n, chunks]
     log_z = torch.logsumexp(lse, dim=1)
     if not inp.with_entropy:
@@ -249,21 +265,32 @@ def _group_backward(
 ) -> Tensor | None:  # dh [n, H] (without the target term)
     """Recompute each chunk, form ``g = −p (a + b (z − μ))`` and add ``g @ w`` / ``gᵀ @ h``."""
     dh = torch.zeros_like(h) if need_h else None
+    lz = log_z.unsqueeze(1)
+    if b is None:
+        # g = −a·e^{z − log Z} = −sign(a)·e^{z − (log Z − log|a|)}: two passes over the tile
+        # (sub, exp); the row signs go onto the [n, H] operands instead (a = 0: e^{−∞} = 0)
+        shift = (log_z - a.abs().log()).unsqueeze(1)
+        neg_sign = -torch.sign(a).unsqueeze(1)
+        h_signed = h * neg_sign
     for ci, (c0, c1) in enumerate(cols.chunks(inp.chunk_size)):
         z, w = _chunk_logits(h, weight, cols, c0, c1, inp)
-        p = (z - log_z.unsqueeze(1)).exp_()
         mask = cols.mask(ci, h.shape[0], c0, c1)
-        if mask is not None:
-            p.masked_fill_(~mask, 0.0)
         if b is None:
-            g = p.mul_(-a.unsqueeze(1))
+            g = z.sub_(shift).exp_()  # in place: the tile is the only [n, c] buffer; g = neg_sign·this
+            h_g = h_signed
         else:
+            p = torch.exp(z - lz)
             g = p.mul_(z.sub_(mu.unsqueeze(1)).mul_(b.unsqueeze(1)).add_(a.unsqueeze(1))).neg_()
+            h_g = h
+        if mask is not None:
+            g.masked_fill_(~mask, 0.0)
         if dh is not None:
             dh.addmm_(g, w, alpha=inp.inv_temperature)
         if dw is not None:
             if cols.ids is None:  # a contiguous slice: accumulate in place, no [c, H] temporary
-                dw[c0:c1].addmm_(g.T, h, alpha=inp.inv_temperature)
+                dw[c0:c1].addmm_(g.T, h_g, alpha=inp.inv_temperature)
             else:
-                dw.index_add_(0, cols.ids[c0:c1], torch.mm(g.T, h).mul_(inp.inv_temperature))
+                dw.index_add_(0, cols.ids[c0:c1], torch.mm(g.T, h_g).mul_(inp.inv_temperature))
+    if dh is not None and b is None:
+        dh.mul_(neg_sign)
     return dh

@@ -353,3 +353,21 @@ def test_a_kept_row_whose_target_is_outside_is_fine_when_the_row_is_off() -> Non
     rows = torch.tensor([True, False, True])
     logp, _ = selected_logprobs(args["hidden"], args["weight"], args["targets"], kept_ids=kept, kept_rows=rows)  # type: ignore[arg-type]
     assert torch.isfinite(logp).all()
+
+
+@pytest.mark.parametrize("k", [None, 4])
+def test_logp_only_gradient_with_signed_and_zero_upstream(k: int | None) -> None:
+    # without entropy the backward folds sign(a) and log|a| into the tile: negative, zero
+    # and positive upstream gradients must all come out right
+    case = _random_case(18, 9, 4, 23, k)
+    upstream = torch.tensor([1.5, -2.0, 0.0, 0.3, -0.7, 0.0, 2.5, -1.0, 1.0], dtype=F64)
+    kw = {key: val for key, val in case.items() if key not in ("hidden", "weight", "targets")}
+    grads = []
+    for fn in (selected_logprobs, naive_selected_logprobs):
+        hid = case["hidden"].clone().requires_grad_(True)
+        w = case["weight"].clone().requires_grad_(True)
+        logp, _ = fn(hid, w, case["targets"], chunk_size=6, temperature=0.8, **kw)
+        (upstream * logp).sum().backward()
+        grads.append((hid.grad, w.grad))
+    for got, want in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
