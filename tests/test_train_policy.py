@@ -167,12 +167,18 @@ def test_non_finite_log_probs_skip_the_update_and_say_why() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
-@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "constant"])
-def test_microbatches_accumulate_to_the_one_pass_gradient(aggregation: str) -> None:
-    """One-row microbatches accumulate exactly the gradient of grpo_loss over the whole batch."""
+@pytest.mark.parametrize(
+    ("aggregation", "normalizer"),
+    [("token-mean", None), ("seq-mean-token-mean", None), ("constant", 7.0), ("constant", 0.5)],
+)
+def test_microbatches_accumulate_to_the_one_pass_gradient(
+    aggregation: str, normalizer: float | None
+) -> None:
+    """One-row microbatches accumulate exactly the gradient of grpo_loss over the whole batch
+    (a constant normalizer below 1 included: grpo_loss clamps its unit count at 1)."""
     from trainer.losses import grpo_loss
 
-    loss = {"aggregation": aggregation, **({"normalizer": 7.0} if aggregation == "constant" else {})}
+    loss = {"aggregation": aggregation, **({"normalizer": normalizer} if normalizer else {})}
     model = _llama()
     upd = _update(model, micro_tokens=1, loss=loss, optimizer={"lr": 1e-2, "max_grad_norm": None})
     upd.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]  # keep the grads

@@ -121,14 +121,17 @@ class Update:
     def _units(self, part: Sequence[Sample]) -> float:
         """The minibatch's denominator (trainer.aggregation.aggregate_parts): trained tokens
         (token-mean), sequences (seq-mean-token-mean; each sample has a trained token) or the
-        constant normalizer."""
+        constant normalizer — never below 1, as grpo_loss clamps its unit count, so the
+        accumulated gradient is exactly that of one grpo_loss over the minibatch."""
         agg = self.config.loss.aggregation
         if agg == "token-mean":
-            return float(sum(s.trained_tokens for s in part))
-        if agg == "seq-mean-token-mean":
-            return float(len(part))
-        assert self.config.loss.normalizer is not None
-        return float(self.config.loss.normalizer)
+            units = float(sum(s.trained_tokens for s in part))
+        elif agg == "seq-mean-token-mean":
+            units = float(len(part))
+        else:
+            assert self.config.loss.normalizer is not None
+            units = float(self.config.loss.normalizer)
+        return max(units, 1.0)
 
     def _loss(self, batch: TrainBatch) -> tuple[Tensor, dict[str, Any]]:
         """``(loss_sum with its graph, diagnostics)`` of one microbatch."""
