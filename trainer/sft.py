@@ -83,11 +83,12 @@ def sft_loss(logp: Tensor, mask: Tensor) -> Tensor:
         raise ValueError(
             f"logp {tuple(logp.shape)} and mask {tuple(mask.shape)} must both be [B, T]"
         )
-    weight = mask.to(logp.dtype)
-    count = weight.sum()
-    if float(count) <= 0:
+    keep = mask.bool()
+    count = keep.sum()
+    if int(count) <= 0:
         raise ValueError("the batch has no policy token: nothing to train on")
-    return -(logp * weight).sum() / count
+    # where, not a product: 0 · (−inf) would be NaN at a masked position.
+    return -torch.where(keep, logp, torch.zeros_like(logp)).sum() / count
 
 
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
@@ -325,11 +326,11 @@ def train_sft(
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-                skipped = not (math.isfinite(float(loss)) and math.isfinite(norm))
+                skipped = not (math.isfinite(float(loss.detach())) and math.isfinite(norm))
                 if not skipped:
                     opt.step()
                 stats = StepStats(
-                    step, epoch, float(loss), lr, norm, len(rows),
+                    step, epoch, float(loss.detach()), lr, norm, len(rows),
                     batch_cost(rows, cfg.share_prefix), int(mask.sum()),
                     time.perf_counter() - t0, skipped,
                 )
