@@ -1,4 +1,4 @@
-"""``envgym bench kernels``: memory and time of the log-prob and MoE kernels against their naive forms.
+"""``envgym bench kernels``: memory and time of the log-prob and MoE kernels vs. naive forms.
 
 * ``naive_peak_mib`` / ``chunked_peak_mib`` — extra resident memory of one forward+backward of
   the selected-token log-prob (``kernels.logprob``: full ``[N, V]`` logits + log_softmax vs. the
@@ -80,10 +80,17 @@ def _in_child(variant: str, shape: dict[str, int]) -> dict[str, float]:
     code = "import sys; from benchmarks.kernels import child_main; child_main(sys.argv[1])"
     arg = json.dumps({"variant": variant, **shape})
     proc = subprocess.run(
-        [sys.executable, "-c", code, arg], cwd=REPO, capture_output=True, text=True, timeout=1800, check=False
+        [sys.executable, "-c", code, arg],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"kernels bench child ({variant}) failed with {proc.returncode}:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"kernels bench child ({variant}) failed with {proc.returncode}:\n{proc.stderr[-2000:]}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -127,7 +134,13 @@ def _moe(cfg: dict[str, int]) -> dict[str, float]:
     n, d, f, e = cfg["n"], cfg["d"], cfg["f"], cfg["e"]
     params = [
         (torch.randn(*s, generator=gen) * scale).requires_grad_(True)
-        for s, scale in (((n, d), 1.0), ((e, d), 0.1), ((e, f, d), 0.05), ((e, f, d), 0.05), ((e, d, f), 0.05))
+        for s, scale in (
+            ((n, d), 1.0),
+            ((e, d), 0.1),
+            ((e, f, d), 0.05),
+            ((e, f, d), 0.05),
+            ((e, d, f), 0.05),
+        )
     ]
 
     def step(impl: str) -> float:

@@ -1,4 +1,4 @@
-"""Selected-token log-probs and entropies from hidden states and the LM head, without ``[N, V]`` logits.
+"""Selected-token log-probs and entropies from hidden states and the LM head, no ``[N, V]``.
 
 RL on an LLM needs one number per trained token, ``log π_θ(target | context)``, yet the obvious
 code materializes the full logits ``[N, V]`` (and, in backward, their gradient and the saved
@@ -71,10 +71,18 @@ def selected_logprobs(
     torch), ``"torch"``, ``"triton"``.
     """
     inp = check_inputs(
-        hidden, weight, targets, temperature=temperature, kept_ids=kept_ids,
-        kept_rows=kept_rows, chunk_size=chunk_size, with_entropy=with_entropy,
+        hidden,
+        weight,
+        targets,
+        temperature=temperature,
+        kept_ids=kept_ids,
+        kept_rows=kept_rows,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
     )
-    if token_chunk is not None and (isinstance(token_chunk, bool) or not isinstance(token_chunk, int) or token_chunk < 1):
+    if token_chunk is not None and (
+        isinstance(token_chunk, bool) or not isinstance(token_chunk, int) or token_chunk < 1
+    ):
         raise ValueError(f"token_chunk must be a positive int or None, got {token_chunk!r}")
     if backend not in ("auto", "torch", "triton"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
@@ -83,13 +91,20 @@ def selected_logprobs(
     if backend == "triton":
         if not hidden.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError(
-                f"backend='triton' needs CUDA tensors (hidden is on {hidden.device}) or TRITON_INTERPRET=1"
+                f"backend='triton' needs CUDA tensors (hidden is on {hidden.device}) "
+                "or TRITON_INTERPRET=1"
             )
         from kernels.logprob_triton import triton_selected_logprobs
 
         return triton_selected_logprobs(inp)
     logp, ent = _ChunkedSelectedLogprobs.apply(
-        hidden, weight, targets, inp.kept_ids, inp.kept_rows, inp, rows_per_block(token_chunk, chunk_size)
+        hidden,
+        weight,
+        targets,
+        inp.kept_ids,
+        inp.kept_rows,
+        inp,
+        rows_per_block(token_chunk, chunk_size),
     )
     return logp, (ent if with_entropy else None)
 
@@ -107,8 +122,14 @@ def naive_selected_logprobs(
 ) -> tuple[Tensor, Tensor | None]:
     """The reference: full ``[N, V]`` logits, a -inf mask outside the kept sets, log_softmax."""
     inp = check_inputs(
-        hidden, weight, targets, temperature=temperature, kept_ids=kept_ids,
-        kept_rows=kept_rows, chunk_size=chunk_size, with_entropy=with_entropy,
+        hidden,
+        weight,
+        targets,
+        temperature=temperature,
+        kept_ids=kept_ids,
+        kept_rows=kept_rows,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
     )
     dt = inp.compute_dtype
     z = (hidden.to(dt) @ weight.to(dt).T) * inp.inv_temperature  # [N, V]
@@ -123,7 +144,9 @@ def naive_selected_logprobs(
     logp = logp_all.gather(1, targets.unsqueeze(1)).squeeze(1)
     if not with_entropy:
         return logp, None
-    finite = logp_all if allowed is None else torch.where(allowed, logp_all, torch.zeros_like(logp_all))
+    finite = (
+        logp_all if allowed is None else torch.where(allowed, logp_all, torch.zeros_like(logp_all))
+    )
     return logp, -(logp_all.exp() * finite).sum(dim=1)
 
 
@@ -155,7 +178,9 @@ class _ChunkedSelectedLogprobs(torch.autograd.Function):
         h = hidden.to(dt)
         log_z = torch.empty(n, dtype=dt, device=h.device)
         mu = torch.zeros(n, dtype=dt, device=h.device)
-        for rows, cols in plan_groups(kept_ids, kept_rows, weight.shape[0], inp.chunk_size, per_block):
+        for rows, cols in plan_groups(
+            kept_ids, kept_rows, weight.shape[0], inp.chunk_size, per_block
+        ):
             lz, m = _group_forward(h[rows], weight, cols, inp)
             log_z[rows] = lz
             if m is not None:
@@ -170,7 +195,9 @@ class _ChunkedSelectedLogprobs(torch.autograd.Function):
         return logp, ent
 
     @staticmethod
-    def backward(ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(  # type: ignore[override]
+        ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None
+    ) -> tuple[Any, ...]:
         hidden, weight, targets, kept_ids, kept_rows, log_z, mu = ctx.saved_tensors
         inp: LogprobInputs = ctx.inp
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -182,8 +209,16 @@ class _ChunkedSelectedLogprobs(torch.autograd.Function):
         dw = torch.zeros(v, hsz, dtype=dt, device=h.device) if need_w else None
         for rows, cols in plan_groups(kept_ids, kept_rows, v, inp.chunk_size, ctx.per_block):
             dh_g = _group_backward(
-                h[rows], weight, cols, inp, log_z[rows], mu[rows], a[rows],
-                None if b is None else b[rows], dw, need_h,
+                h[rows],
+                weight,
+                cols,
+                inp,
+                log_z[rows],
+                mu[rows],
+                a[rows],
+                None if b is None else b[rows],
+                dw,
+                need_h,
             )
             if dh is not None and dh_g is not None:
                 dh.index_add_(0, rows, dh_g)
@@ -196,7 +231,11 @@ class _ChunkedSelectedLogprobs(torch.autograd.Function):
         return (
             None if dh is None else dh.to(hidden.dtype),
             None if dw is None else dw.to(weight.dtype),
-            None, None, None, None, None,
+            None,
+            None,
+            None,
+            None,
+            None,
         )
 
 
@@ -216,7 +255,7 @@ class _Tile:
 def _chunk_logits(
     h: Tensor, weight: Tensor, cols: Columns, c0: int, c1: int, inp: LogprobInputs, tile: _Tile
 ) -> tuple[Tensor, Tensor]:
-    """``z [n, c1-c0]`` (scaled by 1/T, written into ``tile``) and the head rows ``w [c1-c0, H]``."""
+    """``z [n, c1-c0]`` (1/T applied, written into ``tile``) and the head rows ``w [c1-c0, H]``."""
     w = weight[c0:c1] if cols.ids is None else weight.index_select(0, cols.ids[c0:c1])
     w = w.to(inp.compute_dtype)
     z = torch.mm(h, w.T, out=tile.view(c1 - c0))
@@ -225,7 +264,9 @@ def _chunk_logits(
     return z, w
 
 
-def _group_forward(h: Tensor, weight: Tensor, cols: Columns, inp: LogprobInputs) -> tuple[Tensor, Tensor | None]:
+def _group_forward(
+    h: Tensor, weight: Tensor, cols: Columns, inp: LogprobInputs
+) -> tuple[Tensor, Tensor | None]:
     """``log Z [n]`` and (with entropy) ``μ [n]`` of one group of rows, chunk by chunk.
 
     Each chunk gives its own log-sum-exp ``l_c`` and softmax-mean ``μ_c``; they combine as
@@ -294,7 +335,9 @@ def _group_backward(
         z, w = _chunk_logits(h, weight, cols, c0, c1, inp, z_tile)
         mask = cols.mask(ci, h.shape[0], c0, c1)
         if b is None:
-            g = z.sub_(shift).exp_()  # in place: the tile is the only [n, c] buffer; g = neg_sign·this
+            g = z.sub_(
+                shift
+            ).exp_()  # in place: the tile is the only [n, c] buffer; g = neg_sign·this
             h_g = h_signed
         else:
             p = torch.exp(z - lz)

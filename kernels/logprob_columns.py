@@ -54,13 +54,19 @@ class Columns:
 def kept_columns(kept_ids: Tensor, chunk_size: int) -> Columns:  # kept_ids [n, K], -1 padding
     """The union of a block's kept sets and its entries sorted by column position."""
     valid = kept_ids >= 0
-    rows = torch.arange(kept_ids.shape[0], device=kept_ids.device).unsqueeze(1).expand_as(kept_ids)[valid]
+    rows = (
+        torch.arange(kept_ids.shape[0], device=kept_ids.device)
+        .unsqueeze(1)
+        .expand_as(kept_ids)[valid]
+    )
     ids, col = torch.unique(kept_ids[valid], sorted=True, return_inverse=True)
     order = torch.argsort(col)
     entry_col = col[order]
     starts = torch.arange(0, ids.numel() + chunk_size, chunk_size, device=ids.device)
     bounds = torch.searchsorted(entry_col, starts).tolist()
-    return Columns(width=ids.numel(), ids=ids, entry_row=rows[order], entry_col=entry_col, bounds=tuple(bounds))
+    return Columns(
+        width=ids.numel(), ids=ids, entry_row=rows[order], entry_col=entry_col, bounds=tuple(bounds)
+    )
 
 
 def plan_groups(

@@ -58,7 +58,9 @@ def check_inputs(
             f"got {tuple(weight.shape)}"
         )
     if v == 0 or h == 0:
-        raise ValueError(f"vocabulary and hidden size must be positive, got weight {tuple(weight.shape)}")
+        raise ValueError(
+            f"vocabulary and hidden size must be positive, got weight {tuple(weight.shape)}"
+        )
     if weight.device != hidden.device:
         raise ValueError(f"weight is on {weight.device} but hidden is on {hidden.device}")
     _check_targets(targets, n, v, hidden.device)
@@ -107,7 +109,8 @@ def _check_targets(targets: object, n: int, v: int, device: torch.device) -> Non
         raise ValueError(f"targets is on {targets.device} but hidden is on {device}")
     if n and (int(targets.min()) < 0 or int(targets.max()) >= v):
         raise ValueError(
-            f"targets must lie in [0, V={v}), got values in [{int(targets.min())}, {int(targets.max())}]"
+            f"targets must lie in [0, V={v}), got values in "
+            f"[{int(targets.min())}, {int(targets.max())}]"
         )
 
 
@@ -137,7 +140,8 @@ def _check_kept(
         raise TypeError(f"kept_rows must be a torch.Tensor, got {type(kept_rows).__name__}")
     if kept_rows.dtype != torch.bool or kept_rows.shape != (n,):
         raise ValueError(
-            f"kept_rows must be a bool tensor of shape [N={n}], got {kept_rows.dtype} {tuple(kept_rows.shape)}"
+            f"kept_rows must be a bool tensor of shape [N={n}], got "
+            f"{kept_rows.dtype} {tuple(kept_rows.shape)}"
         )
     if kept_rows.device != device:
         raise ValueError(f"kept_rows is on {kept_rows.device} but hidden is on {device}")
@@ -152,7 +156,10 @@ def _check_kept(
     empty = kept_rows & ~(ids >= 0).any(dim=1)
     if bool(empty.any()):
         row = int(empty.nonzero()[0, 0])
-        raise ValueError(f"kept_rows is True at row {row} (and {int(empty.sum()) - 1} more) with an empty kept set")
+        raise ValueError(
+            f"kept_rows is True at row {row} (and {int(empty.sum()) - 1} more) "
+            "with an empty kept set"
+        )
     missing = kept_rows & ~(ids == targets.unsqueeze(1)).any(dim=1)
     if bool(missing.any()):
         row = int(missing.nonzero()[0, 0])
@@ -171,4 +178,3 @@ def dedupe_rows(kept_ids: Tensor) -> Tensor:  # [N, K] -> [N, K]
         repeat[:, 1:] = (ids[:, 1:] == ids[:, :-1]) & (ids[:, 1:] >= 0)
         ids = ids.masked_fill(repeat, -1)
     return ids
-

@@ -29,11 +29,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from kernels import logprob_triton_kernels as kern
 from kernels.logprob_inputs import LogprobInputs
 
 __all__ = ["Blocks", "triton_selected_logprobs"]
-
-_NEG = -1.0e30  # finite "minus infinity" for running maxima (exp(-inf - -inf) would be NaN)
 
 
 @dataclass(frozen=True)
@@ -46,14 +45,18 @@ class Blocks:
     kept: int = 64
 
 
-def triton_selected_logprobs(inp: LogprobInputs, blocks: Blocks | None = None) -> tuple[Tensor, Tensor | None]:
+def triton_selected_logprobs(
+    inp: LogprobInputs, blocks: Blocks | None = None
+) -> tuple[Tensor, Tensor | None]:
     """Run the op on Triton for already-checked inputs (``kernels.logprob_inputs.check_inputs``)."""
     b = blocks or Blocks()
     for name in ("tokens", "vocab", "hidden", "kept"):
         size = getattr(b, name)
         if size < 16 or size & (size - 1):
             raise ValueError(f"Blocks.{name} must be a power of two >= 16, got {size}")
-    logp, ent = _TritonSelectedLogprobs.apply(inp.hidden, inp.weight, inp.targets, inp.kept_ids, inp.kept_rows, inp, b)
+    logp, ent = _TritonSelectedLogprobs.apply(
+        inp.hidden, inp.weight, inp.targets, inp.kept_ids, inp.kept_rows, inp, b
+    )
     return logp, (ent if inp.with_entropy else None)
 
 
@@ -92,9 +95,21 @@ class _TritonSelectedLogprobs(torch.autograd.Function):
             lse_part = torch.empty(full.numel(), nvb, dtype=dt, device=h.device)
             mu_part = torch.empty_like(lse_part)
             grid = (triton.cdiv(full.numel(), blocks.tokens), nvb)
-            _full_fwd[grid](
-                h, w, full, lse_part, mu_part, full.numel(), v, hsz, nvb, inp.inv_temperature,
-                BN=blocks.tokens, BV=blocks.vocab, BH=blocks.hidden, ACC=_tl(dt),
+            kern.full_fwd[grid](
+                h,
+                w,
+                full,
+                lse_part,
+                mu_part,
+                full.numel(),
+                v,
+                hsz,
+                nvb,
+                inp.inv_temperature,
+                BN=blocks.tokens,
+                BV=blocks.vocab,
+                BH=blocks.hidden,
+                ACC=_tl(dt),
             )
             lz = torch.logsumexp(lse_part, dim=1)
             log_z[full] = lz
@@ -104,9 +119,19 @@ class _TritonSelectedLogprobs(torch.autograd.Function):
         if kept.numel():
             assert kept_ids is not None
             ids = kept_ids[kept].contiguous()
-            _kept_fwd[(kept.numel(),)](
-                h, w, kept, ids, log_z, mu, ids.shape[1], hsz, inp.inv_temperature,
-                BK=blocks.kept, BH=blocks.hidden, ACC=_tl(dt),
+            kern.kept_fwd[(kept.numel(),)](
+                h,
+                w,
+                kept,
+                ids,
+                log_z,
+                mu,
+                ids.shape[1],
+                hsz,
+                inp.inv_temperature,
+                BK=blocks.kept,
+                BH=blocks.hidden,
+                ACC=_tl(dt),
             )
         z_target = (h.to(dt) * w[targets].to(dt)).sum(dim=1) * inp.inv_temperature
         logp = z_target - log_z
@@ -118,7 +143,9 @@ class _TritonSelectedLogprobs(torch.autograd.Function):
         return logp, ent
 
     @staticmethod
-    def backward(ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(  # type: ignore[override]
+        ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None
+    ) -> tuple[Any, ...]:
         hidden, weight, targets, full, kept, ids, log_z, mu = ctx.saved_tensors
         inp: LogprobInputs = ctx.inp
         blocks: Blocks = ctx.blocks
@@ -126,22 +153,60 @@ class _TritonSelectedLogprobs(torch.autograd.Function):
         dt = inp.compute_dtype
         h, w = _operands(hidden, weight, dt)
         (n, hsz), v = h.shape, w.shape[0]
-        a = torch.zeros(n, dtype=dt, device=h.device) if g_logp is None else g_logp.to(dt).contiguous()
+        a = (
+            torch.zeros(n, dtype=dt, device=h.device)
+            if g_logp is None
+            else g_logp.to(dt).contiguous()
+        )
         has_b = inp.with_entropy and g_ent is not None
         b = g_ent.to(dt).contiguous() if has_b else a  # a placeholder pointer when unused
         dh = torch.zeros(n, hsz, dtype=dt, device=h.device)
         dw = torch.zeros(v, hsz, dtype=dt, device=h.device)
         if full.numel() and (need_h or need_w):
             grid = (triton.cdiv(full.numel(), blocks.tokens), triton.cdiv(v, blocks.vocab))
-            _full_bwd[grid](
-                h, w, full, log_z, mu, a, b, dh, dw, full.numel(), v, hsz, inp.inv_temperature,
-                HAS_B=has_b, NEED_H=need_h, NEED_W=need_w,
-                BN=blocks.tokens, BV=blocks.vocab, BH=blocks.hidden, ACC=_tl(dt),
+            kern.full_bwd[grid](
+                h,
+                w,
+                full,
+                log_z,
+                mu,
+                a,
+                b,
+                dh,
+                dw,
+                full.numel(),
+                v,
+                hsz,
+                inp.inv_temperature,
+                HAS_B=has_b,
+                NEED_H=need_h,
+                NEED_W=need_w,
+                BN=blocks.tokens,
+                BV=blocks.vocab,
+                BH=blocks.hidden,
+                ACC=_tl(dt),
             )
         if kept.numel() and (need_h or need_w):
-            _kept_bwd[(kept.numel(),)](
-                h, w, kept, ids, log_z, mu, a, b, dh, dw, ids.shape[1], hsz, inp.inv_temperature,
-                HAS_B=has_b, NEED_H=need_h, NEED_W=need_w, BK=blocks.kept, BH=blocks.hidden, ACC=_tl(dt),
+            kern.kept_bwd[(kept.numel(),)](
+                h,
+                w,
+                kept,
+                ids,
+                log_z,
+                mu,
+                a,
+                b,
+                dh,
+                dw,
+                ids.shape[1],
+                hsz,
+                inp.inv_temperature,
+                HAS_B=has_b,
+                NEED_H=need_h,
+                NEED_W=need_w,
+                BK=blocks.kept,
+                BH=blocks.hidden,
+                ACC=_tl(dt),
             )
         a_scaled = (a * inp.inv_temperature).unsqueeze(1)  # the a·[v = t] term
         if need_h:
@@ -151,137 +216,9 @@ class _TritonSelectedLogprobs(torch.autograd.Function):
         return (
             dh.to(hidden.dtype) if need_h else None,
             dw.to(weight.dtype) if need_w else None,
-            None, None, None, None, None,
+            None,
+            None,
+            None,
+            None,
+            None,
         )
-
-
-@triton.jit
-def _logit_tile(h_ptr, w_ptr, row_idx, r_ok, cols, c_ok, H, inv_t, BN: tl.constexpr, BV: tl.constexpr,
-                BH: tl.constexpr, ACC: tl.constexpr):
-    """``z [BN, BV] = h[row_idx] @ w[cols].T / T`` (0 outside the valid rows/columns)."""
-    acc = tl.zeros((BN, BV), dtype=ACC)
-    for k0 in range(0, H, BH):
-        kk = k0 + tl.arange(0, BH)
-        k_ok = kk < H
-        ht = tl.load(h_ptr + row_idx[:, None] * H + kk[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
-        wt = tl.load(w_ptr + cols[:, None] * H + kk[None, :], mask=c_ok[:, None] & k_ok[None, :], other=0.0)
-        acc += tl.dot(ht, tl.trans(wt), input_precision="ieee", out_dtype=ACC)
-    return acc * inv_t
-
-
-@triton.jit
-def _full_fwd(h_ptr, w_ptr, rows_ptr, lse_ptr, mu_ptr, R, V, H, NVB, inv_t,
-              BN: tl.constexpr, BV: tl.constexpr, BH: tl.constexpr, ACC: tl.constexpr):
-    pid_n, pid_v = tl.program_id(0), tl.program_id(1)
-    r = pid_n * BN + tl.arange(0, BN)
-    r_ok = r < R
-    row_idx = tl.load(rows_ptr + r, mask=r_ok, other=0)
-    cols = pid_v * BV + tl.arange(0, BV)
-    c_ok = cols < V
-    z = _logit_tile(h_ptr, w_ptr, row_idx, r_ok, cols, c_ok, H, inv_t, BN, BV, BH, ACC)
-    z = tl.where(c_ok[None, :], z, float("-inf"))
-    m = tl.max(z, axis=1)  # finite: every vocabulary block has at least one column
-    e = tl.exp(z - m[:, None])
-    s = tl.sum(e, axis=1)
-    t = tl.sum(e * tl.where(c_ok[None, :], z, 0.0), axis=1)
-    tl.store(lse_ptr + r * NVB + pid_v, m + tl.log(s), mask=r_ok)
-    tl.store(mu_ptr + r * NVB + pid_v, t / s, mask=r_ok)
-
-
-@triton.jit
-def _full_bwd(h_ptr, w_ptr, rows_ptr, logz_ptr, mu_ptr, a_ptr, b_ptr, dh_ptr, dw_ptr, R, V, H, inv_t,
-              HAS_B: tl.constexpr, NEED_H: tl.constexpr, NEED_W: tl.constexpr,
-              BN: tl.constexpr, BV: tl.constexpr, BH: tl.constexpr, ACC: tl.constexpr):
-    pid_n, pid_v = tl.program_id(0), tl.program_id(1)
-    r = pid_n * BN + tl.arange(0, BN)
-    r_ok = r < R
-    row_idx = tl.load(rows_ptr + r, mask=r_ok, other=0)
-    cols = pid_v * BV + tl.arange(0, BV)
-    c_ok = cols < V
-    z = _logit_tile(h_ptr, w_ptr, row_idx, r_ok, cols, c_ok, H, inv_t, BN, BV, BH, ACC)
-    log_z = tl.load(logz_ptr + row_idx, mask=r_ok, other=0.0)
-    a = tl.load(a_ptr + row_idx, mask=r_ok, other=0.0)
-    p = tl.where(r_ok[:, None] & c_ok[None, :], tl.exp(z - log_z[:, None]), 0.0)
-    coef = a[:, None]
-    if HAS_B:
-        b = tl.load(b_ptr + row_idx, mask=r_ok, other=0.0)
-        mu = tl.load(mu_ptr + row_idx, mask=r_ok, other=0.0)
-        coef = coef + b[:, None] * (z - mu[:, None])
-    g = -p * coef * inv_t  # ∂L/∂(h·w) of the tile, without the target term
-    for k0 in range(0, H, BH):
-        kk = k0 + tl.arange(0, BH)
-        k_ok = kk < H
-        if NEED_H:
-            wt = tl.load(w_ptr + cols[:, None] * H + kk[None, :], mask=c_ok[:, None] & k_ok[None, :], other=0.0)
-            dh = tl.dot(g, wt.to(ACC), input_precision="ieee", out_dtype=ACC)
-            tl.atomic_add(dh_ptr + row_idx[:, None] * H + kk[None, :], dh, mask=r_ok[:, None] & k_ok[None, :])
-        if NEED_W:
-            ht = tl.load(h_ptr + row_idx[:, None] * H + kk[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
-            dw = tl.dot(tl.trans(g), ht.to(ACC), input_precision="ieee", out_dtype=ACC)
-            tl.atomic_add(dw_ptr + cols[:, None] * H + kk[None, :], dw, mask=c_ok[:, None] & k_ok[None, :])
-
-
-@triton.jit
-def _kept_logits(h_ptr, w_ptr, row, ids, i_ok, H, inv_t, BK: tl.constexpr, BH: tl.constexpr, ACC: tl.constexpr):
-    """``z [BK]``: the row's logits at its kept ids (−inf at padding)."""
-    acc = tl.zeros((BK,), dtype=ACC)
-    for k0 in range(0, H, BH):
-        kk = k0 + tl.arange(0, BH)
-        k_ok = kk < H
-        hv = tl.load(h_ptr + row * H + kk, mask=k_ok, other=0.0).to(ACC)
-        wt = tl.load(w_ptr + ids[:, None] * H + kk[None, :], mask=i_ok[:, None] & k_ok[None, :], other=0.0)
-        acc += tl.sum(wt.to(ACC) * hv[None, :], axis=1)
-    return tl.where(i_ok, acc * inv_t, float("-inf"))
-
-
-@triton.jit
-def _kept_fwd(h_ptr, w_ptr, rows_ptr, ids_ptr, logz_ptr, mu_ptr, K, H, inv_t,
-              BK: tl.constexpr, BH: tl.constexpr, ACC: tl.constexpr):
-    pid = tl.program_id(0)
-    row = tl.load(rows_ptr + pid)
-    m = tl.full((), _NEG, ACC)
-    s = tl.zeros((), ACC)
-    t = tl.zeros((), ACC)
-    for j0 in range(0, K, BK):
-        jj = j0 + tl.arange(0, BK)
-        ids = tl.load(ids_ptr + pid * K + jj, mask=jj < K, other=-1)
-        i_ok = ids >= 0
-        z = _kept_logits(h_ptr, w_ptr, row, ids, i_ok, H, inv_t, BK, BH, ACC)
-        m_new = tl.maximum(m, tl.max(z, axis=0))
-        scale = tl.exp(m - m_new)
-        e = tl.exp(z - m_new)  # 0 at padding
-        s = s * scale + tl.sum(e, axis=0)
-        t = t * scale + tl.sum(e * tl.where(i_ok, z, 0.0), axis=0)
-        m = m_new
-    tl.store(logz_ptr + row, m + tl.log(s))
-    tl.store(mu_ptr + row, t / s)
-
-
-@triton.jit
-def _kept_bwd(h_ptr, w_ptr, rows_ptr, ids_ptr, logz_ptr, mu_ptr, a_ptr, b_ptr, dh_ptr, dw_ptr, K, H, inv_t,
-              HAS_B: tl.constexpr, NEED_H: tl.constexpr, NEED_W: tl.constexpr,
-              BK: tl.constexpr, BH: tl.constexpr, ACC: tl.constexpr):
-    pid = tl.program_id(0)
-    row = tl.load(rows_ptr + pid)
-    log_z = tl.load(logz_ptr + row)
-    coef0 = tl.load(a_ptr + row)
-    for j0 in range(0, K, BK):
-        jj = j0 + tl.arange(0, BK)
-        ids = tl.load(ids_ptr + pid * K + jj, mask=jj < K, other=-1)
-        i_ok = ids >= 0
-        z = _kept_logits(h_ptr, w_ptr, row, ids, i_ok, H, inv_t, BK, BH, ACC)
-        p = tl.where(i_ok, tl.exp(z - log_z), 0.0)
-        coef = tl.zeros((BK,), ACC) + coef0
-        if HAS_B:
-            coef = coef + tl.load(b_ptr + row) * (tl.where(i_ok, z, 0.0) - tl.load(mu_ptr + row))
-        g = -p * coef * inv_t  # [BK]
-        for k0 in range(0, H, BH):
-            kk = k0 + tl.arange(0, BH)
-            k_ok = kk < H
-            if NEED_H:
-                wt = tl.load(w_ptr + ids[:, None] * H + kk[None, :], mask=i_ok[:, None] & k_ok[None, :], other=0.0)
-                tl.atomic_add(dh_ptr + row * H + kk, tl.sum(g[:, None] * wt.to(ACC), axis=0), mask=k_ok)
-            if NEED_W:
-                hv = tl.load(h_ptr + row * H + kk, mask=k_ok, other=0.0).to(ACC)
-                tl.atomic_add(dw_ptr + ids[:, None] * H + kk[None, :], g[:, None] * hv[None, :],
-                              mask=i_ok[:, None] & k_ok[None, :])

@@ -47,8 +47,14 @@ def route(
     normalize: bool = True,
 ) -> tuple[Tensor, Tensor]:  # (experts [N, k] int64, gates [N, k] float32 or float64)
     """The router's experts and gates, or the replayed ``routes`` with recomputed gates."""
-    if not isinstance(router_logits, Tensor) or router_logits.dim() != 2 or not router_logits.is_floating_point():
-        raise ValueError(f"router_logits must be a floating [N, E] tensor, got {_describe(router_logits)}")
+    if (
+        not isinstance(router_logits, Tensor)
+        or router_logits.dim() != 2
+        or not router_logits.is_floating_point()
+    ):
+        raise ValueError(
+            f"router_logits must be a floating [N, E] tensor, got {_describe(router_logits)}"
+        )
     n, e = router_logits.shape
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= e:
         raise ValueError(f"top_k must be an int in [1, E={e}], got {top_k!r}")
@@ -91,8 +97,12 @@ def moe_experts(
 
         impl = "triton" if x.is_cuda and triton_available() else "grouped"
     if impl == "triton" and not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"impl='triton' needs CUDA tensors (x is on {x.device}) or TRITON_INTERPRET=1")
-    return _grouped(x, experts, gates, w1, w3, w2, backend="triton" if impl == "triton" else "torch")
+        raise ValueError(
+            f"impl='triton' needs CUDA tensors (x is on {x.device}) or TRITON_INTERPRET=1"
+        )
+    return _grouped(
+        x, experts, gates, w1, w3, w2, backend="triton" if impl == "triton" else "torch"
+    )
 
 
 def moe_experts_concat(
@@ -125,7 +135,11 @@ def moe_forward(
     impl: Impl = "auto",
 ) -> tuple[Tensor, Tensor, Tensor]:  # (y [N, D], experts [N, k], router_logits [N, E])
     """Router + experts: the whole MoE MLP of one layer (see :func:`route`, :func:`moe_experts`)."""
-    if not isinstance(router_weight, Tensor) or router_weight.dim() != 2 or router_weight.shape[1:] != x.shape[1:]:
+    if (
+        not isinstance(router_weight, Tensor)
+        or router_weight.dim() != 2
+        or router_weight.shape[1:] != x.shape[1:]
+    ):
         raise ValueError(
             f"router_weight must have shape [E, D={x.shape[-1]}], got {_describe(router_weight)}"
         )
@@ -151,34 +165,56 @@ def _grouped(
     x: Tensor, experts: Tensor, gates: Tensor, w1: Tensor, w3: Tensor, w2: Tensor, *, backend: str
 ) -> Tensor:
     """Sort assignments by expert, grouped matmuls over contiguous segments, one scatter back."""
-    n, k = experts.shape
+    k = experts.shape[1]
     flat = experts.reshape(-1)  # [N·k]: assignment a = token a // k, slot a % k
     order = torch.argsort(flat, stable=True)  # stable: tokens stay in order inside a segment
     counts = torch.bincount(flat, minlength=w1.shape[0])  # [E]
     tok = order // k  # [M = N·k]
     xs = x.index_select(0, tok)  # [M, D] sorted by expert
-    h = F.silu(grouped_mm(xs, w1, counts, backend=backend)) * grouped_mm(xs, w3, counts, backend=backend)  # [M, F]
-    ys = grouped_mm(h, w2, counts, backend=backend) * gates.reshape(-1).index_select(0, order).unsqueeze(1)
+    h = F.silu(grouped_mm(xs, w1, counts, backend=backend)) * grouped_mm(
+        xs, w3, counts, backend=backend
+    )  # [M, F]
+    ys = grouped_mm(h, w2, counts, backend=backend) * gates.reshape(-1).index_select(
+        0, order
+    ).unsqueeze(1)
     return torch.zeros_like(x).index_add(0, tok, ys.to(x.dtype))
 
 
-def _check_experts(x: Tensor, experts: Tensor, gates: Tensor, w1: Tensor, w3: Tensor, w2: Tensor) -> None:
-    for name, t, dim in (("x", x, 2), ("gates", gates, 2), ("w1", w1, 3), ("w3", w3, 3), ("w2", w2, 3)):
+def _check_experts(
+    x: Tensor, experts: Tensor, gates: Tensor, w1: Tensor, w3: Tensor, w2: Tensor
+) -> None:
+    for name, t, dim in (
+        ("x", x, 2),
+        ("gates", gates, 2),
+        ("w1", w1, 3),
+        ("w3", w3, 3),
+        ("w2", w2, 3),
+    ):
         if not isinstance(t, Tensor) or t.dim() != dim or not t.is_floating_point():
             raise ValueError(f"{name} must be a floating {dim}-D tensor, got {_describe(t)}")
     n, d = x.shape
     e, f = w1.shape[0], w1.shape[1]
     if w1.shape != (e, f, d) or w3.shape != (e, f, d):
-        raise ValueError(f"w1 and w3 must be [E, F, D={d}], got {tuple(w1.shape)} and {tuple(w3.shape)}")
+        raise ValueError(
+            f"w1 and w3 must be [E, F, D={d}], got {tuple(w1.shape)} and {tuple(w3.shape)}"
+        )
     if w2.shape != (e, d, f):
         raise ValueError(f"w2 must be [E={e}, D={d}, F={f}], got {tuple(w2.shape)}")
-    if not isinstance(experts, Tensor) or experts.dtype != torch.int64 or experts.dim() != 2 or experts.shape[0] != n:
+    if (
+        not isinstance(experts, Tensor)
+        or experts.dtype != torch.int64
+        or experts.dim() != 2
+        or experts.shape[0] != n
+    ):
         raise ValueError(f"experts must be an int64 [N={n}, k] tensor, got {_describe(experts)}")
     if gates.shape != experts.shape:
-        raise ValueError(f"gates must have the shape of experts {tuple(experts.shape)}, got {tuple(gates.shape)}")
+        raise ValueError(
+            f"gates must have the shape of experts {tuple(experts.shape)}, got {tuple(gates.shape)}"
+        )
     if experts.numel() and (int(experts.min()) < 0 or int(experts.max()) >= e):
         raise ValueError(
-            f"experts must lie in [0, E={e}), got values in [{int(experts.min())}, {int(experts.max())}]"
+            f"experts must lie in [0, E={e}), got values in "
+            f"[{int(experts.min())}, {int(experts.max())}]"
         )
     for name, t in (("experts", experts), ("gates", gates), ("w1", w1), ("w3", w3), ("w2", w2)):
         if t.device != x.device:

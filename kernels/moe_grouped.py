@@ -29,7 +29,10 @@ def grouped_mm(
 ) -> Tensor:  # [M, Nout]
     """``out[segment e] = a[segment e] @ w[e].T`` (see the module docstring)."""
     if a.dim() != 2 or w.dim() != 3 or w.shape[2] != a.shape[1]:
-        raise ValueError(f"grouped_mm needs a [M, K] and w [E, Nout, K], got {tuple(a.shape)} and {tuple(w.shape)}")
+        raise ValueError(
+            f"grouped_mm needs a [M, K] and w [E, Nout, K], got {tuple(a.shape)} "
+            f"and {tuple(w.shape)}"
+        )
     if counts.shape != (w.shape[0],) or int(counts.sum()) != a.shape[0]:
         raise ValueError(
             f"counts must be [E={w.shape[0]}] summing to M={a.shape[0]}, got shape "
@@ -53,7 +56,9 @@ def segment_bounds(counts: Tensor) -> tuple[tuple[int, int, int], ...]:
 
 class _GroupedMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, a: Tensor, w: Tensor, bounds: tuple[tuple[int, int, int], ...]) -> Tensor:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        ctx: Any, a: Tensor, w: Tensor, bounds: tuple[tuple[int, int, int], ...]
+    ) -> Tensor:
         dt = torch.promote_types(a.dtype, w.dtype)
         out = a.new_zeros(a.shape[0], w.shape[1], dtype=dt)
         for e, s, t in bounds:
@@ -63,7 +68,9 @@ class _GroupedMM(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
+    def backward(  # type: ignore[override]
+        ctx: Any, g: Tensor
+    ) -> tuple[Tensor | None, Tensor | None, None]:
         a, w = ctx.saved_tensors
         need_a, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         da = torch.zeros(a.shape, dtype=g.dtype, device=g.device) if need_a else None

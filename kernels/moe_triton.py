@@ -29,7 +29,9 @@ __all__ = ["triton_grouped_mm"]
 BM, BN, BK = 32, 32, 32
 
 
-def triton_grouped_mm(a: Tensor, w: Tensor, counts: Tensor) -> Tensor:  # [M, K], [E, Nout, K], [E] -> [M, Nout]
+def triton_grouped_mm(
+    a: Tensor, w: Tensor, counts: Tensor
+) -> Tensor:  # [M, K], [E, Nout, K], [E] -> [M, Nout]
     """``out[segment e] = a[segment e] @ w[e].T`` on Triton, differentiable in ``a`` and ``w``."""
     return _TritonGroupedMM.apply(a, w, counts)
 
@@ -67,12 +69,16 @@ class _TritonGroupedMM(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
+    def backward(  # type: ignore[override]
+        ctx: Any, g: Tensor
+    ) -> tuple[Tensor | None, Tensor | None, None]:
         a, w, counts = ctx.saved_tensors
         g = g.to(a.dtype).contiguous()
         da = dw = None
         if ctx.needs_input_grad[0]:  # ∂a = g @ w[e]: w[e].T read through swapped strides
-            da = _segments_mm(g, w, w.stride(2), w.stride(1), w.shape[2], _schedule(counts, g.shape[0]))
+            da = _segments_mm(
+                g, w, w.stride(2), w.stride(1), w.shape[2], _schedule(counts, g.shape[0])
+            )
         if ctx.needs_input_grad[1]:
             e, nout, k = w.shape
             dw = torch.zeros_like(w)
@@ -82,21 +88,53 @@ class _TritonGroupedMM(torch.autograd.Function):
         return da, dw, None
 
 
-def _segments_mm(a: Tensor, w: Tensor, s_n: int, s_k: int, nout: int, sched: tuple[Tensor, Tensor, Tensor, int]) -> Tensor:
+def _segments_mm(
+    a: Tensor, w: Tensor, s_n: int, s_k: int, nout: int, sched: tuple[Tensor, Tensor, Tensor, int]
+) -> Tensor:
     expert, row, end, n_tiles = sched
     m, k = a.shape
     out = torch.zeros(m, nout, dtype=a.dtype, device=a.device)
     if m == 0:
         return out
     grid = (n_tiles, triton.cdiv(nout, BN))
-    _segment_tiles[grid](a, w, out, expert, row, end, nout, k, w.stride(0), s_n, s_k,
-                         BM=BM, BN=BN, BK=BK, ACC=_acc(a.dtype))
+    _segment_tiles[grid](
+        a,
+        w,
+        out,
+        expert,
+        row,
+        end,
+        nout,
+        k,
+        w.stride(0),
+        s_n,
+        s_k,
+        BM=BM,
+        BN=BN,
+        BK=BK,
+        ACC=_acc(a.dtype),
+    )
     return out
 
 
 @triton.jit
-def _segment_tiles(a_ptr, w_ptr, out_ptr, expert_ptr, row_ptr, end_ptr, NOUT, K, s_e, s_n, s_k,
-                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, ACC: tl.constexpr):
+def _segment_tiles(
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    expert_ptr,
+    row_ptr,
+    end_ptr,
+    NOUT,
+    K,
+    s_e,
+    s_n,
+    s_k,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    ACC: tl.constexpr,
+):
     """``out[rows] = a[rows] @ W_e.T`` for one row tile of expert ``e`` (W_e[n, k] at
     ``w + e·s_e + n·s_n + k·s_k``)."""
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
@@ -112,16 +150,33 @@ def _segment_tiles(a_ptr, w_ptr, out_ptr, expert_ptr, row_ptr, end_ptr, NOUT, K,
     for k0 in range(0, K, BK):
         kk = k0 + tl.arange(0, BK)
         k_ok = kk < K
-        at = tl.load(a_ptr + rows[:, None] * K + kk[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
-        wt = tl.load(w_ptr + e_safe * s_e + cols[:, None] * s_n + kk[None, :] * s_k,
-                     mask=c_ok[:, None] & k_ok[None, :], other=0.0)
+        at = tl.load(
+            a_ptr + rows[:, None] * K + kk[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0
+        )
+        wt = tl.load(
+            w_ptr + e_safe * s_e + cols[:, None] * s_n + kk[None, :] * s_k,
+            mask=c_ok[:, None] & k_ok[None, :],
+            other=0.0,
+        )
         acc += tl.dot(at, tl.trans(wt), input_precision="ieee", out_dtype=ACC)
-    tl.store(out_ptr + rows[:, None] * NOUT + cols[None, :], acc, mask=r_ok[:, None] & c_ok[None, :])
+    tl.store(
+        out_ptr + rows[:, None] * NOUT + cols[None, :], acc, mask=r_ok[:, None] & c_ok[None, :]
+    )
 
 
 @triton.jit
-def _weight_grad(g_ptr, a_ptr, dw_ptr, bounds_ptr, NOUT, K,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, ACC: tl.constexpr):
+def _weight_grad(
+    g_ptr,
+    a_ptr,
+    dw_ptr,
+    bounds_ptr,
+    NOUT,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    ACC: tl.constexpr,
+):
     """``dw[e, n_tile, k_tile] = g[seg e, n_tile].T @ a[seg e, k_tile]``."""
     e, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(bounds_ptr + e)
@@ -133,7 +188,17 @@ def _weight_grad(g_ptr, a_ptr, dw_ptr, bounds_ptr, NOUT, K,
     for r0 in range(start, end, BM):
         rows = r0 + tl.arange(0, BM)
         r_ok = rows < end
-        gt = tl.load(g_ptr + rows[:, None] * NOUT + cols[None, :], mask=r_ok[:, None] & c_ok[None, :], other=0.0)
-        at = tl.load(a_ptr + rows[:, None] * K + kk[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
+        gt = tl.load(
+            g_ptr + rows[:, None] * NOUT + cols[None, :],
+            mask=r_ok[:, None] & c_ok[None, :],
+            other=0.0,
+        )
+        at = tl.load(
+            a_ptr + rows[:, None] * K + kk[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0
+        )
         acc += tl.dot(tl.trans(gt), at, input_precision="ieee", out_dtype=ACC)
-    tl.store(dw_ptr + e * NOUT * K + cols[:, None] * K + kk[None, :], acc, mask=c_ok[:, None] & k_ok[None, :])
+    tl.store(
+        dw_ptr + e * NOUT * K + cols[:, None] * K + kk[None, :],
+        acc,
+        mask=c_ok[:, None] & k_ok[None, :],
+    )

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-KEYS = {"naive_peak_mib", "chunked_peak_mib", "naive_ms", "chunked_ms", "moe_loop_ms", "moe_grouped_ms"}
+KEYS = {
+    "naive_peak_mib",
+    "chunked_peak_mib",
+    "naive_ms",
+    "chunked_ms",
+    "moe_loop_ms",
+    "moe_grouped_ms",
+}
 
 
 @pytest.mark.heavy
@@ -22,7 +29,11 @@ def test_bench_kernels_quick_json() -> None:
     envgym = Path(sys.executable).with_name("envgym")
     proc = subprocess.run(
         [str(envgym), "bench", "kernels", "--quick", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=580, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=580,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
@@ -31,5 +42,7 @@ def test_bench_kernels_quick_json() -> None:
     assert payload["benchmark"] == "kernels"
     assert set(payload["metrics"]) == KEYS
     assert all(isinstance(payload["metrics"][k], (int, float)) for k in KEYS)
-    assert payload["units"]["naive_peak_mib"] == "MiB" and payload["units"]["moe_grouped_ms"] == "ms"
+    assert (
+        payload["units"]["naive_peak_mib"] == "MiB" and payload["units"]["moe_grouped_ms"] == "ms"
+    )
     assert "machine" in payload

@@ -1,4 +1,4 @@
-"""kernels.logprob: the chunked selected-token log-prob/entropy op against hand values and the naive op.
+"""kernels.logprob: the chunked selected-token log-prob/entropy op vs. hand values and the naive op.
 
 Hand values use a one-dimensional hidden state so the logits are exactly the head's entries:
 ``hidden = [[1]]``, ``weight = [[0], [ln 2], [ln 3]]`` gives ``e^z = 1, 2, 3`` (probabilities
@@ -48,7 +48,9 @@ def _random_case(
 
 def test_full_vocabulary_by_hand() -> None:
     hidden, weight = _hand_inputs()
-    logp, ent = selected_logprobs(hidden, weight, torch.tensor([2]), with_entropy=True, chunk_size=2)
+    logp, ent = selected_logprobs(
+        hidden, weight, torch.tensor([2]), with_entropy=True, chunk_size=2
+    )
     assert logp.item() == pytest.approx(math.log(1 / 2), abs=1e-12)
     expected_h = -(1 / 6 * math.log(1 / 6) + 2 / 6 * math.log(2 / 6) + 3 / 6 * math.log(3 / 6))
     assert ent is not None and ent.item() == pytest.approx(expected_h, abs=1e-12)
@@ -57,17 +59,23 @@ def test_full_vocabulary_by_hand() -> None:
 def test_temperature_by_hand() -> None:
     # T = 0.5 squares e^z: 1, 4, 9 -> probabilities 1/14, 4/14, 9/14
     hidden, weight = _hand_inputs()
-    logp, ent = selected_logprobs(hidden, weight, torch.tensor([1]), temperature=0.5, with_entropy=True, chunk_size=1)
+    logp, ent = selected_logprobs(
+        hidden, weight, torch.tensor([1]), temperature=0.5, with_entropy=True, chunk_size=1
+    )
     assert logp.item() == pytest.approx(math.log(4 / 14), abs=1e-12)
     ps = [1 / 14, 4 / 14, 9 / 14]
-    assert ent is not None and ent.item() == pytest.approx(-sum(p * math.log(p) for p in ps), abs=1e-12)
+    assert ent is not None and ent.item() == pytest.approx(
+        -sum(p * math.log(p) for p in ps), abs=1e-12
+    )
 
 
 def test_keep_mask_renormalizes_by_hand() -> None:
     # kept {1, 2}: probabilities 2/5, 3/5 (token 0 is outside the sampler's set)
     hidden, weight = _hand_inputs()
     kept = torch.tensor([[2, -1, 1]])
-    logp, ent = selected_logprobs(hidden, weight, torch.tensor([2]), kept_ids=kept, with_entropy=True, chunk_size=1)
+    logp, ent = selected_logprobs(
+        hidden, weight, torch.tensor([2]), kept_ids=kept, with_entropy=True, chunk_size=1
+    )
     assert logp.item() == pytest.approx(math.log(3 / 5), abs=1e-12)
     assert ent is not None
     assert ent.item() == pytest.approx(-(0.4 * math.log(0.4) + 0.6 * math.log(0.6)), abs=1e-12)
@@ -103,16 +111,35 @@ def test_gradient_by_hand() -> None:
     ],
 )
 def test_matches_naive_values_and_gradients(
-    seed: int, n: int, h: int, v: int, k: int | None, chunk: int, token_chunk: int | None, temperature: float
+    seed: int,
+    n: int,
+    h: int,
+    v: int,
+    k: int | None,
+    chunk: int,
+    token_chunk: int | None,
+    temperature: float,
 ) -> None:
     case = _random_case(seed, n, h, v, k)
     weights = torch.randn(n, dtype=F64, generator=torch.Generator().manual_seed(seed + 100))
     outs = []
-    for fn, extra in ((selected_logprobs, {"token_chunk": token_chunk}), (naive_selected_logprobs, {})):
+    for fn, extra in (
+        (selected_logprobs, {"token_chunk": token_chunk}),
+        (naive_selected_logprobs, {}),
+    ):
         hid = case["hidden"].clone().requires_grad_(True)
         w = case["weight"].clone().requires_grad_(True)
         kw = {key: val for key, val in case.items() if key not in ("hidden", "weight", "targets")}
-        logp, ent = fn(hid, w, case["targets"], temperature=temperature, chunk_size=chunk, with_entropy=True, **kw, **extra)
+        logp, ent = fn(
+            hid,
+            w,
+            case["targets"],
+            temperature=temperature,
+            chunk_size=chunk,
+            with_entropy=True,
+            **kw,
+            **extra,
+        )
         assert ent is not None
         # a loss touching both outputs with distinct per-row weights
         (weights * logp + 0.37 * weights.flip(0) * ent).sum().backward()
@@ -124,14 +151,24 @@ def test_matches_naive_values_and_gradients(
 @pytest.mark.parametrize("seed", range(4))
 def test_random_shapes_match_naive(seed: int) -> None:
     g = torch.Generator().manual_seed(1000 + seed)
-    n, h, v = (int(x) for x in (torch.randint(1, 20, (1,), generator=g), torch.randint(1, 9, (1,), generator=g),
-                                torch.randint(2, 80, (1,), generator=g)))
+    n, h, v = (
+        int(x)
+        for x in (
+            torch.randint(1, 20, (1,), generator=g),
+            torch.randint(1, 9, (1,), generator=g),
+            torch.randint(2, 80, (1,), generator=g),
+        )
+    )
     chunk = int(torch.randint(1, v + 5, (1,), generator=g))
     k = int(torch.randint(1, 8, (1,), generator=g))
     case = _random_case(seed, n, h, v, k, frac_kept=0.5)
     kw = {key: val for key, val in case.items() if key not in ("hidden", "weight", "targets")}
-    got = selected_logprobs(case["hidden"], case["weight"], case["targets"], chunk_size=chunk, with_entropy=True, **kw)
-    want = naive_selected_logprobs(case["hidden"], case["weight"], case["targets"], with_entropy=True, **kw)
+    got = selected_logprobs(
+        case["hidden"], case["weight"], case["targets"], chunk_size=chunk, with_entropy=True, **kw
+    )
+    want = naive_selected_logprobs(
+        case["hidden"], case["weight"], case["targets"], with_entropy=True, **kw
+    )
     torch.testing.assert_close(got[0], want[0], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(got[1], want[1], rtol=1e-10, atol=1e-10)
 
@@ -141,8 +178,15 @@ def test_gradcheck_full_and_kept() -> None:
 
     def fn(hid: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
         logp, ent = selected_logprobs(
-            hid, w, case["targets"], kept_ids=case["kept_ids"], kept_rows=case["kept_rows"],
-            chunk_size=4, token_chunk=2, with_entropy=True, temperature=0.8,
+            hid,
+            w,
+            case["targets"],
+            kept_ids=case["kept_ids"],
+            kept_rows=case["kept_rows"],
+            chunk_size=4,
+            token_chunk=2,
+            with_entropy=True,
+            temperature=0.8,
         )
         assert ent is not None
         return logp, ent
@@ -154,7 +198,12 @@ def test_gradcheck_full_and_kept() -> None:
 
 def test_gradient_of_entropy_alone_and_of_logp_alone() -> None:
     case = _random_case(8, 5, 4, 17, 4)
-    kw = {"kept_ids": case["kept_ids"], "kept_rows": case["kept_rows"], "chunk_size": 5, "with_entropy": True}
+    kw = {
+        "kept_ids": case["kept_ids"],
+        "kept_rows": case["kept_rows"],
+        "chunk_size": 5,
+        "with_entropy": True,
+    }
     for pick in (0, 1):
         grads = []
         for fn in (selected_logprobs, naive_selected_logprobs):
@@ -183,7 +232,9 @@ def test_kept_set_of_size_one_is_certain() -> None:
     case = _random_case(10, 4, 3, 12)
     kept = case["targets"].unsqueeze(1)
     hid = case["hidden"].clone().requires_grad_(True)
-    logp, ent = selected_logprobs(hid, case["weight"], case["targets"], kept_ids=kept, with_entropy=True, chunk_size=5)
+    logp, ent = selected_logprobs(
+        hid, case["weight"], case["targets"], kept_ids=kept, with_entropy=True, chunk_size=5
+    )
     assert ent is not None
     torch.testing.assert_close(logp, torch.zeros(4, dtype=F64), rtol=0, atol=1e-12)
     torch.testing.assert_close(ent, torch.zeros(4, dtype=F64), rtol=0, atol=1e-12)
@@ -196,10 +247,17 @@ def test_all_rows_full_vocabulary_equals_no_kept_sets() -> None:
     case = _random_case(11, 6, 4, 21, 3)
     off = torch.zeros(6, dtype=torch.bool)
     with_sets = selected_logprobs(
-        case["hidden"], case["weight"], case["targets"], kept_ids=case["kept_ids"], kept_rows=off,
-        with_entropy=True, chunk_size=4,
+        case["hidden"],
+        case["weight"],
+        case["targets"],
+        kept_ids=case["kept_ids"],
+        kept_rows=off,
+        with_entropy=True,
+        chunk_size=4,
     )
-    plain = selected_logprobs(case["hidden"], case["weight"], case["targets"], with_entropy=True, chunk_size=4)
+    plain = selected_logprobs(
+        case["hidden"], case["weight"], case["targets"], with_entropy=True, chunk_size=4
+    )
     torch.testing.assert_close(with_sets[0], plain[0], rtol=0, atol=0)
     torch.testing.assert_close(with_sets[1], plain[1], rtol=0, atol=0)
 
@@ -207,7 +265,9 @@ def test_all_rows_full_vocabulary_equals_no_kept_sets() -> None:
 def test_kept_set_covering_the_vocabulary_equals_full() -> None:
     case = _random_case(12, 5, 3, 10)
     everything = torch.arange(10).repeat(5, 1)
-    kept = selected_logprobs(case["hidden"], case["weight"], case["targets"], kept_ids=everything, with_entropy=True)
+    kept = selected_logprobs(
+        case["hidden"], case["weight"], case["targets"], kept_ids=everything, with_entropy=True
+    )
     full = selected_logprobs(case["hidden"], case["weight"], case["targets"], with_entropy=True)
     torch.testing.assert_close(kept[0], full[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(kept[1], full[1], rtol=1e-12, atol=1e-12)
@@ -229,11 +289,20 @@ def test_padding_rows_do_not_change_other_rows() -> None:
     # appending rows (e.g. padded positions of a batch) leaves the other rows' values and
     # gradients alone when the loss does not use the extra rows
     case = _random_case(14, 6, 4, 15, 4)
-    kw = {"kept_ids": case["kept_ids"], "kept_rows": case["kept_rows"], "chunk_size": 4, "with_entropy": True}
+    kw = {
+        "kept_ids": case["kept_ids"],
+        "kept_rows": case["kept_rows"],
+        "chunk_size": 4,
+        "with_entropy": True,
+    }
     hid = case["hidden"].clone().requires_grad_(True)
     w = case["weight"].clone().requires_grad_(True)
-    logp, ent = selected_logprobs(hid[:4], w, case["targets"][:4],
-                                  **{**kw, "kept_ids": case["kept_ids"][:4], "kept_rows": case["kept_rows"][:4]})
+    logp, ent = selected_logprobs(
+        hid[:4],
+        w,
+        case["targets"][:4],
+        **{**kw, "kept_ids": case["kept_ids"][:4], "kept_rows": case["kept_rows"][:4]},
+    )
     assert ent is not None
     (logp + ent).sum().backward()
     g_small = (hid.grad.clone(), w.grad.clone())  # type: ignore[union-attr]
@@ -255,7 +324,9 @@ def test_half_precision_inputs_compute_in_float32() -> None:
     w = case["weight"].to(torch.bfloat16).requires_grad_(True)
     logp, ent = selected_logprobs(hid, w, case["targets"], with_entropy=True, chunk_size=7)
     assert logp.dtype == torch.float32 and ent is not None and ent.dtype == torch.float32
-    want = naive_selected_logprobs(hid.detach().double(), w.detach().double(), case["targets"], with_entropy=True)
+    want = naive_selected_logprobs(
+        hid.detach().double(), w.detach().double(), case["targets"], with_entropy=True
+    )
     torch.testing.assert_close(logp.double(), want[0], rtol=1e-5, atol=1e-5)
     (logp.sum() + ent.sum()).backward()
     assert hid.grad is not None and hid.grad.dtype == torch.bfloat16
@@ -274,7 +345,9 @@ def test_never_allocates_full_logits() -> None:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            logp, ent = fn(hid, w, case["targets"], chunk_size=chunk, with_entropy=True)  # type: ignore[operator]
+            logp, ent = fn(  # type: ignore[operator]
+                hid, w, case["targets"], chunk_size=chunk, with_entropy=True
+            )
             (logp.sum() + ent.sum()).backward()
         return max(max(e.self_cpu_memory_usage, 0) for e in prof.events())
 
@@ -301,7 +374,11 @@ def test_saves_no_logit_sized_tensor_for_backward() -> None:
 
 
 def _ok() -> dict[str, object]:
-    return {"hidden": torch.randn(3, 2), "weight": torch.randn(5, 2), "targets": torch.tensor([0, 4, 2])}
+    return {
+        "hidden": torch.randn(3, 2),
+        "weight": torch.randn(5, 2),
+        "targets": torch.tensor([0, 4, 2]),
+    }
 
 
 @pytest.mark.parametrize(
@@ -329,17 +406,30 @@ def _ok() -> dict[str, object]:
         ({"kept_ids": torch.tensor([[0], [4], [-2]])}, ValueError, "kept_ids"),
         ({"kept_ids": torch.tensor([[0], [3], [2]])}, ValueError, "targets[1]"),
         ({"kept_ids": torch.tensor([[0], [-1], [2]])}, ValueError, "empty kept set"),
-        ({"kept_ids": torch.tensor([[0], [4], [2]]), "kept_rows": torch.ones(3)}, ValueError, "kept_rows"),
-        ({"kept_ids": torch.tensor([[0], [4], [2]]), "kept_rows": torch.ones(2, dtype=torch.bool)}, ValueError,
-         "kept_rows"),
+        (
+            {"kept_ids": torch.tensor([[0], [4], [2]]), "kept_rows": torch.ones(3)},
+            ValueError,
+            "kept_rows",
+        ),
+        (
+            {
+                "kept_ids": torch.tensor([[0], [4], [2]]),
+                "kept_rows": torch.ones(2, dtype=torch.bool),
+            },
+            ValueError,
+            "kept_rows",
+        ),
         ({"token_chunk": 0}, ValueError, "token_chunk"),
         ({"backend": "cuda"}, ValueError, "backend"),
     ],
 )
-def test_bad_input_names_the_argument(change: dict[str, object], error: type[Exception], needle: str) -> None:
+def test_bad_input_names_the_argument(
+    change: dict[str, object], error: type[Exception], needle: str
+) -> None:
     args = {**_ok(), **change}
     with pytest.raises(error, match=needle.replace("[", r"\[").replace("]", r"\]")):
-        selected_logprobs(args.pop("hidden"), args.pop("weight"), args.pop("targets"), **args)  # type: ignore[arg-type]
+        hidden, weight, targets = args.pop("hidden"), args.pop("weight"), args.pop("targets")
+        selected_logprobs(hidden, weight, targets, **args)  # type: ignore[arg-type]
 
 
 def test_naive_checks_the_same_inputs() -> None:
@@ -351,7 +441,9 @@ def test_a_kept_row_whose_target_is_outside_is_fine_when_the_row_is_off() -> Non
     args = _ok()
     kept = torch.tensor([[0], [3], [2]])  # row 1's set misses its target, but row 1 is full-vocab
     rows = torch.tensor([True, False, True])
-    logp, _ = selected_logprobs(args["hidden"], args["weight"], args["targets"], kept_ids=kept, kept_rows=rows)  # type: ignore[arg-type]
+    logp, _ = selected_logprobs(
+        args["hidden"], args["weight"], args["targets"], kept_ids=kept, kept_rows=rows
+    )  # type: ignore[arg-type]
     assert torch.isfinite(logp).all()
 
 

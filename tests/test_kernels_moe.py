@@ -46,9 +46,13 @@ E0, E1 = _silu(1.0), _silu(2.0)  # the two experts' outputs at x = 1
         (1, [[-1]], True, E1),  # not recorded: the router's own choice
     ],
 )
-def test_by_hand(impl: str, top_k: int, routes: list[list[int]] | None, normalize: bool, expected: float) -> None:
+def test_by_hand(
+    impl: str, top_k: int, routes: list[list[int]] | None, normalize: bool, expected: float
+) -> None:
     r = None if routes is None else torch.tensor(routes)
-    y, experts, logits = moe_forward(*_hand_params(), top_k=top_k, routes=r, normalize=normalize, impl=impl)  # type: ignore[arg-type]
+    y, experts, logits = moe_forward(
+        *_hand_params(), top_k=top_k, routes=r, normalize=normalize, impl=impl
+    )  # type: ignore[arg-type]
     assert y.item() == pytest.approx(expected, abs=1e-12)
     assert logits.squeeze(0).tolist() == pytest.approx([0.0, math.log(3.0)], abs=1e-12)
     if routes is not None and routes[0][0] >= 0:
@@ -56,7 +60,9 @@ def test_by_hand(impl: str, top_k: int, routes: list[list[int]] | None, normaliz
 
 
 def test_route_gates_by_hand() -> None:
-    logits = torch.tensor([[0.0, math.log(2.0), math.log(5.0)]], dtype=F64)  # probabilities 1/8, 2/8, 5/8
+    logits = torch.tensor(
+        [[0.0, math.log(2.0), math.log(5.0)]], dtype=F64
+    )  # probabilities 1/8, 2/8, 5/8
     experts, gates = route(logits, 2)
     assert experts.tolist() == [[2, 1]]
     assert gates.squeeze(0).tolist() == pytest.approx([5 / 7, 2 / 7], abs=1e-12)
@@ -70,7 +76,9 @@ def test_route_gates_by_hand() -> None:
 def test_replaying_the_routers_own_choice_is_identical() -> None:
     params = _random_params(3, n=20, d=5, f=4, e=6)
     y, experts, _ = moe_forward(*params, top_k=2, impl="grouped")
-    y_replayed, experts_replayed, _ = moe_forward(*params, top_k=2, routes=experts.clone(), impl="grouped")
+    y_replayed, experts_replayed, _ = moe_forward(
+        *params, top_k=2, routes=experts.clone(), impl="grouped"
+    )
     assert torch.equal(experts, experts_replayed)
     assert torch.equal(y, y_replayed)
 
@@ -103,7 +111,12 @@ def test_grouped_matches_loop_values_and_gradients(
     results = []
     for impl in ("loop", "grouped"):
         params = [p.requires_grad_(True) for p in _random_params(seed, n=n, d=d, f=f, e=e)]
-        y, experts, _ = moe_forward(*params, top_k=k, routes=routes, impl=impl)  # type: ignore[arg-type]
+        y, experts, _ = moe_forward(
+            *params,
+            top_k=k,
+            routes=routes,
+            impl=impl,  # type: ignore[arg-type]
+        )
         (y * upstream).sum().backward()
         results.append([y.detach(), experts, *(p.grad for p in params)])
     if routes is not None:
@@ -124,9 +137,13 @@ def test_router_gets_gradients_under_replay() -> None:
 def test_gradcheck_grouped() -> None:
     params = [p.requires_grad_(True) for p in _random_params(6, n=5, d=3, f=2, e=3)]
     experts = torch.tensor([[0, 2], [2, 1], [0, 1], [2, 0], [1, 2]])
-    gates = torch.rand(5, 2, dtype=F64, generator=torch.Generator().manual_seed(7)).requires_grad_(True)
+    gates = torch.rand(5, 2, dtype=F64, generator=torch.Generator().manual_seed(7)).requires_grad_(
+        True
+    )
 
-    def fn(x: torch.Tensor, gt: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    def fn(
+        x: torch.Tensor, gt: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor
+    ) -> torch.Tensor:
         return moe_experts(x, experts, gt, w1, w3, w2, impl="grouped")
 
     assert torch.autograd.gradcheck(fn, (params[0], gates, params[2], params[3], params[4]))
@@ -134,8 +151,16 @@ def test_gradcheck_grouped() -> None:
 
 def test_grouped_mm_by_hand_with_an_empty_group() -> None:
     a = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], dtype=F64)
-    w = torch.stack([torch.eye(2, dtype=F64), 2 * torch.eye(2, dtype=F64), torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=F64)])
-    out = grouped_mm(a, w, torch.tensor([1, 0, 2]))  # row 0: identity; rows 1-2: swap (group 1 empty)
+    w = torch.stack(
+        [
+            torch.eye(2, dtype=F64),
+            2 * torch.eye(2, dtype=F64),
+            torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=F64),
+        ]
+    )
+    out = grouped_mm(
+        a, w, torch.tensor([1, 0, 2])
+    )  # row 0: identity; rows 1-2: swap (group 1 empty)
     assert out.tolist() == [[1.0, 2.0], [4.0, 3.0], [6.0, 5.0]]
 
 
@@ -220,7 +245,9 @@ def test_concatenated_layout_matches_transformers_mixtral_experts() -> None:
     from transformers import MixtralConfig
     from transformers.models.mixtral.modeling_mixtral import MixtralExperts
 
-    cfg = MixtralConfig(hidden_size=6, intermediate_size=4, num_local_experts=3, num_experts_per_tok=2)
+    cfg = MixtralConfig(
+        hidden_size=6, intermediate_size=4, num_local_experts=3, num_experts_per_tok=2
+    )
     cfg._experts_implementation = "eager"
     module = MixtralExperts(cfg).double()
     g = torch.Generator().manual_seed(20)

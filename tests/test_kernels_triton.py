@@ -19,10 +19,11 @@ import torch
 _previous = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
 try:
-    import kernels.logprob_triton as logprob_triton
-    import kernels.moe_triton as moe_triton
+    from kernels import logprob_triton, logprob_triton_kernels, moe_triton
 
-    logprob_triton = importlib.reload(logprob_triton)  # interpreted even if imported earlier
+    # interpreted even if an earlier test imported them without the variable
+    importlib.reload(logprob_triton_kernels)
+    logprob_triton = importlib.reload(logprob_triton)
     moe_triton = importlib.reload(moe_triton)
 finally:
     if _previous is None:
@@ -30,10 +31,10 @@ finally:
     else:
         os.environ["TRITON_INTERPRET"] = _previous
 
-from kernels.logprob import naive_selected_logprobs, selected_logprobs  # noqa: E402
-from kernels.logprob_inputs import check_inputs  # noqa: E402
-from kernels.moe import moe_forward  # noqa: E402
-from kernels.moe_grouped import grouped_mm  # noqa: E402
+from kernels.logprob import naive_selected_logprobs, selected_logprobs
+from kernels.logprob_inputs import check_inputs
+from kernels.moe import moe_forward
+from kernels.moe_grouped import grouped_mm
 
 F64 = torch.float64
 SMALL = logprob_triton.Blocks(tokens=16, vocab=16, hidden=16, kept=16)
@@ -65,10 +66,24 @@ def _case(seed: int, n: int, h: int, v: int, k: int | None = None) -> dict[str, 
     return case
 
 
-def _triton(case: dict[str, torch.Tensor], **kw: object) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _triton(
+    case: dict[str, torch.Tensor], **kw: object
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     extra = {key: case[key] for key in ("kept_ids", "kept_rows") if key in case}
-    inp = check_inputs(case["hidden"], case["weight"], case["targets"], chunk_size=1024, **{
-        "temperature": 1.0, "with_entropy": False, "kept_ids": None, "kept_rows": None, **extra, **kw})  # type: ignore[arg-type]
+    inp = check_inputs(
+        case["hidden"],
+        case["weight"],
+        case["targets"],
+        chunk_size=1024,
+        **{
+            "temperature": 1.0,
+            "with_entropy": False,
+            "kept_ids": None,
+            "kept_rows": None,
+            **extra,
+            **kw,
+        },
+    )  # type: ignore[arg-type]
     return logprob_triton.triton_selected_logprobs(inp, SMALL)
 
 
@@ -80,7 +95,9 @@ def _triton(case: dict[str, torch.Tensor], **kw: object) -> tuple[torch.Tensor, 
         (2, 19, 17, 33, 20, 1.3),  # kept sets over two kept blocks, mixed with full rows
     ],
 )
-def test_logprob_matches_naive(seed: int, n: int, h: int, v: int, k: int | None, temperature: float) -> None:
+def test_logprob_matches_naive(
+    seed: int, n: int, h: int, v: int, k: int | None, temperature: float
+) -> None:
     case = _case(seed, n, h, v, k)
     weights = torch.randn(n, dtype=F64, generator=torch.Generator().manual_seed(seed + 9))
     outs = []
@@ -90,8 +107,9 @@ def test_logprob_matches_naive(seed: int, n: int, h: int, v: int, k: int | None,
         c = {**case, "hidden": hid, "weight": w}
         if fn is None:
             extra = {key: case[key] for key in ("kept_ids", "kept_rows") if key in case}
-            logp, ent = naive_selected_logprobs(hid, w, case["targets"], temperature=temperature, with_entropy=True,
-                                                **extra)
+            logp, ent = naive_selected_logprobs(
+                hid, w, case["targets"], temperature=temperature, with_entropy=True, **extra
+            )
         else:
             logp, ent = fn(c, temperature=temperature, with_entropy=True)
         assert ent is not None
@@ -105,12 +123,19 @@ def test_logprob_gradcheck() -> None:
     case = _case(3, 3, 4, 18, 3)
 
     def fn(hid: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        logp, ent = _triton({**case, "hidden": hid, "weight": w}, temperature=0.9, with_entropy=True)
+        logp, ent = _triton(
+            {**case, "hidden": hid, "weight": w}, temperature=0.9, with_entropy=True
+        )
         assert ent is not None
         return logp, ent
 
-    args = (case["hidden"].clone().requires_grad_(True), case["weight"].clone().requires_grad_(True))
-    assert torch.autograd.gradcheck(fn, args, fast_mode=True)  # random projections: few interpreted runs
+    args = (
+        case["hidden"].clone().requires_grad_(True),
+        case["weight"].clone().requires_grad_(True),
+    )
+    assert torch.autograd.gradcheck(
+        fn, args, fast_mode=True
+    )  # random projections: few interpreted runs
 
 
 def test_logprob_float32_and_partial_gradients() -> None:
@@ -119,13 +144,19 @@ def test_logprob_float32_and_partial_gradients() -> None:
     w = case["weight"].float()  # no gradient for the head: the NEED_W=False path
     logp, ent = _triton({**case, "hidden": hid, "weight": w})
     assert ent is None and logp.dtype == torch.float32
-    want = naive_selected_logprobs(case["hidden"], case["weight"], case["targets"],
-                                   kept_ids=case["kept_ids"], kept_rows=case["kept_rows"])[0]
+    want = naive_selected_logprobs(
+        case["hidden"],
+        case["weight"],
+        case["targets"],
+        kept_ids=case["kept_ids"],
+        kept_rows=case["kept_rows"],
+    )[0]
     torch.testing.assert_close(logp.double(), want, rtol=1e-5, atol=1e-5)
     logp.sum().backward()
     ref = case["hidden"].clone().requires_grad_(True)
-    naive_selected_logprobs(ref, case["weight"], case["targets"], kept_ids=case["kept_ids"],
-                            kept_rows=case["kept_rows"])[0].sum().backward()
+    naive_selected_logprobs(
+        ref, case["weight"], case["targets"], kept_ids=case["kept_ids"], kept_rows=case["kept_rows"]
+    )[0].sum().backward()
     assert hid.grad is not None and w.grad is None
     torch.testing.assert_close(hid.grad.double(), ref.grad, rtol=1e-4, atol=1e-5)
 
@@ -170,8 +201,16 @@ def test_triton_on_cpu_without_the_interpreter_is_refused(monkeypatch: pytest.Mo
 
 def test_bad_blocks() -> None:
     case = _case(9, 2, 3, 5)
-    inp = check_inputs(case["hidden"], case["weight"], case["targets"], temperature=1.0, kept_ids=None,
-                       kept_rows=None, chunk_size=4, with_entropy=False)
+    inp = check_inputs(
+        case["hidden"],
+        case["weight"],
+        case["targets"],
+        temperature=1.0,
+        kept_ids=None,
+        kept_rows=None,
+        chunk_size=4,
+        with_entropy=False,
+    )
     for bad in (logprob_triton.Blocks(tokens=8), logprob_triton.Blocks(vocab=48)):
         with pytest.raises(ValueError, match="Blocks"):
             logprob_triton.triton_selected_logprobs(inp, bad)
@@ -182,7 +221,10 @@ def test_bad_blocks() -> None:
 
 def _moe_params(seed: int, *, n: int, d: int, f: int, e: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g, dtype=F64) for s in ((n, d), (e, d), (e, f, d), (e, f, d), (e, d, f))]
+    return [
+        torch.randn(*s, generator=g, dtype=F64)
+        for s in ((n, d), (e, d), (e, f, d), (e, f, d), (e, d, f))
+    ]
 
 
 def test_grouped_mm_matches_torch_with_empty_and_long_segments() -> None:
