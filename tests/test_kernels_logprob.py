@@ -463,3 +463,12 @@ def test_logp_only_gradient_with_signed_and_zero_upstream(k: int | None) -> None
         grads.append((hid.grad, w.grad))
     for got, want in zip(grads[0], grads[1], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_no_tokens() -> None:
+    hid = torch.zeros(0, 4, dtype=F64, requires_grad=True)
+    w = torch.randn(7, 4, dtype=F64, requires_grad=True)
+    logp, ent = selected_logprobs(hid, w, torch.zeros(0, dtype=torch.int64), with_entropy=True)
+    assert ent is not None and logp.shape == ent.shape == (0,)
+    (logp.sum() + ent.sum()).backward()
+    assert w.grad is not None and not bool(w.grad.any())
