@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from synth_agents.categories import find_category
 from synth_agents.pipeline import Job, MakeOutcome
+
+# A seed's database can lack what a level needs (shipment networks: 2 of 50 had no strict
+# level-5 draw). Rather than hand back fewer bundles than asked, the job redraws the database
+# from a derived seed, a bounded number of times; the seed used is recorded. Offsets are far
+# beyond any run's job count, so a redraw never repeats another job's seed.
+REDRAWS = 3
+REDRAW_STRIDE = 1_000_003
 
 
 @dataclass(frozen=True)
@@ -41,8 +49,18 @@ class ProceduralAgent:
         # Rotate the difficulty cycle with the seed so a run covers every level even with few tasks.
         shift = job.index % len(self.difficulties)
         cycle = tuple(self.difficulties[shift:]) + tuple(self.difficulties[:shift])
-        try:
-            find_category(self.category_name).build(staging, job.seed, self.tasks_per_bundle, cycle)
-        except Exception as exc:  # noqa: BLE001 - e.g. UnsolvableTask on an unlucky seed
-            return MakeOutcome(False, "build_failed", f"{type(exc).__name__}: {exc}")
-        return MakeOutcome(True, info={"difficulties": list(cycle[: self.tasks_per_bundle])})
+        category = find_category(self.category_name)
+        failures: list[str] = []
+        for redraw in range(REDRAWS + 1):
+            seed = job.seed + redraw * REDRAW_STRIDE
+            shutil.rmtree(staging, ignore_errors=True)  # a failed build may leave files
+            try:
+                category.build(staging, seed, self.tasks_per_bundle, cycle)
+            except Exception as exc:  # noqa: BLE001 - e.g. UnsolvableTask on an unlucky seed
+                failures.append(f"seed {seed}: {type(exc).__name__}: {exc}")
+                if type(exc).__name__ != "UnsolvableTask":
+                    break  # a bug, not bad luck: another database will not help
+                continue
+            return MakeOutcome(True, info={"difficulties": list(cycle[: self.tasks_per_bundle]),
+                                           "database_seed": seed, "redraws": failures})
+        return MakeOutcome(False, "build_failed", "; ".join(failures))
