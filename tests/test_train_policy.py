@@ -147,6 +147,14 @@ def test_update_takes_optimizer_steps_on_finite_input() -> None:
     assert metrics["tokens"] == 5 and math.isfinite(metrics["loss"])
 
 
+def test_fewer_samples_than_minibatches_after_masking_still_train() -> None:
+    """Overlong masking can leave 1 trainable sample of a batch configured for 2 minibatches
+    (seen end to end with SmolLM2): one optimizer step on it, not an error."""
+    model = _llama()
+    metrics, skipped = _update(model, minibatches=2).run(_samples()[:1], step=0)
+    assert skipped is None and metrics["optimizer_steps"] == 1
+
+
 def test_non_finite_log_probs_skip_the_update_and_say_why() -> None:
     model = _llama()
     before = {k: v.clone() for k, v in model.state_dict().items()}

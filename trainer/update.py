@@ -78,7 +78,9 @@ class Update:
         steps_done = skipped = 0
         norms = []
         losses = []
-        for part in split_minibatches(len(samples), self.config.minibatches, gen):
+        # Masking (overlong turns) can leave fewer samples than minibatches: one sample each.
+        parts = min(self.config.minibatches, len(samples))
+        for part in split_minibatches(len(samples), parts, gen):
             units = self._units([samples[i] for i in part])
             self.optimizer.zero_grad(set_to_none=True)
             finite, total = True, 0.0
