@@ -168,6 +168,44 @@ def test_the_run_records_its_split_and_what_it_trained_on(tmp_path: Path, fmt: A
     assert run.held_out.to_dict()["bundle_specs"] == [str(held)]
 
 
+def test_store_episodes_with_reward_1_of_the_named_model_only(tmp_path: Path, fmt: Any) -> None:
+    """Rejection sampling: passed episodes of the named model, minus held-out tasks."""
+    import dataclasses
+
+    from envgym.bundle import load_bundle
+    from envgym.store import Store
+    from trainer.sft_data import store_examples
+    from trainer.sft_gold import _replay
+
+    train = notes_bundle(tmp_path / "train", ["k1", "k2", "k3"])
+    bundle = load_bundle(train)
+    tasks = ["note-k1", "note-k2", "note-k3"]
+    results = [r for r, _ in asyncio.run(_replay(train, bundle, fmt, INPROCESS, tasks, True, 1,
+                                                 None))]
+    assert all(r.passed for r in results)
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    h = store.add_bundle(bundle)
+    for key, model in (("ev-m", "m"), ("ev-other", "other")):
+        store.open_evaluation(key, bundle_hash=h, model=model, model_hash=model,
+                              config_hash="c", config={})
+    failed = dataclasses.replace(results[2], reward=0.0)
+    for r in (results[0], results[1], failed):
+        store.add_episode("ev-m", r)
+    store.add_episode("ev-other", results[2])  # passed, but another model's
+    held = HeldOut.resolve([], ["note-k2"])
+    examples, report = store_examples(store, held, models=["m"], vocab_size=len(fmt.tokenizer))
+    assert [e.task_id for e in examples] == ["note-k1"]
+    assert report.dropped == {"held_out_task": 1, "not_passed": 1}
+    assert examples[0].source == "store"
+    assert examples[0].token_ids == tuple(results[0].record.segments[0].token_ids)
+    assert examples[0].loss_mask == tuple(results[0].record.segments[0].loss_mask)
+    with pytest.raises(ValueError, match="another tokenizer"):
+        store_examples(store, held, models=["m"], vocab_size=10)
+    with pytest.raises(ValueError, match="name the model"):
+        store_examples(store, held, models=[], vocab_size=10)
+    store.close()
+
+
 # -- the loss: policy tokens only ----------------------------------------------------------------
 
 
