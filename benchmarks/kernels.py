@@ -15,8 +15,9 @@ resident set (``echo 5 > /proc/self/clear_refs``), reads ``VmRSS`` as the baseli
 forward+backward and reads ``VmHWM``: the peak is ``VmHWM − baseline``.  It is the first call
 in the process, so one-time costs (thread pools, allocator arenas) count too — for both
 variants alike.  Where ``clear_refs`` is unavailable the child falls back to ``ru_maxrss``
-(the delta then under-reports when setup peaked higher).  Timings follow in the same child
-(median of a few repeats) and are wall-clock on a shared machine: noisy.
+(the delta then under-reports when setup peaked higher).  Timings come from a third child that
+runs both variants after a warm-up, interleaved (naive/chunked, then chunked/naive, ...), and
+reports each one's median: wall-clock on a shared machine, so noisy, but load drift hits both.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def run(quick: bool = False) -> BenchResult:
     shape = QUICK if quick else FULL
     naive = _in_child("naive", shape)
     chunked = _in_child("chunked", shape)
+    times = _in_child("time", shape)
     moe = _moe(MOE_QUICK if quick else MOE_FULL)
     shown = f"V={shape['v']}, H={shape['h']}, N={shape['n']}"
     return BenchResult(
@@ -51,8 +53,8 @@ def run(quick: bool = False) -> BenchResult:
         metrics={
             "naive_peak_mib": naive["peak_mib"],
             "chunked_peak_mib": chunked["peak_mib"],
-            "naive_ms": naive["ms"],
-            "chunked_ms": chunked["ms"],
+            "naive_ms": times["naive_ms"],
+            "chunked_ms": times["chunked_ms"],
             "moe_loop_ms": moe["loop"],
             "moe_grouped_ms": moe["grouped"],
         },
@@ -95,33 +97,41 @@ def _in_child(variant: str, shape: dict[str, int]) -> dict[str, float]:
 
 
 def child_main(arg: str) -> None:
-    """One variant in this (fresh) process: peak extra memory of the first fwd+bwd, then timings."""
+    """In this (fresh) process: ``naive``/``chunked`` — the peak extra memory of one fwd+bwd;
+    ``time`` — median fwd+bwd ms of both variants, interleaved (drift in machine load hits both)."""
     import torch
 
     from kernels.logprob import naive_selected_logprobs, selected_logprobs
 
     cfg: dict[str, Any] = json.loads(arg)
-    fn = naive_selected_logprobs if cfg["variant"] == "naive" else selected_logprobs
+    fns = {"naive": naive_selected_logprobs, "chunked": selected_logprobs}
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(cfg["n"], cfg["h"], generator=gen).requires_grad_(True)
     weight = (torch.randn(cfg["v"], cfg["h"], generator=gen) * 0.02).requires_grad_(True)
     targets = torch.randint(0, cfg["v"], (cfg["n"],), generator=gen)
 
-    def step() -> None:
-        logp, _ = fn(hidden, weight, targets, chunk_size=cfg["chunk"])
+    def step(variant: str) -> float:
+        t0 = time.perf_counter()
+        logp, _ = fns[variant](hidden, weight, targets, chunk_size=cfg["chunk"])
         logp.sum().backward()
         hidden.grad, weight.grad = None, None
+        return (time.perf_counter() - t0) * 1e3
 
-    reset = _reset_peak()
-    base = _rss_mib() if reset else _maxrss_mib()
-    step()
-    peak = _status_mib("VmHWM") if reset else _maxrss_mib()
-    times = []
-    for _ in range(cfg["reps"]):
-        t0 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    sys.stdout.write(json.dumps({"peak_mib": peak - base, "ms": median(times)}) + "\n")
+    if cfg["variant"] in fns:
+        reset = _reset_peak()
+        base = _rss_mib() if reset else _maxrss_mib()
+        step(cfg["variant"])
+        peak = _status_mib("VmHWM") if reset else _maxrss_mib()
+        sys.stdout.write(json.dumps({"peak_mib": peak - base}) + "\n")
+        return
+    for variant in fns:  # warm-up: thread pools, allocator
+        step(variant)
+    times: dict[str, list[float]] = {"naive": [], "chunked": []}
+    for rep in range(cfg["reps"]):
+        for variant in ("naive", "chunked") if rep % 2 == 0 else ("chunked", "naive"):
+            times[variant].append(step(variant))
+    result = {f"{variant}_ms": median(ts) for variant, ts in times.items()}
+    sys.stdout.write(json.dumps(result) + "\n")
 
 
 def _moe(cfg: dict[str, int]) -> dict[str, float]:
