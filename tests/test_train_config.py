@@ -36,6 +36,15 @@ def test_the_example_config_loads_and_round_trips() -> None:
     assert "async" in config.to_dict() and "async_" not in config.to_dict()
 
 
+def test_the_quick_config_names_real_tasks() -> None:
+    from trainer.tasks import task_split
+
+    config = load_config(REPO / "configs" / "grpo_smollm2_quick.yaml")
+    train, held = task_split(config)  # every listed task exists in the registered env
+    assert len(train) == 6 and len(held) == 2 and not set(train) & set(held)
+    assert config.dynamic_sampling.enabled is False and config.minibatches == 2
+
+
 def test_defaults_and_types() -> None:
     c = config_from_dict(_with("rollout.temperature", 1))  # an int where a float is expected
     assert c.rollout.temperature == 1.0 and isinstance(c.rollout.temperature, float)
