@@ -207,8 +207,25 @@ def test_results_stream_while_a_slow_episode_is_still_running(bundle_dir: Path, 
     assert order[2] == "hangzhou-3day" and sorted(order[:2]) == ["trip-001-d1", "trip-002-d2"]
 
 
+class _MeetingPolicy(ScriptedPolicy):
+    """Each session's first turn waits (bounded) until two sessions are in ``act`` at once, so
+    reaching the bound does not depend on how the scheduler interleaves a loaded machine."""
+
+    async def act(self, session: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                  params: SamplingParams) -> Turn:
+        if session not in self._state:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            with contextlib.suppress(TimeoutError):
+                deadline = time.monotonic() + 5.0
+                while self.in_flight < 2 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+            self.in_flight -= 1
+        return await super().act(session, messages, tools, params)
+
+
 def test_concurrency_is_bounded(bundle_dir: Path) -> None:
-    policy = ScriptedPolicy(lambda task, sample: [("get_all_cities", {})] * 3 + ["done"])
+    policy = _MeetingPolicy(lambda task, sample: [("get_all_cities", {})] * 3 + ["done"])
     results = run(policy, bundle_dir, specs_for(TASKS, 3), concurrency=2)
     assert len(results) == 9 and policy.max_in_flight == 2
 
