@@ -70,3 +70,19 @@ def test_dense_models_and_other_layouts_are_left_alone() -> None:
     assert problem is not None and "GELU" in problem
     assert use_kernel_experts(model) == problem
     assert model.config._experts_implementation != NAME
+
+
+def test_the_trainer_loads_moe_models_with_kernel_experts(tmp_path) -> None:
+    """trainer.weight_sync.load_model (what `envgym train` uses) switches an MoE folder's experts."""
+    from transformers import AutoTokenizer
+
+    from envgym import embedded
+    from trainer.config import config_from_dict
+    from trainer.weight_sync import load_model
+
+    build("mixtral").save_pretrained(tmp_path / "moe")
+    AutoTokenizer.from_pretrained(str(embedded.hf_dir())).save_pretrained(tmp_path / "moe")
+    config = config_from_dict({"envs": [{"id": "code-interpreter-math-v0"}],
+                               "model": {"path": str(tmp_path / "moe")}})
+    model, _ = load_model(config)
+    assert model.config._experts_implementation == NAME

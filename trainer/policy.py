@@ -89,7 +89,8 @@ class Policy:
         logp = logp.masked_scatter(sel, lp)
         entropy = None
         if ent is not None:
-            entropy = torch.zeros(batch.mask.shape, dtype=ent.dtype).masked_scatter(sel, ent)
+            entropy = torch.zeros(batch.mask.shape, dtype=ent.dtype, device=ent.device)
+            entropy = entropy.masked_scatter(sel, ent)
         return logp, entropy
 
     def routing_flip_rate(self, batch: TrainBatch) -> float | None:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from trainer.config import TrainConfig
+from trainer.moe_experts import use_kernel_experts
 
 
 def load_model(config: TrainConfig) -> tuple[nn.Module, Any]:
@@ -36,6 +37,9 @@ def load_model(config: TrainConfig) -> tuple[nn.Module, Any]:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     except (OSError, ValueError) as err:
         raise ValueError(f"model.path: cannot load {config.model.path!r}: {err}") from None
+    # MoE models train with their experts on kernels.moe (issue 11); a dense model or an expert
+    # layout the kernel does not implement keeps transformers' own (the reason is ignored).
+    use_kernel_experts(model)
     return model, tokenizer
 
 
