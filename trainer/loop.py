@@ -202,8 +202,11 @@ class Trainer:
             self.run_record.status = "failed"
             raise
         finally:
-            with contextlib.suppress(Exception):
+            try:  # the final status (finished | failed) must not mask the run's own error
                 write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
+            except Exception as exc:  # noqa: BLE001 - a store gone away, a full disk...
+                log.warning("could not record the run's final status %r: %s",
+                            self.run_record.status, exc)
             self.metrics.close()
             if hasattr(self.engine, "aclose"):
                 with contextlib.suppress(Exception):

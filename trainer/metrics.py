@@ -8,8 +8,9 @@ entropy, lengths, timings, what dynamic sampling and the staleness bound dropped
 * ``metrics.csv`` — one row per step; new columns rewrite the header (the file is small);
 * ``tb/`` — TensorBoard event files (``torch.utils.tensorboard``), one scalar per metric;
 * ``curves.png`` — the main curves (matplotlib, Agg backend: no display needed);
-* ``run.json`` — the run record (:class:`RunRecord`), and a row in the envgym store when the
-  store has a training-run table (``Store.record_training_run``; see docs/TRAINER.md).
+* ``run.json`` — the run record (:class:`RunRecord`), and its row in the envgym store's
+  ``training_runs`` table when ``metrics.store`` names a store (``Store.record_training_run``,
+  upserted on the run key; see docs/TRAINER.md).
 
 On resume, rows after the checkpoint's step are dropped (they belong to the killed tail).
 """
@@ -155,7 +156,7 @@ def plot_curves(rows: list[dict[str, float]], path: Path) -> None:
 # -- the run record ----------------------------------------------------------------------------
 @dataclass
 class RunRecord:
-    """One training run, as the store's training-run table should hold it (docs/TRAINER.md)."""
+    """One training run, as the store's ``training_runs`` table holds it (docs/TRAINER.md)."""
 
     run_key: str  # sha256 of the config (minus ``steps``): a resumed run keeps its key
     model: str
@@ -172,8 +173,9 @@ class RunRecord:
 
 
 def write_run(record: RunRecord, directory: str | Path, store_url: str | None = None) -> bool:
-    """Write ``run.json``; also upsert the store row when the store has a training-run table.
-    Returns whether a store row was written."""
+    """Write ``run.json``; with a ``store_url`` also upsert the run's ``training_runs`` row
+    (``Store.record_training_run``; NaN metrics become null there).  Returns whether a store
+    row was written."""
     record.updated_at = datetime.now(UTC).isoformat()
     path = Path(directory) / RUN_NAME
     tmp = path.with_name(f".{RUN_NAME}.tmp")
@@ -183,12 +185,11 @@ def write_run(record: RunRecord, directory: str | Path, store_url: str | None = 
         return False
     from envgym.store import Store
 
+    # One short connection per write: a run lasts hours and a step's write is one upsert, so
+    # holding nothing open between steps is cheaper than surviving a dropped connection.
     with Store(store_url) as store:
-        writer = getattr(store, "record_training_run", None)
-        if writer is None:  # no training-run table yet (docs/TRAINER.md: the model it needs)
-            return False
-        writer(**asdict(record))
-        return True
+        store.record_training_run(**asdict(record))
+    return True
 
 
 def read_run(directory: str | Path) -> dict[str, Any] | None:

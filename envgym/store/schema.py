@@ -3,6 +3,11 @@
 Episode payloads (the trajectory and the per-token record) are JSON *text* columns rather than
 a JSON type: they are written once and read whole, and reading text lets the store name the
 episode when a stored payload is corrupted instead of failing inside the driver.
+
+``SCHEMA_VERSION`` names the shape of the *existing* tables; a change to one of them bumps it
+(and a store of another version is refused).  A new table does not: ``Store`` runs
+``create_all``, which adds missing tables to an older database and leaves the others alone, so
+old and new envgyms open each other's databases.  ``training_runs`` was added that way.
 """
 
 from __future__ import annotations
@@ -127,3 +132,27 @@ class EpisodeRow(Base):
     trajectory: Mapped[str] = mapped_column(Text)  # EpisodeResult.to_dict() without the record
     record: Mapped[str] = mapped_column(Text)  # EpisodeRecord.to_dict()
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TrainingRunRow(Base):
+    """One training run (``envgym train``), upserted on ``run_key`` every step (docs/TRAINER.md).
+
+    ``last_metrics`` holds the latest step's metrics; non-finite values are stored as null
+    (PostgreSQL's JSON has no NaN).  ``started_at`` is the first time the run was recorded: a
+    resumed run keeps it.
+    """
+
+    __tablename__ = "training_runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_key: Mapped[str] = mapped_column(String(80), unique=True)  # sha256 of the config
+    model: Mapped[str] = mapped_column(String(300))
+    envs: Mapped[list[str]] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(16))  # running | finished | failed
+    step: Mapped[int] = mapped_column(Integer)
+    policy_version: Mapped[int] = mapped_column(Integer)
+    metrics_dir: Mapped[str] = mapped_column(Text)
+    checkpoint_dir: Mapped[str] = mapped_column(Text)
+    last_metrics: Mapped[dict[str, Any]]
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

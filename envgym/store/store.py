@@ -23,6 +23,7 @@ from envgym.rollout.episode import EpisodeResult
 
 from .connect import StoreError, default_url, open_engine
 from .rows import Evaluation, FilterResult, ValidationResult, decode_episode, jsonable
+from .runs import TrainingRunStore
 from .schema import (
     SCHEMA_VERSION,
     Base,
@@ -37,8 +38,12 @@ from .schema import (
 )
 
 
-class Store:
-    """One database of envgym results (``url``: any SQLAlchemy URL; None = :func:`default_url`)."""
+class Store(TrainingRunStore):
+    """One database of envgym results (``url``: any SQLAlchemy URL; None = :func:`default_url`).
+
+    Training runs' methods (``record_training_run``, ``training_run``, ``training_runs``) come
+    from :class:`~envgym.store.runs.TrainingRunStore`.
+    """
 
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_url()
