@@ -13,6 +13,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# triton.jit decides at decoration time whether a kernel is interpreted, and triton's own
+# library functions are decorated when triton is first imported — by whichever test module
+# imports it first during collection. Without a GPU the kernels can only run interpreted, so the
+# whole session decides so up front (a GPU machine keeps compiled kernels).
+if not Path("/dev/nvidia0").exists():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture
 def make_bundle(tmp_path: Path) -> Callable[..., Path]:
