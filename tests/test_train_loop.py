@@ -222,13 +222,40 @@ def test_the_cli_trains_from_a_yaml_config(tmp_path: Path, tokenizer: Any) -> No
         "rollout": {"group_size": 2, "prompts": 2, "max_tokens": 8, "episode_tokens": 8,
                     "concurrency": 2},
         "overlong_mask": False, "steps": 1,
-        "checkpoint": {"dir": str(tmp_path / "ck")}, "metrics": {"dir": str(tmp_path / "m")},
+        "checkpoint": {"dir": str(tmp_path / "ck"), "export": str(tmp_path / "policy")},
+        "metrics": {"dir": str(tmp_path / "m")},
     }))
     result = CliRunner().invoke(app, ["train", str(config), "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout.strip().splitlines()[-1])
     assert payload["steps"] == 1 and payload["last"]["step"] == 1
-    assert (tmp_path / "ck" / "step-000001" / "model.pt").is_file()
+    checkpoint = tmp_path / "ck" / "step-000001" / "model.pt"
+    assert checkpoint.is_file()
+    # the exported policy is the trained one, and loads where `envgym eval --model` loads models
+    from envgym.models import load_policy
+
+    exported = load_policy(str(tmp_path / "policy"))
+    trained = torch.load(checkpoint, weights_only=True)
+    state = exported.model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in trained.items())
+    assert not all(torch.equal(state[k], v) for k, v in tiny_model().state_dict().items())
+    meta = json.loads((tmp_path / "policy" / "train_run.json").read_text())
+    assert meta["step"] == 1 and meta["policy_version"] == 1
+
+
+def test_export_refuses_a_folder_it_did_not_write(tmp_path: Path, tokenizer: Any) -> None:
+    from trainer.checkpoint import export_policy
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "weights.bin").write_text("someone's model")
+    with pytest.raises(FileExistsError, match="not an earlier export"):
+        export_policy(tiny_model(), tokenizer, theirs, {})
+    assert (theirs / "weights.bin").read_text() == "someone's model"
+    out = export_policy(tiny_model(), tokenizer, tmp_path / "ours", {"step": 1})
+    export_policy(tiny_model(seed=1), tokenizer, out, {"step": 2})  # an earlier export: replaced
+    assert json.loads((out / "train_run.json").read_text()) == {"step": 2}
+    assert not list(tmp_path.glob(".ours.tmp-*"))
 
 
 def test_task_split_bad_input(tmp_path: Path) -> None:

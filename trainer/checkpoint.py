@@ -207,3 +207,26 @@ def config_changes(saved: dict[str, Any], now: dict[str, Any], *, prefix: str = 
         elif a != b and dotted not in allowed:
             out.append(dotted)
     return out
+
+
+def export_policy(model: nn.Module, tokenizer: Any, out: str | Path, meta: dict[str, Any]) -> Path:
+    """The trained policy as an HF folder that ``envgym eval --model OUT`` (and vLLM) load:
+    weights, config, tokenizer with its chat template, and ``train_run.json`` (``meta``).
+
+    Written into a temporary sibling and renamed into place (an earlier export of the same run
+    is replaced), so a kill mid-write never leaves a folder that loads half-written weights.
+    A non-empty ``out`` that is not an earlier export is refused: it may be someone's model.
+    """
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / "train_run.json").is_file():
+        raise FileExistsError(f"checkpoint.export: {out} is not empty and not an earlier export")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    (tmp / "train_run.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ class CheckpointConfig:
     every: int = 1  # steps between checkpoints (0 = only at the end)
     keep: int = 2  # newest checkpoints kept on disk
     resume: bool = True  # resume from the newest checkpoint in ``dir`` when there is one
+    export: str | None = None  # at the end, the final policy as an HF folder (envgym eval --model)
 
 
 @dataclass(frozen=True)
@@ -169,9 +171,26 @@ def load_config(path: str | Path) -> TrainConfig:
 
 def config_from_dict(data: Any) -> TrainConfig:
     """Build and check a :class:`TrainConfig` from plain data (a parsed YAML mapping)."""
-    config = _build(TrainConfig, data, "")
+    config = _expand_paths(_build(TrainConfig, data, ""))
     check(config)
     return config
+
+
+def _expand_paths(c: TrainConfig) -> TrainConfig:
+    """``~`` and ``$VARS`` expanded in the keys that name files, as ``envgym sft`` does: the
+    configs point at ``~/.cache/envgym/...`` (an env id or hub id has neither, so passes as is)."""
+
+    def ex(path: str | None) -> str | None:
+        return None if path is None else os.path.expandvars(os.path.expanduser(path))
+
+    return dataclasses.replace(
+        c,
+        model=dataclasses.replace(c.model, path=ex(c.model.path)),
+        envs=[dataclasses.replace(e, id=ex(e.id)) for e in c.envs],
+        checkpoint=dataclasses.replace(c.checkpoint, dir=ex(c.checkpoint.dir),
+                                       export=ex(c.checkpoint.export)),
+        metrics=dataclasses.replace(c.metrics, dir=ex(c.metrics.dir)),
+    )
 
 
 def _build(cls: type, data: Any, where: str) -> Any:

@@ -60,6 +60,7 @@ from trainer.batch import (
 from trainer.checkpoint import (
     TaskOrder,
     config_changes,
+    export_policy,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -197,6 +198,12 @@ class Trainer:
                 else:
                     while self.step < self.config.steps:
                         reports.append(await self._finish(await self._collect_sync()))
+            if self.config.checkpoint.export:
+                self.on_phase(f"exporting the policy to {self.config.checkpoint.export}")
+                export_policy(self.model, self.tokenizer, self.config.checkpoint.export,
+                              {"step": self.step, "policy_version": self.version,
+                               "run_key": self.run_record.run_key,
+                               "config": self.config.to_dict()})
             self.run_record.status = "finished"
         except BaseException:
             self.run_record.status = "failed"
