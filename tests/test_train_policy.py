@@ -93,6 +93,58 @@ def test_logprobs_equal_full_logits_with_and_without_the_keep_sampling_mask(keep
     assert model.get_input_embeddings().weight.grad.abs().sum() > 0
 
 
+def _group_samples() -> list[Sample]:
+    """Three rows with the first 6 ids in common (a GRPO group: one prompt), different lengths."""
+    prompt = [3, 4, 5, 6, 7, 8]
+    return [
+        _sample(prompt + [30, 31, 32, 33], [0] * 6 + [1, 1, 0, 1],
+                [None] * 6 + [[30, 9], None, None, None]),
+        _sample(prompt + [40, 41], [0] * 6 + [1, 1], [None] * 8, adv=-1.0),
+        _sample(prompt + [50, 51, 52], [0] * 5 + [1, 1, 1, 1], [None] * 9, adv=0.5),
+    ]
+
+
+def test_shared_prefix_len() -> None:
+    from trainer.policy import shared_prefix_len
+
+    batch = collate(_group_samples(), pad_id=0, dtype=torch.float64)
+    assert shared_prefix_len(batch) == 6  # inputs are ids[:-1]: the prompt is shared whole
+    same = [_sample([3, 4, 5], [0, 1, 1], [None] * 3) for _ in range(2)]
+    assert shared_prefix_len(collate(same, dtype=torch.float64)) == 1  # one input left own
+    assert shared_prefix_len(collate(same[:1], dtype=torch.float64)) == 0  # nothing to share
+    assert shared_prefix_len(collate(_samples(), dtype=torch.float64)) == 0  # 5 vs 20
+    # padding is never shared: the padded tail of a short row equals the pad id of another
+    padded = [_sample([3, 4, 0, 0, 9], [0, 1, 1, 1, 1], [None] * 5),
+              _sample([3, 4, 0], [0, 1, 1], [None] * 3)]
+    assert shared_prefix_len(collate(padded, pad_id=0, dtype=torch.float64)) == 1
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_shared_prefix_runs_once_and_changes_nothing(keep: bool) -> None:
+    """Log-probs, entropies and gradients with the shared prefix run once equal the plain
+    full forward (float64), while the model sees the prefix tokens once instead of per row."""
+    out = {}
+    for share in (True, False):
+        model = _llama()
+        seen: list[int] = []
+        model.model.embed_tokens.register_forward_hook(
+            lambda _m, args, _o: seen.append(int(args[0].numel())))
+        batch = collate(_group_samples(), pad_id=0, dtype=torch.float64)
+        policy = Policy(model, chunk_size=16, keep_sampling_mask=keep, share_prefix=share)
+        logp, ent = policy.logprobs(batch, temperature=0.7, with_entropy=True)
+        assert ent is not None
+        (logp * torch.tensor([[1.0], [-2.0], [0.5]], dtype=torch.float64)).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        out[share] = (logp.detach(), ent.detach(), grads, sum(seen))
+    (lp1, e1, g1, n1), (lp0, e0, g0, n0) = out[True], out[False]
+    assert torch.allclose(lp1, lp0, atol=1e-12, rtol=0) and torch.allclose(e1, e0, atol=1e-12)
+    assert g1.keys() == g0.keys() and len(g1) > 5
+    for name in g0:  # the cached attention's backward agrees to ~1e-7 relative, not 1e-12
+        scale = float(g0[name].abs().max())
+        assert torch.allclose(g1[name], g0[name], atol=1e-6 * scale, rtol=1e-5), name
+    assert (n1, n0) == (6 + 3 * 3, 3 * 9)  # 6 prefix tokens once + 3 rows × 3 padded
+
+
 def test_keep_routing_replays_recorded_routes() -> None:
     from trainer.routing import capture_routes
 

@@ -37,6 +37,7 @@ class Policy:
         chunk_size: vocabulary chunk of the log-prob op.
         keep_sampling_mask: renormalize over the recorded kept sets.
         keep_routing: replay recorded MoE routes.
+        share_prefix: run the rows' common first tokens once (:meth:`hidden_states`).
     """
 
     def __init__(
@@ -46,8 +47,10 @@ class Policy:
         chunk_size: int = 1024,
         keep_sampling_mask: bool = True,
         keep_routing: bool = True,
+        share_prefix: bool = True,
     ) -> None:
         _check_head(model)
+        self.share_prefix = share_prefix
         self.model = model
         self.chunk_size = chunk_size
         self.keep_sampling_mask = keep_sampling_mask
@@ -58,12 +61,33 @@ class Policy:
         return self.model.get_output_embeddings().weight  # type: ignore[union-attr,return-value]
 
     def hidden_states(self, batch: TrainBatch) -> Tensor:
-        """``[B, T, H]`` final hidden states of ``batch.input_ids`` (routes replayed if any)."""
-        with self._routing(batch):
-            out = self.model.base_model(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-            )
-        return out.last_hidden_state
+        """``[B, T, H]`` final hidden states of ``batch.input_ids`` (routes replayed if any).
+
+        Rows of one env share their first tokens (system prompt + tools; a GRPO group its whole
+        prompt): with ``share_prefix`` that prefix runs once, its KV cache is repeated to the
+        rows, and only the rest runs per row — exact (causal attention: a prefix position never
+        sees what follows), gradients flow back through the one prefix pass, and on CPU it cuts
+        the tokens through the model ~3× (tests/test_train_policy.py compares both paths).
+        Routed (MoE) batches run whole: the recorded routes cover every position in one pass.
+        """
+        p = shared_prefix_len(batch) if self.share_prefix and batch.routes is None else 0
+        if p == 0:
+            with self._routing(batch):
+                out = self.model.base_model(
+                    input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    use_cache=False,
+                )
+            return out.last_hidden_state
+        base = self.model.base_model
+        b, t = batch.input_ids.shape
+        head = base(input_ids=batch.input_ids[:1, :p], use_cache=True)
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(b)  # differentiable: gradients reach the prefix pass
+        positions = torch.arange(p, t, device=batch.input_ids.device).unsqueeze(0).expand(b, -1)
+        tail = base(input_ids=batch.input_ids[:, p:], attention_mask=batch.attention_mask,
+                    position_ids=positions, past_key_values=cache, use_cache=True)
+        prefix = head.last_hidden_state.expand(b, -1, -1)  # [B, p, H]
+        return torch.cat([prefix, tail.last_hidden_state], dim=1)
 
     def logprobs(
         self, batch: TrainBatch, *, temperature: float, with_entropy: bool = False
@@ -114,6 +138,18 @@ class Policy:
         # outputs are masked out of every loss and right padding is never attended to.
         with replay_routes(self.model, batch.routes):
             yield
+
+
+def shared_prefix_len(batch: TrainBatch) -> int:
+    """How many first tokens every row of ``batch`` has in common (real tokens only), less
+    one so each row keeps ≥ 1 token of its own; 0 for a single row (nothing to share)."""
+    ids, attn = batch.input_ids, batch.attention_mask
+    if ids.shape[0] < 2:
+        return 0
+    same = (ids == ids[:1]).all(dim=0) & (attn > 0).all(dim=0)  # [T]
+    n = int(same.long().cumprod(0).sum())
+    shortest = int(attn.sum(dim=1).min())
+    return max(0, min(n, shortest - 1))
 
 
 def _check_head(model: Any) -> None:
