@@ -161,11 +161,16 @@ def bench(
 def demo(
     episodes: int = typer.Option(20, help="random-agent episodes"),
     sandbox: str = SandboxOpt,
+    train: bool = typer.Option(
+        True, "--train/--no-train", help="end with cold start + a few GRPO steps (~10 min)"
+    ),
 ) -> None:
-    """The README demo: build a trip-planning bundle, check it, play scripted and random agents."""
+    """The README demo: build, check, play, evaluate, synthesize, then cold-start and train."""
     from envgym.demo import run_demo
 
-    raise typer.Exit(run_demo(console=console, random_episodes=episodes, sandbox=sandbox))
+    raise typer.Exit(
+        run_demo(console=console, random_episodes=episodes, sandbox=sandbox, training=train)
+    )
 
 
 def _register_command_modules() -> None:

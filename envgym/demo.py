@@ -1,6 +1,7 @@
 """The README demo: build → check → play → evaluate the embedded model (pass@k + HTML report)
 on trip planning and the code interpreter → synthesize, validate and pass@k-filter new bundles
-procedurally, then evaluate one.  Training joins when the trainer lands.
+procedurally, then evaluate one → cold-start and GRPO-train the embedded model on code-interpreter
+math, with the held-out pass rate before and after (envgym/demo_train.py).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def run_demo(
         DemoEval(env="code-interpreter-v0", tasks=2, max_tokens=128, max_turns=3),
     ),
     synthesis: bool = True,
+    training: bool = True,
 ) -> int:
     """Returns a process exit code: 0 when the bundle checks out, the gold agent scores 1 and
     the evaluation ran (its pass@k is reported, not judged)."""
@@ -112,6 +114,10 @@ def run_demo(
         ok = demo_evaluation(console, evaluation, sandbox, step=step) and ok
     if synthesis:
         ok = demo_synthesis(console, sandbox, step=4 + len(evaluations)) and ok
+    if training:
+        from envgym.demo_train import demo_training
+
+        ok = demo_training(console, sandbox, step=6 + len(evaluations)) and ok
     console.print(
         f"[bold]{'demo OK' if ok else 'demo FAILED'}[/] in {time.perf_counter() - t0:.1f} s"
     )
