@@ -20,6 +20,7 @@ from envgym.models.kept import decode_kept
 from envgym.policy import Turn
 from envgym.rollout import EpisodeResult, RecordBuilder
 from envgym.store import Store, StoreError, default_url
+from envgym.store.schema import Base
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -77,18 +78,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         url = request.getfixturevalue("postgres_url")
     db = Store(url)
     yield db
-    if request.param == "postgresql":  # one server for the session: leave it empty
+    if request.param == "postgresql":  # one server for the session: leave every table empty
         with db.engine.begin() as conn:
-            for table in (
-                "episodes",
-                "evaluations",
-                "filter_results",
-                "validations",
-                "tasks",
-                "bundles",
-                "envgym_meta",
-            ):
-                conn.execute(text(f"DELETE FROM {table}"))
+            for table in reversed(Base.metadata.sorted_tables):  # children before parents
+                conn.execute(table.delete())
     db.close()
 
 

@@ -118,6 +118,7 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
         ("token-mean", None, TOKEN_LOSS_SUM / 5, 5.0),
         ("seq-mean-token-mean", None, ((-1.28 - 1.0 - 0.5) / 3 + (0.6 + 1.5) / 2) / 2, 2.0),
         ("constant", 10.0, TOKEN_LOSS_SUM / 10, 10.0),
+        ("constant", 0.5, TOKEN_LOSS_SUM / 0.5, 0.5),  # below 1: used as given, not clamped
     ],
 )
 def test_grpo_loss_aggregations_by_hand(
@@ -139,7 +140,7 @@ def test_grpo_loss_aggregations_by_hand(
     per_token_scale = {
         "token-mean": [[1 / 5] * 3, [1 / 5] * 3],
         "seq-mean-token-mean": [[1 / 6] * 3, [1 / 4] * 3],
-        "constant": [[1 / 10] * 3, [1 / 10] * 3],
+        "constant": [[1 / units] * 3, [1 / units] * 3],
     }[aggregation]
     raw = t([[0.0, -1.0 * 1.0, -1.0 * 0.5], [0.5 * 1.2, 0.0, 0.0]])
     assert close(logp.grad, raw * t(per_token_scale))

@@ -60,4 +60,11 @@ def aggregate(
 ) -> Tensor:  # scalar
     """loss_sum / n_units of :func:`aggregate_parts`; 0 (with a graph) when nothing is trained."""
     total, units = aggregate_parts(token_loss, mask, aggregation, normalizer)
-    return total / units.clamp_min(1.0)
+    return total / nonzero(units)
+
+
+def nonzero(units: Tensor) -> Tensor:  # scalar
+    """``units``, or 1 when it is 0 (nothing trained: the loss is 0 with its graph).
+
+    Not ``clamp_min(1)``: a constant normalizer may be below 1 and must be used as given."""
+    return torch.where(units > 0, units, torch.ones_like(units))

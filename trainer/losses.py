@@ -33,7 +33,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from trainer.aggregation import AGGREGATIONS, Aggregation, aggregate, aggregate_parts
+from trainer.aggregation import AGGREGATIONS, Aggregation, aggregate, aggregate_parts, nonzero
 from trainer.loss_inputs import (
     Inputs,
     bool_mask,
@@ -252,7 +252,7 @@ def grpo_loss(
     if cfg.lm_coef > 0:
         token_loss = token_loss + cfg.lm_coef * lm_tok
     loss_sum, n_units = aggregate_parts(token_loss, m, cfg.aggregation, cfg.normalizer)
-    loss = loss_sum / n_units.clamp_min(1.0)
+    loss = loss_sum / nonzero(n_units)
 
     with torch.no_grad():
         tokens = m.sum().to(lp.dtype)

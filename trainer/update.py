@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from trainer.aggregation import nonzero
 from trainer.batch import Sample, TrainBatch, balanced_microbatches, collate, split_minibatches
 from trainer.config import TrainConfig
 from trainer.losses import grpo_loss
@@ -123,7 +124,7 @@ class Update:
     def _units(self, part: Sequence[Sample]) -> float:
         """The minibatch's denominator (trainer.aggregation.aggregate_parts): trained tokens
         (token-mean), sequences (seq-mean-token-mean; each sample has a trained token) or the
-        constant normalizer — never below 1, as grpo_loss clamps its unit count, so the
+        constant normalizer — 1 when 0, as grpo_loss does (trainer.aggregation.nonzero), so the
         accumulated gradient is exactly that of one grpo_loss over the minibatch."""
         agg = self.config.loss.aggregation
         if agg == "token-mean":
@@ -133,7 +134,7 @@ class Update:
         else:
             assert self.config.loss.normalizer is not None
             units = float(self.config.loss.normalizer)
-        return max(units, 1.0)
+        return units if units > 0 else 1.0
 
     def _loss(self, batch: TrainBatch) -> tuple[Tensor, dict[str, Any]]:
         """``(loss_sum with its graph, diagnostics)`` of one microbatch."""
@@ -149,7 +150,7 @@ class Update:
         assert entropy is not None
         diag["entropy"] = (entropy.detach() * batch.mask).sum() / batch.mask.sum().clamp_min(1)
         # loss = loss_sum / n_units (n_units a constant): the summable part, with its graph.
-        return loss * diag["n_units"].clamp_min(1.0), diag
+        return loss * nonzero(diag["n_units"]), diag
 
     @torch.no_grad()
     def _prepare(self, samples: list[Sample], metrics: dict[str, float]) -> str | None:
