@@ -8,6 +8,7 @@ has a few aliases ("retail", "meetings", "logistics").  An empty or unknown name
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,22 +37,14 @@ def _trip(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Pa
                         include_worked_example=False)
 
 
-def _retail(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
-    from envs.retail_orders.build import build_bundle
+def _kit(package: str) -> Builder:
+    """The builder of a procedural-kit category (``<package>.build.build_bundle``), imported
+    only when called: building one category should not import the others."""
+    def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
+        module = importlib.import_module(f"{package}.build")
+        return module.build_bundle(out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
 
-    return build_bundle(out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
-
-
-def _meetings(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
-    from envs.meeting_scheduling.build import build_bundle
-
-    return build_bundle(out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
-
-
-def _shipments(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
-    from envs.shipment_logistics.build import build_bundle
-
-    return build_bundle(out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+    return build
 
 
 CATEGORIES: tuple[ProceduralCategory, ...] = (
@@ -61,15 +54,15 @@ CATEGORIES: tuple[ProceduralCategory, ...] = (
     ProceduralCategory("retail orders", "retail-orders", ("retail", "orders", "returns", "retail orders and returns",
                                                           "shopping", "store"),
                        "baskets under stock/brand/weight/budget rules; returns whose refund lands in a range",
-                       _retail),
+                       _kit("envs.retail_orders")),
     ProceduralCategory("meeting scheduling", "meeting-scheduling",
                        ("meetings", "scheduling", "calendar", "calendars", "meeting scheduling across calendars"),
                        "meetings in order across time zones, events, lunch, buffers, rooms, representatives",
-                       _meetings),
+                       _kit("envs.meeting_scheduling")),
     ProceduralCategory("shipment logistics", "shipment-logistics",
                        ("logistics", "shipping", "shipments", "routing", "freight"),
                        "routes through a hub network under deadlines, hazmat, modes, capacities, budget",
-                       _shipments),
+                       _kit("envs.shipment_logistics")),
 )
 
 

@@ -9,11 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from envs.meeting_scheduling.data import write_db
-from envs.meeting_scheduling.tasks import draw_task
-from envs.meeting_scheduling.witnesses import candidates
-from envs.meeting_scheduling.world import load_world
-from envs.procedural_kit.build import Recipe, build_procedural_bundle
+from envs.procedural_kit.build import build_procedural_bundle, category_recipe
 
 CATEGORY = "meeting scheduling"
 # difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
@@ -21,17 +17,12 @@ CATEGORY = "meeting scheduling"
 # slot takes the only slot another meeting has, so only a search over start times succeeds.
 GREEDY_SHARE = {1: 1.0, 2: 1.0, 3: 0.8, 4: 0.5, 5: 0.15}
 
-RECIPE = Recipe(
+RECIPE = category_recipe(
+    "envs.meeting_scheduling",
     category=CATEGORY,
-    agent="procedural:meeting_scheduling",
     description=("Meeting scheduling across calendars: place non-overlapping meetings on one day within every "
                  "attendee's time-zone shifted working hours, around their events and lunch, with buffers, "
                  "in the smallest free room, picking a team representative; 9 tools; difficulty 1-5."),
-    templates=Path(__file__).resolve().parent / "bundle_files",
-    write_db=write_db,
-    load_world=load_world,
-    draw_task=draw_task,
-    witness_candidates=candidates,
     baseline="greedy_schedule",
     greedy_share=GREEDY_SHARE,
     max_draws=1500,  # a draw where greedy fails is rare at levels 3-4 (about 1 in 60-100)

@@ -23,6 +23,7 @@ correctness"; a task whose verifier accepts a corrupted answer would reward a wr
 from __future__ import annotations
 
 import hashlib
+import importlib
 import itertools
 import json
 import random
@@ -70,6 +71,29 @@ class Recipe:
     # matches are kept, so the greedy solve rate per level is set by the recipe, and measured.
     greedy_share: Mapping[int, float] | None = None
     max_draws: int = MAX_DRAWS  # per task; raise it for categories whose hard draws rarely solve
+
+
+def category_recipe(package: str, **fields: Any) -> Recipe:
+    """The :class:`Recipe` of a category laid out as the kit expects, so a category's build.py
+    names only what is its own (category, description, baseline, greedy share, ...).
+
+    ``package`` (e.g. ``"envs.retail_orders"``) holds ``data.write_db``, ``world.load_world``,
+    ``tasks.draw_task``, ``witnesses.candidates`` and the code templates in ``bundle_files/``;
+    the agent is ``procedural:<last part of the package>``.
+    """
+    def part(name: str) -> Any:
+        return importlib.import_module(f"{package}.{name}")
+
+    data = part("data")
+    return Recipe(
+        agent=f"procedural:{package.rsplit('.', 1)[-1]}",
+        templates=Path(data.__file__).resolve().parent / "bundle_files",
+        write_db=data.write_db,
+        load_world=part("world").load_world,
+        draw_task=part("tasks").draw_task,
+        witness_candidates=part("witnesses").candidates,
+        **fields,
+    )
 
 
 def build_procedural_bundle(

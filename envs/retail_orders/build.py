@@ -9,11 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from envs.procedural_kit.build import Recipe, build_procedural_bundle
-from envs.retail_orders.data import write_db
-from envs.retail_orders.tasks import draw_task
-from envs.retail_orders.witnesses import candidates
-from envs.retail_orders.world import load_world
+from envs.procedural_kit.build import build_procedural_bundle, category_recipe
 
 CATEGORY = "retail orders"
 # difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
@@ -22,17 +18,12 @@ CATEGORY = "retail orders"
 # such draws (a basket with no rule tying products together; a 10%-wide refund range).
 GREEDY_SHARE = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.5, 5: 0.15}
 
-RECIPE = Recipe(
+RECIPE = category_recipe(
+    "envs.retail_orders",
     category=CATEGORY,
-    agent="procedural:retail_orders",
     description=("Retail orders and returns: shop one product per category under stock, rating, brand, "
                  "weight and discounted-budget rules, or choose order lines to return so the refund lands "
                  "in a narrow range under window, final-sale and restocking-fee rules; 11 tools; difficulty 1-5."),
-    templates=Path(__file__).resolve().parent / "bundle_files",
-    write_db=write_db,
-    load_world=load_world,
-    draw_task=draw_task,
-    witness_candidates=candidates,
     baseline="greedy_retail",
     greedy_share=GREEDY_SHARE,
     max_draws=1500,

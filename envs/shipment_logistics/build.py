@@ -9,11 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from envs.procedural_kit.build import Recipe, build_procedural_bundle
-from envs.shipment_logistics.data import write_db
-from envs.shipment_logistics.tasks import draw_task
-from envs.shipment_logistics.witnesses import candidates
-from envs.shipment_logistics.world import load_world
+from envs.procedural_kit.build import build_procedural_bundle, category_recipe
 
 CATEGORY = "shipment logistics"
 # difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
@@ -21,17 +17,12 @@ CATEGORY = "shipment logistics"
 # a lane or overruns the budget, so only a search over route combinations meets every rule.
 GREEDY_SHARE = {1: 1.0, 2: 0.6, 3: 0.4, 4: 0.2, 5: 0.1}
 
-RECIPE = Recipe(
+RECIPE = category_recipe(
+    "envs.shipment_logistics",
     category=CATEGORY,
-    agent="procedural:shipment_logistics",
     description=("Shipment logistics: route shipments over a hub network under hop, mode, hazmat and "
                  "deadline rules, with shared lane capacities and a tight total budget; 7 tools; "
                  "difficulty 1-5."),
-    templates=Path(__file__).resolve().parent / "bundle_files",
-    write_db=write_db,
-    load_world=load_world,
-    draw_task=draw_task,
-    witness_candidates=candidates,
     baseline="greedy_routing",
     greedy_share=GREEDY_SHARE,
     max_draws=1500,
