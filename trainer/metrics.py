@@ -213,24 +213,10 @@ class ProgressDisplay:
 
     def __init__(self, total: int, *, console: Any = None, start: int = 0) -> None:
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
 
-        self.progress = Progress(
-            TextColumn("[bold]GRPO[/]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.description}"),
-            console=console or Console(stderr=True),
-        )
+        from envgym.progress import progress_bar
+
+        self.progress = progress_bar(console or Console(stderr=True), before=("[bold]GRPO[/]",))
         self.task = self.progress.add_task("", total=total, completed=start)
 
     def __enter__(self) -> ProgressDisplay:

@@ -8,14 +8,6 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from envgym.evaluate import (
@@ -28,6 +20,7 @@ from envgym.evaluate import (
     model_ref,
 )
 from envgym.policy import SamplingParams
+from envgym.progress import progress_bar
 from envgym.rollout import Budget
 from envgym.store import Store, StoreError
 
@@ -113,7 +106,7 @@ def eval_command(
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2) from None
     try:
-        with _progress(err) as bar:
+        with progress_bar(err) as bar:
             task = bar.add_task(f"eval {target} · {model}", total=None)
 
             def advance(done: int, total: int, result: object) -> None:
@@ -136,16 +129,6 @@ def eval_command(
         print_summary(run, Console(width=None if sys.stdout.isatty() else 160))
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    )
 
 
 def _payload(run: EvalRun) -> dict[str, object]:

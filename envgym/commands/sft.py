@@ -14,15 +14,10 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import TextColumn
 from rich.table import Table
+
+from envgym.progress import progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -86,15 +81,7 @@ def sft_command(
 
     from trainer.sft_run import run_sft
 
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=err, transient=False) as bar:
+    with progress_bar(err, after=(TextColumn("{task.fields[info]}"),)) as bar:
         tasks: dict[str, Any] = {}
 
         def on_data(target: str, done: int, total: int) -> None:

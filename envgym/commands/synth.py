@@ -17,15 +17,10 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress
 from rich.table import Table
+
+from envgym.progress import progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -79,7 +74,7 @@ def synth_command(
 
     try:
         recorder = SynthRecorder(out, store)
-        with _progress(err) as bar:
+        with progress_bar(err) as bar:
             job_bar = bar.add_task(f"synth {synth_agent.category} · {synth_agent.name}", total=n)
             summary = run_synthesis(
                 synth_agent, n=n, seed=seed, recorder=recorder, workers=workers,
@@ -144,9 +139,6 @@ def _filter(recorder: Any, synth_agent: Any, n: int, seed: int, model: str, conf
                       config=config, progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
 
 
 def print_summary(payload: dict[str, Any], console: Console) -> None:
