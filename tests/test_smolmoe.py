@@ -220,3 +220,26 @@ def test_embedded_smollm2_upcycle_generates_like_dense(tmp_path: Path) -> None:
         want = dense.generate(**prompt, **greedy)
     assert got.shape[1] > prompt["input_ids"].shape[1]
     assert got.tolist() == want.tolist()
+
+
+def test_the_cli_upcycles_and_refuses_bad_input(dense_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from envgym.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "moe"
+    res = runner.invoke(app, ["upcycle", str(dense_dir), str(out), "--experts", "3", "--top-k", "1"])
+    assert res.exit_code == 0, res.output
+    config = json.loads((out / "config.json").read_text())
+    assert (config["num_local_experts"], config["num_experts_per_tok"]) == (3, 1)
+    before = (out / "model.safetensors").read_bytes()
+    again = runner.invoke(app, ["upcycle", str(dense_dir), str(out)])
+    assert again.exit_code == 2 and "--force" in again.output  # nothing overwritten
+    assert (out / "model.safetensors").read_bytes() == before
+    forced = runner.invoke(app, ["upcycle", str(dense_dir), str(out), "--force"])
+    assert forced.exit_code == 0, forced.output
+    bad = runner.invoke(app, ["upcycle", str(dense_dir), str(tmp_path / "o2"), "--top-k", "5"])
+    assert bad.exit_code == 2 and "top_k" in bad.output
+    missing = runner.invoke(app, ["upcycle", str(tmp_path / "nowhere"), str(tmp_path / "o3")])
+    assert missing.exit_code == 2 and "config.json" in missing.output
