@@ -40,8 +40,15 @@ def dumpavail_text() -> str:
                extra="Provides: " + ", ".join(f"virtual-feature-{i}" for i in range(600))),
         stanza("aaaa", "the letter a " + "a" * 3000, section="misc"),
     ]
-    for i in range(40):  # filler, so BM25 statistics look like a corpus
+    # Filler, so BM25 statistics look like a corpus — and a dependency graph where uniqueness
+    # often fails (question builders must notice): even fillers have two dependencies in one
+    # section (i+1 and i+6), (section, maintainer) groups share libc6, and pairs of rare
+    # ``shared-*`` dependencies recur within a section (i and i+30).
+    for i in range(40):
+        deps = [f"filler-{(i + 1) % 40:02d}", "libc6", f"shared-a{i % 2}", f"shared-b{i % 3}"]
+        if i % 2 == 0:
+            deps.insert(1, f"filler-{(i + 6) % 40:02d}")
         stanzas.append(stanza(f"filler-{i:02d}", f"filler package number {i} for {SECTIONS[i % 5]}",
                               section=SECTIONS[i % 5], maintainer=MAINTAINERS[i % 3],
-                              depends=f"filler-{(i + 1) % 40:02d}, libc6"))  # fmt: skip
+                              depends=", ".join(deps)))  # fmt: skip
     return "\n".join(stanzas)
