@@ -1,6 +1,6 @@
 """Building the search index: cache key, interrupted and killed builds, the real corpus, the bench.
 
-The last two tests use the machine's real ``apt-cache dumpavail`` corpus (heavy; skipped where
+The last three tests (and ``make("search-qa-v0")``) use the machine's real ``apt-cache dumpavail`` corpus (heavy; skipped where
 apt has no package lists, failed in CI where scripts/setup.sh provides them).
 """
 
@@ -106,23 +106,31 @@ def test_killed_build_restarts_cleanly(tmp_path: Path, monkeypatch: pytest.Monke
     assert SearchTools(Index(final)).search("spacerocks", 1)[0]["id"] == "spacerocks"
 
 
-def _real_corpus() -> None:
+@pytest.fixture(scope="module")
+def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An envgym cache holding the machine's full default index, built once for this module."""
     try:
         load_packages()
     except CorpusUnavailable as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(str(exc))
         pytest.skip(str(exc))
+    root = tmp_path_factory.mktemp("real-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ENVGYM_CACHE", str(root))
+        from tools.search.build import default_index
+
+        default_index(Console(stderr=True, quiet=True))
+    return root
 
 
 @pytest.mark.heavy
 @pytest.mark.timeout(120)
-def test_full_corpus_index_builds_once_and_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _real_corpus()
-    monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path))
+def test_full_corpus_index_builds_once_and_answers(real_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVGYM_CACHE", str(real_cache))
     from tools.search.build import default_folder, default_index
 
-    index = default_index(Console(stderr=True, quiet=True))
+    index = default_index()
     assert index.size > 1000 and index.folder == default_folder()
     meta = json.loads((index.folder / MARKER).read_text())
     assert meta["documents"] == index.size and meta["source"] == "apt-cache dumpavail"
@@ -135,8 +143,35 @@ def test_full_corpus_index_builds_once_and_answers(tmp_path: Path, monkeypatch: 
 
 @pytest.mark.heavy
 @pytest.mark.timeout(120)
-def test_bench_search_is_registered_and_prints_its_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    _real_corpus()
+def test_make_search_qa_v0_on_the_real_corpus(real_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert pyproject["project"]["entry-points"]["envgym.envs"]["search-qa"] == "envs.search_qa.registration:register_envs"
+    monkeypatch.setenv("ENVGYM_CACHE", str(real_cache))
+    import envgym
+    from envs.search_qa.registration import register_envs
+
+    register_envs()  # the installed entry points may predate this checkout's pyproject
+    env = envgym.make("search-qa-v0", task=0, sandbox="inprocess")
+    try:
+        obs, _ = env.reset()
+        assert "Question:" in obs["messages"][-1]["content"]
+        evidence = env.task.metadata["evidence"][0]
+        obs, *_ = env.step(_call("search", query=evidence.replace("-", " "), k=10))
+        assert evidence in {hit["id"] for hit in json.loads(obs["messages"][-1]["content"])}
+        _, reward, done, *_ = env.step(_call("submit_answer", answer=env.task.metadata["answer"]))
+        assert done and reward == 1.0
+    finally:
+        env.close()
+
+
+def _call(name: str, **args: object) -> dict[str, object]:
+    call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(120)
+def test_bench_search_is_registered_and_prints_its_keys(real_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["envgym.benchmarks"]["search"] == "benchmarks.search:run"
     import envgym.bench as bench
