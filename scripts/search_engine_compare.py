@@ -1,6 +1,7 @@
 """Measure bm25s vs tantivy on the Debian corpus: build time, index size, query p50/p99.
 
-Run: ``nice -n 19 python scripts/search_engine_compare.py`` (docs/SEARCH.md has the numbers).
+Run: ``pip install bm25s`` (not a dependency: only this comparison uses it), then
+``nice -n 19 python scripts/search_engine_compare.py`` (docs/SEARCH.md has the numbers).
 Both engines index the same title + body text and answer the same queries (words drawn from
 package summaries, 1-3 words each, fixed seed); latency covers tokenizing the query, scoring
 and fetching the top-10 ids.
