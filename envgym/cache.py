@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -63,6 +64,7 @@ def built_once(final: Path, build: Callable[[Path], None], *, marker: str = "man
             return final  # another caller built it while we waited
         if final.exists():
             shutil.rmtree(final)  # a folder without its marker: left by an older, broken layout
+        _sweep_scratch(final)
         scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         scratch.chmod(0o755)  # mkdtemp makes it private; the cache is readable like any other
         try:
@@ -75,3 +77,16 @@ def built_once(final: Path, build: Callable[[Path], None], *, marker: str = "man
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return final
+
+
+def _sweep_scratch(final: Path) -> None:
+    """Remove scratch folders a killed builder of ``final`` left behind (SIGKILL skips ``finally``).
+
+    Only called under ``final``'s lock, so no live builder of this entry owns one.  The name must
+    be exactly mkdtemp's ``.<name>.<8 chars>`` so another entry's scratch (``.<name>.x.<8>``,
+    built under its own lock) is never touched.
+    """
+    own = re.compile(rf"\.{re.escape(final.name)}\.[A-Za-z0-9_]{{8}}")
+    for sibling in final.parent.iterdir():
+        if own.fullmatch(sibling.name) and sibling.is_dir():
+            shutil.rmtree(sibling, ignore_errors=True)
