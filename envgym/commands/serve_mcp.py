@@ -8,6 +8,8 @@ One episode per MCP session (docs/MCP.md).
 from __future__ import annotations
 
 import functools
+import signal
+import sys
 
 import typer
 from rich.console import Console
@@ -41,6 +43,8 @@ def serve_mcp_command(
     except (KeyError, ValueError) as exc:
         err.print(f"[bold red]error:[/] {str(exc).strip(chr(34))}")
         raise typer.Exit(2) from None
+    # SIGTERM ends the process through `finally`, so the sandboxes of open episodes are closed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         if transport == "stdio":
             anyio.run(server.run_stdio)
