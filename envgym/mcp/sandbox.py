@@ -34,6 +34,7 @@ class McpSandbox(Sandbox):
         self.bundle_dir = inner.bundle_dir
         self.toolsets = list(toolsets)
         self._route: dict[str, McpToolset] | None = None
+        self.state_dir: Path | None = None  # the current episode's, as the MCP servers see it
 
     @property
     def limits(self) -> Limits:  # type: ignore[override]
@@ -48,7 +49,7 @@ class McpSandbox(Sandbox):
         specs = list(self.inner.describe_tools())
         route: dict[str, McpToolset] = {}
         for toolset in self.toolsets:
-            for spec in toolset.describe_tools():
+            for spec in toolset.describe_tools(listing_dir=self.bundle_dir / "state"):
                 if spec.name in route or any(s.name == spec.name for s in specs):
                     raise ValueError(f"tool {spec.name!r} of MCP server {toolset.spec.name} clashes with "
                                      "another tool: give the toolset a prefix")
@@ -65,6 +66,7 @@ class McpSandbox(Sandbox):
 
     def reset(self, state_dir: Path) -> None:
         self.inner.reset(state_dir)
+        self.state_dir = state_dir
         for toolset in self.toolsets:
             if toolset.spec.uses_state_dir or not toolset.running:
                 toolset.start(state_dir)

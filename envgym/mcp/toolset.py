@@ -15,6 +15,7 @@ arguments against their ``inputSchema`` before a call leaves envgym); ``call_too
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -87,15 +88,21 @@ class McpToolset:
             self._conn = None  # the next call tries again
 
     # -- tools -------------------------------------------------------------------------------
-    def describe_tools(self) -> list[ToolSpec]:
+    def describe_tools(self, *, listing_dir: Path | None = None) -> list[ToolSpec]:
         """The server's tools (listed once, at the first start).
 
         A server that works on the episode's state directory, asked before any episode, is
-        started once on an empty scratch directory just to list its tools.
+        started once on a scratch copy of ``listing_dir`` (the bundle's initial state; else an
+        empty folder) just to list its tools.
         """
         if self._specs is None and self._state_dir is None and self.spec.uses_state_dir:
             with tempfile.TemporaryDirectory(prefix="envgym-mcp-list-") as scratch:
-                self.start(Path(scratch))
+                folder = Path(scratch) / "state"
+                if listing_dir is not None and listing_dir.is_dir():
+                    shutil.copytree(listing_dir, folder, symlinks=True)
+                else:
+                    folder.mkdir()
+                self.start(folder)
                 self.close()
                 self._state_dir = None
         elif self._specs is None:
