@@ -112,3 +112,23 @@ def test_env_over_mcp_tools_validates_and_turns_failures_into_observations(tmp_p
     finally:
         env.close()
     assert not box.toolsets[0].running
+
+
+@pytest.mark.timeout(60)
+def test_a_state_bound_server_is_restarted_on_the_fresh_state_each_episode(tmp_path: Path) -> None:
+    bundle = make_notes_bundle(tmp_path / "notes")
+    starts = tmp_path / "starts"
+    spec = ServerSpec(command=(sys.executable, str(HOSTILE), "{state_dir}"), env={"HOSTILE_STARTS": str(starts)})
+    toolset = McpToolset(spec)
+    box = McpSandbox(open_sandbox(bundle, backend="inprocess"), [toolset])
+    env = BundleEnv(bundle, sandbox=box)
+    try:
+        listed = _starts(starts)  # once, on a scratch copy of the bundle's state, to list tools
+        assert listed == 1
+        env.reset()
+        first = box.state_dir
+        assert toolset.spec.bind(first).command[-1] == str(first) and _starts(starts) == 2
+        env.reset()  # no server memory survives into the next episode
+        assert _starts(starts) == 3
+    finally:
+        env.close()
