@@ -2,15 +2,15 @@
 
 The server is the ``mcp`` SDK's low-level :class:`mcp.server.lowlevel.Server` (2.x): the env's
 tools already carry JSON Schemas, so they are listed as they are, without Python signatures.
-Each MCP session owns one :class:`~envgym.mcp.episode.EpisodeDriver`: over stdio the session is
-the server process (it serves one client); over HTTP it is one ``Mcp-Session-Id``, and the driver
-lives in that connection's ``state`` and is closed when the session ends.  Env calls block (sandboxes), so they run in worker threads, one at a time per
-session.
+Each MCP session owns one :class:`~envgym.mcp.episode.EpisodeDriver`.  Env calls block
+(sandboxes), so they run in worker threads, one at a time per session.
 
-Episodes need a session.  Over stdio the process is the session, in either protocol era (the
-2026-07-28 era has no connection state of its own).  Over HTTP a 2026-07-28 request is a stateless single exchange, so the HTTP server does not answer
-``server/discover``: ``mode="auto"`` clients then fall back to the ``initialize`` handshake and
-get an ``Mcp-Session-Id``; a tool call that still arrives sessionless gets a tool error saying so.
+Over stdio the session is the server process (it serves one client), in either protocol era (a
+2026-07-28 connection keeps no state of its own).  Over HTTP the session is one
+``Mcp-Session-Id``: the driver lives in that connection's ``state`` and is closed when the
+session ends.  A 2026-07-28 HTTP request is a stateless single exchange, so the HTTP server does
+not answer ``server/discover``: ``mode="auto"`` clients then fall back to the ``initialize``
+handshake and get a session; a tool call that still arrives sessionless gets a tool error.
 """
 
 from __future__ import annotations
