@@ -18,11 +18,13 @@ from bundle_factory import make_notes_bundle
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from envgym.sandbox.bwrap import bwrap_available
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _serve_argv(bundle: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "envgym.cli", "serve-mcp", str(bundle), "--sandbox", "inprocess", *extra]
+def _serve_argv(bundle: Path, *extra: str, sandbox: str = "inprocess") -> list[str]:
+    return [sys.executable, "-m", "envgym.cli", "serve-mcp", str(bundle), "--sandbox", sandbox, *extra]
 
 
 def _text(result) -> str:
@@ -35,8 +37,11 @@ def bundle(tmp_path: Path) -> Path:
 
 
 @pytest.mark.timeout(60)
-def test_stdio_one_episode_with_env_errors_as_tool_errors(bundle: Path, tmp_path: Path) -> None:
-    argv = _serve_argv(bundle)
+@pytest.mark.parametrize("sandbox", ["inprocess", "bwrap"])
+def test_stdio_one_episode_with_env_errors_as_tool_errors(bundle: Path, tmp_path: Path, sandbox: str) -> None:
+    if sandbox == "bwrap" and not bwrap_available():
+        pytest.skip("bubblewrap unavailable")
+    argv = _serve_argv(bundle, sandbox=sandbox)
     params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(REPO))
 
     async def main() -> None:
@@ -104,7 +109,7 @@ def http_server(bundle: Path, tmp_path: Path):
             yield f"http://127.0.0.1:{port}/mcp", port, proc
         finally:
             proc.terminate()
-            proc.wait(15)
+            assert proc.wait(15) == 0  # SIGTERM is a clean exit (open envs closed)
 
 
 @pytest.mark.timeout(60)
