@@ -144,3 +144,42 @@ def test_http_binds_loopback_only(http_server) -> None:
         pytest.skip("ss is not available")
     local = [line.split()[3] for line in out.stdout.splitlines() if line.strip()]
     assert local == [f"127.0.0.1:{port}"]
+
+
+@pytest.mark.timeout(60)
+def test_http_sessionless_request_is_a_tool_error(http_server) -> None:
+    url, _, proc = http_server
+
+    async def main():
+        async with Client(url, mode="2026-07-28", read_timeout_seconds=30) as client:  # no session
+            assert "reset" in {t.name for t in (await client.list_tools()).tools}
+            return await client.call_tool("reset", {})
+
+    result = anyio.run(main)
+    assert result.is_error and "one episode per MCP session" in _text(result)
+    assert proc.poll() is None
+
+
+@pytest.mark.timeout(60)
+def test_submit_for_text_answers_and_misuse(tmp_path: Path) -> None:
+    from bundle_factory import TASK
+
+    from envgym.bundle_env import BundleEnv
+    from envgym.mcp.episode import EpisodeDriver
+
+    text_task = {**TASK, "id": "text", "submit_tool": None}
+    bundle = make_notes_bundle(tmp_path / "notes", tasks=[TASK, text_task])
+    driver = EpisodeDriver(BundleEnv(bundle, sandbox="inprocess"))
+    try:
+        assert driver.call("reset", {"task": "nope"}).is_error  # an unknown task
+        assert driver.call("reset", {"seed": "x"}).is_error
+        assert not driver.call("reset", {"task": "secret"}).is_error
+        misuse = driver.call("submit", {"content": "tangerine"})  # this task has a submit tool
+        assert misuse.is_error and "submit_result" in misuse.texts[0]
+        assert not driver.call("reset", {"task": "text"}).is_error
+        misuse = driver.call("submit", {"arguments": {"answer_text": "tangerine"}})
+        assert misuse.is_error and "`content`" in misuse.texts[0]
+        done = driver.call("submit", {"content": "tangerine"})  # verified as {"content": ...}
+        assert not done.is_error and done.data["terminated"]
+    finally:
+        driver.close()
