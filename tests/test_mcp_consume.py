@@ -8,6 +8,8 @@ the tests see the restarts.
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -132,3 +134,44 @@ def test_a_state_bound_server_is_restarted_on_the_fresh_state_each_episode(tmp_p
         assert _starts(starts) == 3
     finally:
         env.close()
+
+
+def _serve_http(bundle: Path, port: int, log: Path) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "envgym.cli", "serve-mcp", str(bundle), "--sandbox", "inprocess",
+            "--transport", "http", "--port", str(port)]
+    proc = subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[1], stdout=log.open("a"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return proc
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+
+
+@pytest.mark.timeout(90)
+def test_http_server_as_toolset_survives_the_server_dying(tmp_path: Path) -> None:
+    """envgym's own serve-mcp, consumed over streamable HTTP; killed mid-episode, then back."""
+    bundle = make_notes_bundle(tmp_path / "notes")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "server.txt"
+    proc = _serve_http(bundle, port, log)
+    toolset = McpToolset(ServerSpec(url=f"http://127.0.0.1:{port}/mcp", name="remote"), call_timeout_s=10)
+    try:
+        assert {"reset", "get_note", "submit"} <= {s.name for s in toolset.describe_tools()}
+        assert toolset.call_tool("reset", {}).ok
+        assert toolset.call_tool("get_note", {"key": "secret"}).rendered == "tangerine"
+        proc.kill()
+        proc.wait(10)
+        dead = toolset.call_tool("get_note", {"key": "secret"})
+        assert not dead.ok and dead.error is CallError.CRASH and "restarted" in dead.message
+        proc = _serve_http(bundle, port, log)  # the server comes back: the next call reconnects
+        again = toolset.call_tool("reset", {})
+        assert again.ok and "note called 'secret'" in again.rendered
+    finally:
+        toolset.close()
+        proc.terminate()
+        proc.wait(15)
