@@ -75,6 +75,9 @@ def test_bad_server_is_an_error_and_is_restarted(toolset: McpToolset, tmp_path: 
 def test_a_server_that_cannot_start_is_reported(tmp_path: Path) -> None:
     with pytest.raises(McpDied, match="could not be started"):
         McpConnection(ServerSpec(command=(str(tmp_path / "no-such-server"),), name="ghost"), connect_timeout_s=10)
+    quits = "import sys; print('no repository at /x', file=sys.stderr); sys.exit(1)"
+    with pytest.raises(McpDied, match="could not be started.*stderr: no repository at /x"):  # says why
+        McpConnection(ServerSpec(command=(sys.executable, "-c", quits), name="quitter"), connect_timeout_s=10)
 
 
 @pytest.mark.timeout(60)

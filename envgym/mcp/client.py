@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -83,7 +84,10 @@ class McpConnection:
 
     def __init__(self, spec: ServerSpec, *, connect_timeout_s: float = 30.0, stderr: IO[str] | None = None) -> None:
         self.spec = spec
-        self._stderr = stderr
+        # A stdio server's stderr: the caller's stream, else a private file whose tail explains
+        # a server that dies (a start that fails with "Connection closed" says nothing alone).
+        self._stderr = stderr if stderr is not None else tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
+        self._own_stderr = stderr is None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"mcp-{spec.name}", daemon=True)
         self._thread.start()
@@ -99,8 +103,9 @@ class McpConnection:
             self.close()
             raise McpTimeout(f"the MCP server {spec.name} did not start within {connect_timeout_s:g}s") from None
         except Exception as err:  # noqa: BLE001 - any start failure is a dead server
+            tail = self.stderr_tail()
             self.close()
-            raise McpDied(f"the MCP server {spec.name} could not be started: {_describe(err)}") from None
+            raise McpDied(f"the MCP server {spec.name} could not be started: {_describe(err)}{tail}") from None
 
     def _transport(self) -> Any:
         if self.spec.url is not None:
@@ -109,8 +114,7 @@ class McpConnection:
 
         params = StdioServerParameters(command=self.spec.command[0], args=list(self.spec.command[1:]),
                                        env=dict(self.spec.env) or None, cwd=self.spec.cwd)
-        errlog = self._stderr if self._stderr is not None else open(os.devnull, "w")  # noqa: SIM115
-        return stdio_client(params, errlog=errlog)
+        return stdio_client(params, errlog=self._stderr)
 
     async def _own(self, ready: concurrent.futures.Future[None]) -> None:
         from mcp import Client
@@ -145,9 +149,8 @@ class McpConnection:
                                f"({err.error_count()} problems)") from None
         except Exception as err:  # noqa: BLE001 - a broken pipe, a closed stream, an RPC error
             self.broken = True
-            if self._owner is not None and self._owner.done():
-                raise McpDied(f"the MCP server {self.spec.name} exited during {what}") from None
-            raise McpDied(f"the MCP server {self.spec.name} failed {what}: {_describe(err)}") from None
+            raise McpDied(f"the MCP server {self.spec.name} failed {what}: {_describe(err)}"
+                          f"{self.stderr_tail()}") from None
 
     def list_tools(self, timeout_s: float = 30.0) -> list[types.Tool]:
         async def all_pages() -> list[types.Tool]:
@@ -169,6 +172,19 @@ class McpConnection:
             raise McpMalformed(f"the MCP server {self.spec.name} answered {name} with a {type(result).__name__}")
         return result
 
+    def stderr_tail(self, chars: int = 400) -> str:
+        """The end of a stdio server's stderr (when envgym holds it), as ``"; stderr: …"``."""
+        if not self._own_stderr or self._stderr.closed:
+            return ""
+        try:
+            self._stderr.flush()
+            size = self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(0, size - chars * 4))
+            tail = " ".join(self._stderr.read().split())[-chars:]
+        except (OSError, ValueError):
+            return ""
+        return f"; stderr: {tail}" if tail else ""
+
     def close(self) -> None:
         """Stop the session and the server (idempotent; bounded by STOP_TIMEOUT_S)."""
         if self._loop.is_closed():
@@ -184,6 +200,8 @@ class McpConnection:
         self._thread.join(STOP_TIMEOUT_S)
         if not self._thread.is_alive():
             self._loop.close()
+        if self._own_stderr:
+            self._stderr.close()
 
 
 def _describe(err: BaseException) -> str:
