@@ -22,6 +22,7 @@ from envgym.mcp.client import ServerSpec
 from envgym.mcp.sandbox import McpSandbox
 from envgym.mcp.toolset import McpToolset
 from envgym.sandbox import open_sandbox
+from envgym.sandbox.bwrap import bwrap_available
 
 SUBMIT_TOOLS = '''
 def submit_done(note: str) -> str:
@@ -93,14 +94,17 @@ class Agent:
 
 
 @pytest.mark.timeout(600)  # the first run installs the servers (npm, pip) in the session fixture
-def test_filesystem_server_as_toolset(servers, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["inprocess", "bwrap"])  # bwrap: the verifier sees the server's writes
+def test_filesystem_server_as_toolset(servers, tmp_path: Path, backend: str) -> None:
+    if backend == "bwrap" and not bwrap_available():
+        pytest.skip("bubblewrap unavailable")
     root = tmp_path / "fs-bundle"
     (root / "state" / "docs").mkdir(parents=True)
     (root / "state" / "docs" / "todo.txt").write_text("buy milk\nwrite report\n")
     bundle = _bundle(root, name="fs-copy", verifier=FS_VERIFIER, function="verify_copy",
                      prompt="Write the first line of docs/todo.txt into done.txt, then call submit_done.")
     fs = McpToolset(ServerSpec(command=(*servers["filesystem"], "{state_dir}"), name="filesystem"), prefix="fs_")
-    box = McpSandbox(open_sandbox(bundle, backend="inprocess"), [fs])
+    box = McpSandbox(open_sandbox(bundle, backend=backend), [fs])
     env = BundleEnv(bundle, sandbox=box)
     try:
         obs, _ = env.reset()
