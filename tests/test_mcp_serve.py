@@ -183,3 +183,35 @@ def test_submit_for_text_answers_and_misuse(tmp_path: Path) -> None:
         assert not done.is_error and done.data["terminated"]
     finally:
         driver.close()
+
+
+@pytest.mark.timeout(60)
+def test_http_sessions_are_bounded(bundle: Path, tmp_path: Path) -> None:
+    """Each session holds an env: past --max-sessions a new session is refused, open ones go on."""
+    port = _free_port()
+    log = tmp_path / "bounded.txt"
+    proc = subprocess.Popen(_serve_argv(bundle, "--transport", "http", "--port", str(port), "--max-sessions", "1"),
+                            cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        async def main() -> str:
+            async with Client(url, read_timeout_seconds=30) as first:
+                await first.call_tool("reset", {})
+                with pytest.raises(Exception):  # noqa: B017 - the SDK surfaces the 503 its own way
+                    async with Client(url, read_timeout_seconds=10) as second:
+                        await second.call_tool("reset", {})
+                return _text(await first.call_tool("get_note", {"key": "secret"}))
+
+        assert anyio.run(main) == "tangerine"
+    finally:
+        proc.terminate()
+        proc.wait(15)

@@ -111,19 +111,26 @@ class EnvServer:
         async with stdio_server() as (read, write):
             await self.server.run(read, write, self.server.create_initialization_options())
 
-    def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
-        """The Starlette app serving streamable HTTP at ``path`` (DNS-rebinding checks for localhost)."""
+    def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp", max_sessions: int = 32,
+                 idle_timeout_s: float = 1800.0) -> Any:
+        """The Starlette app serving streamable HTTP at ``path`` (DNS-rebinding checks for localhost).
+
+        Each session holds an env (a sandbox), so at most ``max_sessions`` are open at once (a
+        request that would open one more gets HTTP 503) and a session idle for ``idle_timeout_s``
+        is closed with its env.
+        """
         self._http = True
         # No server/discover over HTTP: sessionless (2026-07-28) clients fall back to the handshake.
         self.server._request_handlers.pop("server/discover", None)  # noqa: SLF001 - no public switch
-        return self.server.streamable_http_app(streamable_http_path=path, host=host)
+        return self.server.streamable_http_app(streamable_http_path=path, host=host, max_sessions=max_sessions,
+                                               session_idle_timeout=idle_timeout_s)
 
     async def run_http(self, *, host: str = "127.0.0.1", port: int = 8000, path: str = "/mcp",
-                       log_level: str = "warning") -> None:
+                       max_sessions: int = 32, idle_timeout_s: float = 1800.0, log_level: str = "warning") -> None:
         import uvicorn
 
-        config = uvicorn.Config(self.http_app(host=host, path=path), host=host, port=port, log_level=log_level)
-        await uvicorn.Server(config).serve()
+        app = self.http_app(host=host, path=path, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
+        await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level)).serve()
 
 
 def _result(reply: Reply) -> types.CallToolResult:
