@@ -1,8 +1,9 @@
 """One connection to an MCP server, used from synchronous code, with per-call timeouts.
 
 The ``mcp`` SDK's :class:`mcp.Client` is async and must be entered and left by the same task,
-so :class:`McpConnection` runs a private event loop in a daemon thread: one *owner* task holds
-the ``Client`` open; calls are scheduled on that loop and waited for with a timeout.  Whatever
+so :class:`McpConnection` keeps a private event loop: one *owner* task holds the ``Client``
+open, and each call runs the loop (in the caller's thread) until the call's result or its
+timeout.  Whatever
 goes wrong surfaces as one of three exceptions, all :class:`McpFailure`:
 
 * :class:`McpTimeout`: no answer within the call's timeout (a hung server);
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import tempfile
 import threading
@@ -80,7 +82,13 @@ class ServerSpec:
 
 
 class McpConnection:
-    """A started MCP client session; ``close`` stops the server process (stdio)."""
+    """A started MCP client session; ``close`` stops the server process (stdio).
+
+    The connection's event loop runs only while a call is in flight, in the caller's thread
+    (``run_until_complete``): no thread hop per call, so a call costs what it costs from the SDK
+    directly.  A caller that is itself inside a running event loop is served by a one-worker
+    thread instead.  One call at a time (a lock serializes callers).
+    """
 
     def __init__(self, spec: ServerSpec, *, connect_timeout_s: float = 30.0, stderr: IO[str] | None = None) -> None:
         self.spec = spec
@@ -89,17 +97,16 @@ class McpConnection:
         self._stderr = stderr if stderr is not None else tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
         self._own_stderr = stderr is None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"mcp-{spec.name}", daemon=True)
-        self._thread.start()
-        self._stop: asyncio.Event | None = None
+        self._lock = threading.Lock()
+        self._helper: concurrent.futures.ThreadPoolExecutor | None = None
         self._client: Any = None
-        self._owner: concurrent.futures.Future[None] | None = None
         self.broken = False
-        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._owner = asyncio.run_coroutine_threadsafe(self._own(ready), self._loop)
+        self._stop = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._owner = self._loop.create_task(self._own())
         try:
-            ready.result(connect_timeout_s)
-        except concurrent.futures.TimeoutError:
+            self._drive(self._started(), connect_timeout_s)
+        except TimeoutError:
             self.close()
             raise McpTimeout(f"the MCP server {spec.name} did not start within {connect_timeout_s:g}s") from None
         except Exception as err:  # noqa: BLE001 - any start failure is a dead server
@@ -116,31 +123,48 @@ class McpConnection:
                                        env=dict(self.spec.env) or None, cwd=self.spec.cwd)
         return stdio_client(params, errlog=self._stderr)
 
-    async def _own(self, ready: concurrent.futures.Future[None]) -> None:
+    async def _own(self) -> None:
+        """Hold the SDK client open (it must be entered and left by one task) until stopped."""
         from mcp import Client
 
-        self._stop = asyncio.Event()
         try:
             async with Client(self._transport()) as client:
                 self._client = client
-                ready.set_result(None)
+                self._ready.set()
                 await self._stop.wait()
-        except BaseException as err:  # noqa: BLE001 - reported through ready, or the connection is broken
-            self.broken = True
-            if not ready.done():
-                ready.set_exception(err if isinstance(err, Exception) else RuntimeError(repr(err)))
         finally:
             self.broken = True
+
+    async def _started(self) -> None:
+        ready = asyncio.ensure_future(self._ready.wait())
+        await asyncio.wait({ready, self._owner}, return_when=asyncio.FIRST_COMPLETED)
+        if not self._ready.is_set():
+            ready.cancel()
+            self._owner.result()  # raises what ended the owner
+            raise RuntimeError("the connection closed during the handshake")
+
+    async def _finished(self) -> None:
+        await self._owner
+
+    def _drive(self, coro: Any, timeout_s: float) -> Any:
+        """Run ``coro`` on the connection's loop within ``timeout_s`` (TimeoutError past it)."""
+        bounded = asyncio.wait_for(coro, timeout_s)
+        with self._lock:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # the usual case: a plain thread
+                return self._loop.run_until_complete(bounded)
+            if self._helper is None:
+                self._helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"mcp-{self.spec.name}")
+            return self._helper.submit(self._loop.run_until_complete, bounded).result()
 
     def _run(self, coro: Any, timeout_s: float, what: str) -> Any:
         if self.broken or self._client is None:
             coro.close()
             raise McpDied(f"the MCP server {self.spec.name} is not running")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
-            return future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            return self._drive(coro, timeout_s)
+        except TimeoutError:
             self.broken = True
             raise McpTimeout(f"the MCP server {self.spec.name} did not answer {what} within {timeout_s:g}s") from None
         except pydantic.ValidationError as err:
@@ -189,17 +213,23 @@ class McpConnection:
         """Stop the session and the server (idempotent; bounded by STOP_TIMEOUT_S)."""
         if self._loop.is_closed():
             return
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._owner is not None:
-            try:
-                self._owner.result(STOP_TIMEOUT_S)
-            except Exception:  # noqa: BLE001 - closing a broken connection
-                self._owner.cancel()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(STOP_TIMEOUT_S)
-        if not self._thread.is_alive():
+        self._stop.set()
+        try:
+            self._drive(self._finished(), STOP_TIMEOUT_S)
+        except BaseException:  # noqa: BLE001 - a broken connection ends as it can
+            self._owner.cancel()
+            with contextlib.suppress(BaseException):
+                self._drive(asyncio.gather(self._owner, return_exceptions=True), STOP_TIMEOUT_S)
+        with self._lock:
+            pending = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                with contextlib.suppress(BaseException):
+                    self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
+        if self._helper is not None:
+            self._helper.shutdown(wait=False)
         if self._own_stderr:
             self._stderr.close()
 
