@@ -178,3 +178,15 @@ def test_http_server_as_toolset_survives_the_server_dying(tmp_path: Path) -> Non
         toolset.close()
         proc.terminate()
         proc.wait(15)
+
+
+@pytest.mark.timeout(30)
+def test_calls_from_inside_a_running_event_loop(toolset: McpToolset) -> None:
+    """A sync call made by async code (which blocks its loop, as any sync call does) still works."""
+    import asyncio
+
+    async def main() -> list[str]:
+        return [toolset.call_tool("echo", {"text": t}).rendered for t in ("a", "b")]
+
+    assert asyncio.run(main()) == ["a", "b"]
+    assert toolset.call_tool("echo", {"text": "c"}).rendered == "c"  # and from a plain thread again
