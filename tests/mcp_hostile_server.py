@@ -1,7 +1,7 @@
 """A deliberately misbehaving MCP server (stdio, raw JSON-RPC, no SDK) for tests/test_mcp_consume.py.
 
 Tools: ``echo`` answers; ``fail`` answers with ``isError``; ``die`` exits mid-call; ``hang``
-never answers; ``malformed`` answers with a result the protocol does not allow.  Each start
+never answers; ``pid`` names the process; ``malformed`` answers with a result the protocol does not allow.  Each start
 appends a line to the file named by ``$HOSTILE_STARTS`` (tests count restarts with it).
 """
 
@@ -18,6 +18,7 @@ TOOLS = [
         ("die", "Exits mid-call.", {}),
         ("hang", "Never answers.", {}),
         ("malformed", "Answers garbage.", {}),
+        ("pid", "The server's process id.", {}),
     ]
 ]
 
@@ -55,6 +56,8 @@ def main():
                 os._exit(3)
             elif name == "hang":
                 time.sleep(3600)
+            elif name == "pid":
+                reply(msg_id, {"content": [{"type": "text", "text": str(os.getpid())}]})
             elif name == "malformed":
                 reply(msg_id, {"content": "not a list of blocks", "isError": "maybe"})
         else:

@@ -46,7 +46,7 @@ def toolset(tmp_path: Path):
 @pytest.mark.timeout(30)
 def test_tools_become_specs_and_calls_outcomes(toolset: McpToolset) -> None:
     specs = {s.name: s for s in toolset.describe_tools()}
-    assert set(specs) == {"echo", "fail", "die", "hang", "malformed"}
+    assert set(specs) == {"echo", "fail", "die", "hang", "malformed", "pid"}
     assert specs["echo"].parameters["properties"] == {"text": {"type": "string"}}
     echoed = toolset.call_tool("echo", {"text": "hi"})
     assert echoed.ok and echoed.rendered == "hi"
@@ -190,3 +190,18 @@ def test_calls_from_inside_a_running_event_loop(toolset: McpToolset) -> None:
 
     assert asyncio.run(main()) == ["a", "b"]
     assert toolset.call_tool("echo", {"text": "c"}).rendered == "c"  # and from a plain thread again
+
+
+@pytest.mark.timeout(30)
+def test_a_server_killed_between_calls(toolset: McpToolset, tmp_path: Path) -> None:
+    """Death while idle is noticed by the next call (an error, not a hang), then restarted."""
+    import os
+    import signal
+
+    pid = int(toolset.call_tool("pid", {}).rendered)
+    os.kill(pid, signal.SIGKILL)
+    began = time.monotonic()
+    dead = toolset.call_tool("echo", {"text": "anyone?"})
+    assert not dead.ok and dead.error is CallError.CRASH and time.monotonic() - began < 10
+    assert toolset.call_tool("echo", {"text": "back"}).rendered == "back"
+    assert int(toolset.call_tool("pid", {}).rendered) != pid
