@@ -15,6 +15,8 @@ command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null || missing+=(chromium)
+# node + npm: the reference MCP filesystem server (@modelcontextprotocol/server-filesystem)
+command -v npm >/dev/null || missing+=(nodejs npm)
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]} with apt-get" >&2
