@@ -48,6 +48,29 @@ def test_every_generated_task_checks_against_reasoning_gym() -> None:
         assert get_score_answer_fn(meta["generator"])(answer=printed, entry=entry) == 1.0, (task["id"], printed)
 
 
+# reasoning-gym's basic_arithmetic entry 0 at level 3 for this seed is wrong: "Calculate
+# ( 8 / -( -9 - 7 + -15 ) )." with answer 0 (the value is 8/31).
+WRONG_ENTRY_SEED = 3408567701406964553
+
+
+def test_a_generator_entry_with_a_wrong_answer_key_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reasoning, "generators", lambda family: ["basic_arithmetic"])
+    monkeypatch.setattr(reasoning, "task_seed", lambda seed, name, difficulty: WRONG_ENTRY_SEED)
+    [made] = reasoning.generate("math", per_generator=1, difficulties=(3,))
+    meta = made.task["metadata"]
+    assert (meta["rg_seed"], meta["rg_index"]) == (WRONG_ENTRY_SEED, 1)  # draw 0 skipped
+    assert made.task["id"] == "math-basic-arithmetic-d3-0"
+    assert reasoning.regenerate(made.task)["answer"] == meta["answer"]
+
+
+def test_a_reference_program_wrong_on_every_draw_fails_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reasoning, "generators", lambda family: ["basic_arithmetic"])
+    name, (fam, kind, extra, _) = "basic_arithmetic", reasoning.PROGRAMS["basic_arithmetic"]
+    monkeypatch.setitem(reasoning.PROGRAMS, name, (fam, kind, extra, lambda m: "print(987654321)"))
+    with pytest.raises(RuntimeError, match="reference program disagreed.*987654321"):
+        reasoning.generate("math", seed=1, per_generator=1, difficulties=(2,))
+
+
 def test_task_seeds_are_secret_and_cannot_be_recomputed_from_what_the_agent_sees() -> None:
     """Issue 9 item 2: a cell that knew the generator regenerated a task from seed*1000+difficulty."""
     from reasoning_gym.factory import DATASETS
