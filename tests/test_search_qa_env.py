@@ -25,16 +25,26 @@ from tools.search.index import Index
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _verifier() -> ModuleType:
-    path = REPO / "envs" / "search_qa" / "bundle_files" / "verifier.py"
-    spec = importlib.util.spec_from_file_location("_search_qa_verifier", path)
+def _bundle_module(name: str) -> ModuleType:
+    path = REPO / "envs" / "search_qa" / "bundle_files" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_search_qa_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-verifier = _verifier()
+verifier = _bundle_module("verifier")
+
+
+@pytest.mark.parametrize("text", ["", "one line", "a\n" * 3000, "x" * 4500 + "\nshort\n" + "y" * 10,
+                                  "\n".join(f"Field{i}: " + "v" * (i * 37 % 300) for i in range(200))])
+def test_the_bundle_stand_in_pages_like_the_host_tool(text: str) -> None:
+    """The bundle's stdlib ``open`` (used by envgym check's gold replays) mirrors tools/search's
+    pages, so a gold solution's page numbers mean the same in check and in an episode."""
+    from tools.search.pages import paginate
+
+    assert _bundle_module("tools")._pages(text) == paginate(text)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,8 @@ def _docs() -> dict[str, dict[str, str]]:
 
 
 def _pages(body: str) -> list[str]:
+    # A stdlib mirror of tools/search/pages.py `paginate` (bundle code imports no project
+    # package); tests/test_search_qa_env.py checks the two page alike.
     pages, current = [], ""
     for line in body.splitlines(keepends=True):
         while len(line) > _PAGE:
