@@ -164,7 +164,8 @@ def test_printing_a_hundred_megabytes_is_cut_and_the_cell_stopped(session: SyncK
     assert "characters of output omitted" in result.text
     assert result.text.endswith("The code printed more than 2 MiB, so it was interrupted; print less (e.g. summaries, head(), len()).")
     huge = session.execute("print('x' * 100_000_000)")  # one message over the cap: refused on the socket
-    assert huge.status == "output_limit" and not huge.restarted
+    # (A fresh-clone run once saw status "error" here, not reproduced in 4 reruns: say why next time.)
+    assert huge.status == "output_limit" and not huge.restarted, (huge.status, huge.error, huge.text[-600:])
     assert huge.text.startswith("The code sent an output of more than 8 MiB at once; it was discarded unread")
     flood = session.execute("while True:\n    print('y' * 1000)")
     assert flood.status == "output_limit" and not flood.restarted
