@@ -84,6 +84,19 @@ def test_stdio_one_episode_with_env_errors_as_tool_errors(bundle: Path, tmp_path
     anyio.run(main)
 
 
+def _wait_listening(proc: subprocess.Popen, port: int, log: Path, timeout_s: float = 30.0) -> None:
+    """Until serve-mcp accepts connections on ``port``; fails with its log if it exits or stalls."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "serve-mcp did not start listening\n" + log.read_text()
+            time.sleep(0.1)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -97,15 +110,7 @@ def http_server(bundle: Path, tmp_path: Path):
         proc = subprocess.Popen(_serve_argv(bundle, "--transport", "http", "--port", str(port)), cwd=REPO,
                                 stdout=errlog, stderr=errlog)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    break
-                except OSError:
-                    assert proc.poll() is None, (tmp_path / "http-stderr.txt").read_text()
-                    assert time.monotonic() < deadline, "serve-mcp did not start listening"
-                    time.sleep(0.1)
+            _wait_listening(proc, port, tmp_path / "http-stderr.txt")
             yield f"http://127.0.0.1:{port}/mcp", port, proc
         finally:
             proc.terminate()
@@ -193,14 +198,7 @@ def test_http_sessions_are_bounded(bundle: Path, tmp_path: Path) -> None:
     proc = subprocess.Popen(_serve_argv(bundle, "--transport", "http", "--port", str(port), "--max-sessions", "1"),
                             cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+        _wait_listening(proc, port, log)
         url = f"http://127.0.0.1:{port}/mcp"
 
         async def main() -> str:
