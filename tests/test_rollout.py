@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import os
 import time
 from pathlib import Path
@@ -68,8 +69,19 @@ def children() -> set[int]:
     return pids
 
 
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def fd_targets(fds: list[int] | None = None) -> set[str]:
+    """What the given (default: all) open fds of this process point at, e.g. ``pipe:[8812]``.
+
+    A pipe's or a deleted temporary file's target names its inode, so it identifies one
+    object: a leak check by target is not fooled by fds other threads open meanwhile.
+    """
+    out = set()
+    for n in fds if fds is not None else [int(n) for n in os.listdir("/proc/self/fd")]:
+        try:
+            out.add(os.readlink(f"/proc/self/fd/{n}"))
+        except OSError:
+            pass
+    return out
 
 
 def run(
@@ -345,7 +357,7 @@ def test_env_failures_end_one_episode_and_replace_the_env(
 
 
 def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, gold: dict) -> None:
-    fds, kids = open_fds(), children()
+    kids = children()
     specs = specs_for(TASKS, 2)  # task-major: the first four are trip-001 ×2, hangzhou ×2
     policy = ScriptedPolicy(
         lambda task, sample: gold[task],
@@ -363,6 +375,8 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
         policy.gate.set()
 
     workers: list[Any] = []  # the process of every sandbox worker this engine launches
+    handles: list[Any] = []
+    owned: set[str] = set()  # the pipes and stderr files those workers' handles opened
 
     def env() -> BundleEnv:
         made = BundleEnv(bundle_dir)
@@ -370,7 +384,9 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
 
         def recorded(state: Any) -> Any:
             handle = launch(state)
-            workers.append(handle.proc)  # not the handle: it owns a stderr file (an fd)
+            workers.append(handle.proc)
+            handles.append(handle)
+            owned.update(fd_targets([handle.read_fd, handle.write_fd, handle._stderr.fileno()]))
             return handle
 
         made.sandbox._launch = recorded  # type: ignore[method-assign]
@@ -400,7 +416,13 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
     left = {w.pid: (_proc_state(w.pid), _cmdline(w.pid)) for w in workers if w.returncode is None}
     assert not left, left
     assert not {w.pid for w in workers} & (children() - kids)
-    assert open_fds() <= fds
+    # No fd of theirs is left: the pipes and pidfds closed at the kill, the stderr file once
+    # nothing holds the handle.  (Counting all open fds was flaky for the reason above.)
+    assert all(h._init_fd is None for h in handles)
+    assert len(owned) >= 3 * len(workers)
+    handles.clear()
+    gc.collect()
+    assert not owned & fd_targets(), owned & fd_targets()
 
 
 def _cmdline(pid: int) -> str:
