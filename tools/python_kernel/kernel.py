@@ -84,6 +84,7 @@ class JailedKernel:
         self.started_at = 0.0
         self.broken = ""  # set when the kernel sent something the client could not read
         self._monitor: Any = None  # IOPub disconnect events (oversized messages)
+        self._interrupting: str | None = None  # msg_id of an interrupt_request not yet answered
 
     # -- life cycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -288,6 +289,7 @@ class JailedKernel:
                 if replied is not None and time.monotonic() - max(replied, heard) >= _LOST_IDLE_S:
                     if resubscribed:  # the new subscription must be live before the next cell
                         await self._wait_ready(time.monotonic() + self.config.startup_timeout_s)
+                    await self._settle_interrupt()
                     return RunOutcome("idle", msg_id, count)
                 continue
             heard = time.monotonic()
@@ -299,6 +301,7 @@ class JailedKernel:
                 # The execute_reply is not awaited (it says nothing IOPub did not): replies
                 # are matched by msg_id wherever the shell channel is read, and drained here.
                 await self._drain(self.client.shell_channel)
+                await self._settle_interrupt()
                 return RunOutcome("idle", msg_id, count)
             if kind == "execute_input":
                 count = content.get("execution_count")
@@ -350,5 +353,25 @@ class JailedKernel:
         """Ask the kernel to raise KeyboardInterrupt in the running cell (control channel:
         signals cannot cross into the jail's session, messages can)."""
         assert self.client is not None
-        self.client.control_channel.send(self.client.session.msg("interrupt_request", {}))
-        await self._drain(self.client.control_channel)
+        msg = self.client.session.msg("interrupt_request", {})
+        self._interrupting = msg["header"]["msg_id"]
+        self.client.control_channel.send(msg)
+
+    async def _settle_interrupt(self) -> None:
+        """Before a cell counts as over, its interrupt must have been delivered.
+
+        The kernel signals itself when its control thread handles the request; handled late
+        (a loaded machine: the cell was over already), the KeyboardInterrupt would hit the
+        *next* cell.  The reply comes right after the signal, so waiting for it closes that
+        window; a kernel that does not answer within the grace is marked broken (restarted
+        before the next cell) rather than trusted.
+        """
+        assert self.client is not None
+        deadline = time.monotonic() + self.config.interrupt_grace_s
+        while self._interrupting is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.broken = "it did not answer an interrupt request"
+                return
+            if await self._take(self.client.control_channel, self._interrupting, min(_POLL_S, remaining)):
+                self._interrupting = None
