@@ -330,6 +330,41 @@ def test_vllm_turns_say_sampled_logprobs_and_unknown_kept_sets(tokenizer: Any) -
     assert seg.turn_info == [TurnInfo(0.8, 0.9, 40, 3, "tool_calls", SAMPLED)]
 
 
+def test_untruncated_vllm_turns_are_recorded_as_not_truncated(tokenizer: Any) -> None:
+    """top-p 1 and no top-k: the request pins top_k/min_p off, so the whole vocabulary was
+    sampled and the record says "not truncated" (the trainer's exact keep sampling mask)."""
+    from envgym.models.vllm_server import VLLMPolicy, VLLMServer
+
+    assert "--generation-config" in VLLMServer(model="m").command()
+    policy = VLLMPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer)
+    bodies: list[dict[str, Any]] = []
+
+    async def post_json(path: str, body: dict[str, Any], check: Any) -> Any:
+        bodies.append(body)
+        reply = {"token_ids": [5, 2], "logprobs": {"token_logprobs": [-0.5, -0.25]},
+                 "finish_reason": "stop"}
+        return check({"choices": [reply]})
+
+    policy.client.post_json = post_json  # type: ignore[method-assign]
+    full = SamplingParams(temperature=0.8, top_p=1.0, top_k=0, max_tokens=5)
+
+    async def run() -> list[Turn]:
+        try:
+            return [await policy.act("s", START, [], p) for p in (full, PARAMS)]
+        finally:
+            await policy.aclose()
+
+    untruncated, truncated = asyncio.run(run())
+    assert (bodies[0]["top_k"], bodies[0]["min_p"], bodies[0]["top_p"]) == (0, 0.0, 1.0)
+    assert (bodies[1]["top_k"], bodies[1]["top_p"]) == (40, 0.9)
+    assert isinstance(untruncated, RecordedTurn) and list(untruncated.kept or ()) == [None, None]
+    assert isinstance(truncated, RecordedTurn) and truncated.kept is None  # unknown
+    builder = RecordBuilder(model="vllm", policy_version=0)
+    builder.add(untruncated)
+    [seg] = builder.record.segments
+    assert seg.kept[len(untruncated.prompt_ids or []):] == [None, None]
+
+
 def _npy_b64(array: np.ndarray) -> str:
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)

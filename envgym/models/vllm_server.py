@@ -20,6 +20,12 @@ with ``logprob_kind="sampled"``, ``full_logprobs=None`` and ``kept=None`` — *u
 record keeps distinct from "not truncated" (docs/MODELS.md).  A server started elsewhere must
 use the same ``--logprobs-mode``, or these log-probs are of another kind.
 
+Untruncated sampling (``top_p`` 1, no ``top_k``) is the exception: every request states
+``top_k`` and ``min_p`` explicitly (and VLLMServer starts vLLM with ``--generation-config vllm``,
+so no model default such as a generation_config's ``top_k: 20`` slips in), so such a turn was
+drawn from the whole vocabulary and its kept sets are recorded as *not truncated* — which is what
+lets ``envgym train`` with ``model.engine: vllm`` keep the exact keep sampling mask.
+
 MoE routes: a server started with ``--enable-return-routed-experts`` (``VLLMServer(
 routed_experts=True)``) returns, per completion, the experts of every position it forwarded
 (prompt included, the last sampled token excluded: ``[prompt + sampled - 1, L, k]``); they become
@@ -43,6 +49,7 @@ from typing import Any
 
 from envgym.models.chat import ChatFormat, end_tokens
 from envgym.models.http_client import BadReply, HttpClient, RateLimit, RetryPolicy
+from envgym.models.kept import KeptSets
 from envgym.models.session import TokenSession, next_prompt
 from envgym.models.turn import SAMPLED, RecordedTurn
 from envgym.parsers import ToolCallParser
@@ -128,6 +135,8 @@ class VLLMServer:
             self.dtype,
             "--logprobs-mode",
             "processed_logprobs",
+            "--generation-config",  # the request's sampling parameters are the whole truth
+            "vllm",
             *(["--enable-return-routed-experts"] if self.routed_experts else []),
             *self.extra_args,
         ]
@@ -268,7 +277,9 @@ class VLLMPolicy:
             prompt_ids=prompt,
             token_ids=turn.token_ids,
             logprobs=turn.logprobs,  # processed_logprobs: the sampled distribution's
-            kept=None,  # unknown: the completions API does not report the kept sets
+            # untruncated requests (request_body pins top_k/min_p): nothing was cut; otherwise
+            # unknown, since the completions API does not report the kept sets
+            kept=KeptSets([None] * len(turn.token_ids)) if untruncated(params) else None,
             finish_reason=turn.finish_reason,
             usage=turn.usage,
             full_logprobs=None,
@@ -291,9 +302,10 @@ class VLLMPolicy:
             "return_token_ids": True,
             "skip_special_tokens": False,
             "include_stop_str_in_output": True,
+            # stated even when off, so no server-side default truncates behind the record's back
+            "top_k": params.top_k or 0,
+            "min_p": 0.0,
         }
-        if params.top_k:
-            body["top_k"] = params.top_k
         if params.seed is not None and self.send_seed:
             body["seed"] = params.seed
         stops = [*self.stop, *params.stop]
@@ -388,3 +400,8 @@ async def wait_ready(base_url: str, timeout: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{base_url} is not answering")
             await asyncio.sleep(0.5)
+
+
+def untruncated(params: SamplingParams) -> bool:
+    """True when ``params`` sample from the whole vocabulary (top-p 1, top-k off)."""
+    return params.top_p >= 1.0 and not params.top_k
