@@ -164,12 +164,17 @@ def demo(
     train: bool = typer.Option(
         True, "--train/--no-train", help="end with cold start + a few GRPO steps (~10 min)"
     ),
+    quick: bool = typer.Option(
+        False, "--quick", help="every step at its smallest size: the same paths in a few minutes"
+    ),
 ) -> None:
     """The README demo: build, check, play, evaluate, synthesize, then cold-start and train."""
     from envgym.demo import run_demo
 
     raise typer.Exit(
-        run_demo(console=console, random_episodes=episodes, sandbox=sandbox, training=train)
+        run_demo(
+            console=console, random_episodes=episodes, sandbox=sandbox, training=train, quick=quick
+        )
     )
 
 

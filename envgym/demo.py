@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import random
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
 
@@ -54,10 +55,18 @@ def run_demo(
     ),
     synthesis: bool = True,
     training: bool = True,
+    quick: bool = False,
 ) -> int:
     """Returns a process exit code: 0 when the bundle checks out, the gold agent scores 1 and
-    the evaluation ran (its pass@k is reported, not judged)."""
+    the evaluation ran (its pass@k is reported, not judged).
+
+    ``quick``: every step at its smallest size (one task per evaluation, k = 1, one synthesized
+    bundle, the smallest training step) — the same code paths in a few minutes; the test suite
+    runs the demo this way.
+    """
     t0 = time.perf_counter()
+    if quick:
+        evaluations = tuple(replace(e, tasks=1, k=1) for e in evaluations)
     console.rule("[bold]1. build the trip-planning bundle")
     bundle = load_bundle(registry.resolve_bundle(DEMO_ENV))
     console.print(
@@ -110,18 +119,34 @@ def run_demo(
         )
     console.print(table)
     ok = report.passed and all(r.reward == 1.0 for r in scripted)
+    console.print(f"  ({time.perf_counter() - t0:.0f} s so far)")
     for step, evaluation in enumerate(evaluations, start=4):
-        ok = demo_evaluation(console, evaluation, sandbox, step=step) and ok
+        ok = _timed(
+            console, lambda s=step, e=evaluation: demo_evaluation(console, e, sandbox, step=s)
+        ) and ok
     if synthesis:
-        ok = demo_synthesis(console, sandbox, step=4 + len(evaluations)) and ok
+        step, size = 4 + len(evaluations), 1 if quick else 2
+        ok = _timed(
+            console, lambda: demo_synthesis(console, sandbox, step=step, size=size)
+        ) and ok
     if training:
-        from envgym.demo_train import demo_training
+        from envgym.demo_train import DemoTraining, demo_training
 
-        ok = demo_training(console, sandbox, step=6 + len(evaluations)) and ok
+        spec = DemoTraining.quick() if quick else DemoTraining()
+        step = 6 + len(evaluations)
+        ok = _timed(console, lambda: demo_training(console, sandbox, step=step, spec=spec)) and ok
     console.print(
         f"[bold]{'demo OK' if ok else 'demo FAILED'}[/] in {time.perf_counter() - t0:.1f} s"
     )
     return 0 if ok else 1
+
+
+def _timed(console: Console, step: Callable[[], bool]) -> bool:
+    """Run one demo step and print its wall time (users see where the minutes go)."""
+    t = time.perf_counter()
+    ok = step()
+    console.print(f"  (step took {time.perf_counter() - t:.0f} s)")
+    return ok
 
 
 def demo_evaluation(console: Console, spec: DemoEval, sandbox: str = "bwrap", *, step: int = 4) -> bool:
@@ -168,9 +193,12 @@ def demo_evaluation(console: Console, spec: DemoEval, sandbox: str = "bwrap", *,
 SYNTH_CATEGORY = "retail orders"
 
 
-def demo_synthesis(console: Console, sandbox: str = "bwrap", *, step: int = 6) -> bool:
-    """Issue 4's step: synthesize two bundles procedurally, validate them, filter their tasks
-    by pass@k with the embedded model (tiny budgets), then evaluate the first bundle."""
+def demo_synthesis(
+    console: Console, sandbox: str = "bwrap", *, step: int = 6, size: int = 2
+) -> bool:
+    """Issue 4's step: synthesize ``size`` bundles procedurally, validate them, filter their
+    tasks by pass@``size`` with the embedded model (tiny budgets), then evaluate ``size`` tasks
+    of the first bundle."""
     import typer
 
     from envgym.commands.synth import synth_command
@@ -178,12 +206,12 @@ def demo_synthesis(console: Console, sandbox: str = "bwrap", *, step: int = 6) -
     out = _demo_dir()
     synth_out = out / "synth"
     console.rule(
-        f"[bold]{step}. envgym synth {SYNTH_CATEGORY!r} --n 2 --agent procedural --filter-k 2 --filter-model smollm2"
+        f"[bold]{step}. envgym synth {SYNTH_CATEGORY!r} --n {size} --agent procedural --filter-k {size} --filter-model smollm2"
     )
     try:
         synth_command(
-            category=SYNTH_CATEGORY, n=2, out=synth_out, agent="procedural", model="smollm2", seed=0,
-            tasks_per_bundle=2, difficulties="1,2", workers=1, filter_k=2, filter_model="smollm2",
+            category=SYNTH_CATEGORY, n=size, out=synth_out, agent="procedural", model="smollm2", seed=0,
+            tasks_per_bundle=2, difficulties="1,2", workers=1, filter_k=size, filter_model="smollm2",
             drop_always_solved=False, filter_concurrency=4, filter_max_turns=3, filter_episode_tokens=288,
             filter_max_tokens=96, max_rounds=1, max_levels=0, max_tokens=256, temperature=0.7,
             sandbox=sandbox, db=f"sqlite:///{out / 'demo.db'}", as_json=False,
@@ -192,13 +220,13 @@ def demo_synthesis(console: Console, sandbox: str = "bwrap", *, step: int = 6) -
         if exc.exit_code:
             console.print(f"[bold red]synthesis failed[/] (exit {exc.exit_code})")
             return False
-    bundles = sorted((synth_out / "bundles").glob("*/manifest.json"))
-    if not bundles:
+    made = sorted((synth_out / "bundles").glob("*/manifest.json"))
+    if not made:
         console.print("[bold red]synthesis kept no bundle[/]")
         return False
     # Evaluate a validated bundle whatever the filter decided: SmolLM2-135M rarely solves
     # these, so the filter usually drops every task; the numbers show the pipeline.
-    spec = DemoEval(env=str(bundles[0].parent), tasks=2, max_tokens=96, max_turns=3)
+    spec = DemoEval(env=str(made[0].parent), tasks=size, k=size, max_tokens=96, max_turns=3)
     return demo_evaluation(console, spec, sandbox, step=step + 1)
 
 

@@ -37,6 +37,13 @@ class DemoTraining:
     max_tokens: int = 192  # per turn, in training and evaluation alike
     max_turns: int = 3
 
+    @classmethod
+    def quick(cls) -> DemoTraining:
+        """The smallest step that still runs every stage (``envgym demo --quick``, the tests):
+        11 training tasks, 2 SFT epochs, one GRPO step on 2 groups of 2."""
+        return cls(train_per_generator=1, sft_epochs=2, grpo_steps=1, group_size=2, prompts=2,
+                   max_tokens=128, max_turns=2)
+
 
 def build_bundles(out: Path, spec: DemoTraining) -> tuple[Path, Path]:
     """The training and held-out bundles (built once; reused when already there)."""

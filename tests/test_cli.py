@@ -144,16 +144,25 @@ def test_bench_env_step_quick_json() -> None:
 @pytest.mark.heavy
 @pytest.mark.timeout(1300)
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
-    # --no-train: the default-size training step alone takes ~15 of a 2-core CI run's minutes;
-    # tests/test_demo.py runs that step (demo_training, the same code) at a smaller size.
+    # --quick: every step, training included, at its smallest size (the default sizes cost
+    # ~30 of a 2-core CI run's minutes and run the same code)
     env = {**os.environ, "ENVGYM_DEMO_DIR": str(tmp_path / "demo")}
     proc = subprocess.run(
-        [sys.executable, "-m", "envgym.cli", "demo", "--episodes", "4", "--no-train"],
+        [sys.executable, "-m", "envgym.cli", "demo", "--episodes", "4", "--quick"],
         capture_output=True, text=True, timeout=1200, env=env,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "PASSED: 13/13 tasks pass" in proc.stdout
-    assert "13/13" in proc.stdout and "demo OK" in proc.stdout
-    assert "envgym eval code-interpreter-v0 --model smollm2" in proc.stdout  # issue 5's step
-    assert "envgym synth 'retail orders' --n 2 --agent procedural" in proc.stdout  # issue 4's step
-    assert "GRPO" not in proc.stdout and not (tmp_path / "demo" / "train").exists()
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-2000:]
+    assert "PASSED: 13/13 tasks pass" in out
+    assert "13/13" in out and "demo OK" in out
+    assert "envgym eval code-interpreter-v0 --model smollm2 -k 1 --limit 1" in out  # issue 5
+    assert "envgym synth 'retail orders' --n 1 --agent procedural" in out  # issue 4's step
+    # issue 10 §7's short version: base → cold start → GRPO, each scored on the held-out tasks
+    assert "cold start (envgym sft) and 1 GRPO steps" in out
+    for row in ("(base)", "after cold start (SFT)", "after 1 GRPO steps"):
+        assert row in out, row
+    assert out.count("held-out pass@1 of") == 3
+    train = tmp_path / "demo" / "train"
+    assert (train / "grpo" / "metrics" / "curves.png").stat().st_size > 1000
+    assert (train / "grpo" / "policy" / "train_run.json").is_file()
+    assert out.count("(step took") == 4  # two evaluations, synthesis, training

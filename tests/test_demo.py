@@ -38,23 +38,3 @@ def test_demo_evaluates_the_embedded_model_and_writes_the_report(tmp_path: Path)
     again = Console(record=True, width=160)
     assert demo_evaluation(again, spec) is True  # a rerun reads the store, runs nothing
     assert "0 run now, 2 from the store" in again.export_text()
-
-
-@pytest.mark.heavy
-@pytest.mark.timeout(1200)
-def test_demo_training_step_cold_starts_trains_and_draws_the_curves(tmp_path: Path) -> None:
-    """The demo's training step at a smaller size (the end-to-end CLI test runs ``--no-train``:
-    the default-size step costs ~15 minutes of a 2-core CI run)."""
-    from envgym.demo_train import DemoTraining, demo_training
-
-    console = Console(record=True, width=160)
-    spec = DemoTraining(train_per_generator=1, sft_epochs=2, grpo_steps=1, group_size=2,
-                        prompts=2, max_tokens=128, max_turns=2)
-    assert demo_training(console, spec=spec, out=tmp_path) is True
-    text = console.export_text()
-    assert "cold start (envgym sft) and 1 GRPO steps" in text
-    for row in ("(base)", "after cold start (SFT)", "after 1 GRPO steps"):
-        assert row in text, row
-    assert text.count("held-out pass@1 of") == 3
-    assert (tmp_path / "grpo" / "metrics" / "curves.png").stat().st_size > 1000
-    assert (tmp_path / "grpo" / "policy" / "train_run.json").is_file()
