@@ -34,9 +34,7 @@ def server() -> Iterator[VLLMServer]:
     if not (DEFAULT_VENV / "bin" / "python").is_file():
         subprocess.run(["bash", str(REPO / "scripts" / "vllm_setup.sh")], check=True, timeout=1200)
     # The hermes tool-call parser is for the synthesis agent's chat completions with tools.
-    # --enforce-eager: no torch.compile of the model (~100 of the engine start's ~180 s on 2
-    # cores); what these tests check — tokens, log-probs, tool calls — does not depend on it.
-    args = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--enforce-eager")
+    args = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
     with VLLMServer(extra_args=args) as running:
         yield running
     assert running._proc is None
