@@ -142,14 +142,14 @@ def test_bench_env_step_quick_json() -> None:
 
 
 @pytest.mark.heavy
-@pytest.mark.timeout(1300)
+@pytest.mark.timeout(2100)
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # --quick: every step, training included, at its smallest size (the default sizes cost
     # ~30 of a 2-core CI run's minutes and run the same code)
     env = {**os.environ, "ENVGYM_DEMO_DIR": str(tmp_path / "demo")}
     proc = subprocess.run(
         [sys.executable, "-m", "envgym.cli", "demo", "--episodes", "4", "--quick"],
-        capture_output=True, text=True, timeout=1200, env=env,
+        capture_output=True, text=True, timeout=2000, env=env,
     )
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-2000:]
