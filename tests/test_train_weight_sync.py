@@ -168,3 +168,61 @@ def test_a_managed_vllm_engine_without_its_venv_is_refused_before_the_run(
     with pytest.raises(ValueError, match=r"model\.engine 'vllm' with no model\.vllm_url .*"
                        r"no-venv, which does not exist: run scripts/vllm_setup\.sh"):
         build_engine(config, tiny_model(), load_tokenizer())
+
+
+_FAKE_VLLM = '''#!{python}
+"""Stands in for `python -m vllm.entrypoints.openai.api_server ...`: records its argv, answers
+/health on the --port it was given, until SIGTERM."""
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+argv = sys.argv[1:]
+open({record!r}, "w").write(json.dumps(argv))
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", int(argv[argv.index("--port") + 1])), H).serve_forever()
+'''
+
+
+def test_a_managed_vllm_engine_serves_an_untied_copy_and_is_stopped_after_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """model.engine vllm with no vllm_url: the trainer writes the policy (head untied) under
+    checkpoint.dir, starts the server from .venv-vllm on it (here a stand-in executable that
+    records its command line), hands out a policy for its URL, and stops it afterwards."""
+    import os
+    import sys
+
+    from envgym.models import vllm_server
+    from trainer.weight_sync import managed_vllm
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    record = tmp_path / "argv.json"
+    fake = venv / "bin" / "python"
+    fake.write_text(_FAKE_VLLM.format(python=sys.executable, record=str(record)))
+    fake.chmod(0o755)
+    monkeypatch.setattr(vllm_server, "DEFAULT_VENV", venv)
+    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm"})
+
+    async def run() -> tuple[Any, int]:
+        async with managed_vllm(config, tiny_model(), load_tokenizer()) as policy:
+            argv = json.loads(record.read_text())
+            port = int(argv[argv.index("--port") + 1])
+            assert policy.client.base_url == f"http://127.0.0.1:{port}/v1"
+            assert policy.model == "policy" == argv[argv.index("--served-model-name") + 1]
+            return argv, port
+
+    argv, port = asyncio.run(run())
+    folder = Path(argv[argv.index("--model") + 1])
+    assert folder == (tmp_path / "ck" / "engine-weights").resolve()
+    assert json.loads((folder / "config.json").read_text())["tie_word_embeddings"] is False
+    assert "lm_head.weight" in load_file(folder / "model.safetensors")
+    assert (folder / "tokenizer.json").is_file()  # the server tokenizes with the policy's own
+    import socket
+
+    with socket.socket() as s, pytest.raises(OSError):  # stopped: nothing listens any more
+        s.connect(("127.0.0.1", port))
+    assert os.environ.get("VLLM_SERVER_DEV_MODE") is None  # set for the child only
