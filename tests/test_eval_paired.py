@@ -53,9 +53,11 @@ def test_bad_eval_files_name_the_file_and_what_is_wrong(tmp_path: Path) -> None:
                                                {"task_id": "t", "mean_reward": 0}]}),
     }
     messages = {
-        "missing.json": "cannot read it", "text.json": "not JSON", "list.json": "no 'per_task'",
+        "missing.json": "cannot read it", "text.json": "not JSON",
+        "list.json": "no 'per_task'",
         "row.json": r"per_task\[0\] needs a string task_id and a numeric mean_reward",
-        "bool.json": r"per_task\[0\] needs", "nan.json": r"per_task\[0\] \(t\) has a non-finite mean_reward",
+        "bool.json": r"per_task\[0\] needs",
+        "nan.json": r"per_task\[0\] \(t\) has a non-finite mean_reward",
         "twice.json": "task 't' appears twice",
     }
     for name, text in cases.items():

@@ -144,7 +144,8 @@ def test_engine_weights_are_saved_with_an_untied_head_that_computes_the_same_mod
     model = tiny_model()
     with torch.no_grad():  # a head that differs from a fresh init everywhere
         model.model.embed_tokens.weight.add_(0.5)
-    folder = save_engine_weights(model, tmp_path / "w", **({"max_shard_size": shard} if shard else {}))
+    sharding = {"max_shard_size": shard} if shard else {}
+    folder = save_engine_weights(model, tmp_path / "w", **sharding)
     config = json.loads((folder / "config.json").read_text())
     assert config["tie_word_embeddings"] is False
     assert (folder / "model.safetensors.index.json").is_file() == (shard is not None)

@@ -107,9 +107,10 @@ async def sync_weights(engine: Any, model: nn.Module, version: int, config: Trai
 
 
 async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int) -> None:
-    """vLLM weight reload from disk: :func:`save_engine_weights` + ``/collective_rpc reload_weights``
-    (vLLM ≥ 0.11's in-place reload; the server needs ``VLLM_SERVER_DEV_MODE=1``), then reset the
-    prefix cache (its KV was computed with the old weights) and tag the weight version."""
+    """vLLM weight reload from disk: :func:`save_engine_weights` + ``/collective_rpc
+    reload_weights`` (vLLM ≥ 0.11's in-place reload; the server needs
+    ``VLLM_SERVER_DEV_MODE=1``), then reset the prefix cache (its KV was computed with the old
+    weights) and tag the weight version."""
     import httpx
 
     save_engine_weights(model, folder)
