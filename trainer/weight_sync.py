@@ -186,17 +186,16 @@ async def managed_vllm(config: TrainConfig, model: nn.Module, tokenizer: Any) ->
     """A vLLM server of ``model``'s current weights (started here, stopped on exit) and the
     :class:`~envgym.models.vllm_server.VLLMPolicy` that samples from it."""
     from envgym.models import vllm_server
-    from envgym.models.vllm_server import VLLMPolicy, VLLMServer
 
     m = config.model
     folder = save_engine_weights(model, Path(config.checkpoint.dir) / "engine-weights", tokenizer)
     Path(config.metrics.dir).mkdir(parents=True, exist_ok=True)
-    server = VLLMServer(folder.resolve(), served_name="policy", dtype=m.dtype,
-                        venv=vllm_server.DEFAULT_VENV,
-                        log_path=Path(config.metrics.dir).resolve() / "vllm.log")
+    server = vllm_server.VLLMServer(folder.resolve(), served_name="policy", dtype=m.dtype,
+                                    venv=vllm_server.DEFAULT_VENV,
+                                    log_path=Path(config.metrics.dir).resolve() / "vllm.log")
     await asyncio.to_thread(server.start)
-    policy = VLLMPolicy(server.base_url, "policy", tokenizer=tokenizer, parser=m.parser,
-                        thinking=m.thinking)
+    policy = vllm_server.VLLMPolicy(server.base_url, "policy", tokenizer=tokenizer,
+                                    parser=m.parser, thinking=m.thinking)
     try:
         yield policy
     finally:
