@@ -171,6 +171,12 @@ def test_cli_eval_prints_json_and_writes_the_report(tmp_path: Path) -> None:
     summary = json.loads(done.stdout)  # exactly one JSON object on stdout
     assert summary["pass_at_k"]["1"]["value"] == 1.0 and summary["pass_hat_k"]["2"]["value"] == 1.0
     assert summary["episodes"] == 4 and summary["ran"] == 4 and summary["errored"] == 0
+    # 4/4 over 2 tasks: the clustered Wilson interval at n_eff = 2 tasks, [2/(2 + z²), 1], not
+    # the point [1, 1] a bootstrap over tasks gave.
+    z2 = 1.959963984540054**2
+    at1 = summary["pass_at_k"]["1"]
+    assert at1["method"] == "wilson-clustered" and at1["n_eff"] == 2.0
+    assert (at1["low"], at1["high"]) == (pytest.approx(2 / (2 + z2)), 1.0)
     assert (tmp_path / "report" / "index.html").is_file() and (
         tmp_path / "report" / "data.js"
     ).is_file()
@@ -181,6 +187,8 @@ def test_cli_eval_prints_json_and_writes_the_report(tmp_path: Path) -> None:
         table.returncode == 0
         and "pass^2" in table.stdout
         and "0 run now, 4 from the store" in table.stdout
+        and "[0.342, 1.000]" in table.stdout
+        and "Wilson, clustered by task: n_eff 2" in table.stdout
     )
 
 

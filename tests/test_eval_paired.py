@@ -31,12 +31,17 @@ def test_the_difference_is_per_task_over_the_shared_tasks() -> None:
     assert not d.excludes_zero  # 4 tasks, one lost: the interval reaches below 0
 
 
-def test_an_interval_excludes_zero_only_when_every_resample_agrees() -> None:
+def test_an_interval_excludes_zero_only_when_the_evidence_does() -> None:
     a = {f"t{i}": 0.0 for i in range(30)}
     better = {t: 1.0 if i < 12 else 0.0 for i, t in enumerate(a)}  # +12 of 30, none lost
     d = paired_difference(a, better)
     assert d.difference == pytest.approx(0.4) and d.low > 0 and d.excludes_zero
-    assert paired_difference(a, dict(a)).low == paired_difference(a, dict(a)).high == 0.0
+    # Every task the same difference (0/30 vs 0/30): the interval keeps the width the 30
+    # episodes allow, ± the Wilson upper bound of 0/30, z²/(30 + z²); a bootstrap gave [0, 0].
+    same = paired_difference(a, dict(a))
+    z2 = 1.959963984540054**2
+    assert (same.low, same.high) == (pytest.approx(-z2 / (30 + z2)), pytest.approx(z2 / (30 + z2)))
+    assert not same.excludes_zero
     worse = paired_difference(better, a)
     assert worse.difference == pytest.approx(-0.4) and worse.high < 0 and worse.excludes_zero
 

@@ -15,6 +15,7 @@ from envgym.evaluate import (
     EvalError,
     EvalRun,
     EvalSummary,
+    Interval,
     ModelSpecError,
     evaluate,
     model_ref,
@@ -137,6 +138,13 @@ def _payload(run: EvalRun) -> dict[str, object]:
     return data
 
 
+def interval_note(iv: Interval) -> str:
+    """How an interval was made, e.g. ``Wilson, clustered by task: n_eff 66`` (docs/EVAL.md)."""
+    if iv.method == "bootstrap":
+        return "bootstrap over tasks"
+    return f"Wilson, clustered by task: n_eff {iv.n_eff:.4g}" if iv.n_eff is not None else ""
+
+
 def print_summary(run: EvalRun, console: Console) -> None:
     s: EvalSummary = run.summary
     table = Table(title=f"envgym eval · {run.bundle.manifest.name} · {run.model.spec}")
@@ -144,15 +152,15 @@ def print_summary(run: EvalRun, console: Console) -> None:
         table.add_column(col)
     for name, values in (("pass@", s.pass_at_k), ("pass^", s.pass_hat_k)):
         for j, iv in values.items():
-            note = (
-                f"{s.excluded[j]} tasks with < {j} valid samples left out"
-                if s.excluded.get(j)
-                else ""
+            notes = [interval_note(iv)]
+            if s.excluded.get(j):
+                notes.append(f"{s.excluded[j]} tasks with < {j} valid samples left out")
+            table.add_row(
+                f"{name}{j}", f"{iv.value:.3f}", f"[{iv.low:.3f}, {iv.high:.3f}]", "; ".join(notes)
             )
-            table.add_row(f"{name}{j}", f"{iv.value:.3f}", f"[{iv.low:.3f}, {iv.high:.3f}]", note)
     mr = s.mean_reward
     table.add_row(
-        "mean reward", f"{mr.value:.3f}", f"[{mr.low:.3f}, {mr.high:.3f}]", "bootstrap over tasks"
+        "mean reward", f"{mr.value:.3f}", f"[{mr.low:.3f}, {mr.high:.3f}]", interval_note(mr)
     )
     table.add_row("tokens / episode", f"{s.tokens_per_episode:.1f}", "", "sampled")
     table.add_row("turns / episode", f"{s.turns_per_episode:.2f}", "", "")

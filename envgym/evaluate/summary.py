@@ -4,6 +4,11 @@ Errored episodes (``EpisodeResult.error``: the backend or the env failed, not th
 counted and listed but left out of n: scoring them 0 would silently mix infrastructure failures
 into the model's score.  A task with fewer than k valid samples has no pass@k and is left out of
 that mean (``excluded`` says how many).
+
+Across tasks every interval is the clustered Wilson interval (estimators.clustered_wilson): the
+Wilson interval at an effective number of episodes that accounts for the episodes of one task
+being alike; it stays honest at 0/n, n/n and one task, where a bootstrap over tasks collapses
+to a point.  A mean reward outside [0, 1] falls back to the percentile bootstrap over tasks.
 """
 
 from __future__ import annotations
@@ -15,7 +20,18 @@ from typing import Any
 
 from envgym.rollout.episode import EpisodeResult
 
-from .estimators import bootstrap_interval, mean, pass_at_k, pass_hat_k, report_ks, wilson_interval
+from .estimators import (
+    bootstrap_interval,
+    clustered_wilson,
+    mean,
+    pass_at_k,
+    pass_hat_k,
+    report_ks,
+    wilson_interval,
+)
+
+WILSON = "wilson-clustered"
+BOOTSTRAP = "bootstrap"
 
 
 @dataclass(frozen=True)
@@ -23,6 +39,17 @@ class Interval:
     value: float
     low: float
     high: float
+    n_eff: float | None = None  # the effective number of trials behind a clustered Wilson
+    method: str = WILSON  # or BOOTSTRAP (values outside [0, 1])
+
+
+def across_tasks(values: list[float], trials: list[int], *, seed: int = 0) -> Interval:
+    """The mean of per-task values with its 95 % interval (clustered Wilson when it applies)."""
+    if all(0.0 <= v <= 1.0 for v in values):
+        low, high, n_eff = clustered_wilson(values, trials)
+        return Interval(mean(values), low, high, n_eff, WILSON)
+    low, high = bootstrap_interval(values, seed=seed)
+    return Interval(mean(values), low, high, None, BOOTSTRAP)
 
 
 @dataclass(frozen=True)
@@ -73,17 +100,21 @@ def summarize(
         out: dict[int, Interval] = {}
         excluded: dict[int, int] = {}
         for j in ks:
-            values = [v for t in per_task if (v := getattr(t, name)[j]) is not None]
-            excluded[j] = len(per_task) - len(values)
-            if values:
-                lo, hi = bootstrap_interval(values, seed=seed)
-                out[j] = Interval(mean(values), lo, hi)
+            scored = [(v, t.n // j) for t in per_task if (v := getattr(t, name)[j]) is not None]
+            excluded[j] = len(per_task) - len(scored)
+            if scored:
+                out[j] = across_tasks([v for v, _ in scored], [m for _, m in scored], seed=seed)
         return out, excluded
 
     at_k, excluded = across("pass_at_k")
     hat_k, _ = across("pass_hat_k")
-    rewards = [t.mean_reward for t in per_task if t.n > 0]
-    lo, hi = bootstrap_interval(rewards, seed=seed) if rewards else (float("nan"), float("nan"))
+    scored = [t for t in per_task if t.n > 0]
+    nan = float("nan")
+    reward = (
+        across_tasks([t.mean_reward for t in scored], [t.n for t in scored], seed=seed)
+        if scored
+        else Interval(nan, nan, nan)
+    )
     n_eps = max(len(eps), 1)
     return EvalSummary(
         k=k,
@@ -93,7 +124,7 @@ def summarize(
         pass_at_k=at_k,
         pass_hat_k=hat_k,
         excluded=excluded,
-        mean_reward=Interval(mean(rewards), lo, hi),
+        mean_reward=reward,
         tokens_per_episode=sum(e.sampled_tokens for e in eps) / n_eps,
         turns_per_episode=sum(e.turns for e in eps) / n_eps,
         tool_calls_per_episode=sum(e.tool_calls for e in eps) / n_eps,
