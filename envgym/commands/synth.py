@@ -3,6 +3,7 @@
     envgym synth "trip planning" --n 50 --out out/trip                 # procedural
     envgym synth "retail orders" --n 20 --out out/retail --filter-k 100 --filter-model gold
     envgym synth "library loans" --n 5 --out out/lib --agent llm --model smollm2
+    envgym synth search-qa --n 50 --out out/sqa [--agent llm --model URL --hops 2 --breadth 3]
 
 docs/SYNTHESIS.md describes the agents, the validation and the filter.
 """
@@ -53,8 +54,18 @@ def synth_command(
     sandbox: str = typer.Option("bwrap", "--sandbox", help="bwrap | docker (inprocess skips the isolation check)"),
     db: str = typer.Option(None, "--db", help="SQLAlchemy URL of the store (default $ENVGYM_DB or ~/.cache/envgym/envgym.db)"),
     as_json: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
+    hops: int = typer.Option(2, "--hops", help="search-qa: depth (documents a question needs)"),
+    breadth: int = typer.Option(3, "--breadth", help="search-qa: searches per hop of the question agent"),
+    answer_models: str = typer.Option("", "--answer-models", help="search-qa: comma-separated answer-agent "
+                                      "models (default: --model)"),
 ) -> None:
     """Synthesize validated <environment, tools, task, verifier> bundles for a category."""
+    from synth_agents.search_qa.cli import is_search_qa, search_qa_command
+
+    if is_search_qa(category):  # its own pipeline (docs/SEARCH_QA.md): QA pairs, not bundles per job
+        return search_qa_command(agent=agent, model=model, n=n, out=out, seed=seed, hops=hops, breadth=breadth,
+                                 answer_models=answer_models, max_tokens=max_tokens, temperature=temperature,
+                                 sandbox=sandbox, filter_k=filter_k, as_json=as_json)
     err = Console(stderr=True)
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:

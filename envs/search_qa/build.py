@@ -62,8 +62,8 @@ def _wrong_answer(pair: QAPair, packages: dict[str, Package], rng: random.Random
     """Same kind as the answer, different: another package's name, maintainer or version."""
     for _ in range(100):
         other = packages[rng.choice(sorted(packages))]
-        value = {"name": other.name, "version": other.fields.get("Version", ""),
-                 "person": other.maintainer.split("<")[0].strip()}[pair.kind]  # fmt: skip
+        value = {"version": other.fields.get("Version", ""),
+                 "person": other.maintainer.split("<")[0].strip()}.get(pair.kind, other.name)  # fmt: skip
         if value and value.casefold() != pair.answer.casefold() and value not in pair.aliases:
             return value
     return pair.answer + "-not"
@@ -71,14 +71,32 @@ def _wrong_answer(pair: QAPair, packages: dict[str, Package], rng: random.Random
 
 def build_bundle(out_dir: Path, packages: Sequence[Package], *, n: int = 50, seed: int = 0,
                  max_hops: int = 3, distractors: int = 6) -> Path:
-    """Write a bundle of ``n`` questions (fewer if the corpus cannot supply them) into ``out_dir``."""
+    """Write a bundle of ``n`` procedural questions (fewer if the corpus cannot supply them)."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; build_bundle writes into a fresh directory")
     pairs = build_questions(packages, n, seed=seed, max_hops=max_hops)
     if not pairs:
         raise ValueError("the corpus yields no question")
+    return write_bundle(out, pairs, packages, seed=seed, distractors=distractors,
+                        provenance={"agent": "procedural:search_qa", "model": None, "seed": seed})
+
+
+def write_bundle(out_dir: Path, pairs: Sequence[QAPair], packages: Sequence[Package], *, seed: int,
+                 provenance: dict[str, Any], distractors: int = 6,
+                 wrong: Sequence[str | None] | None = None) -> Path:
+    """Write ``pairs`` as a checkable bundle into the fresh ``out_dir`` (procedural or model-made).
+
+    ``wrong[i]`` is the declared wrong-answer witness of pair ``i`` (e.g. a failed candidate
+    answer); without one, another entity of the same kind is drawn.
+    """
+    out = Path(out_dir)
+    if not pairs:
+        raise ValueError("a search-QA bundle needs at least one question")
     by_name = {p.name: p for p in packages}
+    missing = sorted({d for pair in pairs for d in pair.evidence if d not in by_name})
+    if missing:
+        raise ValueError(f"evidence names documents the corpus lacks: {missing[:5]}")
     by_section: dict[str, list[str]] = {}
     for p in packages:
         by_section.setdefault(p.section, []).append(p.name)
@@ -91,7 +109,8 @@ def build_bundle(out_dir: Path, packages: Sequence[Package], *, n: int = 50, see
             peers = by_section[by_name[doc_id].section]
             for other in rng.sample(peers, min(distractors, len(peers))):
                 keep.setdefault(other, None)
-        tasks.append(task_line(pair, number, _wrong_answer(pair, by_name, rng)))
+        witness = (wrong[number] if wrong else None) or _wrong_answer(pair, by_name, rng)
+        tasks.append(task_line(pair, number, witness))
     (out / "state").mkdir(parents=True)
     with (out / "state" / "docs.jsonl").open("w", encoding="utf-8") as fh:
         for name in sorted(keep):
@@ -103,7 +122,7 @@ def build_bundle(out_dir: Path, packages: Sequence[Package], *, n: int = 50, see
     for name in CODE_FILES:
         shutil.copyfile(_TEMPLATES / name, out / name)
     write_manifest(out, name=f"search-qa-seed{seed}", category=CATEGORY, description=DESCRIPTION,
-                   provenance={"agent": "procedural:search_qa", "model": None, "seed": seed})  # fmt: skip
+                   provenance=provenance)
     return out
 
 
