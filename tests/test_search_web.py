@@ -49,6 +49,8 @@ class Server:
                     self._search(parse_qs(url.query))
                 elif url.path in PAGES:
                     self._send(200, "text/html; charset=utf-8", PAGES[url.path].encode())
+                elif url.path == "/huge":
+                    self._send(200, "text/html", b"<p>" + b"x" * 2_100_000)
                 elif url.path == "/binary":
                     self._send(200, "application/octet-stream", b"\x00\x01")
                 else:
@@ -76,7 +78,8 @@ class Server:
                 results.insert(1, {"title": "an odd result without a url"})
                 if outer.mode == "binary":
                     results = [{"url": f"{outer.base}/binary", "title": "bin", "content": ""},
-                               {"url": f"{outer.base}/gone", "title": "gone", "content": ""}]
+                               {"url": f"{outer.base}/gone", "title": "gone", "content": ""},
+                               {"url": f"{outer.base}/huge", "title": "huge", "content": ""}]
                 self._send(200, "application/json", json.dumps({"query": query["q"][0], "results": results}).encode())
 
             def _send(self, status: int, kind: str, body: bytes) -> None:
@@ -172,6 +175,8 @@ def test_pages_that_are_not_text_or_gone(server: Server, tools: SearchTools) -> 
         tools.open(ids[0])
     with pytest.raises(SearchError, match=r"open: .*/gone answered HTTP 404"):
         tools.open(ids[1])
+    with pytest.raises(SearchError, match=r"open: .*/huge is larger than 2000000 bytes"):
+        tools.open(ids[2])
 
 
 def test_a_server_that_is_down() -> None:

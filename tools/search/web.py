@@ -134,17 +134,32 @@ class WebSearch:
     def get(self, doc_id: str) -> Document | None:
         if doc_id not in self._seen:
             return None  # "no document with id …; use an id from search results"
-        reply = self._get(doc_id, "open")
-        kind = reply.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
-        if not kind.startswith(_TEXT_TYPES):
-            raise SearchError(f"open: {doc_id} is {kind}, not a text page")
-        if len(reply.content) > MAX_PAGE_BYTES:
-            raise SearchError(f"open: {doc_id} is {len(reply.content)} bytes; the limit is {MAX_PAGE_BYTES}")
+        kind, text = self._fetch(doc_id)
         if "html" in kind:
-            title, text = html_text(reply.text)
+            title, text = html_text(text)
         else:
-            title, text = "", html.unescape(reply.text)
+            title, text = "", html.unescape(text)
         return Document(doc_id, title or self._seen[doc_id], text)
+
+    def _fetch(self, url: str) -> tuple[str, str]:
+        """``(content type, text)`` of a page, read in chunks so a huge page is refused early."""
+        try:
+            with self._client.stream("GET", url, timeout=self.timeout_s) as reply:
+                if reply.status_code >= 400:
+                    raise SearchError(f"open: {url} answered HTTP {reply.status_code} {reply.reason_phrase}".rstrip())
+                kind = reply.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
+                if not kind.startswith(_TEXT_TYPES):
+                    raise SearchError(f"open: {url} is {kind}, not a text page")
+                body = bytearray()
+                for chunk in reply.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_PAGE_BYTES:
+                        raise SearchError(f"open: {url} is larger than {MAX_PAGE_BYTES} bytes; the limit")
+                return kind, body.decode(reply.encoding or "utf-8", errors="replace")
+        except httpx.TimeoutException:
+            raise SearchError(f"open: {url} did not answer within {self.timeout_s:g} s; try again") from None
+        except httpx.HTTPError as err:
+            raise SearchError(f"open: cannot reach {url} ({type(err).__name__}: {err})") from None
 
     def _remember(self, url: str, title: str) -> None:
         self._seen[url] = title
@@ -153,7 +168,7 @@ class WebSearch:
             self._seen.popitem(last=False)
 
     def _get(self, url: str, tool: str, params: dict[str, Any] | None = None) -> httpx.Response:
-        where = self.base_url if tool == "search" else url
+        where = self.base_url
         try:
             reply = self._client.get(url, params=params, timeout=self.timeout_s)
         except httpx.TimeoutException:
