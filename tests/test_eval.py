@@ -180,6 +180,11 @@ def test_cli_eval_prints_json_and_writes_the_report(tmp_path: Path) -> None:
     assert (tmp_path / "report" / "index.html").is_file() and (
         tmp_path / "report" / "data.js"
     ).is_file()
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert [t["function"]["name"] for t in report["tools"]][:2] == [
+        "get_all_cities", "get_all_hotels_by_city"
+    ]  # the tools the model was given; the gold agent has no tokenizer, so no prompt text
+    assert report["decoded"] is False and report["episodes"][0]["prompt_text"] is None
     table = cli(
         "eval", "trip-planning-v0", "--model", "gold", "-k", "2", "--limit", "2", "--db", db
     )

@@ -65,7 +65,15 @@ def eval_command(
         "bwrap", "--sandbox", help="bwrap | docker | inprocess (trusted bundles only)"
     ),
     context: str = typer.Option(
-        "thinking-retention", "--context", help="thinking-retention | discard-reasoning | keep-all"
+        "thinking-retention+discard-all",
+        "--context",
+        help="POLICY[+OVERFLOW]: thinking-retention | discard-reasoning | keep-all, and the "
+        "overflow strategy past 80%% of the model's window: discard-all | discard-75 | none",
+    ),
+    context_window: int = typer.Option(
+        None,
+        "--context-window",
+        help="the model's context window in tokens (default: read from the model)",
     ),
     parser: str = typer.Option("hermes", "--parser", help="tool-call parser for raw model text"),
     retry_errors: bool = typer.Option(
@@ -78,13 +86,16 @@ def eval_command(
     """Evaluate a model on an environment: pass@k, pass^k, mean reward with 95% CIs (resumable)."""
     err = Console(stderr=True)
     try:
+        policy_name, overflow = parse_context(context)
         config = EvalConfig(
             k=k,
             samples=samples,
             limit=limit,
             concurrency=concurrency,
             sandbox=sandbox,
-            context=context,
+            context=policy_name,
+            overflow=overflow,
+            context_window=context_window,
             parser=parser,
             seed=seed,
             retry_errors=retry_errors,
@@ -120,16 +131,45 @@ def eval_command(
     finally:
         store.close()
     if html is not None:
-        from envgym.report import write_report
-
-        index = write_report(html, run.summary, run.episodes)
-        err.print(f"report: {index}")
+        write_html(html, target, run, err)
     if as_json:
         sys.stdout.write(json.dumps(_payload(run)) + "\n")
     else:
         print_summary(run, Console(width=None if sys.stdout.isatty() else 160))
 
 
+
+
+def write_html(out: Path, target: str, run: EvalRun, err: Console) -> None:
+    """The report, with the tools the model was given and its exact prompt text."""
+    from envgym.evaluate import model_decoder, offered_tools
+    from envgym.report import write_report
+
+    tools = decode = None
+    try:
+        tools = offered_tools(target, run)
+    except Exception as exc:  # noqa: BLE001 - the report is still worth writing without them
+        err.print(f"[yellow]warning:[/] the report has no tool list: cannot open an env ({exc})")
+    try:
+        decode = model_decoder(run.model)
+    except Exception as exc:  # noqa: BLE001
+        err.print(f"[yellow]warning:[/] the report has no prompt text: no tokenizer ({exc})")
+    index = write_report(out, run.summary, run.episodes, tools=tools, decode=decode)
+    err.print(f"report: {index}")
+
+
+def parse_context(spec: str) -> tuple[str, str | None]:
+    """``POLICY[+OVERFLOW]`` → (reasoning policy, overflow strategy or None)."""
+    from envgym.context import POLICIES
+
+    policy, plus, overflow = spec.partition("+")
+    if policy not in POLICIES:
+        raise ValueError(
+            f"--context {spec!r}: unknown context policy {policy!r}; known: {', '.join(POLICIES)}"
+        )
+    if not plus:
+        return policy, "discard-all"
+    return policy, None if overflow == "none" else overflow
 
 
 def _payload(run: EvalRun) -> dict[str, object]:
@@ -143,6 +183,15 @@ def interval_note(iv: Interval) -> str:
     if iv.method == "bootstrap":
         return "bootstrap over tasks"
     return f"Wilson, clustered by task: n_eff {iv.n_eff:.4g}" if iv.n_eff is not None else ""
+
+
+def context_cells(config: dict[str, object]) -> tuple[str, str, str]:
+    """The context row: reasoning policy, overflow strategy and the model's window."""
+    policy = str(config.get("context", ""))
+    if "context_window" not in config:
+        return policy, "", "no context window known (pass --context-window N)"
+    overflow = config.get("overflow") or "no overflow strategy"
+    return f"{policy} + {overflow}", "", f"window {config['context_window']} tokens"
 
 
 def print_summary(run: EvalRun, console: Console) -> None:
@@ -168,6 +217,7 @@ def print_summary(run: EvalRun, console: Console) -> None:
     table.add_row(
         "episodes", str(s.episodes), "", f"{run.ran} run now, {s.episodes - run.ran} from the store"
     )
+    table.add_row("context", *context_cells(s.meta.get("config") or {}))
     table.add_row(
         "errored",
         str(s.errored),

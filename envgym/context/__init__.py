@@ -5,6 +5,8 @@
 * Overflow strategies (:mod:`.overflow`), past 80% of the window (DeepSeek-V3.2 §4.4):
   ``summary``, ``discard-75``, ``discard-all``.
 * :class:`ContextManager` picks both by name.  See docs/CONTEXT.md.
+* :class:`ContextWindowExceeded` (:mod:`.window`): a prompt past the model's window, which
+  truncates the episode instead of erroring it.
 """
 
 from .manager import DEFAULT_THRESHOLD, ContextManager
@@ -27,6 +29,7 @@ from .policies import (
     keep_all,
     thinking_retention,
 )
+from .window import ContextWindowExceeded
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -35,6 +38,7 @@ __all__ = [
     "POLICIES",
     "SUMMARY_PREFIX",
     "ContextManager",
+    "ContextWindowExceeded",
     "Dropped",
     "Policy",
     "Rendered",

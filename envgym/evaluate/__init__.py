@@ -1,13 +1,29 @@
 """Evaluation: pass@k / pass^k with confidence intervals over a bundle's tasks, resumable.
 
-* estimators.py — pass@k (Chen et al. 2021), pass^k (τ-bench), Wilson, bootstrap;
+* estimators.py — pass@k (Chen et al. 2021), pass^k (τ-bench), Wilson (clustered by task);
 * summary.py — per-task and across-task numbers from episodes;
+* paired.py — two evals compared task by task (``envgym compare``);
 * models.py — ``--model`` names → policies and fingerprints;
 * runner.py — the resumable run, keyed by content hashes, stored episode by episode.
 """
 
-from .estimators import bootstrap_interval, pass_at_k, pass_hat_k, report_ks, wilson_interval
-from .models import ModelRef, ModelSpecError, load_policy, model_ref
+from .estimators import (
+    bootstrap_interval,
+    clustered_wilson,
+    pass_at_k,
+    pass_hat_k,
+    report_ks,
+    wilson_interval,
+)
+from .models import (
+    ModelRef,
+    ModelSpecError,
+    load_policy,
+    model_decoder,
+    model_ref,
+    model_tokenizer,
+    model_window,
+)
 from .runner import (
     EvalConfig,
     EvalError,
@@ -15,10 +31,11 @@ from .runner import (
     env_factory,
     evaluate,
     evaluation_key,
+    offered_tools,
     open_bundle,
     run_evaluation,
 )
-from .summary import EvalSummary, Interval, TaskSummary, summarize
+from .summary import EvalSummary, Interval, TaskSummary, across_tasks, summarize
 
 __all__ = [
     "EvalConfig",
@@ -29,12 +46,18 @@ __all__ = [
     "ModelRef",
     "ModelSpecError",
     "TaskSummary",
+    "across_tasks",
     "bootstrap_interval",
+    "clustered_wilson",
     "env_factory",
     "evaluate",
     "evaluation_key",
     "load_policy",
+    "model_decoder",
     "model_ref",
+    "model_tokenizer",
+    "model_window",
+    "offered_tools",
     "open_bundle",
     "pass_at_k",
     "pass_hat_k",

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -89,6 +91,84 @@ def load_policy(ref: ModelRef, *, bundle_dir: Path | None = None, sandbox: str =
     url, _, served = ref.spec.partition("#")
     http = _backend("envgym.models.openai_http", "OpenAIPolicy")
     return http(base_url=url, model=served or served_model(url))  # type: ignore[no-any-return]
+
+
+WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+
+
+def model_window(ref: ModelRef) -> int | None:
+    """The model's context window in tokens, read without loading it; None when unknown.
+
+    Local weights: their ``config.json``; a server: the ``max_model_len`` vLLM lists at
+    ``/models`` for the served model; the scripted agents have no window.
+    """
+    if ref.kind == "embedded":
+        from envgym.embedded import hf_dir
+
+        return _config_window(hf_dir() / "config.json")
+    if ref.kind == "hf":
+        return _config_window(Path(ref.spec) / "config.json")
+    if ref.kind == "http":
+        return _served_window(ref.spec)
+    return None
+
+
+def model_tokenizer(ref: ModelRef) -> str | None:
+    """What the env counts prompt tokens with (``BundleEnv(tokenizer=…)``): the model's own
+    tokenizer for local weights; None (the approximate counter) for servers and agents."""
+    if ref.kind == "embedded":
+        return "smollm2"
+    if ref.kind == "hf":
+        return ref.spec
+    return None
+
+
+def model_decoder(ref: ModelRef) -> Callable[[list[int]], str] | None:
+    """Token ids → text with the model's own tokenizer (special tokens kept), for the report's
+    exact prompt text; None for servers and agents (their turns carry no token ids)."""
+    if ref.kind not in ("embedded", "hf"):
+        return None
+    from transformers import AutoTokenizer
+
+    if ref.kind == "embedded":
+        from envgym.embedded import hf_dir
+
+        folder = str(hf_dir())
+    else:
+        folder = ref.spec
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=False))
+
+    return decode
+
+
+def _config_window(path: Path) -> int | None:
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for key in WINDOW_KEYS:
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _served_window(spec: str) -> int | None:
+    import httpx
+
+    url, _, served = spec.partition("#")
+    try:
+        response = httpx.get(url.rstrip("/") + "/models", timeout=5.0)
+        response.raise_for_status()
+        models = response.json()["data"]
+        entry = next((m for m in models if not served or m.get("id") == served), None)
+        value = entry.get("max_model_len") if isinstance(entry, dict) else None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def served_model(base_url: str) -> str:

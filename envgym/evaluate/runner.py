@@ -1,8 +1,9 @@
 """Run an evaluation: N tasks × n samples, resumable, every episode stored as it finishes.
 
 The evaluation key is the hash of (bundle content hash, model fingerprint, config hash); the
-config hash covers what changes results (sampling, budgets, context policy, parser, seed, and
-what builds the envs: a registered id or a bare bundle directory) and not what only selects or
+config hash covers what changes results (sampling, budgets, context policy, the model's context
+window and overflow strategy, parser, seed, and what builds the envs: a registered id or a bare
+bundle directory) and not what only selects or
 schedules episodes (k, n, --limit, concurrency, sandbox backend).  Envs are built exactly as
 ``envgym.make(target)`` builds them (``registry.env_factory``), so a family's own env class runs.
 So a rerun — after a kill, or with a larger n — finds the episodes it already has and runs only
@@ -16,20 +17,23 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from envgym import registry
 from envgym.bundle import Bundle, BundleError, load_bundle
+from envgym.context import OVERFLOW_STRATEGIES, ContextManager
 from envgym.core import Env
 from envgym.policy import Policy, SamplingParams
 from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
 from envgym.store import Store
 
-from .models import ModelRef, load_policy, model_ref
+from .models import ModelRef, load_policy, model_ref, model_tokenizer, model_window
 from .summary import EvalSummary, summarize
 
 Progress = Callable[[int, int, EpisodeResult | None], None]  # (done, total, just finished)
+EVAL_OVERFLOW = tuple(name for name in OVERFLOW_STRATEGIES if name != "summary")
 
 
 class EvalError(RuntimeError):
@@ -47,7 +51,11 @@ class EvalConfig:
     budget: Budget = field(default_factory=Budget)
     concurrency: int = 8  # the local engine batches across episodes: bs8 ≈ 4× bs1 tokens/s
     sandbox: str = "bwrap"
-    context: str = "thinking-retention"
+    context: str = "thinking-retention"  # the reasoning policy (envgym.context.policies)
+    # Compaction past 80 % of the model's window (DeepSeek-V3.2 §4.4: discard-all scales best
+    # for its cost); None: no compaction, a prompt past the window only truncates the episode.
+    overflow: str | None = "discard-all"
+    context_window: int | None = None  # the model's window in tokens; None: ask the model
     parser: str = "hermes"
     native_tools: bool = True
     seed: int = 0
@@ -63,6 +71,13 @@ class EvalConfig:
             raise EvalError(f"--limit must be ≥ 1, not {self.limit}")
         if self.concurrency < 1:
             raise EvalError(f"concurrency must be ≥ 1, not {self.concurrency}")
+        if self.overflow is not None and self.overflow not in EVAL_OVERFLOW:
+            raise EvalError(
+                f"unknown overflow strategy {self.overflow!r}; known: {', '.join(EVAL_OVERFLOW)}"
+                " or none ('summary' needs a summarizer model, which eval does not have)"
+            )
+        if self.context_window is not None and self.context_window < 2:
+            raise EvalError(f"the context window must be ≥ 2 tokens, not {self.context_window}")
 
     @property
     def n(self) -> int:
@@ -70,7 +85,7 @@ class EvalConfig:
 
     def result_config(self) -> dict[str, object]:
         """The part of the config that changes results (hashed into the evaluation key)."""
-        return {
+        config: dict[str, object] = {
             "params": asdict(self.params),
             "budget": asdict(self.budget),
             "context": self.context,
@@ -78,6 +93,10 @@ class EvalConfig:
             "native_tools": self.native_tools,
             "seed": self.seed,
         }
+        if self.context_window is not None:  # without a window the strategy never runs
+            config["context_window"] = self.context_window
+            config["overflow"] = self.overflow
+        return config
 
     def config_hash(self, env: str | None = None) -> str:
         """Hash of :meth:`result_config`, plus ``env`` (:func:`registry.env_identity`) when given."""
@@ -98,6 +117,7 @@ class EvalRun:
     summary: EvalSummary
     episodes: list[EpisodeResult]
     ran: int  # episodes run now (the rest came from the store)
+    config: EvalConfig | None = None  # as run: with the model's context window filled in
 
 
 def _sha(text: str) -> str:
@@ -117,16 +137,33 @@ def open_bundle(target: str | Path) -> Bundle:
         raise EvalError(str(exc).strip('"')) from None
 
 
-def env_factory(target: str | Path, config: EvalConfig) -> Callable[[], Env]:
-    """The evaluation's envs: ``envgym.make(target, ...)`` with the config's env options."""
+def env_factory(
+    target: str | Path, config: EvalConfig, *, tokenizer: str | None = None
+) -> Callable[[], Env]:
+    """The evaluation's envs: ``envgym.make(target, ...)`` with the config's env options.
+
+    With a context window the env renders through a :class:`ContextManager` that compacts with
+    the config's overflow strategy past 80 % of the window, counts prompt tokens with
+    ``tokenizer`` (the model's; None: the approximate counter), and truncates the episode
+    (``truncated_by="context_window"``) when the prompt leaves no room for a sampled token.
+    """
+    options: dict[str, object] = {"context": config.context}
+    window = config.context_window
+    if window is not None:
+        options["context"] = ContextManager(
+            policy=config.context, overflow=config.overflow, window=window
+        )
+        options["context_window"] = window - 1  # a prompt must leave one token to sample
+        if tokenizer is not None:
+            options["tokenizer"] = tokenizer
     try:
         return registry.env_factory(
             target,
             sandbox=config.sandbox,
-            context=config.context,
             parser=config.parser,
             native_tools=config.native_tools,
             time_budget_s=config.budget.max_seconds,
+            **options,
         )
     except KeyError as exc:
         raise EvalError(str(exc).strip('"')) from None
@@ -143,9 +180,17 @@ async def run_evaluation(
 ) -> EvalRun:
     """Evaluate ``model`` on ``target`` (an env id or bundle dir).  ``policy`` overrides loading."""
     bundle = open_bundle(target)
-    factory = env_factory(target, config)
-    env = registry.env_identity(target)
     ref = model if isinstance(model, ModelRef) else model_ref(model)
+    if config.context_window is None:
+        # The model's own window (a policy passed in may say it; otherwise read its config).
+        window = (
+            getattr(policy, "context_window", None)
+            if policy is not None
+            else await asyncio.to_thread(model_window, ref)
+        )
+        config = replace(config, context_window=window)
+    factory = env_factory(target, config, tokenizer=model_tokenizer(ref))
+    env = registry.env_identity(target)
     tasks = list(bundle.tasks[: config.limit])
     bundle_hash = store.add_bundle(bundle)
     key = evaluation_key(bundle_hash, ref.fingerprint, config.config_hash(env))
@@ -192,8 +237,26 @@ async def run_evaluation(
     summary = summarize(episodes, k=config.k, meta=meta, seed=config.seed)
     store.set_summary(key, summary.to_dict())
     return EvalRun(
-        key=key, bundle=bundle, model=ref, summary=summary, episodes=episodes, ran=len(todo)
+        key=key,
+        bundle=bundle,
+        model=ref,
+        summary=summary,
+        episodes=episodes,
+        ran=len(todo),
+        config=config,
     )
+
+
+def offered_tools(target: str | Path, run: EvalRun) -> list[dict[str, Any]]:
+    """The tool schemas the model was given: one env of the run, reset on its first task."""
+    config = run.config or EvalConfig()
+    env = env_factory(target, config, tokenizer=None)()
+    try:
+        task = run.episodes[0].task_id if run.episodes else run.bundle.tasks[0].id
+        obs, _ = env.reset(seed=config.seed, options={"task": task})
+        return [dict(t) for t in obs["tools"]]
+    finally:
+        env.close()
 
 
 async def _run(

@@ -2,13 +2,16 @@
 
 ``DIR/index.html`` (page, style and script inline), ``DIR/data.js`` (the data, loaded by a
 script tag so the page works from ``file://``) and ``DIR/report.json`` (the same data for
-programs).  No CDN, no network.
+programs).  No CDN, no network.  Besides the summary and the trajectories it shows the tools the
+model was given and, when the model's tokenizer is at hand, the exact prompt text it read
+(decoded from its token ids): what one needs to see why a model never calls a tool.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,19 +22,44 @@ from envgym.rollout.episode import EpisodeResult
 from .assets import CSS, JS, PAGE
 
 
-def report_data(summary: EvalSummary, episodes: list[EpisodeResult]) -> dict[str, Any]:
+Decode = Callable[[list[int]], str]
+
+
+def report_data(
+    summary: EvalSummary,
+    episodes: list[EpisodeResult],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    decode: Decode | None = None,
+) -> dict[str, Any]:
+    """The report's data.  ``tools``: the schemas the model was given; ``decode``: the model's
+    tokenizer (ids → text), which turns each episode's token ids back into the exact prompt
+    text the model read (``prompt_text``: its first turn's; ``model_view``: every segment)."""
     eps = []
     for e in episodes:
         data = e.to_dict()
         data.pop("record")  # token arrays are for training, not for reading
         data["passed"] = e.passed
         data["segments"] = len(e.record.segments)
+        data["prompt_text"], data["model_view"] = _model_view(e, decode)
         eps.append(data)
     return {
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "summary": summary.to_dict(),
+        "tools": tools,
+        "decoded": decode is not None,
         "episodes": eps,
     }
+
+
+def _model_view(e: EpisodeResult, decode: Decode | None) -> tuple[str | None, list[str]]:
+    """The first prompt and every segment as text, exactly as tokenized (no re-rendering)."""
+    segments = e.record.segments
+    if decode is None or not segments:
+        return None, []
+    first = segments[0]
+    start = first.loss_mask.index(1) if 1 in first.loss_mask else len(first.token_ids)
+    return decode(first.token_ids[:start]), [decode(s.token_ids) for s in segments]
 
 
 def _finite(value: Any) -> Any:
@@ -51,11 +79,18 @@ def _json(data: Any) -> str:
     return text.replace("<", "\\u003c")
 
 
-def write_report(out_dir: Path | str, summary: EvalSummary, episodes: list[EpisodeResult]) -> Path:
+def write_report(
+    out_dir: Path | str,
+    summary: EvalSummary,
+    episodes: list[EpisodeResult],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    decode: Decode | None = None,
+) -> Path:
     """Write the report; returns the path of index.html."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = _json(report_data(summary, episodes))
+    data = _json(report_data(summary, episodes, tools=tools, decode=decode))
     (out / "report.json").write_text(data, encoding="utf-8")
     (out / "data.js").write_text(f"window.ENVGYM_REPORT = {data};\n", encoding="utf-8")
     index = out / "index.html"

@@ -19,7 +19,12 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 details.trajectory { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; padding: 4px 8px; }
 details.trajectory > summary { cursor: pointer; }
 .msg { border-left: 3px solid var(--line); margin: 6px 0; padding: 2px 8px; white-space: pre-wrap; word-break: break-word; }
-.msg .role { font-weight: 600; font-size: 12px; text-transform: uppercase; color: var(--mute); }
+.msg .head { font-size: 12px; color: var(--mute); }
+.msg .role { font-weight: 600; text-transform: uppercase; }
+code.callid { font-family: ui-monospace, monospace; text-transform: none; }
+pre.prompt { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; border: 1px solid var(--line); padding: 6px; font-size: 12px; max-height: 480px; overflow: auto; }
+details.view > summary { cursor: pointer; font-size: 12px; color: var(--mute); }
+.tool-name { font-family: ui-monospace, monospace; font-weight: 600; }
 .role-user { border-color: #0969da; } .role-assistant { border-color: #8250df; }
 .role-tool { border-color: #bf8700; } .role-system { border-color: #6e7781; }
 .reasoning { color: #6639ba; font-style: italic; background: #fbf8ff; padding: 2px 4px; }
@@ -57,17 +62,49 @@ JS = r"""
 
   function summaryTable() {
     const s = R.summary, t = $("#summary");
-    t.appendChild(row(["metric", "value", "95% CI"], true));
-    const add = (name, iv) => t.appendChild(row([name, fmt(iv.value), "[" + fmt(iv.low) + ", " + fmt(iv.high) + "]"]));
+    t.appendChild(row(["metric", "value", "95% CI", "interval"], true));
+    const how = (iv) => iv.method === "bootstrap" ? "bootstrap over tasks" : (iv.n_eff === null || iv.n_eff === undefined ? "" : "Wilson, clustered by task: n_eff " + Number(iv.n_eff.toPrecision(4)));
+    const add = (name, iv) => t.appendChild(row([name, fmt(iv.value), "[" + fmt(iv.low) + ", " + fmt(iv.high) + "]", how(iv)]));
     Object.entries(s.pass_at_k).forEach(([k, iv]) => add("pass@" + k, iv));
     Object.entries(s.pass_hat_k).forEach(([k, iv]) => add("pass^" + k, iv));
     add("mean reward", s.mean_reward);
-    t.appendChild(row(["tokens / episode", fmt(s.tokens_per_episode, 1), ""]));
-    t.appendChild(row(["turns / episode", fmt(s.turns_per_episode, 2), ""]));
-    t.appendChild(row(["tool calls / episode", fmt(s.tool_calls_per_episode, 2), ""]));
-    t.appendChild(row(["episodes", String(s.episodes), ""]));
+    t.appendChild(row(["tokens / episode", fmt(s.tokens_per_episode, 1), "", ""]));
+    t.appendChild(row(["turns / episode", fmt(s.turns_per_episode, 2), "", ""]));
+    t.appendChild(row(["tool calls / episode", fmt(s.tool_calls_per_episode, 2), "", ""]));
+    t.appendChild(row(["episodes", String(s.episodes), "", ""]));
     const errs = Object.entries(s.errors_by_kind).map(([k, v]) => k + ": " + v).join(", ");
-    t.appendChild(row(["errored", String(s.errored) + (errs ? " (" + errs + ")" : ""), ""]));
+    t.appendChild(row(["errored", String(s.errored) + (errs ? " (" + errs + ")" : ""), "", ""]));
+    const cuts = Object.entries(s.truncations || {}).map(([k, v]) => k + ": " + v).join(", ");
+    if (cuts) t.appendChild(row(["truncated", cuts, "", ""]));
+    const c = (s.meta || {}).config || {};
+    t.appendChild(row(["context", (c.context || "") + (c.context_window ? " + " + (c.overflow || "no overflow strategy") + ", window " + c.context_window + " tokens" : ", no context window known"), "", ""]));
+  }
+
+  function toolList() {
+    const box = $("#tools");
+    if (!R.tools) { box.appendChild(el("div", "small", "The tool list was not recorded for this report.")); return; }
+    box.appendChild(el("div", "small", R.tools.length + " tools, as given to the model with every prompt:"));
+    R.tools.forEach((t) => {
+      const f = t.function || t;
+      const d = el("details", "tool");
+      const s = el("summary"); s.appendChild(el("span", "tool-name", f.name)); s.appendChild(document.createTextNode(" — " + (f.description || "")));
+      d.appendChild(s);
+      d.appendChild(el("pre", "prompt", JSON.stringify(f.parameters || {}, null, 2)));
+      box.appendChild(d);
+    });
+  }
+
+  function modelView(ep, body) {
+    if (ep.prompt_text === null || ep.prompt_text === undefined) {
+      body.appendChild(el("div", "small", R.decoded ? "No token ids from this backend: its server rendered the prompt from the messages and tools." : "The exact prompt text needs the model's tokenizer (token-level backends only)."));
+      return;
+    }
+    const first = el("details", "view"); first.appendChild(el("summary", "", "prompt of the first turn, exactly as the model read it (decoded from its token ids)"));
+    first.appendChild(el("pre", "prompt prompt-text", ep.prompt_text)); body.appendChild(first);
+    (ep.model_view || []).forEach((text, i) => {
+      const d = el("details", "view"); d.appendChild(el("summary", "", "segment " + (i + 1) + " of " + ep.model_view.length + ": the whole context as the model read and wrote it"));
+      d.appendChild(el("pre", "prompt", text)); body.appendChild(d);
+    });
   }
 
   function taskTable() {
@@ -99,7 +136,11 @@ JS = r"""
     ep.messages.forEach((m, i) => {
       const div = el("div", "msg role-" + (m.role || "unknown"));
       div.dataset.index = i;
-      div.appendChild(el("div", "role", m.role + (m.name ? " · " + m.name : "") + (m.tool_call_id ? " · " + m.tool_call_id : "")));
+      // The call id sits outside the upper-cased role label: ids are case-sensitive.
+      const head = el("div", "head"); head.appendChild(el("span", "role", m.role));
+      if (m.name) head.appendChild(document.createTextNode(" · " + m.name));
+      if (m.tool_call_id) { head.appendChild(document.createTextNode(" · ")); head.appendChild(el("code", "callid", m.tool_call_id)); }
+      div.appendChild(head);
       const d = dropped[i];
       if (m.reasoning_content) {
         const r = el("div", "reasoning" + (d && d.what === "reasoning" ? " dropped" : ""), m.reasoning_content);
@@ -111,7 +152,9 @@ JS = r"""
       if (m.content) div.appendChild(el("div", "content", typeof m.content === "string" ? m.content : JSON.stringify(m.content)));
       (m.tool_calls || []).forEach((c) => {
         const f = c.function || {};
-        div.appendChild(el("div", "call", "→ " + f.name + "(" + (typeof f.arguments === "string" ? f.arguments : JSON.stringify(f.arguments)) + ")"));
+        const call = el("div", "call", "→ " + f.name + "(" + (typeof f.arguments === "string" ? f.arguments : JSON.stringify(f.arguments)) + ")");
+        if (c.id) { call.appendChild(document.createTextNode(" · ")); call.appendChild(el("code", "callid", c.id)); }
+        div.appendChild(call);
       });
       box.appendChild(div);
     });
@@ -139,6 +182,7 @@ JS = r"""
       }
       const nd = (ep.context_dropped || []).length, nc = (ep.context_compactions || []).length;
       body.appendChild(el("div", "small", "context: " + nd + " dropped by the policy, " + nc + " compacted · " + fmt(ep.duration_s, 1) + " s"));
+      modelView(ep, body);
       renderMessages(ep, body);
     };
     d.addEventListener("toggle", () => { if (d.open) fill(); });
@@ -166,7 +210,7 @@ JS = r"""
   }
 
   function main() {
-    header(); summaryTable(); taskTable();
+    header(); summaryTable(); toolList(); taskTable();
     const tasks = [...new Set(R.episodes.map((e) => e.task_id))].sort();
     const errors = [...new Set(R.episodes.map((e) => e.error).filter(Boolean))].sort();
     options($("#f-task"), tasks); options($("#f-error"), errors);
@@ -197,6 +241,8 @@ PAGE = """<!doctype html>
 <div class="meta" id="meta"></div>
 <h2>Summary</h2>
 <table id="summary"></table>
+<h2>Tools</h2>
+<div id="tools"></div>
 <h2>Tasks</h2>
 <table id="tasks"></table>
 <h2>Trajectories</h2>

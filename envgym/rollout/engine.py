@@ -9,7 +9,9 @@ Generation happens on the event loop (policies are async and batch across sessio
 runs in the pool's threads or Ray actors.  Closing the stream (or the engine) cancels running
 episodes: their policy calls are cancelled, their sessions ended and their envs closed.
 Failures of one episode (a :class:`~envgym.policy.PolicyError`, an env that raises or hangs, a
-malformed turn) end that episode with an ``error`` kind; the run goes on.
+malformed turn) end that episode with an ``error`` kind; the run goes on.  A prompt past the
+model's window (:class:`~envgym.context.ContextWindowExceeded`) is not a failure: the episode is
+truncated (``truncated_by="context_window"``, reward 0) and counts.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from envgym.context.window import ContextWindowExceeded
 from envgym.core import Env, Observation
 from envgym.policy import Policy, PolicyError, SamplingParams, Turn
 
@@ -199,8 +202,8 @@ class RolloutEngine:
             params = self._params(spec, tokens_left, run.turns)
             version = self.policy.version  # of the weights asked: a plain Turn does not say
             turn = await self._act(spec, obs, params, deadline)
-            if turn is None:
-                run.truncate("max_seconds")
+            if isinstance(turn, str):  # the time or the model's window ran out
+                run.truncate(turn)
                 return
             try:
                 builder.add(turn, params=params, policy_version=version)
@@ -233,13 +236,16 @@ class RolloutEngine:
 
     async def _act(
         self, spec: EpisodeSpec, obs: Observation, params: SamplingParams, deadline: float
-    ) -> Turn | None:
+    ) -> Turn | str:
+        """The policy's turn, or why the episode is truncated instead."""
         try:
             result = await _within(
                 self.policy.act(spec.session, obs["messages"], obs["tools"], params), deadline
             )
         except TimeoutError:
-            return None  # the episode's time ran out while the policy was thinking
+            return "max_seconds"  # the episode's time ran out while the policy was thinking
+        except ContextWindowExceeded:
+            return "context_window"  # an outcome (reward 0, counted), not a backend failure
         except PolicyError as exc:
             raise _Failure("policy", str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - a backend bug ends only this episode

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envgym.core import Action, Env, Observation
+from envgym.context.window import ContextWindowExceeded
 from envgym.policy import Policy, PolicyError, SamplingParams, Turn
 
 from .engine import RolloutEngine
@@ -183,7 +184,9 @@ class RayPolicy:
         except self._ray.exceptions.RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, PolicyError):
-                raise PolicyError(str(cause)) from None
+                # Keep ContextWindowExceeded: it truncates the episode rather than erroring it.
+                kind = ContextWindowExceeded if isinstance(cause, ContextWindowExceeded) else PolicyError
+                raise kind(str(cause)) from None
             raise PolicyError(f"policy replica raised {type(cause).__name__}: {cause}") from None
         except self._ray.exceptions.RayActorError as exc:
             raise PolicyError(f"policy replica died: {exc}") from None
