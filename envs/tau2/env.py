@@ -1,0 +1,174 @@
+"""``Tau2Env``: one τ² domain's tasks as envgym episodes, scored by τ²'s own evaluator.
+
+An episode follows τ²'s orchestrator (session.py): the agent sees τ²'s agent system prompt
+(instructions + the domain policy) and the domain's tools, τ²'s default greeting, then the first
+user turn.  The agent's tool calls run in τ²'s environment; a text reply goes to the user
+simulator (simulator.py), whose own tool calls (telecom) run in τ² too.  The episode ends when
+the user sends τ²'s stop/transfer/out-of-scope token, the agent sends ``###STOP###``, or τ²'s
+error limit is reached; the reward is τ²'s ``evaluate_simulation`` with the task's reward basis.
+Every user turn is recorded (``info["report"]["user_turns"]``): replaying them with
+:class:`~envs.tau2.simulator.ReplayUser` reproduces the episode exactly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from envgym.core import Action, Env, Observation
+from envgym.messages import env_message, normalize_action, tool_message, unique_call_ids
+from envgym.parsers import get_parser
+from envs.tau2.link import Tau2Error, Tau2Link
+from envs.tau2.simulator import PolicyUser, UserModel, UserTurnError, user_seed
+from envs.tau2.tasks import DOMAINS, domain_tasks, envgym_task_id
+
+MAX_USER_TOOL_STEPS = 10  # user tool-call turns in a row before the user must speak
+
+
+class Tau2Env(Env):
+    """τ² ``domain`` as an envgym env.  ``user`` is a :class:`UserModel` or a ``--model`` spec."""
+
+    def __init__(self, domain: str, *, user: UserModel | str | None = None, link: Tau2Link | None = None,
+                 parser: str = "hermes", native_tools: bool = False, **_eval_options: Any) -> None:  # fmt: skip
+        # _eval_options: sandbox/context/time_budget_s that `envgym eval` passes every env; τ²'s
+        # tools run in τ²'s own process, not in an envgym sandbox.
+        if domain not in DOMAINS:
+            raise ValueError(f"unknown τ² domain {domain!r}; expected one of {', '.join(DOMAINS)}")
+        self.domain = domain
+        self.link = link or Tau2Link()
+        self._user_spec = user
+        self._user: UserModel | None = user if user is not None and not isinstance(user, str) else None
+        self.parser = get_parser(parser)
+        self.native_tools = native_tools
+        self.ids = {envgym_task_id(t["id"]): t["id"] for t in domain_tasks(domain)}
+        self.tau2_id: str | None = None
+        self.history: list[dict[str, Any]] = []
+        self._done = True
+
+    # -- the contract ------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+        super().reset(seed=seed)
+        key = (options or {}).get("task")
+        if key is None:
+            key = sorted(self.ids)[int(self.np_random.integers(len(self.ids)))]
+        tau2_id = self.ids.get(str(key)) or (str(key) if str(key) in self.ids.values() else None)
+        if tau2_id is None:
+            raise KeyError(f"τ² {self.domain} has no task {key!r}")
+        self.tau2_id = tau2_id
+        self.seed = 0 if seed is None else int(seed)
+        if "user" in (options or {}):
+            self._user = options["user"]  # type: ignore[index]
+        start = self._call({"op": "reset", "task": tau2_id})
+        self.tools = start["tools"]
+        system = start["system"]
+        if not self.native_tools:
+            system = system + "\n\n" + self.parser.render_tools(self.tools)
+        self.history = [{"role": "system", "content": system}, *start["messages"]]
+        self.user_turns: list[dict[str, Any]] = []
+        self.tool_results: list[dict[str, Any]] = []
+        self._call_ids: set[str] = set()
+        self._turns = 0
+        self._tool_calls = 0
+        self._errors: Counter[str] = Counter()
+        self._done = False
+        self._ended: str | None = None
+        if start["next"] == "user":
+            self._ended = self._user_speaks()
+        info = self._info({})
+        info.update(task_id=envgym_task_id(tau2_id), tau2_task_id=tau2_id, domain=self.domain)
+        return self._observe(), info
+
+    def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        if self._done:
+            raise RuntimeError("the episode is over (or never started): call reset() first")
+        self._turns += 1
+        ended = self._ended  # the user may have ended the conversation in its first turn
+        if ended is None:
+            parsed = self.parser.parse(action) if isinstance(action, str) else normalize_action(action)
+            parsed = unique_call_ids(parsed, self._call_ids, f"t{self._turns}")
+            self.history.append(parsed.message)
+            ended = self._agent_turn(parsed)
+        if ended is None:
+            return self._observe(), 0.0, False, False, self._info({})
+        return self._finish(ended)
+
+    def close(self) -> None:
+        if self._user is not None:
+            self._user.end()
+        self.link.close()
+
+    # -- episode mechanics -------------------------------------------------------------
+    def _call(self, request: dict[str, Any]) -> Any:
+        return self.link.call({**request, "domain": self.domain})
+
+    def _agent_turn(self, parsed: Any) -> str | None:
+        for problem in parsed.problems:
+            self._errors[problem.kind] += 1
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls]
+        broken = {e["id"]: e["function"]["name"] for e in parsed.message.get("tool_calls") or ()
+                  if e["id"] not in {c["id"] for c in calls}}  # fmt: skip
+        if parsed.problems and not calls:  # nothing τ² can run: the agent reads why, and retries
+            for call_id, name in broken.items():
+                self.history.append(tool_message(call_id, name, "Error: this call could not be read"))
+            self.history.append(env_message("Error: " + "; ".join(p.message for p in parsed.problems)))
+            return None
+        done = self._call({"op": "turn", "role": "assistant", "content": parsed.content, "calls": calls})
+        self._tool_calls += len(calls)
+        names = {c["id"]: c["name"] for c in calls}
+        for result in done["results"]:
+            self._record_tool(result, names[result["id"]], "assistant")
+        for call_id, name in broken.items():
+            self.history.append(tool_message(call_id, name, "Error: this call could not be read"))
+        if done["ended"] is not None or calls:
+            return done["ended"]
+        return self._user_speaks()
+
+    def _record_tool(self, result: dict[str, Any], name: str, requestor: str) -> None:
+        self.tool_results.append({**result, "name": name, "requestor": requestor})
+        if result["error"]:
+            self._errors["tool_error"] += 1
+        if requestor == "assistant":
+            self.history.append(tool_message(result["id"], name, result["content"]))
+
+    def _user_speaks(self) -> str | None:
+        """The user's turns until it speaks to the agent (or ends the episode)."""
+        if self._user is None:
+            spec = self._user_spec if isinstance(self._user_spec, str) else "smollm2"
+            self._user = PolicyUser(spec)
+        for _ in range(MAX_USER_TOOL_STEPS + 1):
+            prompt = self._call({"op": "user_prompt"})
+            seed = user_seed(self.seed, len(self.user_turns))
+            turn = self._user.reply(prompt["messages"], prompt["tools"], seed)
+            self.user_turns.append({"seed": seed, "content": turn["content"], "calls": turn["calls"]})
+            done = self._call({"op": "turn", "role": "user", "content": turn["content"], "calls": turn["calls"]})
+            names = {c["id"]: c["name"] for c in turn["calls"]}
+            for result in done["results"]:
+                self._record_tool(result, names[result["id"]], "user")
+            if done["ended"] is not None:
+                if turn["content"]:
+                    self.history.append({"role": "user", "content": turn["content"]})
+                return str(done["ended"])
+            if not turn["calls"]:
+                self.history.append({"role": "user", "content": turn["content"]})
+                return None
+        return "user_error"  # τ²: a user that never speaks to the agent is a user error
+
+    def _finish(self, ended: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        self._done = True
+        report = self._call({"op": "finish", "termination": ended})
+        report["user_turns"] = list(self.user_turns)
+        report["tool_results"] = list(self.tool_results)
+        report["tau2_task_id"] = self.tau2_id
+        info = self._info({k.lower(): v for k, v in report["components"].items()})
+        info["report"] = report
+        return self._observe(), float(report["reward"]), True, False, info
+
+    def _observe(self) -> Observation:
+        return {"messages": self.history, "tools": self.tools}
+
+    def _info(self, components: dict[str, float]) -> dict[str, Any]:
+        return {"reward_components": components, "tool_calls": self._tool_calls,
+                "errors": dict(self._errors), "turns": self._turns}  # fmt: skip
+
+
+__all__ = ["Tau2Env", "Tau2Error", "UserTurnError"]

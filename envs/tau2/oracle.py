@@ -1,0 +1,224 @@
+"""``envgym check tau2/<domain>``: τ²'s gold actions through the envgym adapter, and a no-op agent.
+
+For every task (docs/TAU2.md):
+
+1. **gold** — a scripted oracle plays both sides through :class:`Tau2Env`: the agent makes each
+   of the task's gold ``assistant`` actions as a tool call, asks the user to make its gold
+   ``user`` actions (telecom) which the scripted user then makes, states every
+   ``communicate_info`` string, and the user ends the conversation with τ²'s stop token.  Every
+   gold call must run without a τ² tool error (τ² itself only logs a failing gold action), and
+   the DB, ENV-assertion, COMMUNICATE (and ACTION, where in the basis) checks must all hold;
+2. **no-op** — the agent says ``###STOP###`` at once; a task where that also scores 1.0 is listed
+   with the reason (τ² issue #384);
+3. a task whose reward basis includes ``NL_ASSERTION`` needs an LLM judge: listed, not scored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from envs.tau2.env import Tau2Env
+from envs.tau2.link import Tau2Error, Tau2Link
+from envs.tau2.simulator import UserTurnError
+from envs.tau2.tasks import domain_tasks
+
+USER_STOP = "###STOP###"
+
+
+@dataclass(frozen=True)
+class Tau2TaskCheck:
+    task_id: str
+    reward_basis: tuple[str, ...]
+    gold_reward: float | None = None
+    gold_components: dict[str, float] = field(default_factory=dict)
+    gold_calls: int = 0
+    problems: tuple[str, ...] = ()  # why the gold run fails the check (empty: it passes)
+    noop_reward: float | None = None
+    noop_reason: str | None = None  # set when the no-op agent also scores 1.0
+    noop_note: str | None = None  # τ²'s evaluator crashed on the no-op trajectory (scores nothing)
+    needs_judge: bool = False  # NL_ASSERTION in the basis: not scored here
+
+    @property
+    def passed(self) -> bool:
+        return not self.needs_judge and not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+
+@dataclass(frozen=True)
+class Tau2CheckReport:
+    domain: str
+    tasks: tuple[Tau2TaskCheck, ...]
+
+    @property
+    def failed(self) -> list[Tau2TaskCheck]:
+        return [t for t in self.tasks if not t.needs_judge and t.problems]
+
+    @property
+    def noop_full(self) -> list[Tau2TaskCheck]:
+        return [t for t in self.tasks if t.noop_reason is not None]
+
+    @property
+    def needs_judge(self) -> list[Tau2TaskCheck]:
+        return [t for t in self.tasks if t.needs_judge]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain, "passed": self.passed, "tasks": len(self.tasks),
+            "gold_passed": sum(t.passed for t in self.tasks), "failed": [t.task_id for t in self.failed],
+            "noop_full_reward": [{"task": t.task_id, "reason": t.noop_reason} for t in self.noop_full],
+            "needs_nl_judge": [t.task_id for t in self.needs_judge],
+            "per_task": [t.to_dict() for t in self.tasks],
+        }  # fmt: skip
+
+
+class ScriptedUser:
+    """The oracle's user: makes the gold user actions the agent asked for, then stops."""
+
+    def __init__(self) -> None:
+        self.pending: list[dict[str, Any]] = []
+        self.finished = False
+        self.count = 0
+
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+        if self.pending:
+            calls, self.pending = self.pending, []
+            return {"content": "", "calls": calls}
+        if self.finished:
+            return {"content": USER_STOP, "calls": []}
+        return {"content": "I need help with my request.", "calls": []}
+
+    def end(self) -> None:
+        pass
+
+
+def _call(action: dict[str, Any], n: int) -> dict[str, Any]:
+    return {"id": f"gold{n}", "name": action["name"], "arguments": action["arguments"]}
+
+
+def gold_episode(env: Tau2Env, task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Run the task's gold actions through ``env``; the final report and the problems seen."""
+    user = ScriptedUser()
+    env.reset(options={"task": task["id"], "user": user})
+    problems: list[str] = []
+    actions = task["actions"]
+    i = 0
+    result: tuple[Any, ...] = ()
+    while i < len(actions):
+        if actions[i]["requestor"] == "user":
+            while i < len(actions) and actions[i]["requestor"] == "user":
+                user.pending.append(_call(actions[i], i))
+                i += 1
+            result = env.step({"role": "assistant", "content": "Please perform the requested steps on your device."})
+        else:
+            calls = [_call(actions[i], i)]
+            i += 1
+            msg = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": c["id"], "type": "function",
+                 "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for c in calls]}  # fmt: skip
+            result = env.step(msg)
+        if result[2] or result[3]:
+            problems.append(f"the episode ended after gold action {i} of {len(actions)} ({result[4].get('report', {}).get('termination')})")
+            break
+    else:
+        user.finished = True
+        said = ". ".join(task["communicate_info"]) or "Your request is complete."
+        result = env.step({"role": "assistant", "content": said})
+    if not (result and result[2]):
+        problems.append("the episode did not end when the user stopped")
+        return {}, problems
+    report = result[4]["report"]
+    for r in report["tool_results"]:
+        if r["error"] and r["id"].startswith("gold"):
+            problems.append(f"gold action {r['name']} ({r['requestor']}) failed in τ²: {r['content'][:200]}")
+    return report, problems
+
+
+def component_problems(report: dict[str, Any]) -> list[str]:
+    """Every τ² check the gold run must pass, whether or not the basis counts it."""
+    out = []
+    if report.get("db_match") is False:
+        out.append("DB: the database differs from the gold database")
+    if not all(report.get("env_assertions") or [True]):
+        out.append(f"ENV: env assertions met {report['env_assertions']}")
+    missed = [c["info"] for c in report.get("communicate") or [] if not c["met"]]
+    if missed:
+        out.append(f"COMMUNICATE: not communicated {missed}")
+    if "ACTION" in report.get("reward_basis", []) and not all(report.get("actions") or [True]):
+        out.append(f"ACTION: gold actions matched {report['actions']}")
+    if report.get("reward") != 1.0:
+        out.append(f"reward {report.get('reward')} != 1.0 ({report.get('termination')}, {report.get('note')})")
+    return out
+
+
+def noop_reason(task: dict[str, Any], report: dict[str, Any]) -> str:
+    writes = [a["name"] for a in task["actions"]]
+    parts = [f"the gold actions ({', '.join(writes) or 'none'}) leave the DB unchanged"
+             if report.get("db_match") else "DB differs"]  # fmt: skip
+    if not task["communicate_info"]:
+        parts.append("no communicate_info")
+    if not task["env_assertions"]:
+        parts.append("no env assertions")
+    return "; ".join(parts) + f" — basis {'+'.join(task['reward_basis'])} is met by doing nothing"
+
+
+def check_task(env: Tau2Env, task: dict[str, Any]) -> Tau2TaskCheck:
+    basis = tuple(task["reward_basis"])
+    if "NL_ASSERTION" in basis:
+        return Tau2TaskCheck(task["id"], basis, needs_judge=True)
+    try:
+        report, problems = gold_episode(env, task)
+    except (Tau2Error, UserTurnError, KeyError) as exc:
+        return Tau2TaskCheck(task["id"], basis, problems=(f"gold run raised: {exc}",))
+    if report:
+        problems += component_problems(report)
+    if not task["actions"] and (report.get("reward") != 1.0):
+        problems.append("τ²'s task data has no gold actions, yet the gold (empty) run does not score 1.0")
+    noop: dict[str, Any] = {}
+    note = None
+    try:
+        env.reset(options={"task": task["id"], "user": ScriptedUser()})
+        noop = env.step({"role": "assistant", "content": USER_STOP})[4].get("report", {})
+    except Tau2Error as exc:  # τ²'s evaluator raising on a do-nothing trajectory: no reward
+        note = f"τ²'s evaluator raised on the no-op trajectory: {exc}"
+    noop_reward = noop.get("reward")
+    return Tau2TaskCheck(
+        task["id"], basis, gold_reward=report.get("reward"), gold_components=report.get("components", {}),
+        gold_calls=len(task["actions"]), problems=tuple(problems), noop_reward=noop_reward,
+        noop_reason=noop_reason(task, noop) if noop_reward == 1.0 else None, noop_note=note,
+    )  # fmt: skip
+
+
+def check_domain(domain: str, *, limit: int | None = None, link: Tau2Link | None = None,
+                 tasks: list[dict[str, Any]] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> Tau2CheckReport:  # fmt: skip
+    """Check every task of ``domain`` (or the given task summaries, e.g. a doctored one in tests)."""
+    todo = (tasks if tasks is not None else domain_tasks(domain))[:limit]
+    env = Tau2Env(domain, user=ScriptedUser(), link=link)
+    if tasks is not None:  # tests pass doctored summaries of real tasks
+        env.ids.update({t["id"]: t["id"] for t in tasks})
+    checks = []
+    try:
+        for n, task in enumerate(todo, start=1):
+            checks.append(check_task(env, task))
+            if progress is not None:
+                progress(n, len(todo))
+    finally:
+        env.close()
+    return Tau2CheckReport(domain, tuple(checks))
+
+
+if __name__ == "__main__":  # python -m envs.tau2.oracle tau2/<domain> [--json] (= envgym check)
+    import sys
+
+    from envgym.check import tau2_check_main
+
+    raise SystemExit(tau2_check_main(sys.argv[1], as_json="--json" in sys.argv[2:]))

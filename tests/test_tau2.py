@@ -1,0 +1,145 @@
+"""τ²-bench adapter (envs/tau2): the oracle check, bad gold actions, the worker, seeded replay.
+
+τ² runs from ``.venv-tau2`` (scripts/setup.sh builds it); every test talks to the real τ²
+package through the real worker.  The embedded SmolLM2 plays τ²'s user in the replay tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from envgym.check import tau2_domain
+from envs.tau2.env import Tau2Env
+from envs.tau2.link import Tau2Error, Tau2Link
+from envs.tau2.oracle import ScriptedUser, check_domain
+from envs.tau2.simulator import PolicyUser, ReplayUser, UserTurnError
+from envs.tau2.tasks import domain_tasks, envgym_task_id
+
+
+@pytest.fixture(scope="module")
+def link() -> Tau2Link:
+    shared = Tau2Link()
+    yield shared
+    shared.close()
+
+
+@pytest.mark.timeout(300)
+def test_check_mock_reports_every_task(link: Tau2Link) -> None:
+    report = check_domain("mock", link=link)
+    by_id = {t.task_id: t for t in report.tasks}
+    assert len(report.tasks) == len(domain_tasks("mock")) == 9
+    # τ²'s data gives this task an env assertion (task_2 completed) but no gold action to reach it.
+    broken = by_id["update_task_with_history_and_env_assertions"]
+    assert not broken.passed and any(p.startswith("ENV:") for p in broken.problems)
+    assert [t.task_id for t in report.failed] == ["update_task_with_history_and_env_assertions"]
+    for t in report.tasks:
+        if t.task_id != broken.task_id:
+            assert t.passed and t.gold_reward == 1.0, (t.task_id, t.problems)
+    # A task with no gold action and no communicate_info scores 1.0 for a do-nothing agent (#384).
+    assert [t.task_id for t in report.noop_full] == ["create_task_1_nl_eval"]
+    assert by_id["create_task_1"].noop_reward == 0.0
+
+
+@pytest.mark.timeout(300)
+def test_check_airline_first_tasks_pass(link: Tau2Link) -> None:
+    report = check_domain("airline", limit=3, link=link)
+    assert report.passed and [t.gold_reward for t in report.tasks] == [1.0, 1.0, 1.0]
+    assert all(t.gold_calls >= 1 for t in report.tasks)
+
+
+@pytest.mark.timeout(120)
+def test_failing_gold_action_fails_the_check(link: Tau2Link) -> None:
+    """Bad input: a gold action τ² rejects is a check failure naming the action, never hidden."""
+    task = copy.deepcopy(next(t for t in domain_tasks("mock") if t["id"] == "create_task_1"))
+    task["actions"][0]["arguments"]["user_id"] = "no_such_user"
+    report = check_domain("mock", tasks=[task], link=link)
+    (only,) = report.tasks
+    assert not report.passed and not only.passed
+    assert any("gold action create_task (assistant) failed in τ²" in p for p in only.problems), only.problems
+    assert report.to_dict()["failed"] == ["create_task_1"]
+
+
+@pytest.mark.timeout(120)
+def test_worker_errors_are_named_and_the_worker_restarts(link: Tau2Link) -> None:
+    with pytest.raises(Tau2Error, match="no task 'nope'"):
+        link.call({"op": "reset", "domain": "mock", "task": "nope"})
+    with pytest.raises(Tau2Error, match="unknown τ² domain"):
+        link.call({"op": "tasks", "domain": "bank"})
+    if link.mode == "worker":
+        assert link._proc is not None
+        link._proc.kill()
+        link._proc.wait()
+        assert link.call({"op": "ping"}) == "pong"  # a fresh worker
+
+
+def test_ids_and_targets() -> None:
+    assert tau2_domain("tau2/airline") == "airline" and tau2_domain("tau2-mock-v0") == "mock"
+    assert tau2_domain("trip-planning-v0") is None and tau2_domain("tau2/") is None
+    odd = "[mobile_data_issue]airplane_mode_on|data_mode_off"
+    safe = envgym_task_id(odd)
+    assert safe != odd and safe == envgym_task_id(odd) and "|" not in safe
+    assert envgym_task_id("12") == "12"
+
+
+def _scripted_agent_episode(env: Tau2Env, seed: int, user: object) -> tuple[list[dict], float, dict]:
+    env.reset(seed=seed, options={"task": "create_task_1", "user": user})
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "a1", "type": "function", "function": {
+        "name": "create_task", "arguments": json.dumps({"user_id": "user_1", "title": "Important Meeting"})}}]}  # fmt: skip
+    result = env.step(call)
+    for text in ("The task 'Important Meeting' is created. Anything else?", "Have a good day."):
+        if result[2] or result[3]:
+            break
+        result = env.step({"role": "assistant", "content": text})
+    if not (result[2] or result[3]):
+        result = env.step({"role": "assistant", "content": "###STOP###"})
+    return copy.deepcopy(env.history), result[1], result[4]
+
+
+@pytest.fixture(scope="module")
+def smol_user() -> PolicyUser:
+    return PolicyUser("smollm2")
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(600)
+def test_embedded_user_is_seeded_and_replays_exactly(link: Tau2Link, smol_user: PolicyUser) -> None:
+    env = Tau2Env("mock", link=link)
+    first, reward, info = _scripted_agent_episode(env, 7, smol_user)
+    turns = info["report"]["user_turns"]
+    assert turns and all(isinstance(t["seed"], int) for t in turns)
+    again, reward2, info2 = _scripted_agent_episode(env, 7, smol_user)
+    assert again == first and info2["report"]["user_turns"] == turns and reward2 == reward
+    replayed, reward3, info3 = _scripted_agent_episode(env, 7, ReplayUser(turns))
+    assert replayed == first and reward3 == reward
+    assert info3["report"]["components"] == info["report"]["components"]
+    # a replay asked for a turn it never recorded says so
+    with pytest.raises(UserTurnError, match="replay diverged"):
+        _scripted_agent_episode(env, 8, ReplayUser(turns))
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_eval_embedded_model_on_mock_end_to_end_and_replays(tmp_path: Path) -> None:
+    from envgym.evaluate import EvalConfig, evaluate
+    from envgym.policy import SamplingParams
+    from envgym.rollout import Budget
+    from envgym.store import Store
+
+    config = EvalConfig(k=1, limit=1, concurrency=1, seed=3, sandbox="inprocess",
+                        params=SamplingParams(temperature=0.7, max_tokens=48),
+                        budget=Budget(max_turns=3, max_tokens=512, max_seconds=300))  # fmt: skip
+    runs = []
+    for name in ("a", "b"):
+        store = Store(f"sqlite:///{tmp_path / name}.db")
+        try:
+            runs.append(evaluate("tau2-mock-v0", "smollm2", config, store=store))
+        finally:
+            store.close()
+    a, b = runs
+    assert a.summary.episodes == 1 and 1 in a.summary.pass_hat_k
+    assert [e.to_dict() if hasattr(e, "to_dict") else e for e in a.episodes] == \
+        [e.to_dict() if hasattr(e, "to_dict") else e for e in b.episodes]  # fmt: skip
