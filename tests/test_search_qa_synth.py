@@ -178,7 +178,7 @@ def test_grounding_rejects_pairs_the_corpus_does_not_support() -> None:
 
     def why(**change: Any) -> str:
         raw = {"question": f"Who maintains {entity}?", "answer": who, "evidence": [entity], **change}
-        return ground(raw, entity, BY_NAME, hops=change.pop("hops", 1) if "hops" in change else 1)[1]
+        return ground(raw, entity, BY_NAME, hops=1)[1]
 
     assert why() == ""
     assert "unknown documents" in why(evidence=[entity, "no-such-package"])
@@ -187,8 +187,9 @@ def test_grounding_rejects_pairs_the_corpus_does_not_support() -> None:
     assert "answer is in the question" in why(question=f"Is {who} the maintainer of {entity}?")
     assert "the depth asks for 2" in ground({"question": "q?", "answer": who, "evidence": [entity]}, entity,
                                             BY_NAME, hops=2)[1]  # fmt: skip
-    for text, reason in [("no json", "no JSON object"), ('{"question": "", "answer": "x", "evidence": ["a"]}', "no question"),
-                         ('{"question": "q", "answer": "x", "evidence": []}', "evidence is not")]:  # fmt: skip
+    for text, reason in [("no json", "no JSON object"),
+                         ('{"question": "", "answer": "x", "evidence": ["a"]}', "no question"),
+                         ('{"question": "q", "answer": "x", "evidence": []}', "evidence is not")]:
         assert reason in roles.read_pair(text)[1]
     assert roles.read_verdict("looks right to me") == (False, "no readable verdict")
     assert roles.read_verdict('{"verdict": "Correct"}')[0] is True

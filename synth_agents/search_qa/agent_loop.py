@@ -102,8 +102,9 @@ async def run_agent(policy: Policy, tools: SearchTools, messages: list[dict[str,
                     result: Any = "not run: answer now without tools"
                 elif call_id in runnable:
                     run.tool_calls += 1
-                    ok, result = call_tool(tools, runnable[call_id].name, runnable[call_id].arguments)
-                    doc = runnable[call_id].arguments.get("id") if isinstance(runnable[call_id].arguments, dict) else None
+                    arguments = runnable[call_id].arguments
+                    ok, result = call_tool(tools, runnable[call_id].name, arguments)
+                    doc = arguments.get("id") if isinstance(arguments, dict) else None
                     if ok and name in ("open", "find") and isinstance(doc, str) and doc not in run.opened:
                         run.opened.append(doc)
                 else:

@@ -145,7 +145,8 @@ def ground(raw: dict[str, Any], entity: str, packages: dict[str, Package], hops:
 def candidate_correct(text: str, pair: QAPair) -> bool:
     """Right by the bundle's equivalence, or the answer anywhere in the reply (lenient: a pair a
     candidate may have answered is not kept)."""
-    return equivalent(roles.read_answer(text), pair.answer, list(pair.aliases), pair.kind) or _mentions(text, pair.answer)
+    given = roles.read_answer(text)
+    return equivalent(given, pair.answer, list(pair.aliases), pair.kind) or _mentions(text, pair.answer)
 
 
 def _pair_of(record: dict[str, Any]) -> QAPair:
@@ -237,7 +238,7 @@ class Synthesis:
             pair, reason = ground(raw, entity, self.by_name, c.hops)
         record = {"entity": entity, "ok": pair is not None, "reason": reason, "reply": run.text[-500:],
                   "opened": run.opened, "cost": run.cost(),
-                  "pair": None if pair is None else {**asdict(pair), "params": [list(p) for p in pair.params]}}  # fmt: skip
+                  "pair": None if pair is None else {**asdict(pair), "params": [list(x) for x in pair.params]}}
         self.journal.append("construct", key, record)
         return self.journal.get("construct", key)  # type: ignore[return-value]
 
@@ -245,9 +246,9 @@ class Synthesis:
         c = self.config
         reasons, costs, ok = [], [], True
         for number in range(c.verify_passes):
-            messages = [{"role": "system", "content": roles.VERIFY_SYSTEM},
-                        {"role": "user", "content": roles.VERIFY_USER.format(
-                            question=pair.question, answer=pair.answer, evidence=", ".join(pair.evidence))}]  # fmt: skip
+            ask = roles.VERIFY_USER.format(question=pair.question, answer=pair.answer,
+                                           evidence=", ".join(pair.evidence))
+            messages = [{"role": "system", "content": roles.VERIFY_SYSTEM}, {"role": "user", "content": ask}]
             run = await run_agent(self.policies[c.verifier_model], self.tools, messages,
                                   session=f"verify-{key}-{number}", params=self._params(0.0 if number == 0 else 0.7,
                                   f"verify-{key}-{number}"), max_tool_turns=c.verify_tool_turns)  # fmt: skip

@@ -77,14 +77,16 @@ def synthesize_with_models(out: Path, packages: Sequence[Package], tools: Search
 
     yields = asyncio.run(main())
     kept = synthesis.kept()
-    payload: dict[str, Any] = {"agent": "model", "models": {"constructor": config.constructor,
-                               "verifier": config.verifier_model, "answer": sorted({a.model for a in config.agents()})},
-                               "config": config.identity() | {"n": config.n}, "yield": yields,
-                               "seconds": round(time.perf_counter() - started, 2), "bundle": None, "check": None}  # fmt: skip
+    models = {"constructor": config.constructor, "verifier": config.verifier_model,
+              "answer": sorted({a.model for a in config.agents()})}
+    payload: dict[str, Any] = {"agent": "model", "models": models, "config": config.identity() | {"n": config.n},
+                               "yield": yields, "seconds": round(time.perf_counter() - started, 2),
+                               "bundle": None, "check": None}  # fmt: skip
     if kept:
         provenance = {"agent": "model:search_qa", "model": config.constructor, "seed": config.seed, "yield": yields}
-        bundle = _replace_bundle(out, lambda d: write_bundle(d, [p for p, _ in kept], packages, seed=config.seed,
-                                                             provenance=provenance, wrong=[w for _, w in kept]))  # fmt: skip
+        pairs, wrong = [p for p, _ in kept], [w for _, w in kept]
+        bundle = _replace_bundle(out, lambda d: write_bundle(d, pairs, packages, seed=config.seed,
+                                                             provenance=provenance, wrong=wrong))
         payload["bundle"] = str(bundle)
         if check:
             payload["check"] = _check(bundle, check)

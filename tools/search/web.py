@@ -124,7 +124,8 @@ class WebSearch:
             url = item["url"]
             title = str(item.get("title") or url)
             score = item.get("score")
-            score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else 1.0 / (rank + 1)
+            numeric = isinstance(score, (int, float)) and not isinstance(score, bool)
+            score = float(score) if numeric else 1.0 / (rank + 1)  # SearxNG omits it for some engines
             hits.append(Hit(url, title, score, " ".join(str(item.get("content") or "").split())[:160]))
             self._remember(url, title)
             if len(hits) == k:
