@@ -1,0 +1,101 @@
+"""The suite's MCP servers: installed once into the envgym cache from the package registries.
+
+* filesystem: npm ``@modelcontextprotocol/server-filesystem``;
+* git: PyPI ``mcp-server-git`` in its own venv (it pins its own ``mcp``);
+* sqlite: PyPI ``mcp-server-sqlite`` in its own venv with ``mcp<2`` (its last release, 2025.4.25,
+  is written against the 1.x SDK; it must never change envgym's environment).
+
+The filesystem and git installs use the same pinned versions and cache folders as
+``tests/mcp_reference.py``, so the tests and the suite share one install.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from envgym.cache import built_once, cache_root
+from envgym.mcp.client import ServerSpec
+
+FS_PACKAGE, FS_VERSION = "@modelcontextprotocol/server-filesystem", "2026.8.31"
+GIT_PACKAGE, GIT_VERSION = "mcp-server-git", "2026.10.19"
+SQLITE_PACKAGE, SQLITE_VERSION = "mcp-server-sqlite", "2025.4.25"
+MARKER = "installed.json"
+INSTALL_TIMEOUT_S = 600
+SERVICES = ("filesystem", "git", "sqlite")
+
+
+class MissingTool(RuntimeError):
+    """A system tool an install needs (node, npm, python3.11) is not on PATH."""
+
+
+def _run(argv: list[str], cwd: Path) -> None:
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])} … failed ({done.returncode}):\n{done.stderr[-2000:]}")
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise MissingTool(f"{tool} is not installed (scripts/setup.sh installs it)")
+    return path
+
+
+def _venv(name: str, version: str, requirements: list[str]) -> Path:
+    """A private venv holding ``requirements`` (built once); returns its python."""
+    python = shutil.which("python3.11") or sys.executable
+
+    def build(folder: Path) -> None:
+        venv = folder / "venv"
+        _run([python, "-m", "venv", str(venv)], cwd=folder)
+        _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+              *requirements], cwd=folder)
+        (folder / MARKER).write_text(json.dumps({"package": name, "version": version}))
+
+    folder = built_once(cache_root() / "mcp" / f"server-{name}-{version}", build, marker=MARKER)
+    # `python -m`/`-c`, not console scripts: their shebangs name the scratch build folder.
+    return folder / "venv" / "bin" / "python"
+
+
+def filesystem_command() -> list[str]:
+    node = _need("node")
+
+    def build(folder: Path) -> None:
+        _run([_need("npm"), "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--no-save",
+              f"{FS_PACKAGE}@{FS_VERSION}"], cwd=folder)
+        (folder / MARKER).write_text(json.dumps({"package": FS_PACKAGE, "version": FS_VERSION}))
+
+    folder = built_once(cache_root() / "mcp" / f"server-filesystem-{FS_VERSION}", build, marker=MARKER)
+    return [node, str(folder / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js")]
+
+
+def git_command() -> list[str]:
+    python = _venv("git", GIT_VERSION, [f"{GIT_PACKAGE}=={GIT_VERSION}"])
+    return [str(python), "-m", "mcp_server_git"]
+
+
+def sqlite_command() -> list[str]:
+    python = _venv("sqlite", SQLITE_VERSION, [f"{SQLITE_PACKAGE}=={SQLITE_VERSION}", "mcp<2"])
+    # The package has no __main__: call its console-script entry point.
+    return [str(python), "-c", "import sys; from mcp_server_sqlite import main; sys.exit(main())"]
+
+
+def server_spec(service: str) -> ServerSpec:
+    """How to start ``service``'s server on an episode's state (see ``layout.STATE_ENV``).
+
+    Each server is confined to the episode's state copy: the filesystem server's only allowed
+    directory is ``{state_dir}``, the git server's ``--repository`` is ``{state_dir}/repo``, the
+    sqlite server opens ``{state_dir}/db.sqlite``.
+    """
+    if service == "filesystem":
+        return ServerSpec(command=(*filesystem_command(), "{state_dir}"), name="filesystem")
+    if service == "git":
+        return ServerSpec(command=(*git_command(), "--repository", "{state_dir}/repo"), name="git")
+    if service == "sqlite":
+        return ServerSpec(command=(*sqlite_command(), "--db-path", "{state_dir}/db.sqlite"), name="sqlite",
+                          cwd="{state_dir}")
+    raise ValueError(f"unknown MCP service {service!r} (known: {', '.join(SERVICES)})")
