@@ -78,7 +78,8 @@ def test_a_prompt_past_the_window_truncates_and_counts(store: Store) -> None:
     s = run.summary
     assert p.overflows == 2
     for e in run.episodes:
-        assert (e.error, e.truncated, e.truncated_by, e.reward) == (None, True, "context_window", 0.0)
+        outcome = (e.error, e.truncated, e.truncated_by, e.reward)
+        assert outcome == (None, True, "context_window", 0.0)
         assert 1 <= e.turns < len(SCRIPT) and not e.terminated  # never reached its submission
     # counted in n as failures, not filed as infrastructure errors and dropped
     assert (s.episodes, s.errored, s.errors_by_kind, s.truncations) == (

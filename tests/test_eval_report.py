@@ -127,7 +127,9 @@ def test_without_a_tokenizer_there_is_no_prompt_text(tmp_path: Path) -> None:
 # script reads the text as a person sees it (the old `.role` label upper-cased call ids).
 PROBE = """<script>
 document.body.insertAdjacentHTML("beforeend", "<pre id='probe'></pre>");
-document.getElementById("probe").textContent = "PROBE-START" + document.getElementById("tools").innerText + "\\n" + document.getElementById("trajectories").innerText + "PROBE-END";
+const seen = (id) => document.getElementById(id).innerText;
+document.getElementById("probe").textContent =
+  "PROBE-START" + seen("tools") + "\\n" + seen("trajectories") + "PROBE-END";
 </script>
 </body>"""
 
@@ -166,6 +168,6 @@ def test_the_embedded_models_decoder_gives_back_its_text() -> None:
 
     decode = model_decoder(model_ref("smollm2"))
     assert decode is not None
-    ids = load_tokenizer().encode("<|im_start|>user\nCall_AbC9xY<|im_end|>", add_special_tokens=False)
-    assert decode(ids) == "<|im_start|>user\nCall_AbC9xY<|im_end|>"
+    text = "<|im_start|>user\nCall_AbC9xY<|im_end|>"
+    assert decode(load_tokenizer().encode(text, add_special_tokens=False)) == text
     assert model_decoder(model_ref("gold")) is None

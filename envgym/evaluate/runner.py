@@ -182,12 +182,11 @@ async def run_evaluation(
     bundle = open_bundle(target)
     ref = model if isinstance(model, ModelRef) else model_ref(model)
     if config.context_window is None:
-        # The model's own window (a policy passed in may say it; otherwise read its config).
-        window = (
-            getattr(policy, "context_window", None)
-            if policy is not None
-            else await asyncio.to_thread(model_window, ref)
-        )
+        # The model's own window, from what ``ref`` names whether or not a policy is passed in
+        # (the key must not depend on that); a policy for a ref without one may state it.
+        window = await asyncio.to_thread(model_window, ref)
+        if window is None:
+            window = getattr(policy, "context_window", None)
         config = replace(config, context_window=window)
     factory = env_factory(target, config, tokenizer=model_tokenizer(ref))
     env = registry.env_identity(target)

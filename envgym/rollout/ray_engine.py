@@ -185,8 +185,8 @@ class RayPolicy:
             cause = exc.cause
             if isinstance(cause, PolicyError):
                 # Keep ContextWindowExceeded: it truncates the episode rather than erroring it.
-                kind = ContextWindowExceeded if isinstance(cause, ContextWindowExceeded) else PolicyError
-                raise kind(str(cause)) from None
+                window = isinstance(cause, ContextWindowExceeded)
+                raise (ContextWindowExceeded if window else PolicyError)(str(cause)) from None
             raise PolicyError(f"policy replica raised {type(cause).__name__}: {cause}") from None
         except self._ray.exceptions.RayActorError as exc:
             raise PolicyError(f"policy replica died: {exc}") from None
