@@ -159,3 +159,16 @@ def test_paired_uses_each_files_sample_counts(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     assert f"[{expected[0]:+.3f}, {expected[1]:+.3f}]" in text and "Newcombe" in text
+
+
+def test_cli_limit_1_prints_an_interval(tmp_path: Path) -> None:
+    # `envgym eval --limit 1` always printed a point; one passed episode is [1/(1 + z²), 1].
+    base = [sys.executable, "-m", "envgym.cli", "eval", "trip-planning-v0", "--model", "gold",
+            "-k", "1", "--limit", "1", "--db", f"sqlite:///{tmp_path / 'e.db'}"]
+    done = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-2000:]
+    at1 = json.loads(done.stdout)["pass_at_k"]["1"]
+    assert (at1["value"], at1["n_eff"]) == (1.0, 1.0)
+    assert (at1["low"], at1["high"]) == approx((1 / (1 + Z2), 1.0))
+    table = subprocess.run(base, capture_output=True, text=True, timeout=110).stdout
+    assert "[0.207, 1.000]" in table and "n_eff 1" in table
