@@ -26,7 +26,8 @@ from envgym.bundle_env import BundleEnv
 from envs.mcp_suite import layout
 from envs.mcp_suite.suite import SUBMIT_TOOL, make_env
 
-TARGET = re.compile(r"(?:mcp-suite/|mcp-suite-)([a-z]+)(?:[/-]([a-z0-9_]+))?(?:-v0)?")
+TARGET = re.compile(r"mcp-suite/([a-z]+)(?:/([a-z0-9_]+))?")
+ENV_ID = re.compile(r"mcp-suite-([a-z]+)-v0")
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,19 @@ def categories_of(target: str) -> list[tuple[str, str]]:
     ``mcp-suite/<service>/<category>`` or a registered id ``mcp-suite-<service>-v0``."""
     if target in ("mcp-suite", "mcp-suite/", "mcp-suite-v0"):
         return layout.categories()
-    match = TARGET.fullmatch(target)
-    if match is None:
-        raise ValueError(f"{target!r} names no part of the MCP suite (mcp-suite[/<service>[/<category>]])")
-    found = [(s, c) for s, c in layout.categories() if s == match[1] and match[2] in (None, c)]
+    registered = ENV_ID.fullmatch(target)
+    if registered is not None:
+        from envs.mcp_suite.registration import CATEGORIES
+
+        service = registered[1]
+        category: str | None = CATEGORIES.get(service, "")
+    else:
+        match = TARGET.fullmatch(target)
+        if match is None:
+            raise ValueError(f"{target!r} names no part of the MCP suite "
+                             "(mcp-suite[/<service>[/<category>]] or mcp-suite-<service>-v0)")
+        service, category = match[1], match[2]
+    found = [(s, c) for s, c in layout.categories() if s == service and category in (None, c)]
     if not found:
         raise ValueError(f"{target!r}: no such service/category in the MCP suite; known: "
                          + ", ".join(f"{s}/{c}" for s, c in layout.categories()))
@@ -125,7 +135,7 @@ def check_task(env: BundleEnv, task: layout.McpMarkTask, *, reruns: int = 2) -> 
     return SuiteTaskCheck(task.id, gold_passed, noop_rejected, reruns_agree, len(task.gold), tuple(problems))
 
 
-def check_suite(target: str = "mcp-suite", *, reruns: int = 2, sandbox: str = "inprocess") -> SuiteReport:
+def check_suite(target: str = "mcp-suite", *, reruns: int = 2, sandbox: str = "bwrap") -> SuiteReport:
     started = time.monotonic()
     results: list[SuiteTaskCheck] = []
     for service, category in categories_of(target):

@@ -94,7 +94,11 @@ def server_spec(service: str) -> ServerSpec:
     if service == "filesystem":
         return ServerSpec(command=(*filesystem_command(), "{state_dir}"), name="filesystem")
     if service == "git":
-        return ServerSpec(command=(*git_command(), "--repository", "{state_dir}/repo"), name="git")
+        # The episode copy may belong to the sandbox's user (bwrap chowns it), not the server's:
+        # trust it (the server is confined to --repository anyway), or git refuses "dubious ownership".
+        return ServerSpec(command=(*git_command(), "--repository", "{state_dir}/repo"), name="git",
+                          env={"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
+                               "GIT_CONFIG_VALUE_0": "*"})
     if service == "sqlite":
         return ServerSpec(command=(*sqlite_command(), "--db-path", "{state_dir}/db.sqlite"), name="sqlite",
                           cwd="{state_dir}")

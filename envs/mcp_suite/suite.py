@@ -117,19 +117,19 @@ class SuiteSandbox(McpSandbox):
         return SolveOutcome(outcome=outcome, calls=tools.calls, submission=tools.submission)
 
 
-def make_sandbox(bundle_dir: Path, service: str, *, backend: str = "inprocess",
+def make_sandbox(bundle_dir: Path, service: str, *, backend: str = "bwrap",
                  call_timeout_s: float = 30.0) -> SuiteSandbox:
     """The bundle's own sandbox (its ``finish`` tool and verifier) plus the service's MCP server.
 
-    ``inprocess`` by default: the agent runs no code in it (it acts only through the MCP
-    server, which is confined to the episode's state copy) and the verifier runs ``verify.py``
-    in its own subprocess.
+    The agent runs no code in the bundle's sandbox (it acts only through the MCP server, which
+    is confined to the episode's state copy); the sandbox holds the verifier, which runs
+    ``verify.py`` in a subprocess (inside bubblewrap by default).  ``inprocess`` works too.
     """
     inner: Sandbox = open_sandbox(bundle_dir, backend=backend)
     return SuiteSandbox(inner, [McpToolset(server_spec(service), call_timeout_s=call_timeout_s)])
 
 
-def make_env(service: str, category: str, *, sandbox: str | Sandbox = "inprocess", **kwargs: Any) -> BundleEnv:
+def make_env(service: str, category: str, *, sandbox: str | Sandbox = "bwrap", **kwargs: Any) -> BundleEnv:
     folder = build(service, category)
     box = sandbox if isinstance(sandbox, Sandbox) else make_sandbox(folder, service, backend=sandbox)
     return BundleEnv(folder, sandbox=box, **kwargs)

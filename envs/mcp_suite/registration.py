@@ -1,0 +1,34 @@
+"""Registers the offline MCP suite: one env per service, ``mcp-suite-<service>-v0``.
+
+Loaded through the ``envgym.envs`` entry point.  Each env is a ``BundleEnv`` over the service's
+category (its initial state and tasks, built once into the envgym cache) with the service's real
+MCP server as its toolset; ``envs.mcp_suite.check`` checks them (gold passes, no-op fails).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from envgym.core import Env
+from envgym.registry import register
+
+# The category each service's env serves (tasks/<service>/<category>/).
+CATEGORIES = {"filesystem": "project_notes", "git": "service_repo", "sqlite": "shop"}
+SERVERS = {"filesystem": "the reference filesystem server (npm @modelcontextprotocol/server-filesystem)",
+           "git": "mcp-server-git (PyPI, own venv)", "sqlite": "mcp-server-sqlite (PyPI, own venv)"}
+
+
+def _make(service: str, **kwargs: Any) -> Env:
+    from envs.mcp_suite.suite import make_env
+
+    return make_env(service, CATEGORIES[service], **kwargs)
+
+
+def register_envs() -> None:
+    for service, category in CATEGORIES.items():
+        # No bundle_dir: the bundle alone (without its MCP server) is not an env, and its gold
+        # solution needs the server's tools, so `check_bundle` must not be pointed at it.
+        register(f"mcp-suite-{service}-v0", functools.partial(_make, service), override=True,
+                 description=f"Offline MCP suite ({category}, MCPMark layout): state-verified tasks over "
+                             f"{SERVERS[service]}.")  # fmt: skip
