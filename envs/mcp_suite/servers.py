@@ -84,22 +84,41 @@ def sqlite_command() -> list[str]:
     return [str(python), "-c", "import sys; from mcp_server_sqlite import main; sys.exit(main())"]
 
 
-def server_spec(service: str) -> ServerSpec:
+def confined(argv: list[str]) -> list[str]:
+    """``argv`` run under bubblewrap: the whole filesystem read-only except the episode's state
+    copy (and a private ``/tmp``), no network.
+
+    The servers' own checks are not enough: ``mcp-server-sqlite`` runs any SQL, and
+    ``ATTACH DATABASE '/any/path'`` creates files wherever the server's user may write (the
+    verifier's code, a ``.pth`` in a venv).  Without bubblewrap the servers run unconfined.
+    """
+    from envgym.sandbox.bwrap import bwrap_available
+
+    if not bwrap_available():
+        return argv
+    return [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/tmp", "--bind", "{state_dir}", "{state_dir}", "--unshare-net", "--die-with-parent",
+            "--", *argv]
+
+
+def server_spec(service: str, *, confine: bool = True) -> ServerSpec:
     """How to start ``service``'s server on an episode's state (see ``layout.STATE_ENV``).
 
-    Each server is confined to the episode's state copy: the filesystem server's only allowed
-    directory is ``{state_dir}``, the git server's ``--repository`` is ``{state_dir}/repo``, the
-    sqlite server opens ``{state_dir}/db.sqlite``.
+    Each server works on the episode's state copy: the filesystem server's only allowed directory
+    is ``{state_dir}``, the git server's ``--repository`` is ``{state_dir}/repo``, the sqlite
+    server opens ``{state_dir}/db.sqlite``; with ``confine`` (:func:`confined`) the process can
+    write nowhere else either.
     """
+    wrap = confined if confine else list
     if service == "filesystem":
-        return ServerSpec(command=(*filesystem_command(), "{state_dir}"), name="filesystem")
+        return ServerSpec(command=tuple(wrap([*filesystem_command(), "{state_dir}"])), name="filesystem")
     if service == "git":
         # The episode copy may belong to the sandbox's user (bwrap chowns it), not the server's:
         # trust it (the server is confined to --repository anyway), or git refuses "dubious ownership".
-        return ServerSpec(command=(*git_command(), "--repository", "{state_dir}/repo"), name="git",
+        return ServerSpec(command=tuple(wrap([*git_command(), "--repository", "{state_dir}/repo"])), name="git",
                           env={"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
                                "GIT_CONFIG_VALUE_0": "*"})
     if service == "sqlite":
-        return ServerSpec(command=(*sqlite_command(), "--db-path", "{state_dir}/db.sqlite"), name="sqlite",
+        return ServerSpec(command=tuple(wrap([*sqlite_command(), "--db-path", "{state_dir}/db.sqlite"])), name="sqlite",
                           cwd="{state_dir}")
     raise ValueError(f"unknown MCP service {service!r} (known: {', '.join(SERVICES)})")
