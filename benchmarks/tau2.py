@@ -6,16 +6,23 @@
   ids, the τ² link, the tool message), timed in envgym's process;
 * ``tau2_link_roundtrip_us`` — an empty request over the same link: what the process boundary
   costs when τ² runs in its own venv (.venv-tau2, docs/TAU2.md);
-* ``envgym_over_inprocess_ratio`` — target ≤ 2 (issue 14).  The link mode is in the notes.
+* ``envgym_over_inprocess_ratio`` — target ≤ 2 (issue 14).  The link mode is in the notes;
+* ``mcp_bare_us`` / ``mcp_envgym_us`` — ``add(2, 3)`` on ``benchmarks.mcp_tool_server`` (stdio) from a
+  bare ``mcp`` client session (env_step's measurement) vs. through envgym's ``McpToolset``;
+  ``mcp_envgym_over_bare_ratio`` — target ≤ 1.2.
 
 Medians of ``REPS`` repetitions of a timed loop, baseline and envgym path in the same run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from envgym.bench import BenchResult
@@ -55,10 +62,39 @@ def _roundtrip_us(link: Tau2Link, n: int) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
-def run(quick: bool = False) -> BenchResult:
+def _mcp(n: int) -> tuple[float, float]:
+    """Median µs of one MCP tool call: bare client session, then envgym's toolset."""
+    from benchmarks.env_step import _add_bundle, _mcp_us  # local: the τ² part runs without mcp
+    from envgym.mcp.client import ServerSpec
+    from envgym.mcp.toolset import McpToolset
+
+    args = {"a": 2, "b": 3}
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = _add_bundle(Path(tmp) / "bundle")
+        state = bundle / "state"
+        bare = asyncio.run(_mcp_us(bundle, state, "add", args, n))
+        toolset = McpToolset(ServerSpec(command=(sys.executable, "-m", "benchmarks.mcp_tool_server",
+                                                 str(bundle), str(state), "add")))  # fmt: skip
+        toolset.start()
+        try:
+            samples = []
+            for i in range(n + 10):
+                t0 = time.perf_counter_ns()
+                outcome = toolset.call_tool("add", args)
+                if i >= 10:
+                    samples.append(time.perf_counter_ns() - t0)
+            if not outcome.ok:
+                raise RuntimeError(f"MCP call through envgym failed: {outcome}")
+        finally:
+            toolset.close()
+    return bare, statistics.median(samples) / 1000.0
+
+
+def tau2_keys(quick: bool, mode: str = "auto") -> tuple[dict[str, float], str, str]:
+    """The τ² metrics (µs), the link mode they were taken in, and the timed tool."""
     n = 200 if quick else 2000
     task_id, call = _read_call()
-    link = Tau2Link()
+    link = Tau2Link(mode)
     env = Tau2Env(DOMAIN, user=ScriptedUser(), link=link)
     inproc, through, trip = [], [], []
     try:
@@ -70,14 +106,29 @@ def run(quick: bool = False) -> BenchResult:
     finally:
         env.close()
     a, b, c = (statistics.median(x) for x in (inproc, through, trip))
+    keys = {"tau2_inprocess_us": a, "envgym_tau2_us": b, "tau2_link_roundtrip_us": c, "envgym_over_inprocess_ratio": b / a}
+    return keys, link.mode, call["name"]
+
+
+def run(quick: bool = False) -> BenchResult:
+    keys, mode, tool = tau2_keys(quick)
+    bare, via = (statistics.median(x) for x in zip(*(_mcp(50 if quick else 300) for _ in range(REPS))))
     return BenchResult(
         benchmark="tau2",
-        metrics={"tau2_inprocess_us": a, "envgym_tau2_us": b, "tau2_link_roundtrip_us": c,
-                 "envgym_over_inprocess_ratio": b / a},  # fmt: skip
+        metrics={**keys, "mcp_bare_us": bare, "mcp_envgym_us": via, "mcp_envgym_over_bare_ratio": via / bare},
         units={"tau2_inprocess_us": "µs", "envgym_tau2_us": "µs", "tau2_link_roundtrip_us": "µs",
-               "envgym_over_inprocess_ratio": "×"},  # fmt: skip
-        notes={"tau2_inprocess_us": f"{DOMAIN} {call['name']}: Environment.get_response in τ²'s process",
-               "envgym_tau2_us": f"Tau2Env.step with that call, link mode {link.mode}",
+               "envgym_over_inprocess_ratio": "×", "mcp_bare_us": "µs", "mcp_envgym_us": "µs",
+               "mcp_envgym_over_bare_ratio": "×"},  # fmt: skip
+        notes={"tau2_inprocess_us": f"{DOMAIN} {tool}: Environment.get_response in τ²'s process",
+               "envgym_tau2_us": f"Tau2Env.step with that call, link mode {mode}",
                "tau2_link_roundtrip_us": "an empty request to τ² (the worker pipe in worker mode)",
-               "envgym_over_inprocess_ratio": "target ≤ 2"},  # fmt: skip
+               "envgym_over_inprocess_ratio": "target ≤ 2",
+               "mcp_bare_us": "add(2, 3), bare mcp ClientSession over stdio",
+               "mcp_envgym_us": "the same call through envgym.mcp.McpToolset",
+               "mcp_envgym_over_bare_ratio": "target ≤ 1.2"},  # fmt: skip
     )
+
+
+if __name__ == "__main__":  # in .venv-tau2 (PYTHONPATH=.): the τ² keys with τ² in envgym's process
+    keys, mode, _ = tau2_keys("--quick" in sys.argv, mode="inprocess")
+    print(json.dumps({**keys, "mode": mode}))

@@ -43,6 +43,7 @@ class Tau2Env(Env):
         self.ids = {envgym_task_id(t["id"]): t["id"] for t in domain_tasks(domain)}
         self.tau2_id: str | None = None
         self.history: list[dict[str, Any]] = []
+        self.user_turns: list[dict[str, Any]] = []
         self._done = True
 
     # -- the contract ------------------------------------------------------------------
@@ -64,7 +65,7 @@ class Tau2Env(Env):
         if not self.native_tools:
             system = system + "\n\n" + self.parser.render_tools(self.tools)
         self.history = [{"role": "system", "content": system}, *start["messages"]]
-        self.user_turns: list[dict[str, Any]] = []
+        self.user_turns = []
         self.tool_results: list[dict[str, Any]] = []
         self._call_ids: set[str] = set()
         self._turns = 0
@@ -167,8 +168,9 @@ class Tau2Env(Env):
         return {"messages": self.history, "tools": self.tools}
 
     def _info(self, components: dict[str, float]) -> dict[str, Any]:
+        # user_turns: every step, so a truncated episode can be replayed too (ReplayUser)
         return {"reward_components": components, "tool_calls": self._tool_calls,
-                "errors": dict(self._errors), "turns": self._turns}  # fmt: skip
+                "errors": dict(self._errors), "turns": self._turns, "user_turns": list(self.user_turns)}  # fmt: skip
 
 
 __all__ = ["Tau2Env", "Tau2Error", "UserTurnError"]

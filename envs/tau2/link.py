@@ -13,7 +13,6 @@ import json
 import os
 import select
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,7 @@ class Tau2Link:
                             "(it builds .venv-tau2) or set ENVGYM_TAU2_PYTHON")  # fmt: skip
         proc = subprocess.Popen(
             [str(python), "-u", str(_HERE / "worker.py")],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,  # τ²'s logs: our stderr
             env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
         )  # fmt: skip
         self._proc = proc

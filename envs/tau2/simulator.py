@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from envgym.parsers import get_parser
 from envgym.policy import Policy, SamplingParams
 
-DEFAULT_USER_PARAMS = SamplingParams(temperature=0.0, max_tokens=256)
+DEFAULT_USER_PARAMS = SamplingParams(temperature=0.0, max_tokens=128)  # τ²'s user turns are short
 
 
 class UserTurnError(RuntimeError):
