@@ -250,3 +250,59 @@ def test_a_managed_vllm_engine_refuses_an_moe_model_before_the_run(
     with pytest.raises(ValueError, match="does not serve MoE models: .* use model.engine: local"):
         build_engine(config, moe, load_tokenizer())
     assert build_engine(config, tiny_model(), load_tokenizer()) is None  # dense: served
+
+
+_SLOW_VLLM = '''#!{python}
+"""Stands in for a vLLM server still loading: records its pid, never answers /health."""
+import os, time
+open({record!r}, "w").write(str(os.getpid()))
+time.sleep(600)
+'''
+
+
+def test_a_run_cancelled_while_the_managed_vllm_server_starts_leaves_no_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelling during the engine start (Ctrl-C in the first ~80 s) stops the server that
+    the start thread launched, instead of leaving it running after the trainer exits."""
+    import os
+    import sys
+    import time
+
+    from envgym.models import vllm_server
+    from trainer.weight_sync import managed_vllm
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    record = tmp_path / "pid"
+    fake = venv / "bin" / "python"
+    fake.write_text(_SLOW_VLLM.format(python=sys.executable, record=str(record)))
+    fake.chmod(0o755)
+    monkeypatch.setattr(vllm_server, "DEFAULT_VENV", venv)
+    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm"})
+
+    async def run() -> None:
+        async def use() -> None:
+            async with managed_vllm(config, tiny_model(), load_tokenizer()):
+                raise AssertionError("the stand-in never becomes healthy")
+
+        task = asyncio.create_task(use())
+        for _ in range(300):  # the server process has been launched
+            if record.is_file() and record.read_text():
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    pid = int(record.read_text())
+    for _ in range(100):  # the start thread may still be between two /health polls
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError(f"the launched server (pid {pid}) is still running")

@@ -193,7 +193,13 @@ async def managed_vllm(config: TrainConfig, model: nn.Module, tokenizer: Any) ->
     server = vllm_server.VLLMServer(folder.resolve(), served_name="policy", dtype=m.dtype,
                                     venv=vllm_server.DEFAULT_VENV,
                                     log_path=Path(config.metrics.dir).resolve() / "vllm.log")
-    await asyncio.to_thread(server.start)
+    try:
+        await asyncio.to_thread(server.start)
+    except BaseException:
+        # Cancelled (or failed) during the ~80 s engine start: the start thread goes on after the
+        # await is cancelled, so stop here; start() sees it and stops what it launched.
+        server.stop()
+        raise
     policy = vllm_server.VLLMPolicy(server.base_url, "policy", tokenizer=tokenizer,
                                     parser=m.parser, thinking=m.thinking)
     try:

@@ -38,11 +38,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import io
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,9 @@ class VLLMServer:
         self.extra_args = extra_args
         self.routed_experts = routed_experts  # MoE models: return every position's experts
         self._proc: subprocess.Popen[bytes] | None = None
+        # stop() may run while start() still waits in another thread (a run cancelled during
+        # the ~80 s engine start): start() sees this and stops what it launched.
+        self._stopped = threading.Event()
 
     @property
     def base_url(self) -> str:
@@ -142,6 +147,9 @@ class VLLMServer:
         ]
 
     def start(self, timeout: float = 600.0) -> VLLMServer:
+        """Launch the server and wait until /health answers; a server starts once."""
+        if self._stopped.is_set():
+            raise RuntimeError("this VLLMServer was stopped; make a new one to start again")
         if not self.python.is_file():
             raise FileNotFoundError(
                 f"no vLLM venv at {self.venv}: run scripts/vllm_setup.sh (creates .venv-vllm)"
@@ -150,7 +158,7 @@ class VLLMServer:
         if self.routed_experts:  # vLLM's routed-experts output needs its V2 model runner
             env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
         log = self.log_path.open("wb")
-        self._proc = subprocess.Popen(
+        proc = self._proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
@@ -158,9 +166,12 @@ class VLLMServer:
         import httpx
 
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+            if self._stopped.is_set():  # stop() raced the launch: it may not have seen proc
+                _terminate(proc)
+                raise RuntimeError("vLLM was stopped while starting")
+            if proc.poll() is not None:
                 raise RuntimeError(
-                    f"vLLM exited with code {self._proc.returncode} while starting; "
+                    f"vLLM exited with code {proc.returncode} while starting; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             try:
@@ -175,16 +186,10 @@ class VLLMServer:
         )
 
     def stop(self, grace: float = 30.0) -> None:
+        self._stopped.set()
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        # The server forks an engine-core process: signal the whole group it leads.
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        if proc is not None:
+            _terminate(proc, grace)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -197,6 +202,21 @@ class VLLMServer:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGTERM the process group ``proc`` leads (the server forks an engine-core process), then
+    SIGKILL after ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 class VLLMPolicy:
