@@ -8,6 +8,7 @@ MCP server as its toolset; ``envs.mcp_suite.check`` checks them (gold passes, no
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 from envgym.core import Env
@@ -25,10 +26,18 @@ def _make(service: str, **kwargs: Any) -> Env:
     return make_env(service, CATEGORIES[service], **kwargs)
 
 
+def _bundle_dir(service: str) -> Path:
+    from envs.mcp_suite.suite import build
+
+    return build(service, CATEGORIES[service])
+
+
 def register_envs() -> None:
     for service, category in CATEGORIES.items():
-        # No bundle_dir: the bundle alone (without its MCP server) is not an env, and its gold
-        # solution needs the server's tools, so `check_bundle` must not be pointed at it.
+        # bundle_dir: `envgym eval` keys results by the bundle's content hash.  The bundle alone
+        # (without its MCP server) is not the env: its gold solution needs the server's tools,
+        # so it is checked by envs.mcp_suite.check, not envgym.check.check_bundle.
         register(f"mcp-suite-{service}-v0", functools.partial(_make, service), override=True,
+                 bundle_dir=functools.partial(_bundle_dir, service),
                  description=f"Offline MCP suite ({category}, MCPMark layout): state-verified tasks over "
                              f"{SERVERS[service]}.")  # fmt: skip
