@@ -374,3 +374,20 @@ def _print_tau2(report: Any, console: Any) -> None:
     console.print(f"{verdict}: {passed}/{len(report.tasks)} tasks pass the gold check; "
                   f"{len(report.failed)} fail, {len(report.noop_full)} score 1.0 with a no-op agent, "
                   f"{len(report.needs_judge)} need an NL judge")  # fmt: skip
+
+
+# -- the offline MCP suite (envs/mcp_suite, docs/MCP.md) -----------------------------------------
+# MCPMark-layout tasks are judged on the final state, not on a submitted answer, so their check
+# (gold passes, no-op fails, through the real MCP servers) is envs/mcp_suite/check.py, not
+# check_bundle.  ``envgym check mcp-suite[/<service>[/<category>]]`` or ``mcp-suite-<service>-v0``.
+
+def mcp_suite_target(target: str) -> bool:
+    """Whether ``target`` names (part of) the offline MCP suite."""
+    return str(target) == "mcp-suite" or str(target).startswith(("mcp-suite/", "mcp-suite-"))
+
+
+def mcp_suite_check_main(target: str, *, as_json: bool = False, console: Any = None) -> int:
+    """Run the suite check of ``target`` and print it; the exit code (0: every task passes)."""
+    from envs.mcp_suite.check import main
+
+    return main(target, as_json=as_json, console=console)
