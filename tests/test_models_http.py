@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from envgym.context.window import ContextWindowExceeded
 from envgym.models.http_client import RateLimit, RetryPolicy
 from envgym.models.openai_http import OpenAIPolicy
 from envgym.models.vllm_server import free_port
@@ -108,6 +109,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(429, '{"error": "slow down"}', {"Retry-After": "1"})
         elif kind == "400":
             self._send(400, '{"error": "bad model name"}')
+        elif kind == "window":  # vLLM's refusal of a prompt over --max-model-len
+            self._send(400, json.dumps({"error": {"message": (
+                "This model's maximum context length is 8192 tokens. However, you requested "
+                "8300 tokens (8291 in the messages, 9 in the completion)."), "code": 400}}))
         elif kind == "truncated":
             self._send(200, json.dumps(GOOD)[:60])
         elif kind == "no_choices":
@@ -255,6 +260,22 @@ def test_a_client_error_is_not_retried(server: tuple[str, Script]) -> None:
     with pytest.raises(PolicyError, match="HTTP 400: .*bad model name"):
         _act(url)
     assert len(script.bodies) == 1
+
+
+def test_a_window_refusal_is_the_episode_outcome_not_a_failure(
+    server: tuple[str, Script]
+) -> None:
+    """A 400 that says the prompt is over the window raises ContextWindowExceeded (the rollout
+    truncates the episode and counts it, issue 14); any other 400 stays a plain PolicyError."""
+    url, script = server
+    script.replies = ["window"]
+    with pytest.raises(ContextWindowExceeded, match="maximum context length is 8192"):
+        _act(url)
+    assert len(script.bodies) == 1  # not retried
+    script.replies = ["400"]
+    with pytest.raises(PolicyError) as info:
+        _act(url)
+    assert not isinstance(info.value, ContextWindowExceeded)
 
 
 def test_429_waits_for_retry_after(server: tuple[str, Script]) -> None:

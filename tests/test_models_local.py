@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
+from envgym.context.window import ContextWindowExceeded
 from envgym.embedded import load_tokenizer
 from envgym.models.engine import Engine, _Row
 from envgym.models.local import LocalPolicy
@@ -290,6 +291,8 @@ def test_errors_are_policy_errors_with_clear_messages(tokenizer: Any) -> None:
         for messages in (long, [{"content": "no role"}], []):
             with pytest.raises(PolicyError) as info:
                 await policy.act("x", messages, [], PARAMS)
+            # only the window is an episode outcome (issue 14); the others are failures
+            assert isinstance(info.value, ContextWindowExceeded) == (messages is long)
             errors.append(str(info.value))
         slow = asyncio.create_task(policy.act("dup", START, TOOLS, SamplingParams(max_tokens=200)))
         await asyncio.sleep(0.3)

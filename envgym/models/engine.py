@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from envgym.context.window import ContextWindowExceeded
 from envgym.models.chat import ChatFormat, end_tokens
 from envgym.models.kept import KeptEntry, KeptSets, encode_kept
 from envgym.models.kv import KVStore, RaggedCache, kv_layout, mask_placeholder
@@ -175,8 +176,8 @@ class Engine:
                 continue
             try:
                 row = self._prefill(request)
-            except PolicyError as err:
-                self._fail(request, str(err))
+            except PolicyError as err:  # kept as raised: ContextWindowExceeded is an outcome
+                self._fail(request, err)
                 continue
             except Exception as err:  # noqa: BLE001 - a failed prefill fails its request only
                 log.exception("local engine prefill failed")
@@ -208,8 +209,11 @@ class Engine:
         except Exception as err:  # noqa: BLE001 - chat templates raise anything (jinja errors)
             raise PolicyError(f"the chat template failed: {type(err).__name__}: {err}") from err
         if len(prompt) >= self.max_positions:
-            raise PolicyError(
-                f"the prompt has {len(prompt)} tokens; the model's context window is {self.max_positions}"
+            # an episode outcome (truncated, reward 0, counted), not a backend failure
+            raise ContextWindowExceeded(
+                f"the prompt has {len(prompt)} tokens; the model's context window is {self.max_positions}",
+                prompt_tokens=len(prompt),
+                window=self.max_positions,
             )
         store = session.store
         reuse = min(common_prefix(prompt, session.tokens.ids), store.length, len(prompt) - 1)
@@ -383,8 +387,9 @@ class Engine:
         if state is not None:
             state.store.clear()
 
-    def _fail(self, request: Request, message: str) -> None:
-        _resolve(request.loop, request.future, None, PolicyError(message))
+    def _fail(self, request: Request, error: str | PolicyError) -> None:
+        err = error if isinstance(error, PolicyError) else PolicyError(error)
+        _resolve(request.loop, request.future, None, err)
 
     def stats(self) -> dict[str, int]:
         return {

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,9 +24,15 @@ from typing import Any
 
 import httpx
 
+from envgym.context.window import ContextWindowExceeded
 from envgym.policy import PolicyError
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# How servers refuse a prompt over the window: vLLM ("maximum context length is …", "longer than
+# the maximum model length"), OpenAI (code context_length_exceeded).
+_WINDOW_REFUSAL = re.compile(
+    r"maximum context length|maximum model length|context_length_exceeded", re.IGNORECASE
+)
 
 
 class BadReply(ValueError):
@@ -127,6 +134,11 @@ class HttpClient:
                 if response.status_code in RETRY_STATUS:
                     problems.append(f"HTTP {response.status_code}: {_snippet(response.text)}")
                     wait = _retry_after(response)
+                elif response.status_code >= 400 and _WINDOW_REFUSAL.search(response.text):
+                    raise ContextWindowExceeded(  # an episode outcome, not a backend failure
+                        f"{self._url(path)} refused the prompt as longer than the model's "
+                        f"context window: {_snippet(response.text)}"
+                    )
                 elif response.status_code >= 400:
                     raise PolicyError(
                         f"{self._url(path)} rejected the request with HTTP {response.status_code}: "
