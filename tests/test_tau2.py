@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,11 @@ def test_worker_errors_are_named_and_the_worker_restarts(link: Tau2Link) -> None
         link._proc.kill()
         link._proc.wait()
         assert link.call({"op": "ping"}) == "pong"  # a fresh worker
+        # a hung worker (stopped): the call times out with a named error, the worker is killed
+        os.kill(link._proc.pid, signal.SIGSTOP)
+        with pytest.raises(Tau2Error, match="did not answer in time"):
+            link.call({"op": "ping"}, timeout=2)
+        assert link._proc is None and link.call({"op": "ping"}) == "pong"
 
 
 def test_ids_and_targets() -> None:
@@ -108,11 +115,13 @@ def smol_user() -> PolicyUser:
 
 @pytest.mark.heavy
 @pytest.mark.timeout(600)
-def test_embedded_user_turns_are_recorded_and_replay_exactly(link: Tau2Link, smol_user: PolicyUser) -> None:
+def test_embedded_user_is_seeded_and_replays_exactly(link: Tau2Link, smol_user: PolicyUser) -> None:
     env = Tau2Env("mock", link=link)
     first, reward, info = _scripted_agent_episode(env, 7, smol_user)
     turns = info["report"]["user_turns"]
     assert turns and all(isinstance(t["seed"], int) for t in turns)
+    again, reward2, info2 = _scripted_agent_episode(env, 7, smol_user)  # sampled, same seeds
+    assert again == first and info2["report"]["user_turns"] == turns and reward2 == reward
     replayed, reward3, info3 = _scripted_agent_episode(env, 7, ReplayUser(turns))
     assert replayed == first and reward3 == reward
     assert info3["report"]["components"] == info["report"]["components"]

@@ -57,6 +57,8 @@ class Tau2Env(Env):
             raise KeyError(f"τ² {self.domain} has no task {key!r}")
         self.tau2_id = tau2_id
         self.seed = 0 if seed is None else int(seed)
+        if self._user is not None:
+            self._user.end()  # a fresh user session per episode: its sampler is seeded anew
         if "user" in (options or {}):
             self._user = options["user"]  # type: ignore[index]
         start = self._call({"op": "reset", "task": tau2_id})
@@ -156,6 +158,8 @@ class Tau2Env(Env):
 
     def _finish(self, ended: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         self._done = True
+        if self._user is not None:
+            self._user.end()
         report = self._call({"op": "finish", "termination": ended})
         report["user_turns"] = list(self.user_turns)
         report["tool_results"] = list(self.tool_results)

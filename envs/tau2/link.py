@@ -112,4 +112,7 @@ class Tau2Link:
             proc.wait()
             for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
-                    stream.close()
+                    try:
+                        stream.close()
+                    except OSError:  # unflushed bytes to a worker that died: nothing to save
+                        pass
