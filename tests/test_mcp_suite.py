@@ -277,8 +277,15 @@ def test_a_real_server_killed_mid_episode_is_an_error_and_restarted(envs) -> Non
 
 @pytest.mark.timeout(120)
 def test_registered_env_and_host_gold_solution(envs) -> None:
-    import envgym
+    import tomllib
 
+    import envgym
+    from envs.mcp_suite import registration
+
+    declared = tomllib.loads((layout.ROOT.parents[1] / "pyproject.toml").read_text())
+    assert declared["project"]["entry-points"]["envgym.envs"]["mcp-suite"] == \
+        "envs.mcp_suite.registration:register_envs"
+    registration.register_envs()  # what discovery calls (an installed package's metadata may be older)
     env = envgym.make("mcp-suite-sqlite-v0", sandbox="inprocess")
     try:
         obs, info = env.reset(options={"task": "city_sales"})
