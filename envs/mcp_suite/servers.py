@@ -96,9 +96,12 @@ def confined(argv: list[str]) -> list[str]:
 
     if not bwrap_available():
         return argv
+    # The installs stay visible (read-only) when the envgym cache itself lives under /tmp.
+    cache = str(cache_root().resolve())
+    keep = ["--ro-bind", cache, cache] if Path(cache).is_relative_to("/tmp") else []
     return [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--bind", "{state_dir}", "{state_dir}", "--unshare-net", "--die-with-parent",
-            "--", *argv]
+            "--tmpfs", "/tmp", *keep, "--bind", "{state_dir}", "{state_dir}", "--unshare-net",
+            "--die-with-parent", "--", *argv]
 
 
 def server_spec(service: str, *, confine: bool = True) -> ServerSpec:
