@@ -369,6 +369,9 @@ def _print_tau2(report: Any, console: Any) -> None:
         console.print(f"[yellow]no-op scores 1.0[/] on {t.task_id}: {t.noop_reason}")
     for t in report.needs_judge:
         console.print(f"[cyan]needs an NL-assertion judge[/] (not scored): {t.task_id}")
+    noted = [t for t in report.tasks if t.notes]
+    if noted:
+        console.print(f"[dim]{len(noted)} tasks: {noted[0].notes[0]} (not scored by τ²; docs/TAU2.md)[/]")
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
     passed = sum(t.passed for t in report.tasks)
     console.print(f"{verdict}: {passed}/{len(report.tasks)} tasks pass the gold check; "
