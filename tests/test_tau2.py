@@ -54,6 +54,14 @@ def test_check_airline_first_tasks_pass(link: Tau2Link) -> None:
     assert sum(t.gold_calls for t in report.tasks) > 0  # some airline tasks have no gold action
 
 
+@pytest.mark.timeout(300)
+def test_check_telecom_user_actions_run_as_the_user(link: Tau2Link) -> None:
+    tasks = [t for t in domain_tasks("telecom") if any(a["requestor"] == "user" for a in t["actions"])][:2]
+    report = check_domain("telecom", tasks=tasks, link=link)
+    assert len(report.tasks) == 2 and report.passed, [t.problems for t in report.tasks]
+    assert all(t.gold_reward == 1.0 and t.noop_reward == 0.0 for t in report.tasks)
+
+
 @pytest.mark.timeout(120)
 def test_failing_gold_action_fails_the_check(link: Tau2Link) -> None:
     """Bad input: a gold action τ² rejects is a check failure naming the action, never hidden."""
