@@ -36,6 +36,7 @@ class Tau2Env(Env):
             raise ValueError(f"unknown τ² domain {domain!r}; expected one of {', '.join(DOMAINS)}")
         self.domain = domain
         self.link = link or Tau2Link()
+        self._owns_link = link is None  # a link passed in (shared by a check or a bench) stays open
         self._user_spec = user
         self._user: UserModel | None = user if user is not None and not isinstance(user, str) else None
         self.parser = get_parser(parser)
@@ -98,7 +99,8 @@ class Tau2Env(Env):
     def close(self) -> None:
         if self._user is not None:
             self._user.end()
-        self.link.close()
+        if self._owns_link:
+            self.link.close()
 
     # -- episode mechanics -------------------------------------------------------------
     def _call(self, request: dict[str, Any]) -> Any:
