@@ -171,6 +171,13 @@ def test_registry_and_check_entry(capsys: pytest.CaptureFixture[str]) -> None:
     from envgym.bundle import load_bundle
     from envgym.check import tau2_check_main
 
+    import tomllib
+
+    from envs.tau2.registration import register_envs
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert pyproject["project"]["entry-points"]["envgym.envs"]["tau2"] == "envs.tau2.registration:register_envs"
+    register_envs()  # as discovery does (a shared checkout's installed metadata may be stale)
     env = registry.make("tau2-mock-v0", sandbox="bwrap", context="keep-all")  # eval's options pass
     try:
         assert isinstance(env, Tau2Env) and env.domain == "mock"
