@@ -10,6 +10,8 @@ import copy
 import json
 import os
 import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from envgym.policy import SamplingParams
 from envs.tau2.env import Tau2Env
 from envs.tau2.link import Tau2Error, Tau2Link
 from envs.tau2.oracle import ScriptedUser, check_domain
-from envs.tau2.simulator import PolicyUser, ReplayUser, UserTurnError
+from envs.tau2.simulator import PolicyUser, ReplayUser, UserTurnError, user_seed
 from envs.tau2.tasks import domain_tasks, envgym_task_id
 
 
@@ -190,3 +192,62 @@ def test_registry_and_check_entry(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["domain"] == "mock" and out["tasks"] == 2 and out["passed"]
     with pytest.raises(ValueError, match="names no τ² domain"):
         tau2_check_main("trip-planning-v0")
+
+
+class _UserServer(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint playing τ²'s user: a device tool call, then a sentence, then stop.
+
+    The user model is the part that cannot run cheaply here; the HTTP client, the request the env
+    sends (seed, tools, the flipped conversation) and everything after it are real.
+    """
+
+    replies = [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "u1", "type": "function", "function": {"name": "check_status_bar", "arguments": "{}"}}]},
+        {"role": "assistant", "content": "My phone shows no signal."},
+        {"role": "assistant", "content": "Thanks. ###STOP###"},
+    ]
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        seen = self.server.requests  # type: ignore[attr-defined]
+        seen.append(body)
+        message = self.replies[min(len(seen) - 1, len(self.replies) - 1)]
+        data = json.dumps({"choices": [{"index": 0, "message": message,
+                                        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                           "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.mark.timeout(180)
+def test_openai_compatible_user_gets_seeds_and_runs_device_tools(link: Tau2Link) -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _UserServer)
+    httpd.requests = []  # type: ignore[attr-defined]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    env = Tau2Env("telecom", link=link, user=f"http://127.0.0.1:{httpd.server_address[1]}/v1#user-model")
+    try:
+        task = next(t for t in domain_tasks("telecom") if any(a["requestor"] == "user" for a in t["actions"]))
+        obs, _ = env.reset(seed=5, options={"task": task["id"]})
+        assert obs["messages"][-1] == {"role": "user", "content": "My phone shows no signal."}
+        result = env.step({"role": "assistant", "content": "Please restart your phone."})
+    finally:
+        env.close()
+        httpd.shutdown()
+        httpd.server_close()
+    requests = httpd.requests  # type: ignore[attr-defined]
+    assert [r["seed"] for r in requests] == [user_seed(5, i) for i in range(3)]
+    assert all(r["model"] == "user-model" and r["tools"] for r in requests)
+    assert requests[0]["messages"][0]["role"] == "system" and "<scenario>" in requests[0]["messages"][0]["content"]
+    assert requests[0]["messages"][1] == {"role": "user", "content": "Hi! How can I help you today?"}
+    report = result[4]["report"]
+    assert result[2] and report["termination"] == "user_stop"
+    device = [r for r in report["tool_results"] if r["requestor"] == "user"]
+    assert [r["name"] for r in device] == ["check_status_bar"] and not device[0]["error"]
+    assert "u1" in json.dumps(requests[1]["messages"])  # the user saw its own tool's result

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import replace
 from typing import Any, Protocol
 
+from envgym.messages import normalize_action
 from envgym.parsers import get_parser
 from envgym.policy import Policy, SamplingParams
 
@@ -89,16 +90,12 @@ class PolicyUser:
             turn = _Loop.run(self.policy.act(self.session, messages, tools, params))
         except Exception as exc:  # noqa: BLE001 - any backend failure is the user's, named
             raise UserTurnError(f"the user model failed: {type(exc).__name__}: {exc}") from exc
-        if turn.message is not None:
-            content = turn.message.get("content") or ""
-            raw = turn.message.get("tool_calls") or []
-            calls = [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                     for c in raw]  # fmt: skip
-        else:
-            parsed = self.parser.parse(turn.text)
-            content = parsed.content or ""
-            calls = [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in parsed.tool_calls]
-        return {"content": content, "calls": [c for c in calls if isinstance(c["arguments"], dict)]}
+        # native tool calls (arguments as JSON text) or raw text: read both the way the env reads
+        # the agent's turns; calls whose arguments do not decode are dropped, as τ² cannot run them
+        parsed = normalize_action(turn.message) if turn.message is not None else self.parser.parse(turn.text)
+        content = parsed.content or ""
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls if c.parsed]
+        return {"content": content, "calls": calls}
 
     def end(self) -> None:
         _Loop.run(self.policy.end_session(self.session))
