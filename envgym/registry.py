@@ -138,6 +138,10 @@ def spec(env_id: str) -> EnvSpec:
     discover()
     if env_id in _registry:
         return _registry[env_id]
+    if "/" in env_id:  # a benchmark's "family/domain" spelling (tau2/airline → tau2-airline)
+        env_id = env_id.replace("/", "-")
+        if env_id in _registry:
+            return _registry[env_id]
     versions = [s for s in _registry.values() if s.name == env_id]
     if versions:
         return max(versions, key=lambda s: s.version)
