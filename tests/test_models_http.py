@@ -113,6 +113,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, json.dumps({"error": {"message": (
                 "This model's maximum context length is 8192 tokens. However, you requested "
                 "8300 tokens (8291 in the messages, 9 in the completion)."), "code": 400}}))
+        elif kind == "no_room":  # the prompt fits; prompt + max_tokens does not
+            self._send(400, json.dumps({"error": {"message": (
+                "This model's maximum context length is 8192 tokens. However, you requested "
+                "8300 tokens (8000 in the messages, 300 in the completion)."), "code": 400}}))
         elif kind == "truncated":
             self._send(200, json.dumps(GOOD)[:60])
         elif kind == "no_choices":
@@ -272,10 +276,11 @@ def test_a_window_refusal_is_the_episode_outcome_not_a_failure(
     with pytest.raises(ContextWindowExceeded, match="maximum context length is 8192"):
         _act(url)
     assert len(script.bodies) == 1  # not retried
-    script.replies = ["400"]
-    with pytest.raises(PolicyError) as info:
-        _act(url)
-    assert not isinstance(info.value, ContextWindowExceeded)
+    for other in ("400", "no_room"):  # a prompt that fits is not the window's outcome
+        script.replies = [other]
+        with pytest.raises(PolicyError) as info:
+            _act(url)
+        assert not isinstance(info.value, ContextWindowExceeded), other
 
 
 def test_429_waits_for_retry_after(server: tuple[str, Script]) -> None:

@@ -28,11 +28,25 @@ from envgym.context.window import ContextWindowExceeded
 from envgym.policy import PolicyError
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-# How servers refuse a prompt over the window: vLLM ("maximum context length is …", "longer than
-# the maximum model length"), OpenAI (code context_length_exceeded).
-_WINDOW_REFUSAL = re.compile(
-    r"maximum context length|maximum model length|context_length_exceeded", re.IGNORECASE
-)
+# How servers refuse a prompt over the window.  Only the *prompt alone* reaching the window is
+# the episode's outcome; a prompt that fits but leaves no room for max_tokens is a request error
+# (the old behaviour), since the policy did not run out of window.  vLLM: "The decoder prompt
+# (length P) is longer than the maximum model length of W" (prompt alone), or "maximum context
+# length is W tokens. However, you requested T tokens (P in the messages, C in the completion)";
+# OpenAI: "maximum context length is W tokens. However, your messages resulted in P tokens".
+_PROMPT_OVER_MODEL_LENGTH = re.compile(r"prompt \(length \d+\) is longer than the maximum model length")
+_WINDOW = re.compile(r"maximum context length is (\d+)")
+_PROMPT_TOKENS = re.compile(r"(\d+) in the messages|messages resulted in (\d+)")
+
+
+def prompt_over_window(text: str) -> bool:
+    """Whether a server's refusal says the prompt by itself does not fit the model's window."""
+    if _PROMPT_OVER_MODEL_LENGTH.search(text):
+        return True
+    window, prompt = _WINDOW.search(text), _PROMPT_TOKENS.search(text)
+    if window is None or prompt is None:
+        return False
+    return int(prompt[1] or prompt[2]) >= int(window[1])
 
 
 class BadReply(ValueError):
@@ -134,7 +148,7 @@ class HttpClient:
                 if response.status_code in RETRY_STATUS:
                     problems.append(f"HTTP {response.status_code}: {_snippet(response.text)}")
                     wait = _retry_after(response)
-                elif response.status_code >= 400 and _WINDOW_REFUSAL.search(response.text):
+                elif response.status_code == 400 and prompt_over_window(response.text):
                     raise ContextWindowExceeded(  # an episode outcome, not a backend failure
                         f"{self._url(path)} refused the prompt as longer than the model's "
                         f"context window: {_snippet(response.text)}"
