@@ -241,6 +241,18 @@ def test_servers_cannot_write_outside_the_episode_state(envs, tmp_path: Path) ->
     assert reply.startswith("Error:") and not (layout.ROOT / "x.txt").exists()
 
 
+@pytest.mark.timeout(30)
+def test_without_bubblewrap_the_servers_are_refused_not_run_unconfined(monkeypatch) -> None:
+    """An unconfined sqlite server could plant a .pth the verifier imports (review finding):
+    no bwrap → a clear error, unless the caller says confine=False."""
+    import envgym.sandbox.bwrap as bwrap
+    from envs.mcp_suite import servers
+
+    monkeypatch.setattr(bwrap, "bwrap_available", lambda: False)
+    with pytest.raises(servers.MissingTool, match="bubblewrap .* confine=False"):
+        servers.confined(["server"])
+
+
 def _server_pids(marker: str) -> list[int]:
     """Processes (started by this test's env) whose command line names ``marker``."""
     pids = []
@@ -308,3 +320,31 @@ def test_check_entry_point_for_the_cli(envs, capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     n = len(layout.load_category("filesystem", "project_notes"))
     assert report["passed"] and report["gold_passed"] == n and report["noop_rejected"] == n
+
+
+@pytest.mark.timeout(60)
+def test_reviews_table_verifier_refuses_a_trigger_that_rejects_every_insert(tmp_path: Path) -> None:
+    """A policy could 'enforce' the 1..5 rating rule by refusing every insert; the verifier must
+    see that valid ratings are accepted too (review finding)."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    verify = layout.ROOT / "tasks" / "sqlite" / "shop" / "reviews_table" / "verify.py"
+    schema = ("CREATE TABLE products (id INTEGER PRIMARY KEY);"
+              "INSERT INTO products VALUES (1);"
+              "CREATE TABLE reviews (id INTEGER PRIMARY KEY, product_id INTEGER NOT NULL "
+              "REFERENCES products(id), rating INTEGER NOT NULL {check}, body TEXT);")  # fmt: skip
+
+    def verdict(check: str, extra: str = "") -> int:
+        db = tmp_path / f"db{abs(hash((check, extra)))}.sqlite"
+        with sqlite3.connect(db) as conn:
+            conn.executescript(schema.format(check=check) + extra)
+        env = {**os.environ, "SQLITE_TEST_DB": str(db)}
+        return subprocess.run([sys.executable, "-I", str(verify)], env=env, capture_output=True,
+                              timeout=30).returncode  # fmt: skip
+
+    assert verdict("CHECK (rating BETWEEN 1 AND 5)") == 0  # the real solution
+    assert verdict("") != 0  # no rule
+    assert verdict("", "CREATE TRIGGER no BEFORE INSERT ON reviews BEGIN "
+                       "SELECT RAISE(ABORT, 'no'); END;") != 0  # refuses everything

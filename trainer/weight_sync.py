@@ -197,8 +197,9 @@ async def managed_vllm(config: TrainConfig, model: nn.Module, tokenizer: Any) ->
         await asyncio.to_thread(server.start)
     except BaseException:
         # Cancelled (or failed) during the ~80 s engine start: the start thread goes on after the
-        # await is cancelled, so stop here; start() sees it and stops what it launched.
-        server.stop()
+        # await is cancelled, so stop here; start() sees it and stops what it launched.  In a
+        # thread: stopping waits up to 30 s for the server to exit.
+        await asyncio.to_thread(server.stop)
         raise
     policy = vllm_server.VLLMPolicy(server.base_url, "policy", tokenizer=tokenizer,
                                     parser=m.parser, thinking=m.thinking)

@@ -90,12 +90,18 @@ def confined(argv: list[str]) -> list[str]:
 
     The servers' own checks are not enough: ``mcp-server-sqlite`` runs any SQL, and
     ``ATTACH DATABASE '/any/path'`` creates files wherever the server's user may write (the
-    verifier's code, a ``.pth`` in a venv).  Without bubblewrap the servers run unconfined.
+    verifier's code, a ``.pth`` in a venv) — a way to reward without solving.  So without
+    bubblewrap the suite refuses to start a server; ``server_spec(..., confine=False)`` is the
+    explicit choice of a trusted setup.
     """
     from envgym.sandbox.bwrap import bwrap_available
 
     if not bwrap_available():
-        return argv
+        raise MissingTool(
+            "bubblewrap (bwrap) is not usable here, and an unconfined MCP server can write outside "
+            "the episode's state (sqlite ATTACH, a .pth beside the verifier): install bubblewrap "
+            "(scripts/setup.sh), or pass confine=False to server_spec for a trusted setup"
+        )
     # The installs stay visible (read-only) when the envgym cache itself lives under /tmp.
     cache = str(cache_root().resolve())
     keep = ["--ro-bind", cache, cache] if Path(cache).is_relative_to("/tmp") else []

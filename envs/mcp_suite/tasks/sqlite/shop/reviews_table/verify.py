@@ -38,14 +38,25 @@ if refs != [("products", "product_id", "id")]:
     fail(f"reviews foreign keys are {refs}")
 if rows("SELECT COUNT(*) FROM reviews") != [(0,)]:
     fail("reviews is not empty")
-# the rating rule must be enforced: try inserting a 6 inside a transaction that is rolled back
+# the rating rule must be enforced, and only it: 1..5 accepted, 0 and 6 refused (a trigger that
+# refuses every insert must not pass); every probe is rolled back
 conn = sqlite3.connect(DB)
 try:
-    conn.execute("INSERT INTO reviews (product_id, rating, body) VALUES (1, 6, 'x')")
-    conn.rollback()
-    fail("a rating of 6 was accepted")
-except sqlite3.IntegrityError:
-    conn.rollback()
+    for rating in (1, 3, 5):
+        try:
+            conn.execute("INSERT INTO reviews (product_id, rating, body) VALUES (1, ?, 'x')", (rating,))
+        except sqlite3.Error as exc:
+            fail(f"a rating of {rating} was refused: {exc}")
+        finally:
+            conn.rollback()
+    for rating in (0, 6):
+        try:
+            conn.execute("INSERT INTO reviews (product_id, rating, body) VALUES (1, ?, 'x')", (rating,))
+        except sqlite3.IntegrityError:
+            continue
+        finally:
+            conn.rollback()
+        fail(f"a rating of {rating} was accepted")
 finally:
     conn.close()
 
