@@ -403,7 +403,19 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
                 return first, pool  # leaving cancels the other episodes
         raise AssertionError("no result")
 
-    first, pool = asyncio.run(main())
+    async def bounded() -> tuple[EpisodeResult, ThreadEnvPool]:
+        # A hang here was seen once in a fresh-clone run (2026-11-24, cause not found): fail
+        # with the state that tells where it stuck instead of at pytest-timeout's limit.
+        try:
+            return await asyncio.wait_for(main(), 90)
+        except TimeoutError:
+            calls = sorted({(s, t) for s, t, _ in policy.calls})
+            raise AssertionError(
+                f"stuck: policy calls {calls}, ended {sorted(policy.ended)}, gate set "
+                f"{policy.gate is not None and policy.gate.is_set()}, workers {len(workers)}"
+            ) from None
+
+    first, pool = asyncio.run(bounded())
     assert first.task_id == "trip-001-d1" and first.passed
     assert pool.open_envs == 0
     started = {s for s, _, _ in policy.calls}
