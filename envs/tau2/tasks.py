@@ -20,8 +20,7 @@ from typing import Any
 from envgym.bundle import write_manifest
 from envgym.cache import built_once, cache_root, source_digest
 from envs.tau2.link import Tau2Link
-
-DOMAINS = ("airline", "retail", "telecom", "mock")
+from envs.tau2.registration import DOMAINS  # one list (session.py keeps its own: it runs in .venv-tau2)
 BUNDLE_VERSION = "tau2-bundle-1"
 _HERE = Path(__file__).resolve().parent
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
