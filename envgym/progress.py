@@ -3,6 +3,7 @@
 Same columns everywhere — description, bar, done/total, elapsed, remaining — so the commands
 read alike; ``before``/``after`` add a command's own columns (a fixed label, a metrics field).
 Drawn on ``console`` (the commands pass their stderr console: stdout stays for results/JSON).
+:func:`print_stages` is the stage/count/note table the synthesis commands end with.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.table import Table
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -35,3 +37,17 @@ def progress_bar(console: Console, *, before: Sequence[ProgressColumn | str] = (
         console=console,
         transient=False,
     )
+
+
+def print_stages(title: str, rows: Sequence[tuple[str, str, str]]) -> Console:
+    """Print a synthesis run's ``(stage, count, note)`` rows on stdout; returns that console."""
+    import sys
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title=title)
+    for col in ("stage", "count", "note"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    return console

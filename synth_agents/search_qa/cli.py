@@ -17,7 +17,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from envgym.progress import print_stages
 
 NAMES = {"searchqa", "search", "searchagent", "websearch"}
 
@@ -42,13 +43,7 @@ def search_qa_command(*, agent: str, model: str, n: int, out: Path, seed: int, h
         return
     from synth_agents.search_qa.run import yield_rows
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    table = Table(title=f"envgym synth · search qa · {payload['agent']}")
-    for col in ("stage", "count", "note"):
-        table.add_column(col)
-    for row in yield_rows(payload):
-        table.add_row(*row)
-    console.print(table)
+    console = print_stages(f"envgym synth · search qa · {payload['agent']}", yield_rows(payload))
     check = payload["check"]
     console.print(f"bundle: {payload['bundle'] or 'none (no pair kept)'}"
                   + (f"  ·  envgym check passed ({check['tasks']} tasks, {check['sandbox']})" if check else "")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 
 def is_swe(category: str) -> bool:
@@ -30,7 +29,7 @@ def default_out(repo: str) -> Path:
 
 def swe_command(*, repo: str | None, out: Path | None, max_candidates: int, repeats: int, sandbox: str,
                 judge_model: str, as_json: bool) -> None:
-    from envgym.progress import progress_bar
+    from envgym.progress import print_stages, progress_bar
     from synth_agents.swe.pipeline import SweSynthConfig, SweSynthesis, normalized_repo, summary_rows
 
     err = Console(stderr=True)
@@ -54,11 +53,5 @@ def swe_command(*, repo: str | None, out: Path | None, max_candidates: int, repe
     if as_json:
         sys.stdout.write(json.dumps(payload) + "\n")
         return
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    table = Table(title=f"envgym synth swe · {payload['repo']}")
-    for col in ("stage", "count", "note"):
-        table.add_column(col)
-    for row in summary_rows(payload):
-        table.add_row(*row)
-    console.print(table)
+    console = print_stages(f"envgym synth swe · {payload['repo']}", summary_rows(payload))
     console.print(f"accepted: {payload['instances']}  ·  rejected: {payload['rejected']}")
