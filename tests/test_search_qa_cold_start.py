@@ -91,8 +91,12 @@ def test_verification_traces_say_correct_only_for_the_true_answer() -> None:
     rng = random.Random(1)
     scripts = scripts_for(NAMES, FACTS, hops=2, breadth=2, seed=3)
     checks = [s for s in scripts if s.role == "verify"]
-    verdicts = {json.loads(s.steps[-1])["verdict"] for s in checks}
-    assert verdicts == {"correct", "incorrect"}
+    verdicts = [json.loads(s.steps[-1])["verdict"] for s in checks]
+    made = [s for s in scripts if s.role == "construct"]
+    # both verdicts for every pair (no rubber stamp to learn); the fixture's versions are all
+    # 1.0-1, so only its maintainer questions have a wrong value to propose
+    assert verdicts.count("correct") == len(made)
+    assert verdicts.count("incorrect") == sum(1 for s in made if s.pair.kind == "person") > 0
     for s in checks:
         proposed = re.search(r"Proposed answer: (.*)\n", s.messages[1]["content"]).group(1)  # type: ignore[union-attr]
         verdict = json.loads(s.steps[-1])["verdict"]
@@ -176,3 +180,16 @@ def test_cold_start_trains_and_writes_a_loadable_folder(tools: SearchTools, tmp_
 
     policy = load_policy(str(out))
     assert policy.name
+
+
+def test_a_wrong_answer_comes_from_elsewhere_when_the_neighbours_agree() -> None:
+    text = "\n".join(
+        f"Package: {n}\nVersion: {v}\nMaintainer: {m}\nSection: utils\nDepends: {d}\nDescription: {s}\n"
+        for n, v, m, d, s in [("top", "1", "Same One <s@x>", "leaf", "the top"),
+                              ("leaf", "2", "Same One <s@x>", "", "the leaf"),
+                              ("far", "3", "Other Person <o@x>", "", "far away")])  # fmt: skip
+    facts = Facts.of(list(parse_packages(text.splitlines())))
+    made = construction_script("top", facts, random.Random(0), hops=2, breadth=1, kind="person")
+    assert made is not None and made.pair.answer == "Same One"
+    wrong = verification_script(made.pair, "top", facts, random.Random(0), correct=False)
+    assert wrong is not None and "Proposed answer: Other Person\n" in wrong.messages[1]["content"]

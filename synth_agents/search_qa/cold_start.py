@@ -12,9 +12,10 @@ for the same reason; here the roles of §3.2.3's pipeline get one:
   over the corpus), the answer must not be in the question, and the pair must pass the
   pipeline's own grounding (``model_pipeline.ground``) — no trace teaches a pair the pipeline
   would drop.
-* :func:`verification_script` — the verifier opens the last evidence document and says
-  ``correct`` for the true answer, ``incorrect`` for a sibling's value of the same kind (half of
-  the traces each, so a rubber stamp is not what is learned).
+* :func:`verification_script` — the verifier opens the last evidence document, writes the
+  document's value beside the proposed one, and says ``correct`` for the true answer,
+  ``incorrect`` for a neighbour's value of the same kind (both for every pair, so a rubber
+  stamp is not what is learned).
 * :class:`TeacherPolicy` — plays a script through the real :func:`agent_loop.run_agent` and the
   real search tools, writing each call as the model's own tool-call text and building every
   prompt with the local engine's own rule (``next_prompt``), so an example is token for token
@@ -106,38 +107,42 @@ def construction_script(entity: str, facts: Facts, rng: random.Random, *, hops: 
     return Script("construct", entity, messages, (*calls, json.dumps(raw, ensure_ascii=False)), pair)
 
 
-def _sibling_value(pair: QAPair, facts: Facts, rng: random.Random) -> str | None:
-    """A wrong answer of the same kind: the field of another package near the chain."""
-    near = [pair.evidence[-2]] if len(pair.evidence) > 1 else []
-    names = [d.name for n in near for d in facts.known_depends(n)] + list(pair.evidence[:-1])
-    values = []
-    for name in dict.fromkeys(names):
-        p = facts.packages[name]
-        value = maintainer_name(p.maintainer) if pair.kind == "person" else p.fields.get("Version", "")
-        if value and value.casefold() != pair.answer.casefold():
-            values.append(value)
-    return rng.choice(values) if values else None
+def _wrong_value(pair: QAPair, facts: Facts, rng: random.Random) -> str | None:
+    """A wrong answer of the same kind: preferably the field of a package next to the target
+    (another dependency of the previous hop, or an earlier hop), else of any package."""
+    def value(p: Package) -> str:
+        return maintainer_name(p.maintainer) if pair.kind == "person" else p.fields.get("Version", "")
+
+    near = [d.name for d in facts.known_depends(pair.evidence[-2])] if len(pair.evidence) > 1 else []
+    for names in (near + list(pair.evidence[:-1]), rng.sample(sorted(facts.packages), min(50, len(facts.packages)))):
+        values = sorted({v for n in names if (v := value(facts.packages[n])) and v.casefold() != pair.answer.casefold()})
+        if values:
+            return rng.choice(values)
+    return None
 
 
 def verification_script(pair: QAPair, entity: str, facts: Facts, rng: random.Random, *,
                         correct: bool) -> Script | None:
     """A verifier's trace: open the last evidence document, then the verdict with its reason."""
-    proposed = pair.answer if correct else _sibling_value(pair, facts, rng)
+    proposed = pair.answer if correct else _wrong_value(pair, facts, rng)
     if proposed is None:
         return None
     field_name = "Maintainer" if pair.kind == "person" else "Version"
     target = pair.evidence[-1]
     ask = roles.VERIFY_USER.format(question=pair.question, answer=proposed, evidence=", ".join(pair.evidence))
     messages = ({"role": "system", "content": roles.VERIFY_SYSTEM}, {"role": "user", "content": ask})
-    reason = (f"{target} matches the question and its {field_name} is {pair.answer}"
-              + ("" if correct else f", not {proposed}"))  # fmt: skip
-    verdict = json.dumps({"verdict": "correct" if correct else "incorrect", "reason": reason}, ensure_ascii=False)
+    # The reason comes first and puts the document's value beside the proposed one, so the
+    # verdict is written after the comparison, not before it.
+    reason = f"the {field_name} of {target} is {pair.answer}; the proposed answer is {proposed}"
+    verdict = json.dumps({"reason": reason, "verdict": "correct" if correct else "incorrect"}, ensure_ascii=False)
     return Script("verify", entity, messages, (ToolCall("v0", "open", {"id": target}), verdict), pair)
 
 
 def scripts_for(entities: Sequence[str], facts: Facts, *, hops: int, breadth: int, seed: int) -> list[Script]:
-    """A construction trace and a verification trace (correct or not, alternating) per entity
-    that has a fitting chain; the asked field alternates between maintainer and version."""
+    """Per entity that has a fitting chain: its construction trace and two verification traces
+    of that pair, one with the true answer (``correct``) and one with a wrong value of the same
+    kind (``incorrect``) — contrastive, so what is learned is the comparison, not a rubber
+    stamp.  The asked field alternates between maintainer and version."""
     rng = random.Random(seed)
     out: list[Script] = []
     for number, entity in enumerate(entities):
@@ -146,10 +151,8 @@ def scripts_for(entities: Sequence[str], facts: Facts, *, hops: int, breadth: in
                                                                      breadth=breadth, kind=k))), None)  # fmt: skip
         if made is None:
             continue
-        out.append(made)
-        check = verification_script(made.pair, entity, facts, rng, correct=len(out) % 4 != 1)
-        if check is not None:
-            out.append(check)
+        checks = [verification_script(made.pair, entity, facts, rng, correct=c) for c in (True, False)]
+        out += [made, *(c for c in checks if c is not None)]
     return out
 
 
