@@ -28,7 +28,7 @@ from typing import Any
 from envgym.bundle import Bundle
 from envgym.messages import ToolCall
 from envgym.models.chat import ChatFormat
-from envgym.models.session import TokenSession, next_prompt
+from envgym.models.session import TokenSession, forced_turn
 from envgym.policy import PolicyError, SamplingParams, Turn
 from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
 from envgym.rollout.episode import parse_session
@@ -100,22 +100,14 @@ class GoldTextPolicy:
         name, arguments = state.calls[state.next]
         state.next += 1
         text = self.fmt.parser.format_calls([ToolCall(f"gold-{state.next}", name, dict(arguments))])
-        ids = self.fmt.encode(text)
-        if self.fmt.tokenizer.decode(ids) != text:
-            raise PolicyError(
-                f"{session}: the tokenizer does not decode its own encoding of {text!r:.80}"
-            )
-        sampled = ids if self._stop_at_call else [*ids, self._eos]
-        prompt = next_prompt(self.fmt, state.tokens, messages, tools, self._end_ids).ids
-        state.tokens.record_turn(prompt, sampled, messages, tools, False)
-        self.consumed.setdefault(session, []).append((name, dict(arguments)))
-        return Turn(
-            text=text,
-            prompt_ids=prompt,
-            token_ids=sampled,
-            logprobs=[0.0] * len(sampled),  # teacher-forced: no sampling distribution
+        turn = forced_turn(
+            self.fmt, state.tokens, messages, tools, self._end_ids, text,
+            end_id=None if self._stop_at_call else self._eos,
             finish_reason="tool_calls" if self._stop_at_call else "stop",
-        )
+            where=session,
+        )  # teacher-forced: logprobs 0, no sampling distribution
+        self.consumed.setdefault(session, []).append((name, dict(arguments)))
+        return turn
 
     async def end_session(self, session: str) -> None:
         self._sessions.pop(session, None)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envgym.models.chat import ChatFormat
+from envgym.policy import PolicyError, Turn
 
 CONTINUE_ROLES = ("tool", "user")
 
@@ -57,6 +58,32 @@ class TokenSession:
 class NextPrompt:
     ids: list[int]
     extends: bool  # ids start with the session's previous prompt + sampled ids
+
+
+def forced_turn(
+    fmt: ChatFormat,
+    session: TokenSession,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    end_tokens: frozenset[int],
+    text: str,
+    *,
+    end_id: int | None,
+    finish_reason: str,
+    where: str,
+) -> Turn:
+    """A teacher-forced turn: ``text`` as if the model had sampled it (+ ``end_id`` when the
+    engine would sample one), the prompt built by :func:`next_prompt`, the session advanced.
+    For cold-start data (gold replays, scripted roles): what the model is trained to write is
+    exactly what the engine would have given it and parsed from it."""
+    ids = fmt.encode(text)
+    if fmt.tokenizer.decode(ids) != text:
+        raise PolicyError(f"{where}: the tokenizer does not decode its own encoding of {text!r:.80}")
+    written = ids if end_id is None else [*ids, end_id]
+    prompt = next_prompt(fmt, session, messages, tools, end_tokens).ids
+    session.record_turn(prompt, written, messages, tools, False)
+    return Turn(text=text, prompt_ids=prompt, token_ids=written, logprobs=[0.0] * len(written),
+                finish_reason=finish_reason)  # fmt: skip
 
 
 def next_prompt(

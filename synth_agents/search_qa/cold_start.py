@@ -36,7 +36,7 @@ from typing import Any
 
 from envgym.messages import ToolCall
 from envgym.models.chat import ChatFormat
-from envgym.models.session import TokenSession, next_prompt
+from envgym.models.session import TokenSession, forced_turn
 from envgym.policy import PolicyError, SamplingParams, Turn
 from synth_agents.search_qa import roles
 from synth_agents.search_qa.facts import Facts, maintainer_name
@@ -158,6 +158,8 @@ def scripts_for(entities: Sequence[str], facts: Facts, *, hops: int, breadth: in
 
 @dataclass
 class Played:
+    """A script being played: its steps, the engine's token session, and each turn's ids."""
+
     steps: list[Step]
     session: TokenSession = field(default_factory=TokenSession)
     turns: list[tuple[list[int], list[int]]] = field(default_factory=list)  # (prompt ids, written ids)
@@ -190,15 +192,11 @@ class TeacherPolicy:
         step = played.steps[len(played.turns)]
         is_call = isinstance(step, ToolCall)
         text = self.fmt.parser.format_calls([step]) if is_call else step
-        ids = self.fmt.encode(text)
-        if self.fmt.tokenizer.decode(ids) != text:
-            raise PolicyError(f"{session}: the tokenizer does not decode its own encoding of {text!r:.80}")
-        written = ids if is_call else [*ids, self._eos]  # the engine stops at a call's end marker
-        prompt = next_prompt(self.fmt, played.session, messages, tools, self._end_ids).ids
-        played.session.record_turn(prompt, written, messages, tools, False)
-        played.turns.append((prompt, written))
-        return Turn(text=text, prompt_ids=prompt, token_ids=written, logprobs=[0.0] * len(written),
-                    finish_reason="tool_calls" if is_call else "stop")  # fmt: skip
+        turn = forced_turn(self.fmt, played.session, messages, tools, self._end_ids, text,
+                           end_id=None if is_call else self._eos,  # the engine stops at a call's end marker
+                           finish_reason="tool_calls" if is_call else "stop", where=session)  # fmt: skip
+        played.turns.append((turn.prompt_ids, turn.token_ids))
+        return turn
 
     async def end_session(self, session: str) -> None:
         played = self._sessions.pop(session, None)
