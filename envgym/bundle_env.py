@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,11 +13,12 @@ from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Message, Observation
 from envgym.dispatch import DEFAULT_OUTPUT_CAP, ToolResult, ToolTable, outcome_to_result, run_tool
-from envgym.messages import NormalizedAction, ToolCall, env_message, normalize_action, tool_message, unique_call_ids
+from envgym.episode import Episode, answer_calls, counting
+from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
 from envgym.sandbox import Limits, Sandbox, open_sandbox
 from envgym.state import EpisodeDirs
-from envgym.tokens import ApproxTokenCounter, HFTokenCounter, TokenCounter, load_tokenizer
+from envgym.tokens import TokenCounter
 from envgym.verdict import Verdict
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -92,12 +92,10 @@ class BundleEnv(Env):
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
         self.budgets = Budgets(**{**vars(budgets or Budgets()), **budget_overrides})
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
-        self.counter: TokenCounter | None = HFTokenCounter(load_tokenizer(tokenizer)) if tokenizer is not None else None
-        self.context = context if isinstance(context, ContextManager) else ContextManager(policy=context)
-        if self.context.counter is None and (self.counter is not None or self.budgets.context_window is not None):
-            self.context = self.context.with_counter(self.counter or ApproxTokenCounter())
-        # One counter for the budget and info: counters cache per-message counts (tokens.py).
-        self._budget_counter: TokenCounter = self.counter or self.context.counter or ApproxTokenCounter()
+        counters = counting(context, tokenizer, window=self.budgets.context_window is not None)
+        self.counter: TokenCounter | None = counters.counter
+        self.context = counters.context
+        self._budget_counter = counters.budget
         self.native_tools = native_tools
         self.reward_mode = reward
         self.output_cap = output_cap
@@ -112,6 +110,7 @@ class BundleEnv(Env):
         self.task: Task | None = None
         self.history: list[Message] = []  # everything that happened, for the trajectory
         self.view = ContextView(self.context)  # the base the policy renders (compacted on overflow)
+        self.episode = Episode()
         self._done = True
 
     # -- the contract ------------------------------------------------------------------
@@ -132,11 +131,7 @@ class BundleEnv(Env):
             {"role": "user", "content": self.task.prompt},
         ]
         self.view.start(self.history)
-        self._call_ids: set[str] = set()
-        self._turns = 0
-        self._tool_calls = 0
-        self._errors: Counter[str] = Counter()
-        self._started = time.monotonic()
+        self.episode = Episode()
         self._done = False
         obs = self._observe()
         info = self._info(reward_components={})
@@ -146,14 +141,10 @@ class BundleEnv(Env):
     def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._done or self.task is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
-        self._turns += 1
-        if isinstance(action, str):
-            parsed = self.parser.parse(action)
-        else:
-            parsed = normalize_action(action)
-        parsed = unique_call_ids(parsed, self._call_ids, f"t{self._turns}")
+        parsed = self.episode.read(action, self.parser)
         self._append(parsed.message)
-        verdict = self._run_calls(parsed)
+        replies, verdict = answer_calls(parsed, self._answer)
+        self.history.extend(replies)
         if verdict is None and not parsed.message.get("tool_calls") and not parsed.problems:
             verdict = self._final_answer(parsed.message)
         terminated = verdict is not None
@@ -184,64 +175,26 @@ class BundleEnv(Env):
     def _append(self, message: Message) -> None:
         self.history.append(message)
 
-    def _run_calls(self, parsed: NormalizedAction) -> Verdict | None:
-        """Answer every call of the turn in order, then add notes on the turn as a whole.
-
-        Tool replies come first, right after the assistant message and in its call order: chat
-        templates and OpenAI-style APIs reject a user message between an assistant's tool calls
-        and their results (issue 8, item 5).  Returns the verdict if a call was a valid submit.
-        """
+    def _answer(self, call: ToolCall, submitted: bool) -> tuple[str, Verdict | None]:
+        """The reply to one readable call, and the verdict when it was a valid submission."""
         assert self.task is not None
-        if not parsed.problems:  # the common case: every call readable, in message order
-            return self._run_readable(parsed.tool_calls)
-        for problem in parsed.problems:
-            self._errors[problem.kind] += 1
-        per_call = {p.call_id: p for p in parsed.problems if p.call_id is not None}
-        runnable = {call.id: call for call in parsed.tool_calls}
-        verdict: Verdict | None = None
-        for entry in parsed.message.get("tool_calls") or ():
-            call_id, name = entry["id"], entry["function"]["name"]
-            problem = per_call.pop(call_id, None)
-            call = runnable.get(call_id)
-            if problem is not None or call is None:
-                text = problem.message if problem is not None else "this call could not be read"
-                self._append(tool_message(call_id, (problem.name if problem else None) or name or "", f"Error: {text}"))
-                continue
-            content, ran = self._answer(call, submitted=verdict is not None)
-            self._append(tool_message(call.id, call.name, content))
-            if ran is not None and call.name == self.task.submit_tool and ran.error is None:
-                verdict = self._verify(dict(call.arguments))
-        notes = [p for p in parsed.problems if p.call_id is None] + list(per_call.values())
-        for problem in notes:  # about the whole message: no call to answer
-            self._append(env_message(f"Error: {problem.message}"))
-        return verdict
-
-    def _run_readable(self, calls: tuple[ToolCall, ...]) -> Verdict | None:
-        assert self.task is not None
-        verdict: Verdict | None = None
-        for call in calls:
-            content, ran = self._answer(call, submitted=verdict is not None)
-            self._append(tool_message(call.id, call.name, content))
-            if ran is not None and call.name == self.task.submit_tool and ran.error is None:
-                verdict = self._verify(dict(call.arguments))
-        return verdict
-
-    def _answer(self, call: Any, *, submitted: bool) -> tuple[str, ToolResult | None]:
-        """The reply to one readable call, and the result when the tool ran."""
         if submitted:
             return "Skipped: the task was already submitted.", None
-        if self._tool_calls >= self.budgets.max_tool_calls:
-            self._errors["tool_budget"] += 1
+        if self.episode.tool_calls >= self.budgets.max_tool_calls:
+            self.episode.errors["tool_budget"] += 1
             return "Error: tool-call budget exhausted.", None
         left = self._time_left()
         if left is not None and left <= 0:  # checked between calls, not only after the step
-            self._errors["time_budget"] += 1
+            self.episode.errors["time_budget"] += 1
             return "Error: the episode's time budget is used up; the call was not run.", None
-        self._tool_calls += 1
+        self.episode.tool_calls += 1
         result = self._call_within(call, left)
         if result.error:
-            self._errors[result.error] += 1
-        return result.content, result
+            self.episode.errors[result.error] += 1
+            return result.content, None
+        if call.name == self.task.submit_tool:
+            return result.content, self._verify(dict(call.arguments))
+        return result.content, None
 
     def _call_within(self, call: Any, left: float | None) -> ToolResult:
         """Run a validated call with its wall-clock limit cut to the time budget left.
@@ -263,13 +216,13 @@ class BundleEnv(Env):
 
     def _time_left(self) -> float | None:
         budget = self.budgets.time_budget_s
-        return None if budget is None else budget - (time.monotonic() - self._started)
+        return None if budget is None else budget - (time.monotonic() - self.episode.started)
 
     def _final_answer(self, message: Message) -> Verdict | None:
         assert self.task is not None
         if self.task.submit_tool is None:
             return self._verify({"content": message.get("content") or ""})
-        self._errors["no_tool_call"] += 1
+        self.episode.errors["no_tool_call"] += 1
         nudge = (
             "No tool call was found in your last message. Use the tools to gather what you need, "
             f"then call `{self.task.submit_tool}` with your final answer."
@@ -281,13 +234,13 @@ class BundleEnv(Env):
         assert self.task is not None
         outcome = self.sandbox.verify(self.task.verifier, submission, self.task.to_dict())
         if not outcome.ok:
-            self._errors["verifier_error"] += 1
+            self.episode.errors["verifier_error"] += 1
             return Verdict.failure("verifier_error", outcome_to_result("verifier", outcome, output_cap=2000).content)
         return Verdict.from_report(outcome.value)
 
     def _out_of_budget(self) -> bool:
-        reasons = self.budgets.exhausted(turns=self._turns, tool_calls=self._tool_calls, started=self._started,
-                                         prompt_tokens=self._prompt_tokens)  # fmt: skip
+        reasons = self.budgets.exhausted(turns=self.episode.turns, tool_calls=self.episode.tool_calls,
+                                         started=self.episode.started, prompt_tokens=self._prompt_tokens)  # fmt: skip
         self._truncation_reason = ",".join(reasons)
         return bool(reasons)
 
@@ -299,14 +252,7 @@ class BundleEnv(Env):
         return self._budget_counter.count(self.view.rendered, self.tools.schemas())
 
     def _info(self, *, reward_components: dict[str, float]) -> dict[str, Any]:
-        info: dict[str, Any] = {
-            "reward_components": reward_components,
-            "tool_calls": self._tool_calls,
-            "errors": dict(self._errors),
-            "turns": self._turns,
-            "context_dropped": self.view.dropped_now,
-            "context_compactions": list(self.view.compactions),
-        }
+        info = self.episode.info(self.view, reward_components)
         if self.counter is not None:
             info["tokens"] = {"prompt": self.counter.count(self.view.rendered, self.tools.schemas())}
         return info

@@ -17,8 +17,6 @@ import base64
 import shlex
 import shutil
 import tempfile
-import time
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,10 +25,11 @@ from envgym.bundle_env import Budgets
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Message, Observation
-from envgym.messages import NormalizedAction, env_message, normalize_action, tool_message, unique_call_ids
+from envgym.episode import Episode, answer_calls, counting
+from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
-from envgym.tokens import ApproxTokenCounter, HFTokenCounter, TokenCounter, load_tokenizer
-from envs.swe.agent_tools import SUBMIT, Reply, SweTools, ToolLimits
+from envgym.tokens import TokenCounter
+from envs.swe.agent_tools import SUBMIT, SweTools, ToolLimits
 from envs.swe.file_tools import JAIL_ROOT, Workspace
 from envs.swe.grade import Grade, grade
 from envs.swe.instance import SweInstance, from_record, read_instances
@@ -97,11 +96,10 @@ class SweEnv(Env):
         self.backend = backend
         self.budgets = Budgets(**{**vars(budgets or Budgets(max_turns=100, max_tool_calls=200)), **budget_overrides})
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
-        self.counter: TokenCounter | None = HFTokenCounter(load_tokenizer(tokenizer)) if tokenizer is not None else None
-        self.context = context if isinstance(context, ContextManager) else ContextManager(policy=context)
-        if self.context.counter is None and (self.counter is not None or self.budgets.context_window is not None):
-            self.context = self.context.with_counter(self.counter or ApproxTokenCounter())
-        self._budget_counter: TokenCounter = self.counter or self.context.counter or ApproxTokenCounter()
+        counters = counting(context, tokenizer, window=self.budgets.context_window is not None)
+        self.counter: TokenCounter | None = counters.counter
+        self.context = counters.context
+        self._budget_counter = counters.budget
         self.view = ContextView(self.context)
         self.native_tools = native_tools
         self.tool_limits = tool_limits or ToolLimits()
@@ -112,14 +110,15 @@ class SweEnv(Env):
         self._dir = Path(tempfile.mkdtemp(prefix="envgym-swe-")) if workdir is None else Path(workdir)
         self.tools: SweTools | None = None
         self.history: list[Message] = []
+        self.episode = Episode()
         self._done = True
-        self._episode = 0
+        self._episodes = 0
 
     # -- the contract ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
-        self._episode += 1
-        workspace = self._fresh_checkout(f"ws{self._episode}")
+        self._episodes += 1
+        workspace = self._fresh_checkout(f"ws{self._episodes}")
         self.tools = SweTools(Workspace(workspace), self._ensure_env(workspace), limits=self.tool_limits)
         system = SYSTEM_PROMPT.format(root=JAIL_ROOT)
         if not self.native_tools:
@@ -127,11 +126,7 @@ class SweEnv(Env):
         user = USER_PROMPT.format(problem=self.instance.problem_statement.strip(), root=JAIL_ROOT)
         self.history = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         self.view.start(self.history)
-        self._call_ids: set[str] = set()
-        self._turns = 0
-        self._tool_calls = 0
-        self._errors: Counter[str] = Counter()
-        self._started = time.monotonic()
+        self.episode = Episode()
         self._done = False
         self.grade_result: Grade | None = None
         info = self._info({})
@@ -141,13 +136,13 @@ class SweEnv(Env):
     def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._done or self.tools is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
-        self._turns += 1
-        parsed = self.parser.parse(action) if isinstance(action, str) else normalize_action(action)
-        parsed = unique_call_ids(parsed, self._call_ids, f"t{self._turns}")
+        parsed = self.episode.read(action, self.parser)
         self._append(parsed.message)
-        submitted = self._run_calls(parsed)
+        replies, submission = answer_calls(parsed, self._answer)
+        self.history.extend(replies)
+        submitted = submission is not None
         if not submitted and not parsed.message.get("tool_calls") and not parsed.problems:
-            self._errors["no_tool_call"] += 1
+            self.episode.errors["no_tool_call"] += 1
             self._append(env_message("No tool call was found in your last message. Use the tools to work on "
                                      f"the repository, then call `{SUBMIT}`."))  # fmt: skip
         obs = self._observe()
@@ -189,40 +184,20 @@ class SweEnv(Env):
     def _append(self, message: Message) -> None:
         self.history.append(message)
 
-    def _run_calls(self, parsed: NormalizedAction) -> bool:
-        """Answer every call in message order; True when a valid submit was among them."""
-        assert self.tools is not None
-        for problem in parsed.problems:
-            self._errors[problem.kind] += 1
-        per_call = {p.call_id: p for p in parsed.problems if p.call_id is not None}
-        runnable = {call.id: call for call in parsed.tool_calls}
-        submitted = False
-        for entry in parsed.message.get("tool_calls") or ():
-            call_id, name = entry["id"], entry["function"]["name"]
-            problem, call = per_call.pop(call_id, None), runnable.get(call_id)
-            if problem is not None or call is None:
-                text = problem.message if problem is not None else "this call could not be read"
-                self._append(tool_message(call_id, name or "", f"Error: {text}"))
-                continue
-            reply = self._answer(call.name, call.arguments, submitted)
-            self._append(tool_message(call.id, call.name, reply.content))
-            submitted = submitted or (call.name == SUBMIT and reply.error is None)
-        for problem in [p for p in parsed.problems if p.call_id is None] + list(per_call.values()):
-            self._append(env_message(f"Error: {problem.message}"))
-        return submitted
-
-    def _answer(self, name: str, arguments: Any, submitted: bool) -> Reply:
+    def _answer(self, call: ToolCall, submitted: bool) -> tuple[str, bool | None]:
+        """The reply to one readable call; True as its result when it was a valid submit."""
         assert self.tools is not None
         if submitted:
-            return Reply("Skipped: the repository was already submitted.")
-        if self._tool_calls >= self.budgets.max_tool_calls:
-            self._errors["tool_budget"] += 1
-            return Reply("Error: tool-call budget exhausted.", "tool_budget")
-        self._tool_calls += 1
-        reply = self.tools.call(name, arguments)
+            return "Skipped: the repository was already submitted.", None
+        if self.episode.tool_calls >= self.budgets.max_tool_calls:
+            self.episode.errors["tool_budget"] += 1
+            return "Error: tool-call budget exhausted.", None
+        self.episode.tool_calls += 1
+        reply = self.tools.call(call.name, call.arguments)
         if reply.error:
-            self._errors[reply.error] += 1
-        return reply
+            self.episode.errors[reply.error] += 1
+            return reply.content, None
+        return reply.content, (True if call.name == SUBMIT else None)
 
     def _grade(self) -> Grade:
         assert self.tools is not None
@@ -230,7 +205,7 @@ class SweEnv(Env):
             self.grade_result = grade(self.instance, self.tools.workspace.root, self.tools.python_env,
                                       self._dir / "grade", timeout_s=self.grade_timeout_s)  # fmt: skip
         except Exception as err:  # noqa: BLE001 - an ungradable state scores 0 and says why
-            self._errors["grade_error"] += 1
+            self.episode.errors["grade_error"] += 1
             self.grade_result = Grade(0.0, {"f2p_passed": 0.0, "f2p_total": float(len(self.instance.fail_to_pass)),
                                             "p2p_failed": 0.0, "patch_applied": 0.0, "tests_ok": 0.0, "canary_ok": 0.0},
                                       {"tests_status": "grade_error", "detail": f"{type(err).__name__}: {err}"})  # fmt: skip
@@ -238,7 +213,7 @@ class SweEnv(Env):
 
     def _out_of_budget(self) -> bool:
         reasons = self.budgets.exhausted(
-            turns=self._turns, tool_calls=self._tool_calls, started=self._started,
+            turns=self.episode.turns, tool_calls=self.episode.tool_calls, started=self.episode.started,
             prompt_tokens=lambda: self._budget_counter.count(self.view.rendered, self._schemas()))
         self._truncation_reason = ",".join(reasons)
         return bool(reasons)
@@ -251,9 +226,7 @@ class SweEnv(Env):
         return {"messages": self.view.render(self.history, self._schemas()), "tools": self._schemas()}
 
     def _info(self, components: dict[str, float]) -> dict[str, Any]:
-        return {"reward_components": components, "tool_calls": self._tool_calls, "errors": dict(self._errors),
-                "turns": self._turns, "context_dropped": self.view.dropped_now,
-                "context_compactions": list(self.view.compactions)}  # fmt: skip
+        return self.episode.info(self.view, components)
 
     # -- gold replay (envgym check, SFT data) ----------------------------------------------
     def gold_calls(self) -> list[tuple[str, dict[str, Any]]]:

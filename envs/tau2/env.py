@@ -12,15 +12,15 @@ Every user turn is recorded (``info["report"]["user_turns"]``): replaying them w
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Observation
-from envgym.messages import env_message, normalize_action, tool_message, unique_call_ids
+from envgym.episode import Episode, counting
+from envgym.messages import env_message, tool_message
 from envgym.parsers import get_parser
-from envgym.tokens import ApproxTokenCounter, HFTokenCounter, TokenCounter, load_tokenizer
+from envgym.tokens import TokenCounter
 from envs.tau2.link import Tau2Error, Tau2Link
 from envs.tau2.simulator import PolicyUser, UserModel, UserTurnError, user_seed
 from envs.tau2.tasks import DOMAINS, domain_tasks, envgym_task_id
@@ -48,17 +48,17 @@ class Tau2Env(Env):
         self._user: UserModel | None = user if user is not None and not isinstance(user, str) else None
         self.parser = get_parser(parser)
         self.native_tools = native_tools
-        self.counter: TokenCounter | None = HFTokenCounter(load_tokenizer(tokenizer)) if tokenizer is not None else None
-        self.context = context if isinstance(context, ContextManager) else ContextManager(policy=context)
-        if self.context.counter is None and (self.counter is not None or context_window is not None):
-            self.context = self.context.with_counter(self.counter or ApproxTokenCounter())
-        self._budget_counter: TokenCounter = self.counter or self.context.counter or ApproxTokenCounter()
+        counters = counting(context, tokenizer, window=context_window is not None)
+        self.counter: TokenCounter | None = counters.counter
+        self.context = counters.context
+        self._budget_counter = counters.budget
         self.context_window = context_window
         self.view = ContextView(self.context)
         self.ids = {envgym_task_id(t["id"]): t["id"] for t in domain_tasks(domain)}
         self.tau2_id: str | None = None
         self.history: list[dict[str, Any]] = []
         self.user_turns: list[dict[str, Any]] = []
+        self.episode = Episode()
         self._done = True
 
     # -- the contract ------------------------------------------------------------------
@@ -85,10 +85,7 @@ class Tau2Env(Env):
         self.view.start(self.history)
         self.user_turns = []
         self.tool_results: list[dict[str, Any]] = []
-        self._call_ids: set[str] = set()
-        self._turns = 0
-        self._tool_calls = 0
-        self._errors: Counter[str] = Counter()
+        self.episode = Episode()
         self._done = False
         self._ended: str | None = None
         if start["next"] == "user":
@@ -100,13 +97,13 @@ class Tau2Env(Env):
     def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._done:
             raise RuntimeError("the episode is over (or never started): call reset() first")
-        self._turns += 1
         ended = self._ended  # the user may have ended the conversation in its first turn
         if ended is None:
-            parsed = self.parser.parse(action) if isinstance(action, str) else normalize_action(action)
-            parsed = unique_call_ids(parsed, self._call_ids, f"t{self._turns}")
+            parsed = self.episode.read(action, self.parser)
             self.history.append(parsed.message)
             ended = self._agent_turn(parsed)
+        else:
+            self.episode.turns += 1  # the action is not read (the user already ended), yet it was a turn
         if ended is None:
             obs = self._observe()
             if self.context_window is not None and self._budget_counter.count(obs["messages"], self.tools) > self.context_window:
@@ -126,8 +123,6 @@ class Tau2Env(Env):
         return self.link.call({**request, "domain": self.domain})
 
     def _agent_turn(self, parsed: Any) -> str | None:
-        for problem in parsed.problems:
-            self._errors[problem.kind] += 1
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls]
         broken = {e["id"]: e["function"]["name"] for e in parsed.message.get("tool_calls") or ()
                   if e["id"] not in {c["id"] for c in calls}}  # fmt: skip
@@ -137,7 +132,7 @@ class Tau2Env(Env):
             self.history.append(env_message("Error: " + "; ".join(p.message for p in parsed.problems)))
             return None
         done = self._call({"op": "turn", "role": "assistant", "content": parsed.content, "calls": calls})
-        self._tool_calls += len(calls)
+        self.episode.tool_calls += len(calls)
         names = {c["id"]: c["name"] for c in calls}
         for result in done["results"]:
             self._record_tool(result, names[result["id"]], "assistant")
@@ -150,7 +145,7 @@ class Tau2Env(Env):
     def _record_tool(self, result: dict[str, Any], name: str, requestor: str) -> None:
         self.tool_results.append({**result, "name": name, "requestor": requestor})
         if result["error"]:
-            self._errors["tool_error"] += 1
+            self.episode.errors["tool_error"] += 1
         if requestor == "assistant":
             self.history.append(tool_message(result["id"], name, result["content"]))
 
@@ -197,9 +192,7 @@ class Tau2Env(Env):
 
     def _info(self, components: dict[str, float]) -> dict[str, Any]:
         # user_turns: every step, so a truncated episode can be replayed too (ReplayUser)
-        return {"reward_components": components, "tool_calls": self._tool_calls,
-                "errors": dict(self._errors), "turns": self._turns, "user_turns": list(self.user_turns),
-                "context_dropped": self.view.dropped_now, "context_compactions": list(self.view.compactions)}  # fmt: skip
+        return {**self.episode.info(self.view, components), "user_turns": list(self.user_turns)}
 
 
 __all__ = ["Tau2Env", "Tau2Error", "UserTurnError"]
