@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Message
-from envgym.messages import NormalizedAction, ToolCall, env_message, normalize_action, tool_message, unique_call_ids
+from envgym.actions import NormalizedAction, normalize_action, unique_call_ids
+from envgym.messages import ToolCall, env_message, tool_message
 from envgym.parsers import ToolCallParser
 from envgym.tokens import ApproxTokenCounter, HFTokenCounter, TokenCounter, load_tokenizer
 

@@ -1,27 +1,25 @@
-"""Chat messages and tool calls in the OpenAI chat-completions shape, and action cleanup.
+"""Chat messages and tool calls in the OpenAI chat-completions shape.
 
 Observations are lists of plain dicts (so they serialize as-is); the TypedDicts below name
-their shapes.  :func:`normalize_action` is the single gate an agent's assistant message passes
-through: it never raises, and every mistake comes back as an :class:`ActionProblem` the env
-turns into a message the agent can read (DESIGN.md, Env contract).
+their shapes.  Reading an agent's action into them is actions.py's job; the JSON and text
+helpers here are shared with it and with the parsers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
     "CONTEXT_AUTHOR",
     "ENV_AUTHOR",
-    "ActionProblem",
+    "STRICT_JSON",
     "AssistantMessage",
     "FunctionCallDict",
     "Message",
-    "NormalizedAction",
     "ProblemKind",
     "SystemMessage",
     "ToolCall",
@@ -29,19 +27,17 @@ __all__ = [
     "ToolMessage",
     "UserMessage",
     "assistant_message",
-    "build_action",
-    "call_label",
     "decode_arguments",
+    "describe_type",
     "dump_json",
     "env_message",
     "fallback_call_id",
     "is_env_message",
     "json_error",
-    "normalize_action",
-    "normalize_call",
+    "safe_text",
+    "shorten",
     "system_message",
     "tool_message",
-    "unique_call_ids",
     "user_message",
 ]
 
@@ -131,29 +127,31 @@ def decode_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None, Probl
         return {}, None, None
     if isinstance(raw, str):
         try:
-            value = _DECODER.decode(raw)
+            value = STRICT_JSON.decode(raw)
         except json.JSONDecodeError as err:
             return None, json_error(err), "bad_json"
         except (RecursionError, ValueError) as err:  # absurd nesting; int-size limits; NaN
-            return None, f"cannot be decoded ({_short(str(err)) or type(err).__name__})", "bad_json"
+            return None, f"cannot be decoded ({shorten(str(err)) or type(err).__name__})", "bad_json"
         if isinstance(value, dict):
             return value, None, None  # json.loads already gives plain JSON: no round trip
     else:
         value = raw
     if not isinstance(value, Mapping):
-        return None, _a(value), "not_an_object"
+        return None, describe_type(value), "not_an_object"
     try:
         # The round trip makes the arguments plain JSON: str keys, lists not tuples, no NaN.
         return json.loads(dump_json(dict(value))), None, None
     except (TypeError, ValueError, RecursionError) as err:
-        return None, f"not JSON-serializable ({_short(str(err))})", "bad_json"
+        return None, f"not JSON-serializable ({shorten(str(err))})", "bad_json"
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # built once: json.loads rebuilds it
+#: JSON without NaN/Infinity (not JSON; strict consumers reject them); built once, as json.loads
+#: would rebuild it per call.
+STRICT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _json_type(value: Any) -> str:
@@ -172,7 +170,7 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _a(value: Any) -> str:
+def describe_type(value: Any) -> str:
     """'a number', 'an array', 'null'... for problem messages."""
     kind = _json_type(value)
     if kind == "null":
@@ -180,11 +178,12 @@ def _a(value: Any) -> str:
     return ("an " if kind[0] in "aeiou" else "a ") + kind
 
 
-def _short(text: str, limit: int = 120) -> str:
+def shorten(text: str, limit: int = 120) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut)."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _safe_text(value: Any) -> str:
+def safe_text(value: Any) -> str:
     """A transcript-safe string for junk that must still appear in the message."""
     if isinstance(value, str):
         return value
@@ -244,18 +243,18 @@ class ToolCall:
     def from_openai(cls, data: Mapping[str, Any]) -> ToolCall:
         """Read a well-formed OpenAI tool call; unreadable arguments stay a raw string.
 
-        Raises ValueError on a structurally broken dict; use :func:`normalize_action` for
+        Raises ValueError on a structurally broken dict; use :func:`envgym.actions.normalize_action` for
         agent output, which never raises.
         """
         fn = data.get("function") if isinstance(data, Mapping) else None
         if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-            raise ValueError(f"not an OpenAI tool call: {_short(_safe_text(data))}")
+            raise ValueError(f"not an OpenAI tool call: {shorten(safe_text(data))}")
         call_id = data.get("id")
         if not isinstance(call_id, str) or not call_id:
             raise ValueError("an OpenAI tool call needs a string id")
         args, _, problem = decode_arguments(fn.get("arguments"))
         if problem is not None or args is None:
-            return cls(call_id, fn["name"], _safe_text(fn.get("arguments")))
+            return cls(call_id, fn["name"], safe_text(fn.get("arguments")))
         return cls(call_id, fn["name"], args)
 
 
@@ -293,305 +292,4 @@ def assistant_message(
 
 def tool_message(call_id: str, name: str, content: Any) -> ToolMessage:
     """A tool result; non-string content is serialized as JSON (or its repr)."""
-    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": _safe_text(content)}
-
-
-# -- normalizing agent actions -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ActionProblem:
-    """Something wrong with an action, written for the agent to read.
-
-    ``index`` is the 0-based position of the call in the turn (None for message-level problems);
-    ``call_id`` is the id the env should answer with a tool message (None for message-level
-    problems, which the env reports in a user message instead). Messages count calls from 1.
-    """
-
-    kind: ProblemKind
-    message: str
-    index: int | None = None
-    call_id: str | None = None
-    name: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class NormalizedAction:
-    """A clean assistant turn.
-
-    ``message`` is what goes into the transcript: its ``tool_calls`` hold every call the agent
-    made, broken ones included, so each per-call problem has an id to answer.
-    ``tool_calls`` holds only the calls that can run.  Parsers return the same type
-    (``envgym.parsers.ParsedAction``).
-    """
-
-    message: AssistantMessage
-    tool_calls: tuple[ToolCall, ...] = ()
-    problems: tuple[ActionProblem, ...] = ()
-
-    @property
-    def content(self) -> str | None:
-        return self.message.get("content")
-
-    @property
-    def reasoning_content(self) -> str | None:
-        return self.message.get("reasoning_content")
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def build_action(
-    content: str | None,
-    reasoning_content: str | None,
-    calls: Sequence[tuple[ToolCall, ActionProblem | None]],
-    problems: Sequence[ActionProblem] = (),
-) -> NormalizedAction:
-    """Assemble a :class:`NormalizedAction` from calls paired with their problem (if any)."""
-    message = assistant_message(content, reasoning_content, [call for call, _ in calls])
-    runnable = tuple(call for call, problem in calls if problem is None)
-    call_problems = tuple(problem for _, problem in calls if problem is not None)
-    return NormalizedAction(message, runnable, tuple(problems) + call_problems)
-
-
-def call_label(index: int, name: str | None) -> str:
-    return f"tool call {index + 1}" + (f" ({name})" if name else "")
-
-
-def normalize_action(action: Any) -> NormalizedAction:
-    """Turn whatever an agent sent as its assistant turn into a clean message plus problems.
-
-    Lenient where the intent is clear (``arguments`` given as a dict, missing ids or ``type``,
-    a call flattened to ``{"name", "arguments"}``, content as a list of text parts); a string
-    action is taken as plain content (raw model text goes through a parser instead).
-    Never raises.
-    """
-    try:
-        return _normalize(action)
-    except Exception as err:  # noqa: BLE001 - the contract is "never raises"; this is the net
-        problem = ActionProblem(
-            "bad_message", f"the action could not be read ({type(err).__name__})"
-        )
-        return NormalizedAction(assistant_message(None), (), (problem,))
-
-
-def _well_formed(action: Any) -> NormalizedAction | None:
-    """The common case — a plain dict exactly as the OpenAI format has it — read without the
-    general path's repairs; None whenever anything is unusual (the general path decides).
-    Must give the same result as :func:`_normalize` on every input it accepts (tested)."""
-    if type(action) is not dict or action.get("role", "assistant") != "assistant":
-        return None
-    content, reasoning = action.get("content"), action.get("reasoning_content")
-    if (content is not None and type(content) is not str) or (reasoning is not None and type(reasoning) is not str):
-        return None
-    raw_calls = action.get("tool_calls")
-    if raw_calls is None:
-        raw_calls = []
-    elif type(raw_calls) is not list:
-        return None
-    calls: list[ToolCall] = []
-    seen: set[str] = set()
-    for raw in raw_calls:
-        if type(raw) is not dict or raw.get("type", "function") != "function":
-            return None
-        call_id, fn = raw.get("id"), raw.get("function")
-        if type(call_id) is not str or not call_id or call_id in seen or type(fn) is not dict:
-            return None
-        name, text = fn.get("name"), fn.get("arguments")
-        if type(name) is not str or not name or name != name.strip() or type(text) is not str:
-            return None
-        try:
-            arguments = _DECODER.decode(text)
-        except (ValueError, RecursionError):
-            return None
-        if type(arguments) is not dict:
-            return None
-        seen.add(call_id)
-        calls.append(ToolCall(call_id, name, arguments, text))
-    return NormalizedAction(assistant_message(content, reasoning, calls), tuple(calls))
-
-
-def _normalize(action: Any) -> NormalizedAction:
-    fast = _well_formed(action)
-    return fast if fast is not None else _repair(action)
-
-
-def _repair(action: Any) -> NormalizedAction:
-    """The general path: lenient where the intent is clear, problems for everything else."""
-    if isinstance(action, str):
-        return NormalizedAction(assistant_message(action))
-    if not isinstance(action, Mapping):
-        problem = ActionProblem(
-            "bad_message",
-            "the action must be an assistant message object with 'content' and/or "
-            f"'tool_calls', not {_a(action)}",
-        )
-        return NormalizedAction(assistant_message(None), (), (problem,))
-
-    problems: list[ActionProblem] = []
-    role = action.get("role", "assistant")
-    if role != "assistant":
-        problems.append(
-            ActionProblem(
-                "bad_message",
-                f"the action's role must be 'assistant', not {_short(_safe_text(role))}",
-            )
-        )
-    content = _text_field(action.get("content"), "content", problems)
-    reasoning = _text_field(action.get("reasoning_content"), "reasoning_content", problems)
-
-    raw_calls = action.get("tool_calls")
-    if raw_calls is None:
-        raw_calls = []
-    elif isinstance(raw_calls, (str, bytes)) or not isinstance(raw_calls, Sequence):
-        problems.append(
-            ActionProblem(
-                "bad_message", f"'tool_calls' must be a list of calls, not {_a(raw_calls)}"
-            )
-        )
-        raw_calls = []
-
-    seed = _Lazy(action)  # the turn's text is only needed for calls without ids
-    seen: set[str] = set()
-    calls = [normalize_call(i, raw, seed, seen) for i, raw in enumerate(raw_calls)]
-    return build_action(content, reasoning, calls, problems)
-
-
-class _Lazy:
-    """``_safe_text(value)``, computed on first call (serializing a turn is not free)."""
-
-    __slots__ = ("value", "text")
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-        self.text: str | None = None
-
-    def __call__(self) -> str:
-        if self.text is None:
-            self.text = _safe_text(self.value)
-        return self.text
-
-
-def _text_field(value: Any, field: str, problems: list[ActionProblem]) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    # OpenAI also allows content as a list of parts; only text parts mean anything here.
-    if (
-        isinstance(value, Sequence)
-        and not isinstance(value, bytes)
-        and all(
-            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            for p in value
-        )
-    ):
-        return "".join(p["text"] for p in value)
-    problems.append(
-        ActionProblem("bad_message", f"'{field}' must be a string or null, not {_a(value)}")
-    )
-    return None
-
-
-def normalize_call(
-    index: int, raw: Any, seed: str | Callable[[], str], seen: set[str] | None = None
-) -> tuple[ToolCall, ActionProblem | None]:
-    """Read one call (OpenAI-shaped or flattened ``{"name", "arguments"}``) and its problem.
-
-    ``seed`` feeds :func:`fallback_call_id`; ``seen`` collects ids so duplicates get fresh ones.
-    """
-    seen = set() if seen is None else seen
-    call_id = raw.get("id") if isinstance(raw, Mapping) else None
-    if isinstance(call_id, int) and not isinstance(call_id, bool):
-        call_id = str(call_id)
-    if not isinstance(call_id, str) or not call_id or call_id in seen:
-        call_id = fallback_call_id(seed if isinstance(seed, str) else seed(), index)
-        while call_id in seen:  # an agent may have sent an id that looks like ours
-            call_id += "_"
-    seen.add(call_id)
-
-    if not isinstance(raw, Mapping):
-        problem = ActionProblem(
-            "bad_call",
-            f"{call_label(index, None)} must be an object like "
-            '{"type": "function", "function": {"name": ..., "arguments": "{...}"}}, '
-            f"not {_a(raw)}",
-            index,
-            call_id,
-        )
-        return ToolCall(call_id, "", _safe_text(raw)), problem
-
-    fn = raw.get("function")
-    if fn is None and ("name" in raw or "arguments" in raw):
-        fn = raw  # a flattened call; the intent is unambiguous
-    if not isinstance(fn, Mapping):
-        problem = ActionProblem(
-            "bad_call",
-            f"{call_label(index, None)} has no function name and arguments "
-            '(expected {"name": ..., "arguments": {...}})',
-            index,
-            call_id,
-        )
-        return ToolCall(call_id, "", _safe_text(fn) if fn is not None else ""), problem
-
-    name = fn.get("name")
-    name = name.strip() if isinstance(name, str) else ""
-    raw_args = fn.get("arguments", fn.get("parameters"))
-    label = call_label(index, name)
-
-    def fail(kind: ProblemKind, text: str) -> tuple[ToolCall, ActionProblem]:
-        kept = raw_args if isinstance(raw_args, str) else _safe_text(raw_args)
-        return ToolCall(call_id, name, kept), ActionProblem(
-            kind, text, index, call_id, name or None
-        )
-
-    call_type = raw.get("type", "function")
-    if call_type != "function":
-        return fail(
-            "bad_call",
-            f"{label} has type {_short(_safe_text(call_type))}; only 'function' calls are "
-            "supported",
-        )
-    if not name:
-        return fail("missing_name", f"{label} has no function name")
-    args, detail, kind = decode_arguments(raw_args)
-    if kind == "bad_json":
-        return fail(kind, f"{label}: arguments are not valid JSON: {detail}")
-    if kind is not None or args is None:
-        return fail("not_an_object", f"{label}: arguments must be a JSON object, got {detail}")
-    return ToolCall(call_id, name, args, raw_args if isinstance(raw_args, str) and raw_args.strip() else None), None
-
-
-def unique_call_ids(action: NormalizedAction, taken: set[str], suffix: str) -> NormalizedAction:
-    """``action`` with every call id already in ``taken`` renamed ``<id>_<suffix>``; the ids of
-    the result are added to ``taken``.
-
-    Ids must be unique over an episode, not only within a turn: a tool reply names its call by
-    id, and fallback ids are derived from the turn's text, so a model repeating a turn (or
-    reusing ``"call_0"``) would otherwise produce the same ids twice (issue 8, item 10).  A
-    fresh ``suffix`` per turn keeps the renaming deterministic.
-    """
-    calls = action.message.get("tool_calls") or []
-    ids = [c["id"] for c in calls]
-    if taken.isdisjoint(ids):
-        taken.update(ids)
-        return action
-    rename: dict[str, str] = {}
-    used = taken | set(ids)
-    for old in ids:
-        if old in taken and old not in rename:
-            new = f"{old}_{suffix}"
-            while new in used:
-                new += "_"
-            used.add(new)
-            rename[old] = new
-    message: AssistantMessage = dict(action.message)  # type: ignore[assignment]
-    message["tool_calls"] = [{**c, "id": rename.get(c["id"], c["id"])} for c in calls]
-    tool_calls = tuple(replace(c, id=rename.get(c.id, c.id)) for c in action.tool_calls)
-    problems = tuple(
-        replace(p, call_id=rename[p.call_id]) if p.call_id in rename else p for p in action.problems
-    )
-    taken.update(c["id"] for c in message["tool_calls"])
-    return NormalizedAction(message, tool_calls, problems)
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": safe_text(content)}

@@ -9,7 +9,8 @@ import pytest
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.episode import Episode, answer_calls, counting
-from envgym.messages import ToolCall, normalize_action
+from envgym.actions import normalize_action
+from envgym.messages import ToolCall
 from envgym.parsers import get_parser
 from envgym.tokens import ApproxTokenCounter
 

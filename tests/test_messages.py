@@ -1,4 +1,4 @@
-"""envgym.messages: message helpers, ToolCall, and normalize_action (which never raises)."""
+"""envgym.messages (message helpers, ToolCall) and envgym.actions (normalize_action, which never raises)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envgym.actions import ActionProblem, NormalizedAction, normalize_action
 from envgym.messages import (
-    ActionProblem,
-    NormalizedAction,
     ToolCall,
     assistant_message,
     decode_arguments,
     fallback_call_id,
-    normalize_action,
     system_message,
     tool_message,
     user_message,
@@ -324,7 +322,7 @@ from hypothesis import given as _given  # noqa: E402
 from hypothesis import settings as _settings  # noqa: E402
 from hypothesis import strategies as _st  # noqa: E402
 
-from envgym.messages import _repair, _well_formed  # noqa: E402
+from envgym.actions import _repair, _well_formed  # noqa: E402
 
 _args_text = _st.one_of(
     _st.dictionaries(_st.text(max_size=5), _st.integers() | _st.text(max_size=5), max_size=3).map(json.dumps),
@@ -361,7 +359,7 @@ def test_fast_path_matches_general_path(action: dict) -> None:
 
 
 def test_unique_call_ids_renames_only_ids_used_before() -> None:
-    from envgym.messages import unique_call_ids
+    from envgym.actions import unique_call_ids
 
     taken: set[str] = set()
     turn = {"role": "assistant", "content": "", "tool_calls": [

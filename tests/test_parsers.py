@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envgym.messages import NormalizedAction, ToolCall, assistant_message
+from envgym.actions import NormalizedAction
+from envgym.messages import ToolCall, assistant_message
 from envgym.parsers import (
     DeepSeekParser,
     HermesParser,

@@ -5,7 +5,7 @@ system prompt (``render_tools``, seed Appendix B Tables 7-8), and writes calls b
 (``format_calls``) so ``parse(format_calls(calls))`` gives the same calls back.
 
 ``parse`` never raises: unreadable calls come back as problems (see
-:class:`envgym.messages.ActionProblem`) and stay in the message with their raw text, so the env
+:class:`envgym.actions.ActionProblem`) and stay in the message with their raw text, so the env
 can answer each one by id.
 """
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-from envgym.messages import NormalizedAction, ToolCall
+from envgym.actions import NormalizedAction
+from envgym.messages import ToolCall
 
 from ._common import THINK_CLOSE, THINK_OPEN
 from .deepseek import DeepSeekParser
@@ -33,7 +34,7 @@ __all__ = [
     "register_parser",
 ]
 
-#: What ``parse`` returns: the same type as :func:`envgym.messages.normalize_action`
+#: What ``parse`` returns: the same type as :func:`envgym.actions.normalize_action`
 #: (``message``, runnable ``tool_calls``, ``problems``, and ``content``/``reasoning_content``).
 ParsedAction: TypeAlias = NormalizedAction
 

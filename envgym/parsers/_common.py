@@ -7,18 +7,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from envgym.messages import (
-    ActionProblem,
-    NormalizedAction,
-    ProblemKind,
-    ToolCall,
-    build_action,
-    call_label,
-    dump_json,
-    fallback_call_id,
-    json_error,
-    normalize_call,
-)
+from envgym.actions import ActionProblem, NormalizedAction, build_action, call_label, normalize_call
+from envgym.messages import ProblemKind, ToolCall, dump_json, fallback_call_id, json_error
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 

@@ -21,14 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from envgym.messages import (
-    ActionProblem,
-    NormalizedAction,
-    ToolCall,
-    dump_json,
-    fallback_call_id,
-    normalize_call,
-)
+from envgym.actions import ActionProblem, NormalizedAction, normalize_call
+from envgym.messages import ToolCall, dump_json, fallback_call_id
 
 from ._common import (
     THINK_CLOSE,

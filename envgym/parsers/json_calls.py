@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envgym.messages import NormalizedAction, ToolCall, dump_json
+from envgym.actions import NormalizedAction
+from envgym.messages import ToolCall, dump_json
 
 from ._common import (
     THINK_CLOSE,

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import replace
 from typing import Any, Protocol
 
-from envgym.messages import normalize_action
+from envgym.actions import normalize_action
 from envgym.parsers import get_parser
 from envgym.policy import Policy, SamplingParams
 

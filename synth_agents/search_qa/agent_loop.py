@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envgym.messages import normalize_action, tool_message
+from envgym.actions import normalize_action
+from envgym.messages import tool_message
 from envgym.parsers import get_parser
 from envgym.policy import Policy, SamplingParams
 from tools.search import SearchError, SearchTools
