@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from envgym.messages import ToolCall
 from envgym.models.chat import ChatFormat, end_tokens
 from synth_agents.search_qa.agent_loop import TOOL_SPECS
-from synth_agents.search_qa.cold_start import Played, construction_script, examples_from, scripts_for, verification_script
+from synth_agents.search_qa.cold_start import Played, construction_script, example_from, scripts_for, verification_script
 from synth_agents.search_qa.cold_start_run import ColdStartConfig, play, run_cold_start, training_entities
 from synth_agents.search_qa.facts import Facts, maintainer_name
 from synth_agents.search_qa.model_pipeline import ground, sample_entities
@@ -145,10 +145,10 @@ def test_a_played_run_that_stopped_early_is_refused(fmt: ChatFormat) -> None:
     played = Played([ToolCall("c0", "open", {"id": "x"}), "{}"])
     played.turns.append(([1, 2, 3], [4]))
     with pytest.raises(ValueError, match="stopped after 1 of 2 steps"):
-        examples_from(played, task_id="t")
+        example_from(played, task_id="t")
     played.turns.append(([9, 9, 9, 9, 5], [6]))
     with pytest.raises(ValueError, match="does not extend"):
-        examples_from(played, task_id="t")
+        example_from(played, task_id="t")
 
 
 @pytest.mark.parametrize(("args", "message"), [

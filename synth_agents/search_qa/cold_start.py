@@ -19,7 +19,7 @@ for the same reason; here the roles of §3.2.3's pipeline get one:
 * :class:`TeacherPolicy` — plays a script through the real :func:`agent_loop.run_agent` and the
   real search tools, writing each call as the model's own tool-call text and building every
   prompt with the local engine's own rule (``next_prompt``), so an example is token for token
-  what the model will see and write; :func:`examples_from` turns a run into one
+  what the model will see and write; :func:`example_from` turns a run into one
   :class:`~trainer.sft_data.SFTExample` (loss only on the written tokens).
 
 Training entities are disjoint from the synthesis run's sample (``exclude``): the model never
@@ -207,8 +207,8 @@ class TeacherPolicy:
         self._sessions.clear()
 
 
-def examples_from(played: Played, *, task_id: str) -> list[Any]:
-    """One SFT example per played script: ids of the last turn, loss on every written span.
+def example_from(played: Played, *, task_id: str) -> Any:
+    """The SFT example of one played script: ids of the last turn, loss on every written span.
     Each prompt must extend the last (the local engine's token-in/token-out rule)."""
     from trainer.sft_data import SFTExample
 
@@ -221,4 +221,4 @@ def examples_from(played: Played, *, task_id: str) -> list[Any]:
             raise ValueError(f"{task_id}: a prompt does not extend the previous turn")
         mask += [0] * (len(prompt) - len(ids)) + [1] * len(written)
         ids = [*prompt, *written]
-    return [SFTExample(tuple(ids), tuple(mask), "gold", "search-qa-cold-start", task_id)]
+    return SFTExample(tuple(ids), tuple(mask), "gold", "search-qa-cold-start", task_id)

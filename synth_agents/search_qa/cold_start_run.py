@@ -19,7 +19,7 @@ from typing import Any
 
 from envgym.policy import SamplingParams
 from synth_agents.search_qa.agent_loop import run_agent
-from synth_agents.search_qa.cold_start import Script, TeacherPolicy, examples_from, scripts_for
+from synth_agents.search_qa.cold_start import Script, TeacherPolicy, example_from, scripts_for
 from synth_agents.search_qa.facts import Facts
 from synth_agents.search_qa.model_pipeline import sample_entities
 from tools.search import SearchTools
@@ -56,21 +56,18 @@ def play(scripts: Sequence[Script], tools: SearchTools, fmt: Any, end_ids: froze
     """Every script through the real agent loop and tools; one example each."""
     teacher = TeacherPolicy(fmt, end_ids)
     params = SamplingParams(temperature=0.0, max_tokens=512)
+    sessions = [f"{script.role}-{number:05d}" for number, script in enumerate(scripts)]
 
     async def main() -> None:
-        for number, script in enumerate(scripts):
-            session = f"{script.role}-{number:05d}"
+        for session, script in zip(sessions, scripts):
             teacher.begin(session, script.steps)
             turns = cfg.hops * (cfg.breadth + 1) if script.role == "construct" else 4
             await run_agent(teacher, tools, [dict(m) for m in script.messages], session=session,
                             params=params, max_tool_turns=turns)  # fmt: skip
 
     asyncio.run(main())
-    examples = []
-    for number, script in enumerate(scripts):
-        session = f"{script.role}-{number:05d}"
-        examples += examples_from(teacher.finished[session], task_id=f"{session}:{script.entity}")
-    return examples
+    return [example_from(teacher.finished[session], task_id=f"{session}:{script.entity}")
+            for session, script in zip(sessions, scripts)]
 
 
 def probe_verifier(policy: Any, packages: Sequence[Package], tools: SearchTools, cfg: ColdStartConfig,
