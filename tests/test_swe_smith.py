@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swe_fixtures import private_cache
 from swe_repos import make_repo
 
 from envgym.agents import ScriptedAgent, run_episode
@@ -114,14 +115,8 @@ def test_statement_template_and_unusable_model_replies_fall_back() -> None:
 
 @pytest.fixture(scope="module")
 def smith_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    cache = tmp_path_factory.mktemp("envgym-cache")
-    old = os.environ.get("ENVGYM_CACHE")
-    os.environ["ENVGYM_CACHE"] = str(cache)
-    yield cache
-    if old is None:
-        os.environ.pop("ENVGYM_CACHE", None)
-    else:
-        os.environ["ENVGYM_CACHE"] = old
+    with private_cache(tmp_path_factory.mktemp("envgym-cache")) as cache:
+        yield cache
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ test (they differ only in their patches); its environment lives in a session cac
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 import time
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from swe_fixtures import private_cache
 from swe_repos import diff_of, make_repo
 
 from envs.swe.instance import SweInstance
@@ -43,14 +43,8 @@ CALC_FILES = {
 
 @pytest.fixture(scope="session")
 def swe_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    cache = tmp_path_factory.mktemp("envgym-cache")
-    old = os.environ.get("ENVGYM_CACHE")
-    os.environ["ENVGYM_CACHE"] = str(cache)
-    yield cache
-    if old is None:
-        os.environ.pop("ENVGYM_CACHE", None)
-    else:
-        os.environ["ENVGYM_CACHE"] = old
+    with private_cache(tmp_path_factory.mktemp("envgym-cache")) as cache:
+        yield cache
 
 
 @pytest.fixture(scope="session")
