@@ -152,13 +152,17 @@ def play(
 
 @app.command()
 def bench(
-    name: str = typer.Argument(..., help="benchmark name (see `envgym bench --list`)"),
+    name: str = typer.Argument("", help="benchmark name; none lists the benchmarks"),
     as_json: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
     quick: bool = typer.Option(False, "--quick", help="a smaller run for smoke tests"),
 ) -> None:
     """Run a benchmark and its baselines in one process; print a table (or JSON)."""
-    from envgym.bench import run_benchmark
+    from envgym.bench import available, run_benchmark
 
+    if not name:
+        names = sorted(available())
+        print(json.dumps({"benchmarks": names}) if as_json else "\n".join(names))
+        return
     try:
         run_benchmark(name, as_json=as_json, quick=quick, console=console)
     except KeyError as exc:

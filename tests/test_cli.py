@@ -124,6 +124,16 @@ def test_bench_unknown_name() -> None:
     assert "no benchmark 'warp-drive'" in result.stderr
 
 
+def test_bench_without_a_name_lists_the_benchmarks() -> None:
+    from envgym.bench import available
+
+    listed = runner.invoke(app, ["bench"])
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout.split() == sorted(available()) and {"env-step", "search", "train"} <= set(listed.stdout.split())
+    as_json = runner.invoke(app, ["bench", "--json"])
+    assert json.loads(as_json.stdout) == {"benchmarks": sorted(available())}
+
+
 @pytest.mark.heavy
 @pytest.mark.timeout(300)
 def test_bench_env_step_quick_json() -> None:
