@@ -142,7 +142,7 @@ class BundleEnv(Env):
         if self._done or self.task is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
         parsed = self.episode.read(action, self.parser)
-        self._append(parsed.message)
+        self.history.append(parsed.message)
         replies, verdict = answer_calls(parsed, self._answer)
         self.history.extend(replies)
         if verdict is None and not parsed.message.get("tool_calls") and not parsed.problems:
@@ -171,9 +171,6 @@ class BundleEnv(Env):
     def _new_state(self) -> None:
         # Same directory every episode (refilled in place), so the worker is reused.
         self.sandbox.reset(self._dirs.refill())
-
-    def _append(self, message: Message) -> None:
-        self.history.append(message)
 
     def _answer(self, call: ToolCall, submitted: bool) -> tuple[str, Verdict | None]:
         """The reply to one readable call, and the verdict when it was a valid submission."""
@@ -227,7 +224,7 @@ class BundleEnv(Env):
             "No tool call was found in your last message. Use the tools to gather what you need, "
             f"then call `{self.task.submit_tool}` with your final answer."
         )
-        self._append(env_message(nudge))
+        self.history.append(env_message(nudge))
         return None
 
     def _verify(self, submission: dict[str, Any]) -> Verdict:

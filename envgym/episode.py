@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from envgym.actions import NormalizedAction, normalize_action, unique_call_ids
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Message
-from envgym.actions import NormalizedAction, normalize_action, unique_call_ids
 from envgym.messages import ToolCall, env_message, tool_message
 from envgym.parsers import ToolCallParser
 from envgym.tokens import ApproxTokenCounter, HFTokenCounter, TokenCounter, load_tokenizer
@@ -93,7 +93,7 @@ def answer_calls(
     result: S | None = None
     if not parsed.problems:  # the common case: every call readable, in message order
         calls: list[tuple[str, str, ToolCall | None, Any]] = [(c.id, c.name, c, None) for c in parsed.tool_calls]
-        notes = []
+        notes: list[Any] = []
     else:
         per_call = {p.call_id: p for p in parsed.problems if p.call_id is not None}
         runnable = {call.id: call for call in parsed.tool_calls}

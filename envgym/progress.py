@@ -8,6 +8,7 @@ Drawn on ``console`` (the commands pass their stderr console: stdout stays for r
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -41,8 +42,6 @@ def progress_bar(console: Console, *, before: Sequence[ProgressColumn | str] = (
 
 def print_stages(title: str, rows: Sequence[tuple[str, str, str]]) -> Console:
     """Print a synthesis run's ``(stage, count, note)`` rows on stdout; returns that console."""
-    import sys
-
     console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title=title)
     for col in ("stage", "count", "note"):

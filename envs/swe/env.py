@@ -137,13 +137,13 @@ class SweEnv(Env):
         if self._done or self.tools is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
         parsed = self.episode.read(action, self.parser)
-        self._append(parsed.message)
+        self.history.append(parsed.message)
         replies, submission = answer_calls(parsed, self._answer)
         self.history.extend(replies)
         submitted = submission is not None
         if not submitted and not parsed.message.get("tool_calls") and not parsed.problems:
             self.episode.errors["no_tool_call"] += 1
-            self._append(env_message("No tool call was found in your last message. Use the tools to work on "
+            self.history.append(env_message("No tool call was found in your last message. Use the tools to work on "
                                      f"the repository, then call `{SUBMIT}`."))  # fmt: skip
         obs = self._observe()
         truncated = not submitted and self._out_of_budget()
@@ -180,9 +180,6 @@ class SweEnv(Env):
                 raise RuntimeError(f"{self.instance.instance_id}: the project's environment could not be set up: {setup.reason}")
             self.python_env = setup.env
         return self.python_env
-
-    def _append(self, message: Message) -> None:
-        self.history.append(message)
 
     def _answer(self, call: ToolCall, submitted: bool) -> tuple[str, bool | None]:
         """The reply to one readable call; True as its result when it was a valid submit."""
