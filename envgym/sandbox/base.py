@@ -48,6 +48,9 @@ class Limits:
     max_reply_bytes: int = 4 * 1024**2
     max_stdout_bytes: int = 64 * 1024  # printed output kept per call (the rest is dropped)
     solve_timeout_s: float = 120.0  # a gold solution makes many tool calls in one op
+    # How long a launched worker may take to greet (interpreter start + namespaces/container
+    # creation, under load), counted from its launch: it bounds the start, not the caller.
+    startup_timeout_s: float = 60.0
 
 
 @dataclass(frozen=True)

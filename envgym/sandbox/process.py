@@ -178,8 +178,10 @@ class Connection:
             buffer += chunk
 
     def _wait(self, poller: select.poll, deadline: float, timeout: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not poller.poll(int(remaining * 1000) + 1):
+        # A passed deadline means "wait no longer", not "ignore what already arrived": a
+        # worker's greeting that waited while the model thought for minutes is still good.
+        remaining = max(0.0, deadline - time.monotonic())
+        if not poller.poll(int(remaining * 1000) + (remaining > 0)):
             if time.monotonic() >= deadline:
                 raise WorkerDied(
                     CallError.TIMEOUT,
@@ -352,11 +354,12 @@ class ProcessSandbox(Sandbox):
         conn = Connection(handle, self.limits.max_reply_bytes + self.limits.max_stdout_bytes + _REPLY_SLACK)
         self._conn, self._bound = conn, state
         started = time.monotonic()
-        deadline = started + STARTUP_TIMEOUT_S
+        startup = self.limits.startup_timeout_s
+        deadline = started + startup
         try:
-            load_id = conn.send({"op": "load"}, deadline, STARTUP_TIMEOUT_S)
+            load_id = conn.send({"op": "load"}, deadline, startup)
             reset = {"op": "reset", "state_dir": SANDBOX_STATE}
-            reset_id = conn.send(reset, deadline, STARTUP_TIMEOUT_S) if state is not None else None
+            reset_id = conn.send(reset, deadline, startup) if state is not None else None
         except WorkerDied:
             load_id, reset_id = -1, None  # the worker is already gone: _finish_boot reports it
         self._boot = _Boot(load_id, reset_id, started)
@@ -374,8 +377,10 @@ class ProcessSandbox(Sandbox):
         self._boot = None
         greeted = False
         try:
-            deadline = boot.started + STARTUP_TIMEOUT_S
-            hello = conn.read_reply(0, deadline, STARTUP_TIMEOUT_S)
+            # The start-up deadline counts from the launch and bounds the worker's start only:
+            # a greeting that arrived in time is read however late the first op comes.
+            startup = self.limits.startup_timeout_s
+            hello = conn.read_reply(0, boot.started + startup, startup)
             greeted = bool(hello.get("ok"))
             if not greeted or boot.load_id < 0:
                 raise WorkerDied(CallError.CRASH, "the sandbox worker failed to start")
