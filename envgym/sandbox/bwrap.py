@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
+from envgym.sandbox.fdwait import wait_readable
 from envgym.sandbox.process import SANDBOX_BUNDLE, SANDBOX_STATE, ProcessSandbox, WorkerHandle, signal_death
 from envgym.state import chown_tree
 
@@ -291,7 +291,7 @@ class BwrapWorker(WorkerHandle):
         deadline = time.monotonic() + DEATH_WAIT_S
         if self._init_fd is not None:
             try:
-                select.select([self._init_fd], [], [], DEATH_WAIT_S)
+                wait_readable(self._init_fd, DEATH_WAIT_S)
             finally:
                 os.close(self._init_fd)
                 self._init_fd = None

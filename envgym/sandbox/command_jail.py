@@ -25,7 +25,6 @@ import json
 import math
 import os
 import posixpath
-import select
 import signal
 import subprocess
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from envgym.sandbox.bwrap import BWRAP, _count_processes, _isolation, _mounts, _parents, _spawn, allocate_uid, probe, python_executable
 from envgym.sandbox.command_io import BOOT, PIP_CONF, Capture, hand_over, host_pip_config, jail_env, readonly_extras, write_identity
+from envgym.sandbox.fdwait import wait_readable
 from envgym.sandbox.kernel_jail import children
 
 DEATH_WAIT_S = 5.0  # how long a kill waits for the jail's processes to be gone
@@ -181,7 +181,7 @@ class _Jail:
         self.proc.wait()
         deadline = time.monotonic() + DEATH_WAIT_S
         if self.init_fd is not None:
-            select.select([self.init_fd], [], [], DEATH_WAIT_S)
+            wait_readable(self.init_fd, DEATH_WAIT_S)
         elif self.uid is not None:
             while _count_processes(self.uid) and time.monotonic() < deadline:
                 time.sleep(0.005)

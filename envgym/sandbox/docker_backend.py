@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import select
 import socket
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
 from envgym.sandbox.bwrap import PACKAGE_DIR, SANDBOX_PACKAGE, WORKER, TreeWatch, _children, allocate_uid
+from envgym.sandbox.fdwait import wait_readable
 from envgym.sandbox.process import (
     SANDBOX_BUNDLE,
     SANDBOX_STATE,
@@ -124,7 +124,7 @@ class DockerWorker(WorkerHandle):
     def _accept(self, listener: socket.socket) -> socket.socket:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
-            if select.select([listener], [], [], 0.2)[0]:
+            if wait_readable(listener, 0.2):
                 return listener.accept()[0]
             self.container.reload()
             if self.container.status not in ("created", "running"):

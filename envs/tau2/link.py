@@ -82,7 +82,9 @@ class Tau2Link:
     def _read(self, timeout: float) -> Any:
         proc = self._proc
         assert proc is not None and proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        poller = select.poll()  # not select.select: it refuses fds >= 1024
+        poller.register(proc.stdout, select.POLLIN)
+        ready = poller.poll(timeout * 1000)
         line = proc.stdout.readline() if ready else b""
         if not line:
             self.close()
