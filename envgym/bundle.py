@@ -4,19 +4,17 @@ Loading validates everything that can be checked *without executing* bundle code
 present, manifest and tasks against the published JSON schemas, the content hash, that
 ``tools.py``/``solution.py``/``verifier.py`` parse, that every tool's parameters carry type hints
 and that every task names functions that exist.  Each failure is a :class:`BundleError` naming
-the file (and the field or line) that is wrong.
+the file (and the field or line) that is wrong.  Every read is bounded first (sizes, line
+counts, JSON and Python nesting: :mod:`envgym.bundle_limits`, docs/BUNDLE.md "Limits").
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import gc
 import json
 import os
-import stat
-import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
@@ -26,6 +24,18 @@ from typing import Any
 
 import jsonschema
 
+from envgym.bundle_code import defined_functions, parse_python
+from envgym.bundle_limits import (
+    BundleError,
+    BundleLimits,
+    hash_fd,
+    knob,
+    open_file,
+    parse_json,
+    read_fd,
+    walk,
+)
+
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 TASKS = "tasks.jsonl"
@@ -33,14 +43,8 @@ CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 STATE_DIR = "state"
 
 
-class BundleError(ValueError):
-    """A malformed bundle.  ``file`` is relative to the bundle root."""
-
-    def __init__(self, file: str, message: str, *, field: str | None = None) -> None:
-        self.file = file
-        self.field = field
-        where = f"{file}: {field}: " if field else f"{file}: "
-        super().__init__(where + message)
+__all__ = ["Bundle", "BundleError", "BundleLimits", "Manifest", "Provenance", "Task", "Witness",
+           "bundle_files", "hash_bundle", "load_bundle", "parse_python", "schema", "write_manifest"]
 
 
 @dataclass(frozen=True)
@@ -140,52 +144,74 @@ def schema(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-def bundle_files(root: Path) -> list[str]:
+def _root_fd(root: Path) -> int:
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise BundleError(".", f"bundle directory {root} cannot be opened: {exc.strerror}") from None
+
+
+def bundle_files(root: Path, limits: BundleLimits | None = None) -> list[str]:
     """Every regular file of a bundle (relative POSIX paths, sorted), never following links.
 
     A bundle travels as an archive, so a link in it can point anywhere on the host: hashing or
-    loading through ``state/notes -> /etc/shadow`` would read a host file (issue 8 item 10).
-    Links and special files (a FIFO would block the reader) are refused, naming the path.
+    loading through ``state/notes -> /etc/shadow`` would read a host file.  Links and special
+    files (a FIFO would block the reader) are refused, naming the path, and so is every file,
+    count, depth or total over ``limits`` (default :meth:`BundleLimits.from_env`), before any
+    byte of it is read.
     """
-    root = Path(root)
+    limits = BundleLimits.from_env() if limits is None else limits
+    named = {MANIFEST: (limits.manifest_bytes, "manifest_bytes"), TASKS: (limits.tasks_bytes, "tasks_bytes"),
+             **{c: (limits.code_bytes, "code_bytes") for c in CODE_FILES}}
     found: list[str] = []
-    for directory, dirs, files in os.walk(root, followlinks=False):
-        base = Path(directory)
-        for name in [*dirs, *files]:
-            path = base / name
-            rel = path.relative_to(root).as_posix()
-            mode = os.lstat(path).st_mode
-            if stat.S_ISLNK(mode):
-                raise BundleError(rel, f"is a symbolic link (to {os.readlink(path)!r}); bundles may not contain links")
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                raise BundleError(rel, "is not a regular file or directory (a FIFO, socket or device)")
-            if stat.S_ISREG(mode):
-                found.append(rel)
-        dirs[:] = [d for d in dirs if d != "__pycache__"]  # bytecode caches are not content
+    total = state = 0
+    fd = _root_fd(Path(root))
+    try:
+        # bytecode caches are not content: listed (so a link named __pycache__ is refused), not entered
+        for entry in walk(fd, limits, lambda rel: named.get(rel, (limits.file_bytes, "file_bytes")),
+                          skip=frozenset({"__pycache__"})):
+            if entry.is_dir:
+                continue
+            total += entry.size
+            if total > limits.bundle_bytes:
+                raise BundleError(entry.rel, f"the bundle's files add up to more than "
+                                             f"{limits.bundle_bytes} bytes {knob('bundle_bytes')}")
+            if entry.rel.startswith(STATE_DIR + "/"):
+                state += entry.size
+                if state > limits.state_bytes:
+                    raise BundleError(entry.rel, f"{STATE_DIR}/ holds more than {limits.state_bytes} "
+                                                 f"bytes {knob('state_bytes')}")
+            found.append(entry.rel)
+    finally:
+        os.close(fd)
     return sorted(found)
 
 
-def hash_bundle(root: Path) -> str:
-    """SHA-256 over every file but the manifest, in sorted relative-path order (no links)."""
+def hash_bundle(root: Path, limits: BundleLimits | None = None) -> str:
+    """SHA-256 over every file but the manifest, in sorted relative-path order (no links).
+
+    Each file is streamed (``path \0 size \0 bytes``), so hashing holds one chunk in memory.
+    """
     root = Path(root)
     digest = hashlib.sha256()
-    for rel in bundle_files(root):
-        if rel == MANIFEST:
-            continue
-        data = _read_nofollow(root, rel)
-        digest.update(f"{rel}\0{len(data)}\0".encode())
-        digest.update(data)
+    files = bundle_files(root, limits)
+    fd = _root_fd(root)
+    try:
+        for rel in files:
+            if rel != MANIFEST:
+                hash_fd(open_file(fd, rel, rel), rel, digest.update)
+    finally:
+        os.close(fd)
     return "sha256:" + digest.hexdigest()
 
 
-def _read_nofollow(root: Path, rel: str) -> bytes:
-    """The bytes of ``root/rel``; a link swapped in after the walk fails (ELOOP) instead of being followed."""
+def _read(root: Path, rel: str, cap: int, what: str) -> bytes:
+    """The bytes of ``root/rel``, at most ``cap``; a link swapped in after the walk fails (ELOOP)."""
+    fd = _root_fd(root)
     try:
-        fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise BundleError(rel, f"cannot be read without following links: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read()
+        return read_fd(open_file(fd, rel, rel), rel, cap, what)
+    finally:
+        os.close(fd)
 
 
 def write_manifest(
@@ -213,8 +239,12 @@ def write_manifest(
     return _manifest(data)
 
 
-def load_bundle(root: Path | str, *, verify_hash: bool = True) -> Bundle:
-    """Load and validate a bundle directory.  Raises :class:`BundleError`."""
+def load_bundle(root: Path | str, *, verify_hash: bool = True, limits: BundleLimits | None = None) -> Bundle:
+    """Load and validate a bundle directory.  Raises :class:`BundleError`.
+
+    ``limits`` (default :meth:`BundleLimits.from_env`) bound what is read: docs/BUNDLE.md.
+    """
+    limits = BundleLimits.from_env() if limits is None else limits
     root = Path(root).resolve()
     if not root.is_dir():
         raise BundleError(".", f"bundle directory {root} does not exist")
@@ -224,10 +254,10 @@ def load_bundle(root: Path | str, *, verify_hash: bool = True) -> Bundle:
     if not (root / STATE_DIR).is_dir():
         raise BundleError(STATE_DIR, "required directory is missing")
 
-    bundle_files(root)  # refuses links and special files, also when the hash is not checked
-    manifest = _manifest(_load_json(root / MANIFEST))
+    bundle_files(root, limits)  # refuses links, special files and sizes over limits, hash or not
+    manifest = _manifest(_load_json(root, MANIFEST, limits))
     if verify_hash:
-        actual = hash_bundle(root)
+        actual = hash_bundle(root, limits)
         if actual != manifest.content_hash:
             raise BundleError(
                 MANIFEST,
@@ -235,16 +265,19 @@ def load_bundle(root: Path | str, *, verify_hash: bool = True) -> Bundle:
                 "re-hash with envgym.bundle.write_manifest after editing",
                 field="content_hash",
             )
-    functions = {name: _defined_functions(root, name) for name in CODE_FILES}
-    tasks = _load_tasks(root / TASKS, functions)
+    functions = {name: defined_functions(_read(root, name, limits.code_bytes, "code_bytes"), name)
+                 for name in CODE_FILES}
+    tasks = _load_tasks(root, functions, limits)
     return Bundle(root=root, manifest=manifest, tasks=tasks)
 
 
-def _load_json(path: Path) -> Any:
+def _load_json(root: Path, rel: str, limits: BundleLimits) -> Any:
+    data = _read(root, rel, limits.manifest_bytes, "manifest_bytes")
     try:
-        return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(path.name, f"not valid JSON: {exc}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BundleError(rel, f"not valid JSON: not UTF-8 text: {exc}") from None
+    return parse_json(text, rel, limits.json_depth)
 
 
 def _validate(data: Any, schema_name: str, file: str) -> None:
@@ -278,69 +311,46 @@ def _manifest(data: Any) -> Manifest:
     )
 
 
-_AST_LOCK = threading.Lock()
-
-
-def parse_python(source: str, filename: str = "<bundle>") -> ast.Module:
-    """``ast.parse`` that is safe while other threads parse too (issue 8 item 9a).
-
-    CPython 3.11.7 keeps the counter that ``ast.parse`` uses while it converts its C tree into
-    Python objects in interpreter-wide state.  A garbage collection during that conversion can
-    run finalizers (``__del__``, weakref callbacks), i.e. bytecode, so the GIL may pass to
-    another thread; if that thread parses too, both share the counter and one of them fails with
-    ``SystemError: AST constructor recursion depth mismatch``.  A lock alone serializes only the
-    parses that take it (in-process tools, verifiers and synthesis code parse on their own), so
-    the collector is also paused for the parse: no finalizer runs, nothing hands the GIL over,
-    and this parse cannot be interleaved with any other.
-    """
-    with _AST_LOCK:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return ast.parse(source, filename=filename)
-        finally:
-            if enabled:
-                gc.enable()
-
-
-def _defined_functions(root: Path, file: str) -> dict[str, ast.FunctionDef]:
-    """Top-level functions of a bundle module, parsed (never executed) on the host."""
+def _task_lines(root: Path, limits: BundleLimits) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of tasks.jsonl, each line read only if within the limits."""
+    fd = _root_fd(root)
     try:
-        source = _read_nofollow(root, file).decode()
-        tree = parse_python(source, filename=file)
-    except SyntaxError as exc:
-        raise BundleError(file, f"syntax error at line {exc.lineno}: {exc.msg}") from None
-    except UnicodeDecodeError as exc:
-        raise BundleError(file, f"not UTF-8 text: {exc}") from None
-    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    if file == "tools.py":
-        for name, node in funcs.items():
-            if name.startswith("_"):
-                continue
-            args = node.args
-            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
-                if arg.annotation is None:
-                    raise BundleError(
-                        file,
-                        f"tool {name!r} (line {node.lineno}): parameter {arg.arg!r} has no type hint",
-                        field=name,
-                    )
-            if args.vararg or args.kwarg:
-                raise BundleError(file, f"tool {name!r}: *args/**kwargs cannot be described to a model", field=name)
-    return funcs
+        task_fd = open_file(fd, TASKS, TASKS)
+    finally:
+        os.close(fd)
+    with os.fdopen(task_fd, "rb") as fh:
+        size = os.fstat(task_fd).st_size
+        if size > limits.tasks_bytes:
+            raise BundleError(TASKS, f"is {size} bytes, over the limit tasks_bytes = "
+                                     f"{limits.tasks_bytes} {knob('tasks_bytes')}")
+        lineno = total = 0
+        while raw := fh.readline(limits.task_line_bytes + 1):
+            lineno += 1
+            total += len(raw)
+            where = f"line {lineno}"
+            if lineno > limits.task_lines:
+                raise BundleError(TASKS, f"more than {limits.task_lines} lines {knob('task_lines')}", field=where)
+            if len(raw) > limits.task_line_bytes:
+                raise BundleError(TASKS, f"line longer than {limits.task_line_bytes} bytes "
+                                         f"{knob('task_line_bytes')}", field=where)
+            if total > limits.tasks_bytes:
+                raise BundleError(TASKS, f"grew past {limits.tasks_bytes} bytes while read", field=where)
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BundleError(TASKS, f"not UTF-8 text: {exc}", field=where) from None
 
 
-def _load_tasks(path: Path, functions: Mapping[str, Mapping[str, ast.FunctionDef]]) -> tuple[Task, ...]:
+def _load_tasks(
+    root: Path, functions: Mapping[str, Mapping[str, ast.FunctionDef]], limits: BundleLimits
+) -> tuple[Task, ...]:
     tasks: list[Task] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in _task_lines(root, limits):
         if not line.strip():
             continue
         where = f"line {lineno}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BundleError(TASKS, f"not valid JSON: {exc}", field=where) from None
+        data = parse_json(line, TASKS, limits.json_depth, field=where)
         try:
             _validate(data, "task", TASKS)
         except BundleError as exc:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from envgym import registry
-from envgym.bundle import BundleError, load_bundle
+from envgym.bundle import Bundle, BundleError, load_bundle
 
 app = typer.Typer(help="envgym: synthesized tool-use environments for agentic RL.", no_args_is_help=True)
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -33,6 +33,16 @@ def _bundle_dir(target: str) -> Path:
         raise  # unreachable
 
 
+def _load(target: str) -> Bundle:
+    """The bundle behind ``target``, or a clear error and exit 2 (a hostile bundle's sizes,
+    nesting and encoding are BundleErrors; a bad $ENVGYM_BUNDLE_MAX_* is a ValueError)."""
+    try:
+        return load_bundle(_bundle_dir(target))
+    except ValueError as exc:
+        _fail(str(exc))
+        raise  # unreachable
+
+
 @app.command("list")
 def list_envs() -> None:
     """List the registered environments."""
@@ -49,10 +59,7 @@ def show(target: str = typer.Argument(..., help="environment id or bundle direct
     """Show an environment: manifest, tools and tasks."""
     from envgym.sandbox import open_sandbox
 
-    try:
-        bundle = load_bundle(_bundle_dir(target))
-    except BundleError as exc:
-        _fail(str(exc))
+    bundle = _load(target)
     m = bundle.manifest
     console.print(f"[bold]{m.name}[/] — {m.category}\n{m.description}")
     console.print(f"path: {bundle.root}\nhash: {m.content_hash}\nprovenance: {m.provenance}")
@@ -92,11 +99,11 @@ def check(
         given = {"sandbox": sandbox, "reruns": reruns}
         raise typer.Exit(handler.run(target, as_json=as_json, console=console,
                                      **{k: v for k, v in given.items() if k in handler.options}))
-    try:
-        bundle = load_bundle(_bundle_dir(target))
+    bundle = _load(target)
+    try:  # the check reads state/ into memory again: within the same limits, or a clear error
+        report = check_bundle(bundle, sandbox=sandbox, corruptions_per_task=corruptions, reruns=reruns)
     except BundleError as exc:
         _fail(str(exc))
-    report = check_bundle(bundle, sandbox=sandbox, corruptions_per_task=corruptions, reruns=reruns)
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict()) + "\n")
     else:

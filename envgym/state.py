@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from envgym.bundle_limits import read_tree
 from envgym.sandbox.quota import DEFAULT_QUOTA_BYTES, BoundedDir
 
 QUOTA_ENV = "ENVGYM_STATE_QUOTA_BYTES"  # overrides the default episode quota
@@ -51,17 +52,9 @@ class PristineState:
     """The bundle's initial state, read once into memory, written out on every reset."""
 
     def __init__(self, source: Path) -> None:
-        entries: list[_Entry] = []
-        for directory, dirs, files in os.walk(source):
-            dirs.sort()
-            base = Path(directory)
-            for name in dirs:
-                path = base / name
-                entries.append(_Entry(path.relative_to(source).as_posix(), None, path.stat().st_mode & 0o777))
-            for name in sorted(files):
-                path = base / name
-                entries.append(_Entry(path.relative_to(source).as_posix(), path.read_bytes(), path.stat().st_mode & 0o777))
-        self.entries = tuple(entries)
+        # Bounded before anything is read (sizes, entries, depth) and never through a link:
+        # this copy lives in memory and in every episode's tmpfs (envgym.bundle_limits).
+        self.entries = tuple(_Entry(rel, data, mode) for rel, data, mode in read_tree(source))
 
     def write_into(self, dest: Path) -> None:
         """Make ``dest`` (which must exist) hold exactly the pristine state."""
