@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -148,7 +148,8 @@ def _root_fd(root: Path) -> int:
     try:
         return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
-        raise BundleError(".", f"bundle directory {root} cannot be opened: {exc.strerror}") from None
+        message = f"bundle directory {root} cannot be opened: {exc.strerror}"
+        raise BundleError(".", message) from None
 
 
 def bundle_files(root: Path, limits: BundleLimits | None = None) -> list[str]:
@@ -161,26 +162,26 @@ def bundle_files(root: Path, limits: BundleLimits | None = None) -> list[str]:
     byte of it is read.
     """
     limits = BundleLimits.from_env() if limits is None else limits
-    named = {MANIFEST: (limits.manifest_bytes, "manifest_bytes"), TASKS: (limits.tasks_bytes, "tasks_bytes"),
-             **{c: (limits.code_bytes, "code_bytes") for c in CODE_FILES}}
+    named = {MANIFEST: "manifest_bytes", TASKS: "tasks_bytes"}
+    named.update({c: "code_bytes" for c in CODE_FILES})
     found: list[str] = []
     total = state = 0
     fd = _root_fd(Path(root))
     try:
-        # bytecode caches are not content: listed (so a link named __pycache__ is refused), not entered
-        for entry in walk(fd, limits, lambda rel: named.get(rel, (limits.file_bytes, "file_bytes")),
+        # bytecode caches are not content: listed (a link named __pycache__ is refused), not entered
+        for entry in walk(fd, limits, lambda rel: named.get(rel, "file_bytes"),
                           skip=frozenset({"__pycache__"})):
             if entry.is_dir:
                 continue
             total += entry.size
             if total > limits.bundle_bytes:
-                raise BundleError(entry.rel, f"the bundle's files add up to more than "
-                                             f"{limits.bundle_bytes} bytes {knob('bundle_bytes')}")
+                raise BundleError(entry.rel, f"the bundle's files add up to too many bytes "
+                                             f"{knob(limits, 'bundle_bytes')}")
             if entry.rel.startswith(STATE_DIR + "/"):
                 state += entry.size
                 if state > limits.state_bytes:
-                    raise BundleError(entry.rel, f"{STATE_DIR}/ holds more than {limits.state_bytes} "
-                                                 f"bytes {knob('state_bytes')}")
+                    raise BundleError(entry.rel, f"{STATE_DIR}/ holds too many bytes "
+                                                 f"{knob(limits, 'state_bytes')}")
             found.append(entry.rel)
     finally:
         os.close(fd)
@@ -205,11 +206,12 @@ def hash_bundle(root: Path, limits: BundleLimits | None = None) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _read(root: Path, rel: str, cap: int, what: str) -> bytes:
-    """The bytes of ``root/rel``, at most ``cap``; a link swapped in after the walk fails (ELOOP)."""
+def _read(root: Path, rel: str, limits: BundleLimits, what: str) -> bytes:
+    """The bytes of ``root/rel``, at most ``limits.<what>``; a link swapped in after the walk
+    fails (ELOOP) instead of being followed."""
     fd = _root_fd(root)
     try:
-        return read_fd(open_file(fd, rel, rel), rel, cap, what)
+        return read_fd(open_file(fd, rel, rel), rel, limits, what)
     finally:
         os.close(fd)
 
@@ -225,7 +227,7 @@ def write_manifest(
     """(Re)write ``manifest.json`` with the current content hash; returns the manifest."""
     root = Path(root)
     prov = {"model": None, "seed": None, **provenance}
-    prov.setdefault("created_at", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    prov.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
     data = {
         "schema_version": SCHEMA_VERSION,
         "name": name,
@@ -239,7 +241,9 @@ def write_manifest(
     return _manifest(data)
 
 
-def load_bundle(root: Path | str, *, verify_hash: bool = True, limits: BundleLimits | None = None) -> Bundle:
+def load_bundle(
+    root: Path | str, *, verify_hash: bool = True, limits: BundleLimits | None = None
+) -> Bundle:
     """Load and validate a bundle directory.  Raises :class:`BundleError`.
 
     ``limits`` (default :meth:`BundleLimits.from_env`) bound what is read: docs/BUNDLE.md.
@@ -265,19 +269,19 @@ def load_bundle(root: Path | str, *, verify_hash: bool = True, limits: BundleLim
                 "re-hash with envgym.bundle.write_manifest after editing",
                 field="content_hash",
             )
-    functions = {name: defined_functions(_read(root, name, limits.code_bytes, "code_bytes"), name)
+    functions = {name: defined_functions(_read(root, name, limits, "code_bytes"), name)
                  for name in CODE_FILES}
     tasks = _load_tasks(root, functions, limits)
     return Bundle(root=root, manifest=manifest, tasks=tasks)
 
 
 def _load_json(root: Path, rel: str, limits: BundleLimits) -> Any:
-    data = _read(root, rel, limits.manifest_bytes, "manifest_bytes")
+    data = _read(root, rel, limits, "manifest_bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BundleError(rel, f"not valid JSON: not UTF-8 text: {exc}") from None
-    return parse_json(text, rel, limits.json_depth)
+    return parse_json(text, rel, limits)
 
 
 def _validate(data: Any, schema_name: str, file: str) -> None:
@@ -321,20 +325,21 @@ def _task_lines(root: Path, limits: BundleLimits) -> Iterator[tuple[int, str]]:
     with os.fdopen(task_fd, "rb") as fh:
         size = os.fstat(task_fd).st_size
         if size > limits.tasks_bytes:
-            raise BundleError(TASKS, f"is {size} bytes, over the limit tasks_bytes = "
-                                     f"{limits.tasks_bytes} {knob('tasks_bytes')}")
+            raise BundleError(TASKS, f"is too big: {size} bytes {knob(limits, 'tasks_bytes')}")
         lineno = total = 0
         while raw := fh.readline(limits.task_line_bytes + 1):
             lineno += 1
             total += len(raw)
             where = f"line {lineno}"
             if lineno > limits.task_lines:
-                raise BundleError(TASKS, f"more than {limits.task_lines} lines {knob('task_lines')}", field=where)
+                message = f"too many lines {knob(limits, 'task_lines')}"
+                raise BundleError(TASKS, message, field=where)
             if len(raw) > limits.task_line_bytes:
-                raise BundleError(TASKS, f"line longer than {limits.task_line_bytes} bytes "
-                                         f"{knob('task_line_bytes')}", field=where)
+                message = f"line too long {knob(limits, 'task_line_bytes')}"
+                raise BundleError(TASKS, message, field=where)
             if total > limits.tasks_bytes:
-                raise BundleError(TASKS, f"grew past {limits.tasks_bytes} bytes while read", field=where)
+                message = f"grew too big while read {knob(limits, 'tasks_bytes')}"
+                raise BundleError(TASKS, message, field=where)
             try:
                 yield lineno, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -350,7 +355,7 @@ def _load_tasks(
         if not line.strip():
             continue
         where = f"line {lineno}"
-        data = parse_json(line, TASKS, limits.json_depth, field=where)
+        data = parse_json(line, TASKS, limits, field=where)
         try:
             _validate(data, "task", TASKS)
         except BundleError as exc:

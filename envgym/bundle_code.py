@@ -66,5 +66,9 @@ def defined_functions(data: bytes, file: str) -> dict[str, ast.FunctionDef]:
                         field=name,
                     )
             if args.vararg or args.kwarg:
-                raise BundleError(file, f"tool {name!r}: *args/**kwargs cannot be described to a model", field=name)
+                raise BundleError(
+                    file,
+                    f"tool {name!r}: *args/**kwargs cannot be described to a model",
+                    field=name,
+                )
     return funcs

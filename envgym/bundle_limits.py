@@ -14,6 +14,7 @@ Limits and their variables: docs/BUNDLE.md, "Limits".
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -73,13 +74,18 @@ class BundleLimits:
             try:
                 given[f.name] = int(raw)
             except ValueError:
-                raise ValueError(f"${ENV_PREFIX}{f.name.upper()} must be a whole number, got {raw!r}") from None
+                given[f.name] = 0
+            if given[f.name] < 1:
+                raise ValueError(
+                    f"${ENV_PREFIX}{f.name.upper()} must be a whole number of at least 1, "
+                    f"got {raw!r}"
+                )
         return cls(**given)
 
 
-def knob(name: str) -> str:
-    """The sentence that says how to raise limit ``name``."""
-    return f"(raise it with ${ENV_PREFIX}{name.upper()})"
+def knob(limits: BundleLimits, name: str) -> str:
+    """Which limit was passed, and how to raise it: ``(limit NAME = VALUE; raise it with $VAR)``."""
+    return f"(limit {name} = {getattr(limits, name)}; raise it with ${ENV_PREFIX}{name.upper()})"
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,14 @@ class Entry:
     is_dir: bool
     size: int  # max(apparent size, allocated blocks): what reading or copying it may cost
     mode: int
+
+
+def _unreadable(where: str, exc: OSError) -> BundleError:
+    """An OSError met while reading a bundle (a permission, a file that vanished or was swapped
+    for a link mid-read) as the BundleError that names the path."""
+    if exc.errno == errno.ELOOP:
+        return BundleError(where, "is a symbolic link (it appeared while the bundle was read)")
+    return BundleError(where, f"cannot be read: {exc.strerror}")
 
 
 def _size(st: os.stat_result) -> int:
@@ -105,7 +119,7 @@ def open_dir(root_fd: int, rel: str, where: str) -> int:
         try:
             nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
         except OSError as exc:
-            raise BundleError(where, f"cannot be opened without following links: {exc.strerror}") from None
+            raise _unreadable(where, exc) from None
         finally:
             os.close(fd)
         fd = nxt
@@ -115,14 +129,14 @@ def open_dir(root_fd: int, rel: str, where: str) -> int:
 def walk(
     root_fd: int,
     limits: BundleLimits,
-    file_cap: Callable[[str], tuple[int, str]],
+    file_cap: Callable[[str], str],
     *,
     prefix: str = "",
     skip: frozenset[str] = frozenset(),
 ) -> Iterator[Entry]:
     """Every entry under ``root_fd``, parents before children, never following a link.
 
-    ``file_cap(rel)`` gives a file's byte limit and the name of that limit.  Links, FIFOs,
+    ``file_cap(rel)`` names the field of ``limits`` that bounds that file's size.  Links, FIFOs,
     sockets and devices, names that are not UTF-8, too many entries and too deep directories are
     refused as they are met, so a hostile tree costs at most ``limits.entries`` stat calls.
     Directories named in ``skip`` are listed but not entered.
@@ -133,39 +147,53 @@ def walk(
         rel_dir, depth = pending.pop()
         fd = open_dir(root_fd, rel_dir, prefix + rel_dir or ".")
         try:
-            names = sorted(os.listdir(fd))
+            try:
+                names = sorted(os.listdir(fd))
+            except OSError as exc:
+                raise _unreadable(prefix + rel_dir or ".", exc) from None
             for name in names:
                 rel = f"{rel_dir}/{name}" if rel_dir else name
                 shown = prefix + rel
                 count += 1
                 if count > limits.entries:
-                    raise BundleError(shown, f"the bundle has more than {limits.entries} files and "
-                                            f"directories {knob('entries')}")
+                    raise BundleError(
+                        shown, f"too many files and directories {knob(limits, 'entries')}"
+                    )
                 try:
                     name.encode("utf-8")
                 except UnicodeEncodeError:
                     raise BundleError(ascii(shown), "the name is not UTF-8") from None
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else ""
+                except OSError as exc:
+                    raise _unreadable(shown, exc) from None
                 if stat.S_ISLNK(st.st_mode):
-                    target = os.readlink(name, dir_fd=fd)
-                    raise BundleError(shown, f"is a symbolic link (to {target!r}); bundles may not contain links")
+                    raise BundleError(
+                        shown, f"is a symbolic link (to {target!r}); bundles may not contain links"
+                    )
                 if stat.S_ISDIR(st.st_mode):
                     if depth + 1 > limits.dir_depth:
-                        raise BundleError(shown, f"directories nest deeper than {limits.dir_depth} "
-                                                f"{knob('dir_depth')}")
+                        raise BundleError(
+                            shown, f"directories nest too deeply {knob(limits, 'dir_depth')}"
+                        )
                     yield Entry(rel, True, 0, st.st_mode)
                     if name not in skip:
                         pending.append((rel, depth + 1))
                 elif stat.S_ISREG(st.st_mode):
                     size = _size(st)
-                    cap, what = file_cap(rel)
-                    if size > cap:
-                        raise BundleError(shown, f"is {size} bytes (apparent {st.st_size}, allocated "
-                                                f"{st.st_blocks * 512}), over the {cap}-byte limit "
-                                                f"{what} {knob(what)}")
+                    what = file_cap(rel)
+                    if size > getattr(limits, what):
+                        raise BundleError(
+                            shown,
+                            f"is too big: {st.st_size} bytes apparent, "
+                            f"{st.st_blocks * 512} allocated {knob(limits, what)}",
+                        )
                     yield Entry(rel, False, size, st.st_mode)
                 else:
-                    raise BundleError(shown, "is not a regular file or directory (a FIFO, socket or device)")
+                    raise BundleError(
+                        shown, "is not a regular file or directory (a FIFO, socket or device)"
+                    )
         finally:
             os.close(fd)
 
@@ -177,7 +205,7 @@ def open_file(root_fd: int, rel: str, where: str) -> int:
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
     except OSError as exc:
-        raise BundleError(where, f"cannot be read without following links: {exc.strerror}") from None
+        raise _unreadable(where, exc) from None
     finally:
         if dir_fd != root_fd:
             os.close(dir_fd)
@@ -187,20 +215,28 @@ def open_file(root_fd: int, rel: str, where: str) -> int:
     return fd
 
 
-def read_fd(fd: int, where: str, cap: int, what: str) -> bytes:
-    """All of ``fd`` (which it closes), refusing more than ``cap`` bytes before reading them."""
+def read_fd(fd: int, where: str, limits: BundleLimits, what: str) -> bytes:
+    """All of ``fd`` (which it closes), refusing more than ``limits.<what>`` bytes before
+    reading them."""
+    cap = getattr(limits, what)
     try:
         st = os.fstat(fd)
         if _size(st) > cap:
-            raise BundleError(where, f"is {_size(st)} bytes, over the {cap}-byte limit {what} {knob(what)}")
+            raise BundleError(
+                where,
+                f"is too big: {st.st_size} bytes apparent, {st.st_blocks * 512} "
+                f"allocated {knob(limits, what)}",
+            )
         parts: list[bytes] = []
         got = 0
         while chunk := os.read(fd, min(_CHUNK, cap + 1 - got)):
             parts.append(chunk)
             got += len(chunk)
             if got > cap:  # grew after the fstat
-                raise BundleError(where, f"is over the {cap}-byte limit {what} {knob(what)}")
+                raise BundleError(where, f"grew too big while read {knob(limits, what)}")
         return b"".join(parts)
+    except OSError as exc:
+        raise _unreadable(where, exc) from None
     finally:
         os.close(fd)
 
@@ -219,12 +255,15 @@ def hash_fd(fd: int, where: str, update: Callable[[bytes], Any]) -> None:
             left -= len(chunk)
         if left or os.read(fd, 1):
             raise BundleError(where, "changed size while it was hashed")
+    except OSError as exc:
+        raise _unreadable(where, exc) from None
     finally:
         os.close(fd)
 
 
-def read_tree(source: Path, limits: BundleLimits | None = None, *, where: str = "state") -> list[
-        tuple[str, bytes | None, int]]:
+def read_tree(
+    source: Path, limits: BundleLimits | None = None, *, where: str = "state"
+) -> list[tuple[str, bytes | None, int]]:
     """``(rel, bytes or None for a directory, permission bits)`` of everything under ``source``,
     parents first: the in-memory copy of a bundle's ``state/``, bounded by ``limits`` (default
     :meth:`BundleLimits.from_env`) before each byte is read, never through a link."""
@@ -232,23 +271,24 @@ def read_tree(source: Path, limits: BundleLimits | None = None, *, where: str = 
     try:
         root_fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
-        raise BundleError(where, f"cannot be opened as a directory without following links: "
-                                 f"{exc.strerror}") from None
+        raise BundleError(
+            where, f"cannot be opened as a directory without following links: {exc.strerror}"
+        ) from None
     out: list[tuple[str, bytes | None, int]] = []
     total = 0
     try:
-        for entry in walk(root_fd, limits, lambda rel: (limits.file_bytes, "file_bytes"),
-                          prefix=f"{where}/"):
+        for entry in walk(root_fd, limits, lambda rel: "file_bytes", prefix=f"{where}/"):
             if entry.is_dir:
                 out.append((entry.rel, None, entry.mode & 0o777))
                 continue
             shown = f"{where}/{entry.rel}"
             total += entry.size
             if total > limits.state_bytes:
-                raise BundleError(shown, f"{where}/ holds more than {limits.state_bytes} bytes "
-                                         f"{knob('state_bytes')}")
+                raise BundleError(
+                    shown, f"{where}/ holds too many bytes {knob(limits, 'state_bytes')}"
+                )
             fd = open_file(root_fd, entry.rel, shown)
-            out.append((entry.rel, read_fd(fd, shown, limits.file_bytes, "file_bytes"), entry.mode & 0o777))
+            out.append((entry.rel, read_fd(fd, shown, limits, "file_bytes"), entry.mode & 0o777))
     finally:
         os.close(root_fd)
     return out
@@ -258,7 +298,7 @@ def read_tree(source: Path, limits: BundleLimits | None = None, *, where: str = 
 # One left-to-right pass: a whole string (escapes included), a bracket, or an unterminated
 # string's opening quote (the line is invalid JSON; scanning stops there, so the pass stays
 # linear however many quotes follow).
-_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|"', re.S)
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|"', re.DOTALL)
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -267,24 +307,28 @@ def json_depth(text: str) -> int:
     """How deeply arrays/objects nest in JSON ``text``, without recursing (linear time)."""
     tokens = _TOKENS.findall(text)
     if '"' in tokens:
-        del tokens[tokens.index('"'):]
+        del tokens[tokens.index('"') :]
     return max(accumulate(_STEP.get(t, 0) for t in tokens), default=0)
 
 
-def parse_json(text: str, file: str, max_depth: int, *, field: str | None = None) -> Any:
+def parse_json(text: str, file: str, limits: BundleLimits, *, field: str | None = None) -> Any:
     """``json.loads`` of bundle text that cannot recurse deeply or blow up; BundleError if bad."""
     import json
 
+    max_depth = limits.json_depth
     # fewer brackets than the limit cannot nest past it: most lines skip the scan
     opened = text.count("[") + text.count("{")
     depth = json_depth(text) if opened > max_depth else opened
     if depth > max_depth:
-        raise BundleError(file, f"JSON nests {depth} levels deep, over the limit of {max_depth} "
-                               f"{knob('json_depth')}", field=field)
+        raise BundleError(
+            file, f"JSON nests {depth} levels deep {knob(limits, 'json_depth')}", field=field
+        )
     try:
         data = json.loads(text)
     except RecursionError:  # defensive: the scan above should make this unreachable
-        raise BundleError(file, f"JSON nests too deeply (limit {max_depth})", field=field) from None
+        raise BundleError(
+            file, f"JSON nests too deeply {knob(limits, 'json_depth')}", field=field
+        ) from None
     except ValueError as exc:  # JSONDecodeError, and integers of more than 4300 digits
         raise BundleError(file, f"not valid JSON: {exc}", field=field) from None
     if _SURROGATE.search(text):
@@ -293,6 +337,7 @@ def parse_json(text: str, file: str, max_depth: int, *, field: str | None = None
         try:
             json.dumps(data, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            raise BundleError(file, "a string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)",
-                             field=field) from None
+            raise BundleError(
+                file, "a string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)", field=field
+            ) from None
     return data
