@@ -12,14 +12,25 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-import jsonschema
-#: Deepest argument nesting accepted.  Real tool arguments are a few levels deep; far deeper
-#: values crash recursive code on the way (jsonschema's error formatting, pprint, json) with a
-#: RecursionError, so they are refused up front with a message instead (issue 8, item 4).
-MAX_ARGUMENT_DEPTH = 64
-_MAX_PROBLEM_CHARS = 300  # one validation problem, as shown to the agent
+from referencing.exceptions import Unresolvable
 
 from envgym.sandbox.base import CallOutcome, Sandbox, ToolSpec
+from envgym.schema_guard import check_schema
+from envgym.schema_validator import (
+    VALIDATION_DEADLINE_S,
+    StrictValidator,
+    ValidationTimeout,
+    deadline,
+    tool_validator,
+)
+
+__all__ = ["StrictValidator", "ToolResult", "ToolTable", "outcome_to_result", "run_tool"]
+
+#: Deepest argument nesting accepted.  Real tool arguments are a few levels deep; far deeper
+#: values crash recursive code on the way (jsonschema's error formatting, pprint, json) with a
+#: RecursionError, so they are refused up front with a message instead.
+MAX_ARGUMENT_DEPTH = 64
+_MAX_PROBLEM_CHARS = 300  # one validation problem, as shown to the agent
 
 DEFAULT_OUTPUT_CAP = 16_384  # characters of a tool result shown to the agent
 
@@ -61,17 +72,6 @@ def _type_check(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
     if item is None:
         return None
     return lambda v: isinstance(v, list) and all(item(x) for x in v)
-
-
-#: JSON Schema counts 2.0 as an integer, but the tool is Python: ``"ab" * 2.0`` raises, and an
-#: ``int`` parameter must receive an int.  Integers are therefore ints here, as in the fast path
-#: (issue 8, item 10).
-StrictValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _checker, value: _JSON_TYPES["integer"](value)
-    ),
-)
 
 
 #: Exact Python types of decoded JSON per JSON type: ``type(v) in ...`` is one C-level test,
@@ -145,8 +145,12 @@ class ToolTable:
     """The tools of one bundle, with a compiled argument validator per tool."""
 
     def __init__(self, specs: list[ToolSpec]) -> None:
+        """Raises :class:`~envgym.schema_guard.SchemaRefused` (a ValueError naming the tool) for
+        a schema the host will not compile: remote references, patterns RE2 cannot run, too big."""
+        for spec in specs:
+            check_schema(spec.parameters, tool=spec.name)
         self.specs = {s.name: s for s in specs}
-        self._validators = {s.name: StrictValidator(s.parameters) for s in specs}
+        self._validators = {s.name: tool_validator(s.parameters) for s in specs}
         self._fast = {s.name: _FastCheck.build(s.parameters) for s in specs}
         self._schemas = [s.openai() for s in specs]
 
@@ -168,9 +172,15 @@ class ToolTable:
             return None
         try:
             # islice: a huge argument can have thousands of errors; five are shown.
-            problems = list(islice(self._validators[name].iter_errors(dict(arguments)), 50))
+            with deadline(VALIDATION_DEADLINE_S):
+                problems = list(islice(self._validators[name].iter_errors(dict(arguments)), 50))
         except RecursionError:  # a schema recursing on itself; depth alone is checked above
             return f"invalid arguments for {name}: they could not be checked (too deeply nested)"
+        except ValidationTimeout:  # a schema that branches exponentially through its own $refs
+            return (f"invalid arguments for {name}: checking them against the tool's schema took "
+                    f"over {VALIDATION_DEADLINE_S:g} s; send smaller or simpler arguments")
+        except (Unresolvable, TypeError, ValueError) as err:  # a schema broken in a way the load missed
+            return f"invalid arguments for {name}: the tool's schema cannot check them ({type(err).__name__})"
         if not problems:
             return None
         # Sorted by where and what, never by str(error): that pretty-prints the whole instance.

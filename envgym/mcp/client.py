@@ -129,6 +129,7 @@ class McpConnection:
 
         try:
             async with Client(self._transport()) as client:
+                _skip_output_schemas(client)
                 self._client = client
                 self._ready.set()
                 await self._stop.wait()
@@ -232,6 +233,21 @@ class McpConnection:
             self._helper.shutdown(wait=False)
         if self._own_stderr:
             self._stderr.close()
+
+
+async def _no_output_check(name: str, result: types.CallToolResult) -> None:
+    """Stands in for the SDK's ``validate_tool_result`` (see :func:`_skip_output_schemas`)."""
+
+
+def _skip_output_schemas(client: Any) -> None:
+    """Turn off the SDK's check of results against a tool's ``outputSchema``.
+
+    The SDK compiles the server's output schema with jsonschema and runs its ``pattern`` with
+    Python's backtracking ``re`` inside the event loop, where no call timeout can interrupt it:
+    a hostile server would block the host with a pattern like ``^(a+)+$``.  envgym gains nothing
+    from the check (a result is untrusted text for the agent either way), so it is skipped; the
+    SDK calls it as ``session.validate_tool_result``, which this instance attribute replaces."""
+    client.session.validate_tool_result = _no_output_check
 
 
 def _describe(err: BaseException) -> str:

@@ -15,6 +15,7 @@ arguments against their ``inputSchema`` before a call leaves envgym); ``call_too
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -25,6 +26,9 @@ import mcp_types as types
 
 from envgym.mcp.client import McpConnection, McpFailure, ServerSpec
 from envgym.sandbox.base import CallError, CallOutcome, ToolSpec
+from envgym.schema_guard import SchemaRefused, check_schema
+
+log = logging.getLogger(__name__)
 
 _ERRORS = {"timeout": CallError.TIMEOUT, "crash": CallError.CRASH, "protocol": CallError.PROTOCOL}
 _SCHEMA_NOISE = frozenset({"$schema", "$id"})
@@ -52,6 +56,9 @@ class McpToolset:
         self._conn: McpConnection | None = None
         self._specs: list[ToolSpec] | None = None
         self.restarts = 0  # restarts after a failed call (for tests and reports)
+        #: tools the server listed whose input schema the host will not compile (remote or file
+        #: ``$ref``, a pattern RE2 cannot run, too large…): name → why.  They are not offered.
+        self.refused: dict[str, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, state_dir: Path | None = None) -> None:
@@ -69,7 +76,7 @@ class McpToolset:
             raise
         self._conn = conn
         if self._specs is None:
-            self._specs = [self._spec_of(t) for t in tools]
+            self._specs = self._specs_of(tools)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -113,6 +120,25 @@ class McpToolset:
     def owns(self, name: str) -> bool:
         return name.startswith(self.prefix) and any(s.name == name for s in self.describe_tools())
 
+    def _specs_of(self, tools: list[types.Tool]) -> list[ToolSpec]:
+        """The specs of the tools whose schemas pass :func:`~envgym.schema_guard.check_schema`.
+
+        A refused tool is dropped with a warning, not the whole server: one tool with a remote
+        ``$ref`` should not take its neighbours away, and a dropped tool is simply not offered
+        (a call of it is an unknown tool, like any other name the server never listed)."""
+        specs: list[ToolSpec] = []
+        for tool in tools:
+            spec = self._spec_of(tool)
+            try:
+                check_schema(spec.parameters, tool=spec.name)
+            except SchemaRefused as err:
+                reason = f"{err} (MCP server {self.spec.name})"
+                self.refused[spec.name] = reason
+                log.warning("dropping a tool: %s", reason)
+                continue
+            specs.append(spec)
+        return specs
+
     def _spec_of(self, tool: types.Tool) -> ToolSpec:
         schema = {k: v for k, v in (tool.input_schema or {}).items() if k not in _SCHEMA_NOISE}
         schema.setdefault("type", "object")
@@ -122,7 +148,7 @@ class McpToolset:
     def call_tool(self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None) -> CallOutcome:
         """Call ``name`` (with the prefix) on the server; never raises on what the server does."""
         started = time.monotonic()
-        remote = name[len(self.prefix):] if name.startswith(self.prefix) else name
+        remote = name.removeprefix(self.prefix)
         try:
             if not self.running:
                 self.start()
