@@ -74,6 +74,9 @@ class RolloutConfig:
     max_turns: int = 16
     max_seconds: float = 600.0
     concurrency: int = 8
+    # A step whose share of errored episodes (infrastructure failures, left out of training)
+    # passes this stops the run; null: never stop (past 2 % it still warns with the cause).
+    max_errored_share: float | None = 0.1
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,10 @@ def check(c: TrainConfig) -> None:
     _non_negative(r, "top_k", where="rollout")
     if r.max_seconds <= 0:
         raise ConfigError(f"rollout.max_seconds must be > 0, not {r.max_seconds}")
+    if r.max_errored_share is not None and not 0.0 <= r.max_errored_share <= 1.0:
+        raise ConfigError(
+            f"rollout.max_errored_share must be in [0, 1] or null, not {r.max_errored_share}"
+        )
     if c.minibatches > r.prompts * r.group_size:
         raise ConfigError(
             f"minibatches ({c.minibatches}) must be ≤ the episodes per batch "

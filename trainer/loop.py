@@ -50,6 +50,7 @@ from torch import nn
 
 from envgym.policy import SamplingParams
 from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
+from envgym.rollout.errored import ErroredShare, check_errored
 from trainer.batch import (
     Group,
     group_results,
@@ -153,6 +154,7 @@ class Trainer:
         )
         self._resumed_from: Path | None = None
         self._retry: list[TaskRef] = []  # async: stale prompts to roll out again
+        self._errored = ErroredShare()  # this step's episodes, errored or not
 
     # -- resume ----------------------------------------------------------------------------------
     def maybe_resume(self) -> Path | None:
@@ -258,6 +260,8 @@ class Trainer:
         runs = await asyncio.gather(*(one(e, ts) for e, ts in by_env.items()))
         groups: list[Group] = []
         for env, results in zip(by_env, runs):
+            for r in results:
+                self._errored = self._errored.add(r)
             found, errored = group_results(results)
             self._tally["errored"] += errored
             for g in found:
@@ -270,6 +274,7 @@ class Trainer:
         c = self.config
         self._tally = {"errored": 0, "all_correct": 0, "all_wrong": 0, "refills": 0,
                        "episodes": 0, "passed": 0, "reward_sum": 0.0, "stale_dropped": 0}
+        self._errored = ErroredShare()
         self._t0 = time.monotonic()
         kept: list[Group] = []
         rounds = 1 + (c.dynamic_sampling.max_refills if c.dynamic_sampling.enabled else 0)
@@ -306,6 +311,9 @@ class Trainer:
         """Update on the collected groups (unless skipped), sync, log, checkpoint."""
         groups, skipped = collected
         rollout_s = time.monotonic() - self._t0
+        # Before training on the batch: the survivors of a mostly errored batch are biased.
+        check_errored(self._errored, self.config.rollout.max_errored_share,
+                      where=f"step {self.step + 1}", log=log)
         metrics: dict[str, float] = {}
         if skipped is None:
             self.on_phase(f"step {self.step + 1}: training on {len(groups)} groups")

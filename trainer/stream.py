@@ -25,6 +25,7 @@ import time
 from typing import TYPE_CHECKING
 
 from envgym.rollout import EpisodeResult, EpisodeSpec
+from envgym.rollout.errored import ErroredShare
 from trainer.batch import Group, group_results, nonfinite_rewards
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ async def _stream_env(
     specs = [EpisodeSpec(t, s, seed=seed) for t in tasks for s in range(n)]
     async with contextlib.aclosing(trainer._engines[env].run(specs)) as stream:
         async for result in stream:
+            trainer._errored = trainer._errored.add(result)
             done = pending.setdefault(result.task_id, [])
             done.append(result)
             if len(done) < n:
@@ -102,6 +104,7 @@ async def _consume(
     c = trainer.config
     trainer._tally = {"errored": 0, "all_correct": 0, "all_wrong": 0, "refills": 0,
                       "episodes": 0, "passed": 0, "reward_sum": 0.0, "stale_dropped": 0}
+    trainer._errored = ErroredShare()  # what the producer finished while this step collected
     trainer._t0 = time.monotonic()
     trainer.on_phase(f"step {trainer.step + 1}: streaming rollouts (async)")
     refills = c.dynamic_sampling.max_refills if c.dynamic_sampling.enabled else 0

@@ -41,6 +41,12 @@ def eval_command(
     k: int = typer.Option(1, "-k", help="the k of pass@k / pass^k"),
     samples: int = typer.Option(None, "--samples", "-n", help="samples per task (≥ k; default k)"),
     limit: int = typer.Option(None, "--limit", help="evaluate the first N tasks"),
+    include_noop_tasks: bool = typer.Option(
+        False,
+        "--include-noop-tasks",
+        help="also score tasks a do-nothing agent passes (left out by default; τ²'s official "
+        "numbers include them)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
     html: Path = typer.Option(
         None, "--html", help="write the static trajectory report into this directory"
@@ -82,6 +88,9 @@ def eval_command(
     ray: str = typer.Option(
         None, "--ray", help="run env workers as Ray actors: 'local' or a cluster address"
     ),
+    max_errored_share: float = typer.Option(
+        None, "--max-errored-share", help="stop when more than this share of episodes errored"
+    ),
 ) -> None:
     """Evaluate a model on an environment: pass@k, pass^k, mean reward with 95% CIs (resumable)."""
     err = Console(stderr=True)
@@ -91,6 +100,7 @@ def eval_command(
             k=k,
             samples=samples,
             limit=limit,
+            include_noop_tasks=include_noop_tasks,
             concurrency=concurrency,
             sandbox=sandbox,
             context=policy_name,
@@ -100,6 +110,7 @@ def eval_command(
             seed=seed,
             retry_errors=retry_errors,
             ray=ray,
+            max_errored_share=max_errored_share,
             params=SamplingParams(
                 temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens
             ),
@@ -232,4 +243,16 @@ def print_summary(run: EvalRun, console: Console) -> None:
             ", ".join(f"{k}: {v}" for k, v in sorted(s.truncations.items())),
         )
     console.print(table)
+    if s.excluded_tasks:
+        console.print(excluded_note(s.excluded_tasks), markup=False)  # ids may hold brackets
     console.print(f"evaluation key {run.key}")
+
+
+def excluded_note(excluded: dict[str, str]) -> str:
+    """Which tasks the numbers above leave out, and why (a do-nothing agent passes them)."""
+    reasons = sorted(set(excluded.values()))
+    ids = ", ".join(sorted(excluded)[:8]) + (", …" if len(excluded) > 8 else "")
+    return (
+        f"{len(excluded)} tasks excluded from pass@k, pass^k and mean reward: "
+        f"{'; '.join(reasons)} ({ids}); --include-noop-tasks scores them"
+    )

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -27,13 +28,15 @@ from envgym.context import OVERFLOW_STRATEGIES, ContextManager
 from envgym.core import Env
 from envgym.policy import Policy, SamplingParams
 from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
+from envgym.rollout.errored import ErroredShare, TooManyErrored, check_errored, tally
 from envgym.store import Store
 
 from .models import ModelRef, load_policy, model_ref, model_tokenizer, model_window
-from .summary import EvalSummary, summarize
+from .summary import EvalSummary, noop_solvable, summarize
 
 Progress = Callable[[int, int, EpisodeResult | None], None]  # (done, total, just finished)
 EVAL_OVERFLOW = tuple(name for name in OVERFLOW_STRATEGIES if name != "summary")
+log = logging.getLogger(__name__)
 
 
 class EvalError(RuntimeError):
@@ -61,6 +64,11 @@ class EvalConfig:
     seed: int = 0
     retry_errors: bool = False
     ray: str | None = None  # env workers as Ray actors: "local" (ray.init()) or a cluster address
+    # score tasks a do-nothing agent passes (task metadata noop_solvable) too: τ²'s official numbers
+    include_noop_tasks: bool = False
+    # Stop when more than this share of the episodes errored (infrastructure failures, left out
+    # of the estimators); None: never stop, but past 2 % the run warns with the first cause.
+    max_errored_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -76,6 +84,8 @@ class EvalConfig:
                 f"unknown overflow strategy {self.overflow!r}; known: {', '.join(EVAL_OVERFLOW)}"
                 " or none ('summary' needs a summarizer model, which eval does not have)"
             )
+        if self.max_errored_share is not None and not 0.0 <= self.max_errored_share <= 1.0:
+            raise EvalError(f"max errored share must be in [0, 1], not {self.max_errored_share}")
         if self.context_window is not None and self.context_window < 2:
             raise EvalError(f"the context window must be ≥ 2 tokens, not {self.context_window}")
 
@@ -233,8 +243,13 @@ async def run_evaluation(
         "config": config.keyed_config(env),
         "samples": config.n,
     }
-    summary = summarize(episodes, k=config.k, meta=meta, seed=config.seed)
+    noop = {} if config.include_noop_tasks else noop_solvable(tasks)
+    summary = summarize(episodes, k=config.k, meta=meta, seed=config.seed, exclude=noop)
     store.set_summary(key, summary.to_dict())
+    try:
+        check_errored(tally(episodes), config.max_errored_share, where="eval", log=log)
+    except TooManyErrored as exc:
+        raise EvalError(str(exc)) from None
     return EvalRun(
         key=key,
         bundle=bundle,
@@ -285,14 +300,21 @@ async def _run(
         engine = RolloutEngine.local(
             policy, factory, concurrency=concurrency, params=config.params, budget=config.budget
         )
+    errored = ErroredShare()
     async with engine, contextlib.aclosing(engine.run(todo)) as stream:
         async for result in stream:
+            errored = errored.add(result)
             # One transaction per episode, written before the next is reported: a kill loses at
             # most the episodes still running.
             await asyncio.to_thread(store.add_episode, key, result)
             done += 1
             if progress is not None:
                 progress(done, total, result)
+            limit = config.max_errored_share
+            if limit is not None and errored.errored > limit * len(todo):
+                # The run's share is past the limit whatever the rest does: stop now (what is
+                # stored stays; a rerun with --retry-errors resumes).
+                raise EvalError(f"eval stopped: {errored.describe()}, over the limit of {limit:.0%}")
 
 
 def evaluate(
