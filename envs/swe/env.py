@@ -14,6 +14,7 @@ bad arguments come back as tool messages, never as exceptions.
 from __future__ import annotations
 
 import base64
+import os
 import shlex
 import shutil
 import tempfile
@@ -33,8 +34,9 @@ from envs.swe.agent_tools import SUBMIT, SweTools, ToolLimits
 from envs.swe.file_tools import JAIL_ROOT, Workspace
 from envs.swe.grade import Grade, grade
 from envs.swe.instance import SweInstance, from_record, read_instances
-from envs.swe.repo import apply_patch, checkout
 from envs.swe.patch import changed_files
+from envs.swe.repo import apply_patch, checkout
+from envs.swe.safe_read import read_regular
 
 SYSTEM_PROMPT = """You are a software engineer fixing an issue in a Python repository.
 
@@ -47,6 +49,8 @@ The repository is checked out at {root}; tools run there. Work like this:
 Your change is judged by tests you cannot see, so fix the cause described in the issue rather
 than any one symptom. There is no network access. Changes to test files and to pytest
 configuration (conftest.py, pytest.ini, tox.ini) are not kept for the evaluation."""
+
+MAX_GOLD_FILE_BYTES = 64 * 1024**2  # a gold patch's file bigger than this is refused, not read
 
 USER_PROMPT = """<issue>
 {problem}
@@ -242,11 +246,20 @@ class SweEnv(Env):
                 raise RuntimeError(f"{self.instance.instance_id}: the gold patch does not apply: {applied.reason}")
             calls: list[tuple[str, dict[str, Any]]] = []
             for path in changed_files(self.instance.patch):
-                file = tree / path
-                if not file.exists() and not file.is_symlink():
+                link = _link_target(tree, path)
+                if link is not None:
+                    # The patch makes a link: replay it as a link, never read what it points at
+                    # (a link to /proc/self/environ would put the host's secrets into the calls).
+                    calls.append(("bash", {"command": f"mkdir -p -- \"$(dirname -- {shlex.quote(path)})\" && "
+                                                      f"ln -sfn -- {shlex.quote(link)} {shlex.quote(path)}"}))  # fmt: skip
+                    continue
+                try:
+                    data = read_regular(tree, path, max_bytes=MAX_GOLD_FILE_BYTES)
+                except FileNotFoundError:
                     calls.append(("bash", {"command": f"rm -f -- {shlex.quote(path)}"}))
                     continue
-                data = file.read_bytes()
+                except OSError as err:
+                    raise RuntimeError(f"{self.instance.instance_id}: the gold patch leaves {path!r} unreadable: {err}") from None
                 try:
                     calls.append(("create", {"path": path, "content": data.decode("utf-8")}))
                 except UnicodeDecodeError:
@@ -257,3 +270,12 @@ class SweEnv(Env):
             return calls
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _link_target(tree: Path, path: str) -> str | None:
+    """The target text of ``tree/path`` when that path itself is a link (its parents are
+    checked by :func:`read_regular`), else None."""
+    try:
+        return os.readlink(tree / path) if (tree / path).is_symlink() else None
+    except OSError:
+        return None

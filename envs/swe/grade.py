@@ -13,12 +13,16 @@ there.  Instead :func:`grade`:
    hook the test run (``conftest.py``, ``pytest.ini``, ``tox.ini``, ``sitecustomize.py``,
    ``usercustomize.py``, ``*.pth``, ``*.dist-info/``) unless the gold patch itself changes them;
 3. applies the test patch (``patch_applied``), plants *canaries* among the tests of each
-   FAIL_TO_PASS file — must-fail tests named, placed and written like their neighbours — and runs F2P + P2P + canaries through
-   ``validation.run_tests`` (``-p no:cacheprovider``);
+   FAIL_TO_PASS file — copies of real tests with a planted failure, named and placed like their
+   neighbours (canaries.py) — and runs F2P + P2P + canaries through the grader's launcher
+   (trace_check.py: pytest started by a read-only boot script whose profiler counts each test
+   function's normal returns, in a report signed with a per-run key);
 4. rewards 1.0 iff every F2P test passed, no P2P test did anything but pass (a test missing from
-   the report — deleted, deselected, renamed — counts as failed), and every canary failed. A
-   canary that passed, or vanished, means the run was rigged (a plugin forcing passes, a patched
-   ``TestReport``, a rewritten junit file) and the reward is 0 whatever the other outcomes said.
+   the report — deleted, deselected, renamed — counts as failed), every canary failed, and the
+   trace agrees with pytest. A canary that passed or vanished, a test reported passed whose code
+   never returned normally, a canary that returned, noted tampering or a missing or forged trace
+   mean the run was rigged (a plugin forcing passes, a source module skipping test bodies, a
+   rewritten junit file) and the reward is 0 whatever the other outcomes said.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from envs.swe.canaries import plant_canaries
 from envs.swe.instance import SweInstance
 from envs.swe.patch import changed_files
 from envs.swe.repo import GitError, PatchResult, apply_patch, checkout, diff, git
+from envs.swe.trace_check import disagreements, graded_run, locate
 
 HOOK_FILES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "sitecustomize.py", "usercustomize.py"})
 JUNK_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".eggs"})
@@ -108,20 +113,36 @@ def grade(instance: SweInstance, workspace: Path, python_env: Any, scratch: Path
     base_report = {"patch": agent_patch, "dropped_paths": dropped, "copied_bytes": copied}
     if not applied.ok:
         return _zero("test_patch_failed", applied.reason, **base_report)
-    canaries = plant_canaries(tree, instance.fail_to_pass)
-    run = _run(tree, python_env, [*instance.fail_to_pass, *instance.pass_to_pass, *canaries], timeout_s)
+    canaries = plant_canaries(tree, instance.fail_to_pass, pass_to_pass=instance.pass_to_pass)
+    tests = [*instance.fail_to_pass, *instance.pass_to_pass]
+    locations = locate(tree, [*tests, *canaries])  # from our own text, before anything runs
+    watched = sorted({t.split("::", 1)[0] for t in (*tests, *canaries)})
+    run, trace = _run(tree, python_env, [*tests, *canaries], watched, timeout_s)
     outcomes = dict(run.outcomes)
     f2p = sum(outcomes.get(t) == "passed" for t in instance.fail_to_pass)
     p2p_failed = sum(outcomes.get(t) != "passed" for t in instance.pass_to_pass)
-    rigged = [c for c in canaries if outcomes.get(c) != "failed"]
+    canary_outcomes = {c: _canary_outcome(c, outcomes) for c in canaries}
+    rigged = [f"canary {c} did not fail ({o})" for c, o in canary_outcomes.items() if o != "failed"]
+    if run.status == "ok" or f2p or any(o == "passed" for o in outcomes.values()):
+        rigged += disagreements(outcomes, tests, canaries, locations, trace)  # pytest's word vs the trace
     solved = bool(instance.fail_to_pass) and f2p == len(instance.fail_to_pass) and p2p_failed == 0 and not rigged
     components = {"f2p_passed": float(f2p), "f2p_total": float(len(instance.fail_to_pass)),
                   "p2p_failed": float(p2p_failed), "patch_applied": 1.0,
                   "tests_ok": float(run.status == "ok"), "canary_ok": float(not rigged)}  # fmt: skip
-    report = {**base_report, "tests_status": "rigged" if rigged else run.status, "detail": run.detail,
-              "outcomes": {t: outcomes.get(t, "missing") for t in (*instance.fail_to_pass, *instance.pass_to_pass)},
-              "canaries": {c: outcomes.get(c, "missing") for c in canaries}, "duration_s": run.duration_s}  # fmt: skip
+    detail = "\n".join(["rigged: " + "; ".join(rigged[:10]), run.detail] if rigged else [run.detail])
+    report = {**base_report, "tests_status": "rigged" if rigged else run.status, "detail": detail,
+              "outcomes": {t: outcomes.get(t, "missing") for t in tests}, "canaries": canary_outcomes,
+              "rigged": rigged, "duration_s": run.duration_s}  # fmt: skip
     return Grade(1.0 if solved else 0.0, components, report)
+
+
+def _canary_outcome(canary: str, outcomes: Mapping[str, str]) -> str:
+    """A canary's outcome: "failed" only if it was reported and every instance of it (a copy of a
+    parametrized test has several) failed or errored; else the first other outcome, or missing."""
+    found = [o for i, o in outcomes.items() if i == canary or (i.startswith(canary + "[") and i.endswith("]"))]
+    if not found:
+        return "missing"
+    return next((o for o in found if o not in ("failed", "error")), "failed")
 
 
 def _zero(status: str, detail: str, **report: Any) -> Grade:
@@ -130,12 +151,11 @@ def _zero(status: str, detail: str, **report: Any) -> Grade:
     return Grade(0.0, components, {**report, "tests_status": status, "detail": detail})
 
 
-def _run(tree: Path, python_env: Any, ids: list[str], timeout_s: float) -> Any:
-    """The tests through validation.run_tests (which turns pytest's cache, an agent-plantable
-    input, off with ``-p no:cacheprovider``)."""
-    from envs.swe.validation import run_tests
-
-    return run_tests(tree, python_env, ids, timeout_s=timeout_s)
+def _run(tree: Path, python_env: Any, ids: list[str], watched: list[str], timeout_s: float) -> tuple[Any, Any]:
+    """The tests through trace_check.graded_run: pytest launched by the grader's own boot script
+    (hooks in place before the repository is importable), ``-p no:cacheprovider``, and the
+    signed trace of which test functions returned normally."""
+    return graded_run(tree, python_env, ids, watched, timeout_s=timeout_s)
 
 
 def _restore(tree: Path, base_commit: str, paths: list[str]) -> list[str]:

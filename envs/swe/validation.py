@@ -17,25 +17,36 @@ P2F, and running only the test_patch's files would miss exactly those.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envgym.sandbox.command_jail import CommandResult, Mount
 from envs.swe.instance import SweInstance
-from envs.swe.junit import JunitError, collection_errors, parse_junit, test_outcomes
+from envs.swe.junit import (
+    CHUNK_BYTES,
+    JunitError,
+    collection_errors,
+    parse_junit_chunks,
+    test_outcomes,
+)
 from envs.swe.outcomes import check_expected, classify
 from envs.swe.pyenv import PythonEnv, run_in
 from envs.swe.repair import RepairModel
 from envs.swe.repo import GitError, apply_patch, changed_files, checkout, select_test_files
+from envs.swe.safe_read import open_regular, read_regular
 from envs.swe.setup_agent import SetupResult, ensure_env
 
 JAIL_REPORT_DIR = "/junit"
 REPORT = "report.xml"
-STATUSES = ("ok", "patch_failed", "collection_error", "timeout", "no_tests", "crashed")
+STATUSES = ("ok", "patch_failed", "collection_error", "timeout", "no_tests", "crashed", "report_too_large")
+# The JUnit report is written in the jail: read without following links, at most this many bytes
+# (a 150 MiB report once took the host's memory from 61 to 1,746 MiB); over it, the run failed.
+MAX_REPORT_BYTES = 64 * 1024**2
 # Files whose content decides what an install produces: an instance without a version gets one
 # environment per distinct set of them (instances that agree share it).
 PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "noxfile.py", "Pipfile",
@@ -78,12 +89,41 @@ def run_tests(workdir: Path, env: PythonEnv, test_ids: Sequence[str] = (), *,
                 "--continue-on-collection-errors", "-q", *(["--", *test_ids] if test_ids else [])]
         result = run_in(env, workdir, argv, timeout_s=timeout_s,
                         extra_mounts=[Mount(reports, JAIL_REPORT_DIR, writable=True)])
-        report = reports / REPORT
-        text = report.read_bytes() if report.is_file() else None
-    return _judge(result, text, workdir)
+        return judge(result, reports, workdir)
 
 
-def _judge(result: CommandResult, report: bytes | None, workdir: Path) -> TestRun:
+def judge(result: CommandResult, reports: Path, workdir: Path, *, max_bytes: int = MAX_REPORT_BYTES) -> TestRun:
+    """The :class:`TestRun` of a finished pytest command whose JUnit report the jail wrote to
+    ``reports/report.xml`` (read here with ``O_NOFOLLOW``, streaming, at most ``max_bytes``)."""
+    took = round(result.duration_s, 3)
+    if result.timed_out or result.returncode is None:
+        return _judge(result, None, workdir)
+    try:
+        fd, size = open_regular(reports, REPORT)
+    except FileNotFoundError:
+        return _judge(result, None, workdir)
+    except OSError as err:  # a link, a FIFO, a directory: never read, never a pass
+        return TestRun("crashed", {}, f"the JUnit report was not a regular file ({err}); not read\n{_tail(result)}", took)
+    with os.fdopen(fd, "rb") as file:
+        if size > max_bytes:
+            return TestRun("report_too_large", {}, f"the JUnit report is {size} bytes, over the {max_bytes}-byte "
+                           "limit: it was not read and the run counts as failed (run fewer tests, or make "
+                           f"them print less)\n{_tail(result)}", took)  # fmt: skip
+        chunks = iter(lambda: file.read(CHUNK_BYTES), b"")
+        return _judge(result, _capped(chunks, max_bytes), workdir)
+
+
+def _capped(chunks: Iterator[bytes], max_bytes: int) -> Iterator[bytes]:
+    """``chunks`` until ``max_bytes`` in all (a report that grows while it is read stops there)."""
+    left = max_bytes
+    for chunk in chunks:
+        if left <= 0:
+            return
+        yield chunk[:left]
+        left -= len(chunk)
+
+
+def _judge(result: CommandResult, report: Iterable[bytes] | None, workdir: Path) -> TestRun:
     took = round(result.duration_s, 3)
     tail = _tail(result)
     if result.timed_out:
@@ -95,7 +135,7 @@ def _judge(result: CommandResult, report: bytes | None, workdir: Path) -> TestRu
         status = "no_tests" if rc == 5 else "collection_error" if rc in (2, 4) else "crashed"
         return TestRun(status, {}, f"pytest exited {rc} without a JUnit report\n{tail}", took)
     try:
-        outcomes = parse_junit(report, repo_dir=workdir)
+        outcomes = parse_junit_chunks(report, repo_dir=workdir)
     except JunitError as exc:
         return TestRun("crashed", {}, f"pytest exited {rc}: {exc}\n{tail}", took)
     broken = collection_errors(outcomes)
@@ -119,10 +159,14 @@ def _tail(result: CommandResult, chars: int = 3000) -> str:
 
 def packaging_version(repo_dir: Path) -> str:
     """A version for instances without one: a digest of the packaging files' contents."""
-    files = sorted({p for pattern in PACKAGING for p in repo_dir.glob(pattern) if p.is_file()})
+    files = sorted({p.relative_to(repo_dir).as_posix() for pattern in PACKAGING for p in repo_dir.glob(pattern)})
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.relative_to(repo_dir).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for rel in files:  # the repository is input: a link among them is skipped, never followed
+        try:
+            data = read_regular(repo_dir, rel, max_bytes=MAX_REPORT_BYTES)
+        except OSError:
+            continue
+        digest.update(rel.encode() + b"\0" + data + b"\0")
     return "deps-" + digest.hexdigest()[:12]
 
 
