@@ -53,7 +53,7 @@ def _refused(
 ) -> BundleError:
     """load_bundle fails on ``file`` (a prefix ending in "*": any file under it), naming needles."""
     with pytest.raises(BundleError) as exc:
-        load_bundle(root, limits=limits)
+        load_bundle(root) if limits is None else load_bundle(root, limits=limits)
     if file.endswith("*"):
         assert exc.value.file.startswith(file[:-1]), str(exc.value)
     else:
@@ -320,7 +320,7 @@ def test_cli_prints_a_clear_error_not_a_traceback(
         "bad_limit": "ENVGYM_BUNDLE_MAX_JSON_DEPTH",
     }[spoil]
     if spoil == "deep_json":
-        _tasks(root, "{" * 50_000 + "\n")
+        _tasks(root, "[" * 50_000 + "\n")
     elif spoil == "sparse_state":
         _sparse(root / "state" / "huge.bin", 2 * GIB)
     elif spoil == "deep_python":
