@@ -16,6 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from envgym.bundle_limits import json_depth
+
 Path_ = tuple[Any, ...]  # keys/indices from the submission root; "json" marks a JSON string
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 
@@ -67,10 +69,12 @@ def _expand(value: Any) -> Any:
         return {k: _expand(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_expand(v) for v in value]
-    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+    # a gold submission comes from bundle code: JSON nested past 64 levels is left a plain string
+    # (json.loads would recurse into a RecursionError), and so is a digit bomb (ValueError)
+    if isinstance(value, str) and value.strip()[:1] in ("{", "[") and json_depth(value) <= 64:
         try:
             return _Json(_expand(json.loads(value)))
-        except json.JSONDecodeError:
+        except ValueError:
             return value
     return value
 

@@ -336,3 +336,26 @@ def test_cli_prints_a_clear_error_not_a_traceback(
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert "error:" in result.stderr and needle in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(
+    "answer", ["'[' * 100_000 + ']' * 100_000", "'[' + '9' * 5000 + ']'"], ids=["deep", "digits"]
+)
+def test_check_survives_a_gold_submission_holding_hostile_json(root: Path, answer: str) -> None:
+    """envgym check expands JSON held in string arguments to corrupt it field by field; a gold
+    answer from bundle code nested 100k deep (or a digit bomb) stays a plain string instead."""
+    solution = (root / "solution.py").read_text()
+    call = "tools.submit_result(answer_text=value)"
+    assert call in solution
+    (root / "solution.py").write_text(
+        solution.replace(call, f"tools.submit_result(answer_text={answer})")
+    )
+    _rehash(root)
+    result = runner.invoke(
+        app, ["check", str(root), "--json", "--corruptions", "3", "--reruns", "1"]
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    assert result.exit_code == 1  # the verifier rejects that gold answer: a report, not a crash
+    assert json.loads(result.stdout)["passed"] is False
