@@ -6,13 +6,17 @@ For each task, in the sandbox (docs/CHECK.md):
 2. on the state the gold run left: random single-field corruptions are rejected
    (≥ ``min_rejection``), and every generic exploit (``envgym.adversarial``) is rejected, or,
    where it is the gold answer in another form, accepted or rejected;
-3. on fresh state: every rule the gold verdict reports has a per-rule witness, a submission whose
+3. on fresh state: every rule the task declares (``envgym.check_rules``: its generator's
+   constraints and its witnesses, known independently of the verifier) is reported by the gold
+   verdict, and every rule declared or reported has a per-rule witness, a submission whose
    verdict fails exactly that rule (declared in tasks.jsonl, or found among the corruptions);
    the empty submission and the no-op are rejected;
 4. the task's greedy ``baseline`` (if any) runs and its solve rate is reported per difficulty.
 
 A verifier that raises, crashes, times out or returns a malformed report fails the task: a
-broken verifier is never read as a rejection (issue 9, "What was found" 3).
+broken verifier is never read as a rejection.  Any problem found fails the task: a problem is
+never a mere note (a witness whose rule the verifier stopped reporting was once only noted, and
+the task passed while its verifier paid answers breaking that rule).
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from typing import Any
 
 from envgym.adversarial import exploits
 from envgym.bundle import Bundle, Task
+from envgym.check_rules import declared_rules
 from envgym.corrupt import corruptions
 from envgym.sandbox import Limits, Sandbox, SolveOutcome, open_sandbox
 from envgym.state import EpisodeDirs
 from envgym.verdict import Verdict
+
 
 @dataclass(frozen=True)
 class TaskCheck:
@@ -44,6 +50,8 @@ class TaskCheck:
     min_rejection: float = 0.95
     rules: tuple[str, ...] = ()  # the check names the gold verdict reports
     rules_covered: tuple[str, ...] = ()  # rules with a valid per-rule witness
+    # the rules the task declares independently of the verifier (envgym.check_rules)
+    declared_rules: tuple[str, ...] = ()
     witnesses_declared: int = 0
     witnesses_valid: int = 0
     exploits_tried: int = 0
@@ -57,8 +65,14 @@ class TaskCheck:
         return self.corruptions_rejected / self.corruptions_tried if self.corruptions_tried else 0.0
 
     @property
+    def required_rules(self) -> tuple[str, ...]:
+        """Every rule that needs a witness: declared by the task or reported by the verifier."""
+        return tuple(dict.fromkeys(self.declared_rules + self.rules))
+
+    @property
     def rule_coverage(self) -> float:
-        return len(self.rules_covered) / len(self.rules) if self.rules else 0.0
+        required = self.required_rules
+        return len(set(self.rules_covered) & set(required)) / len(required) if required else 0.0
 
     @property
     def passed(self) -> bool:
@@ -71,11 +85,12 @@ class TaskCheck:
             and self.rule_coverage == 1.0
             and not self.exploits_failed
             and self.verifier_errors == 0
+            and not self.problems
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rejection_rate": self.rejection_rate, "rule_coverage": self.rule_coverage,
-                "passed": self.passed}
+                "required_rules": list(self.required_rules), "passed": self.passed}
 
 
 @dataclass(frozen=True)
@@ -104,8 +119,8 @@ class CheckReport:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        covered = sum(len(t.rules_covered) for t in self.tasks)
-        rules = sum(len(t.rules) for t in self.tasks)
+        covered = sum(len(set(t.rules_covered) & set(t.required_rules)) for t in self.tasks)
+        rules = sum(len(t.required_rules) for t in self.tasks)
         return {
             "bundle": self.bundle,
             "content_hash": self.content_hash,
@@ -199,6 +214,14 @@ def check_task(
         problems.append("gold rejected: " + "; ".join(f"{c.name}: {c.detail}" for c in failed[:3]))
     reruns_agree = len(runs) == max(1, reruns) and len({(s, v.passed) for s, v in runs}) == 1
     rules = tuple(c.name for c in runs[-1][1].checks) if gold_passed else ()
+    declared, declared_problem = declared_rules(task.metadata, tuple(w.rule for w in task.witnesses))
+    if declared_problem is not None:
+        problems.append(declared_problem)
+    if gold_passed:
+        for rule in declared:
+            if rule not in rules:
+                problems.append(f"rule {rule!r} is declared by the task but the gold verdict does not "
+                                "report it (the verifier does not check it)")
 
     # Against the state the gold run left: only the answer differs from the gold.
     tried = rejected = 0
@@ -248,6 +271,7 @@ def check_task(
     for rule in rules:
         if rule not in covered:
             problems.append(f"rule {rule!r} has no witness (no submission fails only it)")
+    covered &= set(rules)  # a witness can only cover a rule the verdict reports
 
     runner.fresh_state()
     blank = {k: "" for k in gold} if gold else {"content": ""}
@@ -276,6 +300,7 @@ def check_task(
         min_rejection=min_rejection,
         rules=rules,
         rules_covered=tuple(r for r in rules if r in covered),
+        declared_rules=declared,
         witnesses_declared=len(task.witnesses),
         witnesses_valid=valid,
         exploits_tried=ex_tried,

@@ -52,6 +52,8 @@ REASONS = {
     "rules_uncovered": "a verifier rule has no valid per-rule witness in tasks.jsonl (issue 9's shared contract)",
     "exploit_accepted": "the verifier accepts a generic exploit (prompt echo, format example, huge or nested values)",
     "verifier_error": "the verifier crashed, timed out or returned a malformed report",
+    "check_failed": "envgym check found another problem (e.g. a witness or declared rule the verifier "
+                    "does not report)",
     "tool_broken": "a tool cannot be called with its documented schema (or hangs/crashes)",
     "duplicate": "every task near-duplicates an earlier one",
     "sandbox_unavailable": "the sandbox backend cannot run here",
@@ -212,10 +214,12 @@ def _check_problems(check: TaskCheck) -> list[Problem]:
     if check.gold_passed and not check.reruns_agree:
         out.append(Problem("reruns_disagree", detail, check.task_id))
     if check.gold_passed and check.rule_coverage < 1.0:
-        missing = [r for r in check.rules if r not in check.rules_covered]
+        missing = [r for r in check.required_rules if r not in check.rules_covered]
         out.append(Problem("rules_uncovered", f"no valid witness for {missing}; " + detail, check.task_id))
     if check.exploits_failed:
         out.append(Problem("exploit_accepted", ", ".join(check.exploits_failed[:5]), check.task_id))
     if check.verifier_errors:
         out.append(Problem("verifier_error", detail, check.task_id))
+    if not out and not check.passed:  # every problem of envgym check fails validation too
+        out.append(Problem("check_failed", detail or "envgym check failed", check.task_id))
     return out

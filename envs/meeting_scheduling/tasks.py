@@ -59,9 +59,20 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
             m["id"] = f"M{i + 1}"
     if next(world.schedules(meta, limit=1), None) is None:
         return None
+    meta["declared_rules"] = declared_rules(meta)
     return {"id": f"meet-{index + 1:03d}-d{difficulty}", "prompt": render_prompt(meta), "solution": SOLVER,
             "verifier": VERIFIER, "difficulty": difficulty, "submit_tool": SUBMIT, "system_prompt": None,
             "metadata": meta}
+
+
+def declared_rules(meta: dict[str, Any]) -> list[str]:
+    """The check names this task's constraints call for, written from the recipe (not from the
+    verifier): ``envgym check`` fails a verifier that does not report every one of them."""
+    rules = ["valid_json", "meetings_in_order", "start_format"]
+    rules += ["no_overlap"] if len(meta["meetings"]) > 1 else []
+    rules += ["working_hours", "no_conflicts"] + (["lunch_hour"] if meta["protect_lunch"] else [])
+    rules += ["representative"] if any(m["representative_team"] for m in meta["meetings"]) else []
+    return rules + ["room_fits", "room_free", "smallest_room"]
 
 
 def render_prompt(meta: dict[str, Any]) -> str:

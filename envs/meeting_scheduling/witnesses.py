@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from envs.meeting_scheduling import data as db
-from envs.meeting_scheduling.world import DAY_END, GRID, World
+from envs.meeting_scheduling.world import DAY_END, GRID, World, minutes
 
 Pair = tuple[dict[str, Any], str]
 
@@ -55,3 +55,68 @@ def candidates(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iter
             for room in world.rooms:
                 if room.name != placed["room"]:
                     yield sub(i, **{**placed, "room": room.name}), f"{m['id']} at {placed['start_utc']} in {room.name}"
+
+
+Probe = tuple[dict[str, Any], str, str]
+
+
+def conditions(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iterator[Probe]:
+    """Per-condition and per-boundary probes (envs.procedural_kit.witness.condition_witnesses).
+
+    Each meeting moved to every other start, tagged by the condition and edge the move breaks:
+    starting before or ending after an attendee's working hours, touching the start or the end
+    of lunch, closer to another meeting than the buffer without overlapping it, over an event's
+    start or end; and rooms one seat short or without the video a meeting needs.  A rule that
+    lost one of these conditions (or an edge moved by one slot) still rejects the other moves.
+    """
+    meta = task["metadata"]
+    rows: list[dict[str, str]] = json.loads(gold["answer_text"])["schedule"]
+    starts = [minutes(r["start_utc"]) for r in rows]
+
+    def sub(i: int, **change: str) -> dict[str, Any]:
+        new = [dict(r) for r in rows]
+        new[i].update(change)
+        return {"answer_text": json.dumps({"schedule": new})}
+
+    for i, m in enumerate(meta["meetings"]):
+        length = m["duration_min"]
+        for start in range(0, DAY_END - length + 1, GRID):
+            if start == starts[i]:
+                continue
+            end, at = start + length, db.hhmm(start)
+            placed = world.place(meta, m, start) or {"start_utc": at}
+            for tag in _edges(world, meta, m, i, start, end, starts):
+                yield sub(i, **{**placed, "start_utc": at}), f"{m['id']} moved to {at}", tag
+        size = len(m["attendees"]) + (1 if m.get("representative_team") else 0)
+        for room in world.rooms:
+            if room.capacity == size - 1 and (room.video or not m["needs_video"]):
+                yield sub(i, room=room.name), f"{m['id']} in {room.name}, one seat short", "room_fits:one_short"
+            if m["needs_video"] and not room.video and room.capacity >= size:
+                yield sub(i, room=room.name), f"{m['id']} in {room.name}, no video", "room_fits:no_video"
+
+
+def _edges(world: World, meta: dict[str, Any], m: dict[str, Any], i: int, start: int, end: int,
+           starts: list[int]) -> Iterator[str]:
+    """The condition tags a move of meeting ``i`` to [start, end) sits on the edge of."""
+    for name in m["attendees"]:
+        p = world.people[name]
+        if start == p.work[0] - GRID:
+            yield "working_hours:starts_early"
+        if end == p.work[1] + GRID:
+            yield "working_hours:ends_late"
+        lunch0, lunch1 = 12 * 60 - p.offset * 60, 13 * 60 - p.offset * 60
+        if meta["protect_lunch"] and end == lunch0 + GRID:
+            yield "lunch_hour:into_start"
+        if meta["protect_lunch"] and start == lunch1 - GRID:
+            yield "lunch_hour:into_end"
+        for e0, e1 in world.busy.get((name, meta["date"]), ()):
+            if end == e0 + GRID:
+                yield "no_conflicts:into_start"
+            if start == e1 - GRID:
+                yield "no_conflicts:into_end"
+    buffer = meta.get("buffer_min", 0)
+    for j, other in enumerate(meta["meetings"]):
+        if j != i and buffer:
+            o0, o1 = starts[j], starts[j] + other["duration_min"]
+            if 0 < start - o1 < buffer or 0 < o0 - end < buffer or start - o1 == 0 or o0 - end == 0:
+                yield "no_overlap:inside_buffer"

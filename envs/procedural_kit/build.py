@@ -37,7 +37,13 @@ from typing import Any
 from envgym.bundle import write_manifest
 from envgym.cache import built_once, cache_root, source_digest
 from envgym.corrupt import corruptions
-from envs.procedural_kit.witness import Candidates, find_witnesses, generic_candidates
+from envs.procedural_kit.witness import (
+    Candidates,
+    ConditionCandidates,
+    condition_witnesses,
+    find_witnesses,
+    generic_candidates,
+)
 from envs.trip_planning.local import Episode, LocalBundle, passed
 
 CODE_FILES = ("tools.py", "solution.py", "verifier.py")
@@ -71,6 +77,8 @@ class Recipe:
     # matches are kept, so the greedy solve rate per level is set by the recipe, and measured.
     greedy_share: Mapping[int, float] | None = None
     max_draws: int = MAX_DRAWS  # per task; raise it for categories whose hard draws rarely solve
+    # per-condition and per-boundary probes (envs.procedural_kit.witness.ConditionCandidates)
+    condition_candidates: ConditionCandidates | None = None
 
 
 def category_recipe(package: str, **fields: Any) -> Recipe:
@@ -92,6 +100,7 @@ def category_recipe(package: str, **fields: Any) -> Recipe:
         load_world=part("world").load_world,
         draw_task=part("tasks").draw_task,
         witness_candidates=part("witnesses").candidates,
+        condition_candidates=getattr(part("witnesses"), "conditions", None),
         **fields,
     )
 
@@ -164,11 +173,17 @@ def _strict_task(episode: Episode, recipe: Recipe, world: Any, rng: random.Rando
             continue
         gold, problem = _gold(episode, task)
         if problem is None:
+            problem = _declared_problem(episode, task, gold)
+        if problem is None:
             problem = _corruption_problem(episode, task, gold)
         if problem is None:
             witnesses, missing = witnesses_for(episode, task, gold,
                                                recipe.witness_candidates(world, task, gold))
             problem = f"no witness for {missing}" if missing else None
+            if problem is None and recipe.condition_candidates is not None:
+                rules = [w["rule"] for w in witnesses]
+                witnesses += condition_witnesses(lambda sub: episode.verify(sub, task), rules,
+                                                 recipe.condition_candidates(world, task, gold))
         if problem is None and recipe.baseline is not None:
             task = {**task, "baseline": recipe.baseline}
             if want_greedy is not None and baseline_solves(episode, task) != want_greedy:
@@ -213,6 +228,15 @@ def _gold(episode: Episode, task: dict[str, Any]) -> tuple[dict[str, Any], str |
     if not passed(episode.verify(solved.submission, task)):
         return {}, "gold rejected by the verifier"
     return solved.submission, None
+
+
+def _declared_problem(episode: Episode, task: dict[str, Any], gold: dict[str, Any]) -> str | None:
+    """The recipe declares the task's rules from its constraints; the verifier must report them."""
+    declared = (task.get("metadata") or {}).get("declared_rules")
+    reported = [c["name"] for c in episode.verify(gold, task)["checks"]]
+    if declared is not None and sorted(declared) != sorted(reported):
+        return f"the verifier reports {reported}, the recipe declares {declared}"
+    return None
 
 
 def _corruption_problem(episode: Episode, task: dict[str, Any], gold: dict[str, Any]) -> str | None:

@@ -17,6 +17,14 @@ Submission = dict[str, Any]
 Verify = Callable[[Submission], dict[str, Any]]  # submission -> verifier report
 # A category's candidate source: (world, task, gold submission) -> (submission, why) pairs.
 Candidates = Callable[[Any, dict[str, Any], Submission], Iterable[tuple[Submission, str]]]
+# Condition probes: (world, task, gold) -> (submission, why, condition) triples.  One witness per
+# rule cannot see a rule that lost one of its conditions (a route check that no longer looks at
+# lane joins still rejects a route that ends elsewhere) or a threshold moved a little (a total
+# tolerance of 0.05 instead of 0.005 still rejects a total $1 off): a probe per condition and per
+# boundary does.  ``condition`` is ``"<rule>:<what>"``; the first probe of a condition whose verdict
+# fails exactly that rule is kept.
+ConditionCandidates = Callable[[Any, dict[str, Any], Submission], Iterable[tuple[Submission, str, str]]]
+MAX_CONDITION_WITNESSES = 32  # per task: each one costs a verifier run in every envgym check
 
 
 def failed_checks(report: dict[str, Any]) -> list[str]:
@@ -40,3 +48,24 @@ def find_witnesses(verify: Verify, rules: list[str],
             if len(found) == len(rules):
                 break
     return [found[r] for r in rules if r in found], [r for r in rules if r not in found]
+
+
+def condition_witnesses(verify: Verify, rules: list[str],
+                        probes: Iterable[tuple[Submission, str, str]]) -> list[dict[str, Any]]:
+    """Extra witnesses, one per probed condition: its first probe whose verdict fails exactly the
+    condition's rule.
+
+    A probe that fails other rules too (or none: the condition cannot be broken alone by it) is
+    passed over; the ones kept are proved against the original verifier, so a weakened
+    verifier that accepts one fails ``envgym check``.
+    """
+    kept: dict[str, dict[str, Any]] = {}
+    for submission, note, condition in probes:
+        rule = condition.split(":", 1)[0]
+        if condition in kept or rule not in rules:
+            continue
+        if failed_checks(verify(submission)) == [rule]:
+            kept[condition] = {"rule": rule, "submission": submission, "note": f"{note} [{condition}]"}
+            if len(kept) >= MAX_CONDITION_WITNESSES:
+                break
+    return list(kept.values())

@@ -31,9 +31,26 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
     meta = _basket(world, rng, difficulty) if difficulty in BASKET else _returns(world, rng, difficulty)
     if meta is None:
         return None
+    meta["declared_rules"] = declared_rules(meta)
     return {"id": f"retail-{index + 1:03d}-d{difficulty}", "prompt": render_prompt(meta),
             "solution": SOLVER, "verifier": VERIFIER, "difficulty": difficulty,
             "submit_tool": SUBMIT, "system_prompt": None, "metadata": meta}
+
+
+def declared_rules(meta: dict[str, Any]) -> list[str]:
+    """The check names this task's constraints call for, written from the recipe (not from the
+    verifier): ``envgym check`` fails a verifier that does not report every one of them."""
+    if meta["kind"] == "basket":
+        optional = [("min_rating", meta["min_rating"] is not None), ("distinct_brands", meta["distinct_brands"]),
+                    ("max_weight", meta["max_weight_g"] is not None),
+                    ("not_purchased_before", meta["exclude_purchased"])]
+        core = ["customer", "sku_exists", "category_order", "in_stock"]
+        money = ["total_correct", "budget"]
+    else:
+        optional = [("excluded_category", bool(meta["exclude_category"])), ("one_per_order", meta["one_per_order"])]
+        core = ["customer", "line_exists", "no_duplicates", "delivered", "return_window", "not_final_sale"]
+        money = ["refund_total_correct", "refund_range"]
+    return ["valid_json", *core, *(name for name, on in optional if on), *money]
 
 
 def basket_total(prices: list[int], discount_pct: int) -> float:

@@ -56,9 +56,19 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
         return None
     meta = {"shipments": list(options), "max_hops": hops, "allowed_modes": list(modes),
             "budget": math.ceil(totals[int(quantile * (len(totals) - 1))])}
+    meta["declared_rules"] = declared_rules(meta, any(world.shipments[s].hazmat for s in options))
     return {"id": f"route-{index + 1:03d}-d{difficulty}", "prompt": render_prompt(meta), "solution": SOLVER,
             "verifier": VERIFIER, "difficulty": difficulty, "submit_tool": SUBMIT, "system_prompt": None,
             "metadata": meta}
+
+
+def declared_rules(meta: dict[str, Any], hazmat: bool) -> list[str]:
+    """The check names this task's constraints call for, written from the recipe (not from the
+    verifier): ``envgym check`` fails a verifier that does not report every one of them."""
+    modes = ["allowed_modes"] if set(meta["allowed_modes"]) < set(ALL_MODES) else []
+    return ["valid_json", "shipments_in_order", "lanes_exist", "route_connects", "no_repeated_hub",
+            "max_hops", *modes, *(["hazmat"] if hazmat else []), "deadline", "capacity",
+            "total_cost_correct", "budget"]
 
 
 def render_prompt(meta: dict[str, Any]) -> str:

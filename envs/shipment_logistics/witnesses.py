@@ -92,3 +92,56 @@ def _walks(world: World, s: ShipmentRow, meta: dict[str, Any], rule: str,
             yield from walk(lane.destination, path + (lane,), spent, seen | {lane.destination})
 
     return walk(s.origin, (), 0, frozenset({s.origin}))
+
+
+Probe = tuple[dict[str, Any], str, str]
+MAX_PROBES = 200  # per condition
+
+
+def conditions(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iterator[Probe]:
+    """Per-condition and per-boundary probes (envs.procedural_kit.witness.condition_witnesses).
+
+    A total a cent off (a loosened tolerance still rejects $1 off); a route that starts at the
+    origin and ends at the destination but whose lanes do not join (a join check switched off
+    still rejects a route that ends elsewhere); one lane over the hop limit; the deadline and the
+    budget broken by the least.
+    """
+    meta, answer = task["metadata"], json.loads(gold["answer_text"])
+    lanes = {lane.lane_id: lane for out in world.lanes_from.values() for lane in out}
+    routes: list[dict[str, Any]] = answer["routes"]
+
+    def priced(new: list[dict[str, Any]]) -> dict[str, Any]:
+        total = sum(round(lanes[x].rate * world.shipments[r["shipment"]].weight, 2)
+                    for r in new for x in r["lanes"])
+        return {"answer_text": json.dumps({"routes": new, "total_cost": round(total, 2)})}
+
+    for cents in (0.01, -0.01):
+        yield ({"answer_text": json.dumps({**answer, "total_cost": round(answer["total_cost"] + cents, 2)})},
+               f"the claimed total is {cents:+} off", f"total_cost_correct:{cents:+}")
+    everything = [lane for out in world.lanes_from.values() for lane in out]
+    for i, route in enumerate(routes):
+        s = world.shipments[route["shipment"]]
+
+        def swap(path: tuple[LaneRow, ...], i: int = i, route: dict[str, Any] = route) -> list[dict[str, Any]]:
+            return routes[:i] + [{**route, "lanes": [lane.lane_id for lane in path]}] + routes[i + 1:]
+
+        gaps = sorted(((a, b) for a in world.lanes_from.get(s.origin, ()) for b in everything
+                       if b.destination == s.destination and b.origin not in (a.destination, s.origin)
+                       and a.destination != s.destination), key=lambda p: p[0].hours + p[1].hours)
+        for a, b in gaps[:MAX_PROBES]:
+            why = f"{s.shipment_id}: {a.lane_id} ends at {a.destination}, {b.lane_id} leaves {b.origin}"
+            yield priced(swap((a, b))), why, "route_connects:gap"
+        walks = list(itertools.islice(_walks(world, s, meta, "hops", _LATER["hops"]), PER_RELAXATION * 5))
+        for path in (p for p in walks if len(p) == meta["max_hops"] + 1):
+            yield priced(swap(path)), f"{s.shipment_id}: one lane over the hop limit", "max_hops:one_over"
+        late = list(itertools.islice(_walks(world, s, meta, "deadline", _LATER["deadline"]), PER_RELAXATION * 5))
+        for path in sorted(late, key=lambda p: _hours(world, p)):
+            if _hours(world, path) > s.deadline:
+                yield priced(swap(path)), f"{s.shipment_id}: the deadline missed by the least", "deadline:nearest"
+        feasible = world.routes(s.shipment_id, meta["max_hops"], tuple(meta["allowed_modes"]))
+        for path in feasible[:PER_RELAXATION * 5]:  # cheapest first: the first over budget is nearest
+            yield priced(swap(path.lanes)), f"{s.shipment_id}: the budget broken by the least", "budget:nearest"
+
+
+def _hours(world: World, path: tuple[LaneRow, ...]) -> int:
+    return sum(lane.hours for lane in path) + sum(world.handling[lane.origin] for lane in path[1:])

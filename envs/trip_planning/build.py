@@ -16,15 +16,17 @@ from typing import Any
 
 from envgym.bundle import write_manifest
 from envgym.cache import built_once, cache_root, source_digest
-from envs.trip_planning.data import DEFAULT_N_CITIES, write_db
+from envs.procedural_kit.witness import condition_witnesses
+from envs.trip_planning.conditions import probes
 from envs.trip_planning.constraints import TripSpec
+from envs.trip_planning.data import DEFAULT_N_CITIES, write_db
 from envs.trip_planning.local import Episode, LocalBundle, passed
 from envs.trip_planning.planner import Plan
 from envs.trip_planning.tasks import VERIFIER, GeneratedTask, generate_tasks, worked_example
 from envs.trip_planning.witnesses import find_witnesses
 from envs.trip_planning.world import World, load_world
 
-GENERATOR_VERSION = "trip-planning-2"  # 2: per-rule witnesses, greedy baseline, rating spread
+GENERATOR_VERSION = "trip-planning-3"  # 2: per-rule witnesses, greedy baseline, rating spread; 3: declared rules, condition witnesses
 CATEGORY = "trip planning"
 CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 _PACKAGE = Path(__file__).resolve().parent
@@ -106,9 +108,13 @@ class _RuleWitnesses:
 
     def _search(self, spec: TripSpec, plan: Plan) -> list[str]:
         task = {"id": "draw", "verifier": VERIFIER, "metadata": spec.metadata()}
-        found, missing = find_witnesses(lambda sub: self.ep.verify(sub, task), self.world, spec, plan.answer())
+        def verify(sub: dict[str, Any]) -> dict[str, Any]:
+            return self.ep.verify(sub, task)
+
+        found, missing = find_witnesses(verify, self.world, spec, plan.answer())
         if not missing:
-            self.found[spec] = found
+            rules = [w["rule"] for w in found]
+            self.found[spec] = found + condition_witnesses(verify, rules, probes(self.world, spec, plan.answer()))
         return missing
 
     def accept(self, spec: TripSpec, plan: Plan) -> bool:

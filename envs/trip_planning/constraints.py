@@ -97,7 +97,35 @@ class TripSpec:
             "dates": list(self.dates),
             "fields": list(self.fields),
             "constraints": constraints_json(self.constraints),
+            "declared_rules": declared_rules(self.constraints),
         }
+
+
+BASE_RULES: tuple[str, ...] = (
+    "valid_json", "day_count", "fields_present", "dates", "entities_exist", "start_city",
+    "no_repeated_city", "no_repeated_restaurant", "hotel_in_city", "restaurants_in_city",
+    "attraction_in_city",
+)
+
+
+def declared_rules(c: Constraints) -> list[str]:
+    """The check names a trip with these constraints calls for, written from the spec (not from
+    the verifier): ``envgym check`` fails a verifier that does not report every one of them."""
+    rules = list(BASE_RULES)
+    if c.budget_tiers is not None:
+        rules += [f"day{n}_budget_tier" for n in c.budget_tiers.days]
+    rules += [k for k in ("hotel_min_rating", "restaurant_min_rating", "attraction_min_rating")
+              if getattr(c, k) is not None]
+    rules += ["ticket_cap"] if c.max_ticket is not None else []
+    rules += ["total_budget"] if c.total_budget is not None else []
+    rules += [f"weather_{c.weather.rule}"] if c.weather is not None else []
+    if c.transport is not None:
+        t = c.transport
+        rules += ["transport_connects", "transport_mode"]
+        rules += [name for name, value in (("transport_max_hours", t.max_hours),
+                                           ("transport_arrive_by", t.arrive_by),
+                                           ("transport_budget", t.budget)) if value is not None]
+    return rules
 
 
 def constraints_json(c: Constraints) -> dict[str, Any]:

@@ -1,0 +1,84 @@
+"""Weakened conditions and loosened thresholds fail ``envgym check``.
+
+One witness per rule cannot see a rule that lost one of its conditions, nor a tolerance loosened
+below what the corruptions probe (they move numbers by whole units).  The procedural kit now
+keeps per-condition and per-boundary witnesses (envs.procedural_kit.witness.condition_witnesses);
+each mutant below is a change to the shipped verifier that check passed before.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from envgym.bundle import load_bundle, write_manifest
+from envgym.check import check_bundle
+from envs.meeting_scheduling.build import RECIPE as MEETINGS
+from envs.procedural_kit.build import Recipe, build_procedural_bundle
+from envs.retail_orders.build import RECIPE as RETAIL
+from envs.shipment_logistics.build import RECIPE as SHIPMENTS
+
+pytestmark = pytest.mark.timeout(300)
+FAST = {"corruptions_per_task": 5, "reruns": 1, "adversarial": False}
+
+# name -> (recipe, difficulty, text in verifier.py, its weakened form, condition tag caught)
+MUTANTS: dict[str, tuple[Recipe, int, str, str, str]] = {
+    "shipment-lanes-need-not-join": (SHIPMENTS, 1, 'if lane["origin"] != hub:', "if False:",
+                                     "route_connects:gap"),
+    "shipment-total-tolerance-5-cents": (SHIPMENTS, 1, "abs(float(claimed) - total) <= 0.005",
+                                         "abs(float(claimed) - total) <= 0.05", "total_cost_correct:"),
+    "retail-basket-total-tolerance-5-cents": (RETAIL, 3, "abs(total - expected) > 0.005",
+                                              "abs(total - expected) > 0.05", "total_correct:"),
+    "retail-refund-tolerance-5-cents": (RETAIL, 4, "abs(claimed - total) > 0.005",
+                                        "abs(claimed - total) > 0.05", "refund_total_correct:"),
+    "meeting-buffer-ignored": (MEETINGS, 3, "a0 < b1 + buffer and b0 < a1 + buffer", "a0 < b1 and b0 < a1",
+                               "no_overlap:inside_buffer"),
+    "meeting-lunch-ends-half-an-hour-early": (MEETINGS, 3, "13 * 60 - shift", "12 * 60 + 30 - shift",
+                                              "lunch_hour:into_end"),
+}
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Path]:
+    out = {}
+    for recipe, difficulty, *_ in MUTANTS.values():
+        key = (recipe.category, difficulty)
+        if key not in out:
+            root = tmp_path_factory.mktemp("b") / "b"
+            out[key] = build_procedural_bundle(recipe, root, seed=0, n_tasks=1, difficulties=(difficulty,))
+    return out
+
+
+def mutate(root: Path, out: Path, before: str, after: str) -> Path:
+    shutil.copytree(root, out)
+    verifier = out / "verifier.py"
+    text = verifier.read_text()
+    assert text.count(before) == 1, f"the mutant no longer matches the verifier: {before!r}"
+    verifier.write_text(text.replace(before, after))
+    manifest = json.loads((out / "manifest.json").read_text())
+    write_manifest(out, name=manifest["name"], category=manifest["category"],
+                   provenance=manifest["provenance"], description=manifest.get("description", ""))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_a_weakened_condition_fails_check(name: str, bundles: dict[tuple[str, int], Path], tmp_path: Path) -> None:
+    recipe, difficulty, before, after, tag = MUTANTS[name]
+    root = bundles[(recipe.category, difficulty)]
+    task = load_bundle(root).tasks[0]
+    probes = [w for w in task.witnesses if f"[{tag}" in w.note]
+    assert probes, f"the built task keeps no {tag} witness: {[w.note for w in task.witnesses]}"
+    check = check_bundle(load_bundle(mutate(root, tmp_path / "m", before, after)), **FAST).tasks[0]
+    assert not check.passed
+    rule = tag.split(":")[0]
+    # The probe is now accepted, or (the verifier going on to later stages) fails another rule.
+    assert any(p.startswith("witness ") and f"({rule})" in p for p in check.problems), check.problems
+
+
+def test_the_unmutated_bundles_pass(bundles: dict[tuple[str, int], Path]) -> None:
+    for root in bundles.values():
+        report = check_bundle(load_bundle(root), **FAST)
+        assert report.passed, [t.problems for t in report.tasks]
