@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envgym import registry
@@ -20,8 +22,17 @@ err = Console(stderr=True)
 SandboxOpt = typer.Option("bwrap", "--sandbox", help="bwrap | docker | inprocess (trusted bundles only)")
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _safe(text: object) -> str:
+    """Bundle text for the terminal: rich markup escaped ("[/x]" in a task id would raise
+    MarkupError) and control characters shown as ``\\xNN`` (no escape sequences reach the tty)."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+
+
 def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {_safe(message)}")
     raise typer.Exit(2)
 
 
@@ -61,8 +72,8 @@ def show(target: str = typer.Argument(..., help="environment id or bundle direct
 
     bundle = _load(target)
     m = bundle.manifest
-    console.print(f"[bold]{m.name}[/] — {m.category}\n{m.description}")
-    console.print(f"path: {bundle.root}\nhash: {m.content_hash}\nprovenance: {m.provenance}")
+    console.print(f"[bold]{_safe(m.name)}[/] — {_safe(m.category)}\n{_safe(m.description)}")
+    console.print(_safe(f"path: {bundle.root}\nhash: {m.content_hash}\nprovenance: {m.provenance}"))
     with open_sandbox(bundle.root, backend=sandbox) as box:
         tools = box.describe_tools()
     table = Table(title=f"{len(tools)} tools")
@@ -70,13 +81,14 @@ def show(target: str = typer.Argument(..., help="environment id or bundle direct
     table.add_column("arguments")
     table.add_column("description")
     for t in tools:
-        table.add_row(t.name, ", ".join(t.parameters.get("properties", {})), t.description.split("\n")[0])
+        args = ", ".join(t.parameters.get("properties", {}))
+        table.add_row(_safe(t.name), _safe(args), _safe(t.description.split("\n")[0]))
     console.print(table)
     tasks = Table(title=f"{len(bundle.tasks)} tasks")
     for col in ("id", "difficulty", "submit tool", "prompt"):
         tasks.add_column(col)
     for task in bundle.tasks:
-        tasks.add_row(task.id, str(task.difficulty), str(task.submit_tool), task.prompt[:90] + "…")
+        tasks.add_row(_safe(task.id), str(task.difficulty), _safe(task.submit_tool), _safe(task.prompt[:90]) + "…")
     console.print(tasks)
 
 
@@ -122,7 +134,7 @@ def print_check(report: object) -> None:
     mark = {True: "[green]✓[/]", False: "[red]✗[/]"}
     for t in report.tasks:
         table.add_row(
-            t.task_id,
+            _safe(t.task_id),
             str(t.difficulty),
             mark[t.gold_passed],
             mark[t.noop_rejected],
@@ -131,7 +143,7 @@ def print_check(report: object) -> None:
             str(t.tool_calls),
             f"{len(t.rules_covered)}/{len(t.rules)}",
             f"{t.exploits_tried - len(t.exploits_failed)}/{t.exploits_tried}",
-            "; ".join(t.problems)[:80],
+            _safe("; ".join(t.problems)[:80]),
         )
     console.print(table)
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"

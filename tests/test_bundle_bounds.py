@@ -359,3 +359,16 @@ def test_check_survives_a_gold_submission_holding_hostile_json(root: Path, answe
     )
     assert result.exit_code == 1  # the verifier rejects that gold answer: a report, not a crash
     assert json.loads(result.stdout)["passed"] is False
+
+
+def test_show_prints_bundle_text_literally(root: Path) -> None:
+    """Rich markup in bundle text ("[/z]") used to raise MarkupError; escape codes never reach
+    the terminal raw."""
+    _tasks(root, json.dumps(dict(TASK, prompt="[/z] hi \x1b[2J")) + "\n")
+    result = runner.invoke(app, ["show", str(root)])
+    assert result.exit_code == 0, repr(result.exception)
+    assert "[/z] hi \\x1b[2J" in result.stdout and "\x1b" not in result.stdout
+    _tasks(root, json.dumps(dict(TASK, id="[/x]")) + "\n")  # the error message quotes the id
+    result = runner.invoke(app, ["check", str(root)])
+    assert result.exit_code == 2, repr(result.exception)
+    assert "'[/x]' does not match" in result.stderr
