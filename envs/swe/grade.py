@@ -122,8 +122,9 @@ def grade(instance: SweInstance, workspace: Path, python_env: Any, scratch: Path
     f2p = sum(outcomes.get(t) == "passed" for t in instance.fail_to_pass)
     p2p_failed = sum(outcomes.get(t) != "passed" for t in instance.pass_to_pass)
     canary_outcomes = {c: _canary_outcome(c, outcomes) for c in canaries}
-    rigged = [f"canary {c} did not fail ({o})" for c, o in canary_outcomes.items() if o != "failed"]
-    if run.status == "ok" or f2p or any(o == "passed" for o in outcomes.values()):
+    rigged: list[str] = []
+    if outcomes:  # a run with no outcomes at all (crashed, report too large) is failed, not rigged
+        rigged = [f"canary {c} did not fail ({o})" for c, o in canary_outcomes.items() if o != "failed"]
         rigged += disagreements(outcomes, tests, canaries, locations, trace)  # pytest's word vs the trace
     solved = bool(instance.fail_to_pass) and f2p == len(instance.fail_to_pass) and p2p_failed == 0 and not rigged
     components = {"f2p_passed": float(f2p), "f2p_total": float(len(instance.fail_to_pass)),
