@@ -11,15 +11,15 @@ we do *not* create a user namespace: bwrap runs as real root, keeps only CAP_SET
 for the worker, and the worker drops to a dedicated uid/gid (unique per worker, so the limit
 counts only its own processes) before touching bundle code.  As a non-root host we use a user
 namespace and set NPROC to the user's current process count plus the limit.
+
+The argv and the uid/rlimit plan come from ``jail.py``, the one builder every envgym jail uses.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,72 +29,47 @@ from typing import Any
 
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
 from envgym.sandbox.fdwait import wait_readable
-from envgym.sandbox.process import SANDBOX_BUNDLE, SANDBOX_STATE, ProcessSandbox, WorkerHandle, signal_death
+from envgym.sandbox.jail import (
+    BWRAP,
+    UID_BASE,  # noqa: F401 - re-exported: callers import it from here
+    Bind,
+    JailSpec,
+    Tmpfs,
+    allocate_uid,  # noqa: F401 - re-exported (docker backends)
+    build_argv,
+    count_processes,
+    isolation,
+    parents,
+    plan_identity,
+    python_executable,
+    system_mounts,
+)
+from envgym.sandbox.process import (
+    SANDBOX_BUNDLE,
+    SANDBOX_STATE,
+    ProcessSandbox,
+    WorkerHandle,
+    signal_death,
+)
 from envgym.state import chown_tree
 
-BWRAP = "/usr/bin/bwrap"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # .../envgym
 SANDBOX_PACKAGE = "/opt/envgym/envgym"
 WORKER = f"{SANDBOX_PACKAGE}/sandbox/worker.py"
-UID_BASE = 1 << 20  # far above login users and the usual /etc/subuid ranges
 DEATH_WAIT_S = 5.0  # how long kill() waits for the sandbox's processes to be gone
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-_spawns = itertools.count()
 _spawner: list[Any] = [None, None]  # [pid, ThreadPoolExecutor] of the launcher thread
 _spawner_lock = threading.Lock()
 _probed: dict[bool, str | None] = {}  # probe verdict per mode: None = usable, else why not
 
-
-def allocate_uid() -> int:
-    """A uid no other live worker on this machine uses: (host pid, spawn counter) packed."""
-    return UID_BASE + ((os.getpid() % (1 << 20)) << 10 | next(_spawns) % 1024)
-
-
-def python_executable() -> Path:
-    """The base interpreter (not the venv's): the sandbox mounts its prefix and nothing else."""
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    candidate = Path(sys.base_prefix) / "bin" / version
-    return candidate if candidate.exists() else Path(os.path.realpath(sys.executable))
+# The recipe's parts live in jail.py (one builder for every jail); these names stay for callers.
+_mounts = system_mounts
+_parents = parents
+_count_processes = count_processes
 
 
-def _mounts(python: Path) -> list[str]:
-    """bwrap arguments for the system and Python directories, read-only."""
-    args: list[str] = ["--ro-bind", "/usr", "/usr"]
-    for top in ("/lib", "/lib64", "/bin", "/sbin"):
-        path = Path(top)
-        if path.is_symlink():
-            args += ["--symlink", os.readlink(path), top]
-        elif path.is_dir():
-            args += ["--ro-bind", top, top]
-    prefix = Path(sys.base_prefix).resolve()
-    if not prefix.is_relative_to("/usr") and python.is_relative_to(prefix):
-        args += _parents(prefix) + ["--ro-bind", str(prefix), str(prefix)]
-    return args
-
-
-def _parents(path: Path) -> list[str]:
-    """Create ``path``'s ancestors world-searchable.
-
-    Left to bwrap, the directories on the way to a bind mount came out with the host's modes
-    (/root: 0700), so once the worker dropped root it could not reach lib-dynload any more:
-    that is why ``import socket`` failed with ModuleNotFoundError in an early trial.
-    """
-    args: list[str] = []
-    for parent in reversed(path.parents[:-1]):
-        args += ["--perms", "0755", "--dir", str(parent)]
-    return args
-
-
-def _count_processes(uid: int) -> int:
-    count = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    count += 1
-            except OSError:
-                pass
-    return count
+def _isolation(root: bool) -> list[str]:
+    return isolation(root)
 
 
 def _read(path: str) -> bytes:
@@ -190,17 +165,6 @@ def _probe(root: bool) -> str | None:
             "user.max_user_namespaces>0) or root; use backend='docker' otherwise."
         )
     return None
-
-
-def _isolation(root: bool) -> list[str]:
-    args = [
-        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-        "--die-with-parent", "--new-session", "--hostname", "envgym",
-    ]  # fmt: skip
-    if root:
-        # No user namespace (see module docstring); the worker needs only setuid/setgid.
-        return args + ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    return args + ["--unshare-user", "--disable-userns"]
 
 
 def _spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
@@ -335,37 +299,24 @@ class BwrapSandbox(ProcessSandbox):
             chown_tree(state, self.uid, self.uid)
 
     def _launch(self, state: Path | None) -> WorkerHandle:
-        python = python_executable()
         limits = self.limits
-        rlimits = {
-            "AS": limits.memory_bytes,
-            "CPU": limits.cpu_seconds,
-            "FSIZE": limits.max_file_bytes,
-            "CORE": 0,
-        }
+        rlimits = {"AS": limits.memory_bytes, "CPU": limits.cpu_seconds, "FSIZE": limits.max_file_bytes, "CORE": 0}
+        # A fresh uid per launch: processes of a killed worker may take a moment to vanish and
+        # must not count against the next worker's NPROC.
+        identity = plan_identity(self.root, rlimits, limits.max_processes)
         extra: dict[str, object] = {"reap_strays": True}
-        if self.root:
-            # A fresh uid per launch: processes of a killed worker may take a moment to vanish
-            # and must not count against the next worker's NPROC.
-            self.uid = allocate_uid()
+        if identity.uid is not None:
+            self.uid = identity.uid
             extra.update(uid=self.uid, gid=self.uid)
-            rlimits["NPROC"] = limits.max_processes
             if state is not None:
                 self._prepare_state(state)
-        else:
-            rlimits["NPROC"] = _count_processes(os.getuid()) + limits.max_processes
-        extra["rlimits"] = {name: [value, value] for name, value in rlimits.items()}
-        argv = [BWRAP, *_isolation(self.root), *_mounts(python)]
-        argv += _parents(Path(SANDBOX_PACKAGE)) + ["--ro-bind", str(PACKAGE_DIR), SANDBOX_PACKAGE]
-        argv += ["--ro-bind", str(self.stage), SANDBOX_BUNDLE]
+        extra["rlimits"] = {name: [value, value] for name, value in identity.rlimits.items()}
+        mounts: list[Bind | Tmpfs] = [Bind(str(PACKAGE_DIR), SANDBOX_PACKAGE), Bind(str(self.stage), SANDBOX_BUNDLE)]
         if state is not None:
-            argv += ["--bind", str(state), SANDBOX_STATE]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--remount-ro", "/tmp"]
-        # The root tmpfs bwrap builds is owned by the sandbox user in a user namespace (the
-        # non-root host case): freeze it so the state dir really is the only writable place.
-        argv += ["--remount-ro", "/"]
-        argv += ["--chdir", SANDBOX_STATE if state is not None else "/"]
-        argv += [str(python), "-I", "-S", "-B", WORKER, self.worker_config(**extra)]
+            mounts.append(Bind(str(state), SANDBOX_STATE, writable=True))
+        mounts.append(Tmpfs("/tmp", mode="0755", readonly=True))
+        spec = JailSpec(root=self.root, mounts=tuple(mounts), chdir=SANDBOX_STATE if state is not None else "/")
+        argv = build_argv(spec) + [str(python_executable()), "-I", "-S", "-B", WORKER, self.worker_config(**extra)]
         return BwrapWorker(argv, self.uid if self.root else None)
 
 

@@ -21,6 +21,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from envgym.sandbox.jail import BOOT  # noqa: F401 - re-exported for the command backends
 from envgym.state import chown_tree
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -29,47 +30,7 @@ PIP_CONF = f"{RUN_DIR}/pip.conf"
 _NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl/certs")
 _PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 
-# ``python -I -S -c BOOT SPEC ARGV...``; SPEC is JSON: uid/gid (-1: keep), cwd, rlimits,
-# status_fd (bwrap) or io (Docker: a directory with stdout, stderr and status files).
-BOOT = r"""
-import json, os, resource, signal, sys
-spec = json.loads(sys.argv[1]); argv = sys.argv[2:]
-def report(text):
-    if spec.get("status_fd") is not None:
-        os.write(spec["status_fd"], text.encode(errors="replace"))
-    else:
-        with open(spec["io"] + "/status", "a") as fh:
-            fh.write(text)
-report("R")
-try:
-    if spec.get("status_fd") is not None:
-        os.set_inheritable(spec["status_fd"], False)  # closed by exec: the command never has it
-    if spec.get("io"):
-        for fd, name in ((1, "stdout"), (2, "stderr")):
-            out = os.open(spec["io"] + "/" + name, os.O_WRONLY | os.O_APPEND)
-            os.dup2(out, fd); os.close(out)
-    for name, value in spec["rlimits"].items():
-        which = getattr(resource, "RLIMIT_" + name)
-        hard = resource.getrlimit(which)[1]
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)  # raising a hard limit needs a capability we dropped
-        resource.setrlimit(which, (value, value))
-    if spec["uid"] >= 0:
-        os.setgroups([]); os.setgid(spec["gid"]); os.setuid(spec["uid"])
-        if os.getuid() != spec["uid"] or os.geteuid() != spec["uid"]:
-            raise OSError("failed to drop privileges")
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(sig, signal.SIG_DFL)
-    os.chdir(spec["cwd"])
-except OSError as exc:
-    report("cannot prepare the command (working directory %s): %s" % (spec["cwd"], exc))
-    os._exit(126)
-try:
-    os.execvp(argv[0], argv)
-except OSError as exc:
-    report("cannot run %r: %s" % (argv[0], exc.strerror or exc))
-    os._exit(127)
-"""
+# BOOT (``python -I -S -c BOOT SPEC ARGV...``) is the one launcher every jail shares: jail.py.
 
 def hand_over(path: Path, uid: int, gid: int) -> None:
     """Give a writable mount to the jail's uid (``chown_tree``: no links followed, hard-linked

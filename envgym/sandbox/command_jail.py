@@ -33,9 +33,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envgym.sandbox.bwrap import BWRAP, _count_processes, _isolation, _mounts, _parents, _spawn, allocate_uid, probe, python_executable
-from envgym.sandbox.command_io import BOOT, PIP_CONF, Capture, hand_over, host_pip_config, jail_env, readonly_extras, write_identity
+from envgym.sandbox.bwrap import _spawn, probe
+from envgym.sandbox.cgroup import JailCgroup, open_cgroup
+from envgym.sandbox.command_io import (
+    BOOT,
+    PIP_CONF,
+    Capture,
+    hand_over,
+    host_pip_config,
+    jail_env,
+    readonly_extras,
+    write_identity,
+)
 from envgym.sandbox.fdwait import wait_readable
+from envgym.sandbox.jail import (
+    Bind,
+    Dir,
+    JailSpec,
+    Tmpfs,
+    build_argv,
+    count_processes,
+    plan_identity,
+    python_executable,
+)
+from envgym.sandbox.jail import Mount as JailMount
 from envgym.sandbox.kernel_jail import children
 
 DEATH_WAIT_S = 5.0  # how long a kill waits for the jail's processes to be gone
@@ -61,11 +82,14 @@ class CommandLimits:
     max_file_bytes: int = 1024**3  # RLIMIT_FSIZE
     tmp_bytes: int = 1024**3  # the private /tmp tmpfs
     output_bytes: int = 1024**2  # stdout and stderr each kept to this many bytes (tail kept)
+    # All the jail's processes together (a cgroup where the host has one: cgroup.py); the
+    # per-process RLIMIT_AS alone let a jail hold max_processes x memory_bytes.
+    total_memory_bytes: int = 4 * 1024**3
 
     def __post_init__(self) -> None:
         if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
             raise ValueError(f"CommandLimits.timeout_s must be positive, got {self.timeout_s!r}")
-        for name in ("memory_bytes", "max_processes", "max_file_bytes", "tmp_bytes", "output_bytes"):
+        for name in ("memory_bytes", "max_processes", "max_file_bytes", "tmp_bytes", "output_bytes", "total_memory_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"CommandLimits.{name} must be a positive int, got {value!r}")
@@ -159,6 +183,7 @@ def finish(
 class _Jail:
     proc: subprocess.Popen[bytes]
     uid: int | None
+    group: JailCgroup | None = None  # the jail's cgroup (None: rlimits only)
     init_fd: int | None = field(default=None)
 
     def locate_init(self) -> None:
@@ -183,7 +208,7 @@ class _Jail:
         if self.init_fd is not None:
             wait_readable(self.init_fd, DEATH_WAIT_S)
         elif self.uid is not None:
-            while _count_processes(self.uid) and time.monotonic() < deadline:
+            while count_processes(self.uid) and time.monotonic() < deadline:
                 time.sleep(0.005)
 
     def close(self) -> None:
@@ -193,26 +218,21 @@ class _Jail:
 
 
 def _bwrap_argv(root: bool, network: bool, limits: CommandLimits, mounts: Sequence[Mount], scratch: Path, uid: int) -> list[str]:
-    isolation = [a for a in _isolation(root) if network is False or a != "--unshare-net"]
-    argv = [BWRAP, *isolation, *_mounts(python_executable())]
     # The private /tmp first: a mount whose target is under /tmp is bound on top of it.
-    argv += ["--perms", "01777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    ops: list[JailMount] = [Tmpfs("/tmp", size=limits.tmp_bytes)]
     passwd, group = write_identity(scratch, uid, uid)
-    argv += ["--dir", "/etc", "--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
-    for path in readonly_extras(network):
-        argv += _parents(path) + ["--ro-bind", os.path.realpath(path), str(path)]
+    ops += [Dir("/etc"), Bind(str(passwd), "/etc/passwd"), Bind(str(group), "/etc/group")]
+    ops += [Bind(os.path.realpath(path), str(path)) for path in readonly_extras(network)]
     if network and host_pip_config()[0]:
         conf = scratch / "pip.conf"
         conf.write_text(host_pip_config()[0])
         conf.chmod(0o644)
-        argv += _parents(Path(PIP_CONF)) + ["--ro-bind", str(conf), PIP_CONF]
+        ops.append(Bind(str(conf), PIP_CONF))
     for mount in sorted(mounts, key=lambda m: len(Path(m.target).parts)):  # outer before nested
-        argv += _parents(Path(mount.target))
-        argv += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.target]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+        ops.append(Bind(str(mount.host), mount.target, writable=mount.writable))
     # --dev leaves /dev/shm a root-owned directory; multiprocessing's locks need a writable one.
-    argv += ["--perms", "01777", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
-    return argv + ["--remount-ro", "/", "--chdir", "/"]
+    shm = Tmpfs("/dev/shm", size=limits.tmp_bytes)
+    return build_argv(JailSpec(root=root, mounts=tuple(ops), network=network, after_dev=(shm,)))
 
 
 def _run_bwrap(
@@ -220,15 +240,12 @@ def _run_bwrap(
 ) -> CommandResult:
     root = os.geteuid() == 0
     probe(root)
-    uid = allocate_uid() if root else None
+    identity = plan_identity(root, limits.rlimits(), limits.max_processes)
+    uid, rlimits = identity.uid, identity.rlimits
     if uid is not None:
         for mount in mounts:
             if mount.writable:
                 hand_over(mount.host, uid, uid)
-    rlimits = limits.rlimits()
-    # NPROC is never enforced for uid 0: as root it counts the fresh uid's processes only; as a
-    # user (in a user namespace) it counts all of the user's, so add what already runs.
-    rlimits["NPROC"] = limits.max_processes if root else _count_processes(os.getuid()) + limits.max_processes
     outputs = (Capture(limits.output_bytes), Capture(limits.output_bytes))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="envgym-cmd-") as scratch:
@@ -238,28 +255,41 @@ def _run_bwrap(
             spec = {"uid": uid if uid is not None else -1, "gid": uid if uid is not None else -1, "cwd": workdir, "rlimits": rlimits, "status_fd": write_end}
             full = _bwrap_argv(root, network, limits, mounts, Path(scratch), uid if uid is not None else os.getuid())
             full += [str(python_executable()), "-I", "-S", "-B", "-c", BOOT, json.dumps(spec), *argv]
-            jail = _start(full, jail_env(env, network), outputs, write_end, uid)
-            os.close(write_end)
-            write_end = -1
-            timed_out = _wait(jail, outputs, started + limits.timeout_s)
-            if timed_out:
-                jail.kill()
-            jail.close()
+            jail = _start(full, jail_env(env, network), outputs, write_end, uid, limits)
+            try:
+                os.close(write_end)
+                write_end = -1
+                timed_out = _wait(jail, outputs, started + limits.timeout_s)
+                if timed_out:
+                    jail.kill()
+                jail.close()
+                oom = jail.group.oom_kills() if jail.group is not None else 0
+            finally:
+                if jail.group is not None:  # also kills what is left, should the wait have raised
+                    jail.group.remove()
             status = _drain(read_end)
         finally:
             os.close(read_end)
             if write_end >= 0:
                 os.close(write_end)
+    problem = None
+    if oom and jail.proc.returncode != 0:
+        problem = f"the jail reached its memory bound ({limits.total_memory_bytes} bytes in all): {oom} process(es) killed"
     try:
-        return finish(argv, jail.proc.returncode, status, outputs, started, limits.timeout_s if timed_out else None)
+        return finish(argv, jail.proc.returncode, status, outputs, started, limits.timeout_s if timed_out else None, problem)
     finally:
         for capture in outputs:
             capture.close()
 
 
-def _start(argv: list[str], env: dict[str, str], outputs: tuple[Capture, Capture], status_fd: int, uid: int | None) -> _Jail:
+def _start(
+    argv: list[str], env: dict[str, str], outputs: tuple[Capture, Capture], status_fd: int, uid: int | None, limits: CommandLimits
+) -> _Jail:
     from envgym.sandbox.base import SandboxUnavailable
 
+    # The jail's total memory and process count; joined between fork and exec, so nothing the
+    # command runs starts outside the group (cgroup.py).  None: rlimits only.
+    group = open_cgroup(limits.total_memory_bytes, limits.max_processes)
     try:
         proc = _spawn(
             argv,
@@ -269,10 +299,13 @@ def _start(argv: list[str], env: dict[str, str], outputs: tuple[Capture, Capture
             pass_fds=(status_fd,),
             start_new_session=True,  # bwrap and its init in one group: killpg reaches both
             env=env,
+            preexec_fn=group.join_self if group is not None else None,
         )
     except OSError as exc:
+        if group is not None:
+            group.remove()
         raise SandboxUnavailable(f"cannot start bubblewrap: {exc}") from None
-    return _Jail(proc, uid)
+    return _Jail(proc, uid, group)
 
 
 def _wait(jail: _Jail, outputs: tuple[Capture, Capture], deadline: float) -> bool:

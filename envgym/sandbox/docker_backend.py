@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
-from envgym.sandbox.bwrap import PACKAGE_DIR, SANDBOX_PACKAGE, WORKER, TreeWatch, _children, allocate_uid
+from envgym.sandbox.bwrap import (
+    PACKAGE_DIR,
+    SANDBOX_PACKAGE,
+    WORKER,
+    TreeWatch,
+    _children,
+    allocate_uid,
+)
 from envgym.sandbox.fdwait import wait_readable
 from envgym.sandbox.process import (
     SANDBOX_BUNDLE,

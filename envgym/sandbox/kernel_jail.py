@@ -33,16 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envgym.sandbox.base import SandboxUnavailable
-from envgym.sandbox.bwrap import (
-    BWRAP,
-    _isolation,
-    _mounts,
-    _parents,
-    _spawn,
-    allocate_uid,
-    probe,
-    python_executable,
-)
+from envgym.sandbox.bwrap import _spawn, probe
+from envgym.sandbox.cgroup import JailCgroup, open_cgroup
+from envgym.sandbox.jail import Bind, JailSpec, Only, Tmpfs, build_argv, plan_identity
 
 JAIL_WORKSPACE = "/workspace"
 JAIL_IPC = "/run/kernel"
@@ -83,9 +76,13 @@ class JailLimits:
     max_file_bytes: int = 256 * 1024**2  # RLIMIT_FSIZE
     tmp_bytes: int = 256 * 1024**2  # size of the private /tmp tmpfs
     workspace_bytes: int = 256 * 1024**2  # size of /workspace (its own tmpfs: quota.BoundedDir)
+    # The jail's processes together (a cgroup, where the host has one for us: cgroup.py); the
+    # per-process RLIMIT_AS alone let one kernel hold processes x memory_bytes.
+    total_memory_bytes: int = 4 * 1024**3
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "cpu_seconds", "max_processes", "max_file_bytes", "tmp_bytes", "workspace_bytes"):
+        for name in ("memory_bytes", "cpu_seconds", "max_processes", "max_file_bytes", "tmp_bytes", "workspace_bytes",
+                     "total_memory_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"JailLimits.{name} must be a positive int, got {value!r}")
@@ -102,9 +99,16 @@ class JailDirs:
 class JailedProcess:
     """One program running in the jail, as the host sees it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], stderr: tempfile._TemporaryFileWrapper[bytes], uid: int | None) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        stderr: tempfile._TemporaryFileWrapper[bytes],
+        uid: int | None,
+        group: JailCgroup | None = None,
+    ) -> None:
         self.proc = proc
         self.uid = uid
+        self.group = group  # the jail's cgroup (total memory, pids), None: rlimits only
         self._stderr = stderr
         self.main_pid: int | None = None  # the jailed program itself (host pid), once known
         self._baseline: int | None = None  # processes in the jail when it was idle at start
@@ -198,6 +202,8 @@ class JailedProcess:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - a stuck bwrap
             self.proc.kill()
+        if self.group is not None:
+            self.group.remove()  # kills what is left in it (nothing, normally) and removes it
         self._stderr.close()
 
     def diagnostics(self, ipc: Path) -> str:
@@ -297,37 +303,35 @@ def launch(
     must not be importable by the code being judged)."""
     root = os.geteuid() == 0
     probe(root)
-    uid = allocate_uid() if root else None
+    rlimits = {"AS": limits.memory_bytes, "CPU": limits.cpu_seconds, "FSIZE": limits.max_file_bytes, "CORE": 0}
+    identity = plan_identity(root, rlimits, limits.max_processes)
+    uid = identity.uid
     for path in (dirs.workspace, dirs.ipc):
         hand_over(path, uid)
-    rlimits = {
-        resource.RLIMIT_AS: limits.memory_bytes,
-        resource.RLIMIT_CPU: limits.cpu_seconds,
-        resource.RLIMIT_FSIZE: limits.max_file_bytes,
-        resource.RLIMIT_CORE: 0,
-        resource.RLIMIT_NPROC: limits.max_processes if root else _user_processes() + limits.max_processes,
-    }
     venv = Path(sys.prefix).resolve()
-    argv = [BWRAP, *_isolation(root), *_mounts(python_executable())]
     # The private /tmp comes before the binds: a checkout (and its venv) under /tmp must be
     # bound on top of it, not hidden by it.  World-writable (sticky) so the dropped uid can
     # use it; its size is capped by the tmpfs.
-    argv += ["--perms", "01777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    mounts: list[Bind | Tmpfs | Only] = [Tmpfs("/tmp", size=limits.tmp_bytes)]
     if not venv.is_relative_to(Path(sys.base_prefix).resolve()):
-        argv += _parents(venv) + ["--ro-bind", str(venv), str(venv)]
+        mounts.append(Bind(str(venv), str(venv)))
     if site_dir is not None:
-        argv += _only(site_dir, site_names)
-    argv += _parents(Path(JAIL_IPC)) + ["--bind", str(dirs.ipc), JAIL_IPC]
-    argv += ["--bind", str(dirs.workspace), JAIL_WORKSPACE]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--remount-ro", "/", "--chdir", JAIL_WORKSPACE]
+        mounts.append(Only(str(site_dir), tuple(site_names)))
+    mounts += [Bind(str(dirs.ipc), JAIL_IPC, writable=True), Bind(str(dirs.workspace), JAIL_WORKSPACE, writable=True)]
+    argv = build_argv(JailSpec(root=root, mounts=tuple(mounts), chdir=JAIL_WORKSPACE))
     ids = (str(uid), str(uid)) if uid is not None else ("-1", "-1")
     argv += [str(venv_python()), "-I", "-B", "-c", BOOT, *ids, module, *args]
     full_env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "JAIL_IPC": JAIL_IPC}
     full_env.update(env or {})
+    # The jail's total memory and process count (rlimits bound each process only); joined in
+    # the child before exec, so nothing the jail runs starts outside it.
+    group = open_cgroup(limits.total_memory_bytes, limits.max_processes)
+    resolved = {getattr(resource, "RLIMIT_" + name): value for name, value in identity.rlimits.items()}
 
     def set_limits() -> None:  # in the child, between fork and exec
-        for which, value in rlimits.items():
+        if group is not None:
+            group.join_self()
+        for which, value in resolved.items():
             resource.setrlimit(which, (value, value))
 
     stderr = tempfile.TemporaryFile()
@@ -343,29 +347,7 @@ def launch(
         )
     except OSError as exc:
         stderr.close()
+        if group is not None:
+            group.remove()
         raise SandboxUnavailable(f"cannot start bubblewrap: {exc}") from None
-    return JailedProcess(proc, stderr, uid)
-
-
-def _only(site_dir: Path, names: Sequence[str]) -> list[str]:
-    """bwrap arguments that replace ``site_dir`` by a read-only view of ``names`` in it."""
-    site = site_dir.resolve()
-    args = ["--perms", "0755", "--tmpfs", str(site)]
-    for name in names:
-        if "/" in name or name in ("", ".", ".."):
-            raise ValueError(f"site_names must be plain names in {site}, got {name!r}")
-        path = site / name
-        if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
-    return args + ["--remount-ro", str(site)]
-
-
-def _user_processes() -> int:
-    uid, count = os.getuid(), 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                count += entry.stat().st_uid == uid
-            except OSError:
-                pass
-    return count
+    return JailedProcess(proc, stderr, uid, group)

@@ -1,0 +1,275 @@
+"""One jail builder: the bubblewrap argv and the uid/rlimit plan of every envgym jail.
+
+The bundle worker (``bwrap.py``), the kernel jail (``kernel_jail.py``), the command jail
+(``command_jail.py``) and the MCP suite's servers (``jail_exec.py``) all describe their jail as
+a :class:`JailSpec` — mounts, network yes/no, working directory — and get the same guarantees
+from :func:`build_argv`:
+
+* own pid, ipc, uts (and, unless ``network``, net) namespaces, ``--die-with-parent``, a new
+  session (no TIOCSTI into the host's terminal);
+* a read-only root holding only the system directories, the interpreter's prefix and the
+  spec's mounts; the spec's writable binds and tmpfs are the only writable places;
+* as root: no user namespace (``RLIMIT_NPROC`` is never enforced for uid 0, not even uid 0 in
+  a user namespace), every capability dropped except CAP_SETUID/CAP_SETGID, which the jail's
+  first program uses to drop to the uid of :func:`plan_identity` before anything untrusted
+  runs; as a user: a user namespace that may not create further ones.
+
+Stdlib only: ``jail_exec.py`` loads it without the envgym package.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import posixpath
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BWRAP = "/usr/bin/bwrap"
+UID_BASE = 1 << 20  # far above login users and the usual /etc/subuid ranges
+_spawns = itertools.count()
+
+
+# -- the parts every jail shares -------------------------------------------------------------
+
+
+def allocate_uid() -> int:
+    """A uid no other live jail on this machine uses: (host pid, spawn counter) packed."""
+    return UID_BASE + ((os.getpid() % (1 << 20)) << 10 | next(_spawns) % 1024)
+
+
+def is_jail_uid(uid: int) -> bool:
+    return uid >= UID_BASE
+
+
+def python_executable() -> Path:
+    """The base interpreter (not the venv's): jails mount its prefix and nothing else."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidate = Path(sys.base_prefix) / "bin" / version
+    return candidate if candidate.exists() else Path(os.path.realpath(sys.executable))
+
+
+def isolation(root: bool, network: bool = False) -> list[str]:
+    """Namespaces and privileges (see the module docstring)."""
+    args = ["--unshare-ipc", "--unshare-pid"] + ([] if network else ["--unshare-net"])
+    args += ["--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "envgym"]
+    if root:
+        return args + ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return args + ["--unshare-user", "--disable-userns"]
+
+
+def system_mounts(python: Path) -> list[str]:
+    """bwrap arguments for the system and Python directories, read-only."""
+    args: list[str] = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/lib", "/lib64", "/bin", "/sbin"):
+        path = Path(top)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            args += ["--ro-bind", top, top]
+    prefix = Path(sys.base_prefix).resolve()
+    if not prefix.is_relative_to("/usr") and python.is_relative_to(prefix):
+        args += parents(prefix) + ["--ro-bind", str(prefix), str(prefix)]
+    return args
+
+
+def parents(path: Path) -> list[str]:
+    """Create ``path``'s ancestors world-searchable.
+
+    Left to bwrap, the directories on the way to a bind mount came out with the host's modes
+    (/root: 0700), so once the jail dropped root it could not reach what was bound below them.
+    """
+    args: list[str] = []
+    for parent in reversed(Path(path).parents[:-1]):
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+# -- the spec ---------------------------------------------------------------------------------
+
+
+def _check_target(target: str) -> None:
+    if not target.startswith("/") or posixpath.normpath(target) != target or target == "/":
+        raise ValueError(f"a jail mount target must be a normalized absolute path other than /, got {target!r}")
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host path seen at ``target`` (read-only unless ``writable``); ancestors made 0755."""
+
+    host: str
+    target: str
+    writable: bool = False
+
+    def __post_init__(self) -> None:
+        _check_target(self.target)
+
+    def argv(self) -> list[str]:
+        return parents(Path(self.target)) + ["--bind" if self.writable else "--ro-bind", str(self.host), self.target]
+
+
+@dataclass(frozen=True)
+class Tmpfs:
+    """A fresh tmpfs at ``target`` (``size`` bytes; ``readonly`` remounts it read-only)."""
+
+    target: str
+    size: int | None = None
+    mode: str = "01777"
+    readonly: bool = False
+
+    def __post_init__(self) -> None:
+        _check_target(self.target)
+
+    def argv(self) -> list[str]:
+        args = ["--perms", self.mode] + (["--size", str(self.size)] if self.size is not None else [])
+        return args + ["--tmpfs", self.target] + (["--remount-ro", self.target] if self.readonly else [])
+
+
+@dataclass(frozen=True)
+class Dir:
+    """An empty directory (in the root tmpfs, read-only once the root is remounted)."""
+
+    target: str
+
+    def __post_init__(self) -> None:
+        _check_target(self.target)
+
+    def argv(self) -> list[str]:
+        return ["--dir", self.target]
+
+
+@dataclass(frozen=True)
+class Only:
+    """``directory`` replaced by a read-only view of ``names`` in it (the rest hidden)."""
+
+    directory: str
+    names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for name in self.names:
+            if "/" in name or name in ("", ".", ".."):
+                raise ValueError(f"site_names must be plain names in {self.directory}, got {name!r}")
+
+    def argv(self) -> list[str]:
+        site = Path(self.directory).resolve()
+        args = ["--perms", "0755", "--tmpfs", str(site)]
+        for name in self.names:
+            path = site / name
+            if path.exists():
+                args += ["--ro-bind", str(path), str(path)]
+        return args + ["--remount-ro", str(site)]
+
+
+Mount = Bind | Tmpfs | Dir | Only
+
+
+@dataclass(frozen=True)
+class JailSpec:
+    """What one jail sees.  ``mounts`` apply in order after the system directories (so a bind
+    below a tmpfs comes after it); ``after_dev`` after ``/proc`` and ``/dev`` (a ``/dev/shm``)."""
+
+    root: bool  # the host runs as root (see isolation)
+    mounts: tuple[Mount, ...] = ()
+    network: bool = False
+    chdir: str = "/"
+    after_dev: tuple[Mount, ...] = ()
+    python: Path | None = None  # whose prefix to show (default: python_executable())
+
+    def __post_init__(self) -> None:
+        if not self.chdir.startswith("/"):
+            raise ValueError(f"JailSpec.chdir must be absolute, got {self.chdir!r}")
+
+
+def build_argv(spec: JailSpec) -> list[str]:
+    """bwrap and its options, up to (not including) the program to run."""
+    argv = [BWRAP, *isolation(spec.root, spec.network), *system_mounts(spec.python or python_executable())]
+    for mount in spec.mounts:
+        argv += mount.argv()
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for mount in spec.after_dev:
+        argv += mount.argv()
+    # The root tmpfs bwrap builds is owned by the jail's user in a user namespace (the non-root
+    # host case): freeze it, so the spec's writable mounts really are the only writable places.
+    return argv + ["--remount-ro", "/", "--chdir", spec.chdir]
+
+
+# -- the uid and rlimit plan ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the jail's programs run as, and their rlimits (names as in ``resource.RLIMIT_*``)."""
+
+    uid: int | None  # None: keep the host's (non-root host, inside a user namespace)
+    rlimits: dict[str, int]
+
+
+def count_processes(uid: int) -> int:
+    """Processes (not threads) of ``uid`` on this machine."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                count += entry.stat().st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+def plan_identity(root: bool, rlimits: dict[str, int], max_processes: int, uid: int | None = None) -> Identity:
+    """A fresh uid (or ``uid``) as root, and ``RLIMIT_NPROC``: as root it counts that uid's
+    processes only; as a user (in a user namespace) it counts all of the user's, so add what
+    already runs."""
+    limits = dict(rlimits)
+    if root:
+        limits["NPROC"] = max_processes
+        return Identity(uid if uid is not None else allocate_uid(), limits)
+    limits["NPROC"] = count_processes(os.getuid()) + max_processes
+    return Identity(None, limits)
+
+
+# ``python -I -S -c BOOT SPEC ARGV...``; SPEC is JSON: uid/gid (-1: keep), cwd, rlimits, and
+# where to report: status_fd (bwrap), io (Docker: a directory with stdout, stderr and status
+# files) or neither (the MCP servers: stdio is the protocol, nothing else may be written).
+BOOT = r"""
+import json, os, resource, signal, sys
+spec = json.loads(sys.argv[1]); argv = sys.argv[2:]
+def report(text):
+    if spec.get("status_fd") is not None:
+        os.write(spec["status_fd"], text.encode(errors="replace"))
+    elif spec.get("io"):
+        with open(spec["io"] + "/status", "a") as fh:
+            fh.write(text)
+    elif text != "R":
+        os.write(2, ("jail: " + text + "\n").encode(errors="replace"))
+report("R")
+try:
+    if spec.get("status_fd") is not None:
+        os.set_inheritable(spec["status_fd"], False)  # closed by exec: the command never has it
+    if spec.get("io"):
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            out = os.open(spec["io"] + "/" + name, os.O_WRONLY | os.O_APPEND)
+            os.dup2(out, fd); os.close(out)
+    for name, value in spec["rlimits"].items():
+        which = getattr(resource, "RLIMIT_" + name)
+        hard = resource.getrlimit(which)[1]
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)  # raising a hard limit needs a capability we dropped
+        resource.setrlimit(which, (value, value))
+    if spec["uid"] >= 0:
+        os.setgroups([]); os.setgid(spec["gid"]); os.setuid(spec["uid"])
+        if os.getuid() != spec["uid"] or os.geteuid() != spec["uid"]:
+            raise OSError("failed to drop privileges")
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    os.chdir(spec["cwd"])
+except OSError as exc:
+    report("cannot prepare the command (working directory %s): %s" % (spec["cwd"], exc))
+    os._exit(126)
+try:
+    os.execvp(argv[0], argv)
+except OSError as exc:
+    report("cannot run %r: %s" % (argv[0], exc.strerror or exc))
+    os._exit(127)
+"""
