@@ -170,3 +170,19 @@ def test_a_gold_link_to_a_host_file_is_replayed_as_a_link(tmp_path: Path, python
         assert SECRET not in _history(env)
     finally:
         env.close()
+
+
+# -- recipe detection reads the repository, which is input --------------------------------------
+def test_recipe_detection_does_not_read_through_links(tmp_path: Path) -> None:
+    from envs.swe.recipe import detect_recipe
+
+    host = tmp_path / "host.ini"
+    host.write_text(f"[testenv]\ndeps = {SECRET.lower()}\n[pytest]\naddopts = --{SECRET}\n")
+    host.chmod(0o600)
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_x.py").write_text("def test_x():\n    pass\n")
+    (repo / "tox.ini").symlink_to(host)
+    (repo / "pytest.ini").symlink_to(host)
+    recipe = detect_recipe(repo)
+    assert SECRET.lower() not in json.dumps(recipe.to_json()).lower()

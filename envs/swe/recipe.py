@@ -22,7 +22,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from envs.swe.safe_read import read_text_or_none
+
 HOST_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+MAX_READ_BYTES = 4 * 1024**2  # a packaging or test file bigger than this is treated as absent
 TEST_EXTRAS = ("test", "tests", "testing")  # preferred; "dev" only when none of them exists
 # Flags in a pytest ``addopts`` that fail with "unrecognized arguments" unless a plugin is installed.
 ADDOPTS_PLUGINS = {
@@ -125,11 +128,19 @@ def detect_recipe(repo_dir: Path) -> Recipe:
                   notes=tuple(notes))
 
 
+def _read(path: Path) -> str | None:
+    """A repository file's text, or None when it is missing, a link, not a regular file or over
+    MAX_READ_BYTES: the repository is input, and a link in it (``tox.ini -> /root/...``) must not
+    put a host file into the recipe, its notes or a repair prompt."""
+    return read_text_or_none(path.parent, path.name, max_bytes=MAX_READ_BYTES)
+
+
 def _read_toml(path: Path, notes: list[str]) -> dict[str, Any]:
-    if not path.is_file():
+    text = _read(path)
+    if text is None:
         return {}
     try:
-        return tomllib.loads(path.read_text(errors="replace"))
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         notes.append(f"{path.name} is not valid TOML ({exc}); ignored")
         return {}
@@ -137,9 +148,10 @@ def _read_toml(path: Path, notes: list[str]) -> dict[str, Any]:
 
 def _read_ini(path: Path, notes: list[str]) -> configparser.ConfigParser:
     parser = configparser.ConfigParser(interpolation=None, strict=False)
-    if path.is_file():
+    text = _read(path)
+    if text is not None:
         try:
-            parser.read_string(path.read_text(errors="replace"))
+            parser.read_string(text)
         except configparser.Error as exc:
             notes.append(f"{path.name} does not parse ({type(exc).__name__}); ignored")
             return configparser.ConfigParser(interpolation=None)
@@ -188,10 +200,11 @@ def _tox_deps(repo_dir: Path, tox_ini: configparser.ConfigParser, notes: list[st
 def _nox_deps(repo_dir: Path, notes: list[str]) -> list[str]:
     """String literals passed to ``session.install(...)`` in noxfile.py (read with ast, not run)."""
     noxfile = repo_dir / "noxfile.py"
-    if not noxfile.is_file():
+    text = _read(noxfile)
+    if text is None:
         return []
     try:
-        tree = ast.parse(noxfile.read_text(errors="replace"))
+        tree = ast.parse(text)
     except SyntaxError:
         notes.append("noxfile.py does not parse; ignored")
         return []
@@ -240,19 +253,20 @@ def _project_install(repo_dir: Path, pyproject: Mapping[str, Any],
 
 def _setup_py_extras(setup_py: Path) -> set[str]:
     """String keys of an ``extras_require={...}`` dict literal in setup.py (ast; never executed)."""
-    if not setup_py.is_file():
+    text = _read(setup_py)
+    if text is None:
         return set()
     try:
-        tree = ast.parse(setup_py.read_text(errors="replace"))
+        tree = ast.parse(text)
     except SyntaxError:
         return set()
     keys: set[str] = set()
     for node in ast.walk(tree):
         value = None
-        if isinstance(node, ast.keyword) and node.arg == "extras_require":
-            value = node.value
-        elif isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and "extras" in t.id.lower() for t in node.targets):
+        keyword = isinstance(node, ast.keyword) and node.arg == "extras_require"
+        assigned = isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and "extras" in t.id.lower() for t in node.targets)
+        if keyword or assigned:
             value = node.value
         if isinstance(value, ast.Dict):
             keys |= {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
@@ -267,9 +281,10 @@ def _pytest_config(pyproject: Mapping[str, Any], setup_cfg: configparser.ConfigP
         return {k: " ".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in options.items()}
     pytest_ini = configparser.ConfigParser(interpolation=None, strict=False)
     for name in ("pytest.ini", ".pytest.ini"):
-        if (repo_dir / name).is_file():
+        text = _read(repo_dir / name)
+        if text is not None:
             try:
-                pytest_ini.read_string((repo_dir / name).read_text(errors="replace"))
+                pytest_ini.read_string(text)
             except configparser.Error:
                 return {}
             if pytest_ini.has_section("pytest"):
@@ -287,8 +302,8 @@ def _framework(repo_dir: Path, pyproject: Mapping[str, Any], setup_cfg: configpa
         return "pytest"
     uses_pytest = uses_unittest = False
     for path in _test_files(repo_dir):
-        text = path.read_text(errors="replace")
-        uses_pytest |= bool(re.search(r"^\s*(import pytest|from pytest)|@pytest\.", text, re.M))
+        text = _read(path) or ""
+        uses_pytest |= bool(re.search(r"^\s*(import pytest|from pytest)|@pytest\.", text, re.MULTILINE))
         uses_unittest |= "unittest" in text and "TestCase" in text
     if uses_unittest and not uses_pytest:
         notes.append("tests are unittest.TestCase only: framework unittest, run through pytest")
@@ -316,10 +331,10 @@ def _loose_test_files(repo_dir: Path, limit: int = 20) -> list[Path]:
     that define tests (a ``def test`` or a ``TestCase``)."""
     found: list[Path] = []
     for path in sorted(repo_dir.rglob("test*.py")):
-        if ".git" in path.parts or not path.is_file():
+        text = _read(path) if ".git" not in path.parts else None
+        if text is None:
             continue
-        text = path.read_text(errors="replace")
-        if re.search(r"^\s*def test|TestCase", text, re.M):
+        if re.search(r"^\s*def test|TestCase", text, re.MULTILINE):
             found.append(path)
             if len(found) >= limit:
                 break
