@@ -122,7 +122,12 @@ def _run(pytest_args: list[str]) -> int:
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[0:0] = [os.getcwd(), *extra]
     sys.dont_write_bytecode = True
-    sys.argv = ["pytest", *pytest_args]
+    import importlib.util
+
+    # Tests must run in this process, where the profiler is: a project's `-n auto` (xdist) would
+    # send them to workers the trace cannot see (the command line outranks addopts).
+    in_process = ["-n", "0"] if importlib.util.find_spec("xdist") is not None else []
+    sys.argv = ["pytest", *in_process, *pytest_args]
     return int(pytest.console_main())
 
 
