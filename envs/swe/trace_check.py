@@ -98,16 +98,33 @@ def _parse(tree: Path, path: str) -> ast.Module | None:
 _Def = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+def _flat(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body`` with the statements of its ``if`` / ``try`` / ``with`` blocks spliced in (tests
+    defined under ``if sys.version_info >= ...`` or ``try: import x``)."""
+    out: list[ast.stmt] = []
+    for node in body:
+        out.append(node)
+        if isinstance(node, (ast.If, ast.With, ast.AsyncWith)):
+            out += _flat(node.body) + _flat(getattr(node, "orelse", []))
+        elif isinstance(node, ast.Try):
+            out += _flat(node.body) + _flat(node.orelse) + _flat(node.finalbody)
+            for handler in node.handlers:
+                out += _flat(handler.body)
+    return out
+
+
 def _find(module: ast.Module, names: list[str]) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, str] | None:
-    classes = {n.name: n for n in module.body if isinstance(n, ast.ClassDef)}
-    body: list[ast.stmt] = module.body
+    top = _flat(module.body)
+    classes = {n.name: n for n in top if isinstance(n, ast.ClassDef)}
+    body: list[ast.stmt] = top
     qual: list[str] = []
     for name in names[:-1]:
         node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == name), None)
         if node is None:
             return None
-        body, qual = node.body, [*qual, name]
-    func = next((n for n in body if isinstance(n, _Def) and n.name == names[-1]), None)
+        body, qual = _flat(node.body), [*qual, name]
+    # the last definition wins, as it does when the module runs
+    func = next((n for n in reversed(body) if isinstance(n, _Def) and n.name == names[-1]), None)
     if func is not None:
         return func, ".".join([*qual, names[-1]])
     if len(names) == 2:  # a method inherited from a base class of the same module
@@ -118,7 +135,7 @@ def _find(module: ast.Module, names: list[str]) -> tuple[ast.FunctionDef | ast.A
             if cls is None or cls.name in seen:
                 continue
             seen.add(cls.name)
-            func = next((n for n in cls.body if isinstance(n, _Def) and n.name == names[-1]), None)
+            func = next((n for n in reversed(_flat(cls.body)) if isinstance(n, _Def) and n.name == names[-1]), None)
             if func is not None:
                 return func, f"{cls.name}.{names[-1]}"
             pending += [b.id for b in cls.bases if isinstance(b, ast.Name)]
