@@ -19,6 +19,11 @@ from types import MappingProxyType
 from typing import Any
 
 _HEX40 = re.compile(r"[0-9a-fA-F]{40}")
+# An instance id names a directory, a git branch and a comment line of exported scripts: ASCII
+# letters, digits and "_.+-" only (SWE-bench's "owner__repo-123", SWE-smith's dotted ids), never
+# only dots.  No whitespace, quotes, slashes or controls: a newline in an id once became a line
+# of an exported test.sh.
+ID_PATTERN = re.compile(r"[A-Za-z0-9_.+-]{1,200}")
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
 OPTIONAL_TEXT = ("version", "environment_setup_commit", "created_at", "hints_text", "repo_url")
@@ -58,6 +63,7 @@ class SweInstance:
     metadata: Mapping[str, Any] = field(default_factory=_frozen_metadata)
 
     def __post_init__(self) -> None:
+        check_instance_id(self.instance_id, where=repr(self.instance_id)[:80])
         # Callers pass lists and dicts; the instance keeps immutable copies so that sharing one
         # between threads, or keeping it as a cache key's witness, is safe.
         object.__setattr__(self, "fail_to_pass", tuple(self.fail_to_pass))
@@ -67,6 +73,15 @@ class SweInstance:
 
     def __hash__(self) -> int:  # metadata is a mapping; the id is what identifies an instance
         return hash((self.instance_id, self.repo, self.base_commit))
+
+
+def check_instance_id(value: Any, *, where: str = "") -> str:
+    """`value` if it is a valid instance id (`ID_PATTERN`), else `InstanceError` saying why."""
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value) or not value.strip("."):
+        raise InstanceError(f"{str(value)[:80]!r} is not an instance id: 1-200 of the ASCII "
+                            "letters, digits and _.+- (not only dots)",
+                            where=where, field="instance_id")
+    return value
 
 
 def to_record(instance: SweInstance) -> dict[str, Any]:
@@ -105,6 +120,12 @@ def from_record(record: Any, *, where: str = "") -> SweInstance:
         values[name] = record[name]
     if not values["instance_id"].strip():
         raise InstanceError("must not be empty", where=where, field="instance_id")
+    check_instance_id(values["instance_id"], where=where)
+    try:  # a lone surrogate ("\\ud800" in JSON) is not text: it could not be written back out
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InstanceError("holds a lone surrogate (\\ud800-\\udfff): not valid Unicode text",
+                            where=where) from None
     if not _HEX40.fullmatch(values["base_commit"]):
         raise InstanceError(f"must be a 40-hex commit sha, got {values['base_commit'][:60]!r}",
                             where=where, field="base_commit")
@@ -164,6 +185,8 @@ def read_instances(path: str | os.PathLike[str]) -> list[SweInstance]:
         except json.JSONDecodeError as exc:
             raise InstanceError(f"not valid JSON ({exc.msg} at column {exc.colno})",
                                 where=where) from None
+        except RecursionError:
+            raise InstanceError("JSON nested too deeply", where=where) from None
         instance = from_record(record, where=where)
         if instance.instance_id in first_line:
             raise InstanceError(

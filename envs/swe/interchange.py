@@ -27,23 +27,32 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import tempfile
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from envs.swe.instance import (InstanceError, SweInstance, from_record, read_instances,
-                               to_record, write_instances)
-from envs.swe.patch import changed_files
-from envs.swe.repo import git, resolve_source
+from envs.swe.harbor_text import WORKDIR, check_exportable, dockerfile, solve_sh, task_toml, test_sh
+from envs.swe.harbor_text import toml_value as _toml_value
+from envs.swe.instance import (
+    InstanceError,
+    SweInstance,
+    from_record,
+    read_instances,
+    to_record,
+    write_instances,
+)
+from envs.swe.repo import git, open_source
+from envs.swe.task_files import list_dirs, open_dir, read_text
+
+__all__ = ["CONFIG", "WORKDIR", "HarborOptions", "_toml_value", "export_harbor",
+           "export_harbor_task", "export_jsonl", "import_harbor", "import_harbor_dir",
+           "import_jsonl", "task_name"]
 
 CONFIG = "tests/config.json"
-WORKDIR = "/testbed"
-_OWNER_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
+MAX_TOML = 1024 * 1024
 
 
 def import_jsonl(path: str | os.PathLike[str]) -> list[SweInstance]:
@@ -84,25 +93,29 @@ def export_harbor_task(instance: SweInstance, task_dir: str | os.PathLike[str], 
                        options: HarborOptions | None = None, overwrite: bool = False) -> Path:
     """Write `instance` as the Harbor task directory `task_dir` (built aside, then renamed in)."""
     options = options or HarborOptions()
-    task_dir = Path(task_dir).resolve()  # git archive -o runs in the source repository's folder
+    task_dir = Path(task_dir).resolve()  # git archive -o runs in the source's view
     if task_dir.exists() and not overwrite:
         raise FileExistsError(f"{task_dir} exists (pass overwrite=True to replace it)")
     record = to_record(instance)  # raises early on metadata that would not round-trip
+    check_exportable(instance)
     task_dir.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{task_dir.name}.", dir=task_dir.parent))
     try:
         for sub in ("environment", "solution", "tests"):
             (scratch / sub).mkdir()
         bundled = _wants_bundle(instance, options)
+        docker = dockerfile(instance, options.python_image, bundled)  # refusals before git runs
         if bundled:
-            source = resolve_source(instance.repo, instance.repo_url)
-            git(["archive", "--format=tar", "-o", str(scratch / "environment" / "repo.tar"),
-                 instance.base_commit], cwd=source)
+            # In a view of ours: the source's config (a smudge filter `git archive` would run)
+            # is never read, and the view's attributes keep the tree's bytes (no export-ignore).
+            with open_source(instance) as view:
+                git(["archive", "--format=tar", "-o", str(scratch / "environment" / "repo.tar"),
+                     "--end-of-options", instance.base_commit], cwd=view)
         _write(scratch / "task.toml", _task_toml(instance, options))
         _write(scratch / "instruction.md", instance.problem_statement)
-        _write(scratch / "environment" / "Dockerfile", _dockerfile(instance, options, bundled))
-        _write(scratch / "solution" / "solve.sh", _solve_sh(instance.patch), executable=True)
-        _write(scratch / "tests" / "test.sh", _test_sh(instance), executable=True)
+        _write(scratch / "environment" / "Dockerfile", docker)
+        _write(scratch / "solution" / "solve.sh", solve_sh(instance.patch), executable=True)
+        _write(scratch / "tests" / "test.sh", test_sh(instance), executable=True)
         _write(scratch / "tests" / "test.patch", instance.test_patch)
         _write(scratch / CONFIG, json.dumps(record, ensure_ascii=False, indent=1) + "\n")
         if task_dir.exists():
@@ -130,127 +143,13 @@ def _wants_bundle(instance: SweInstance, options: HarborOptions) -> bool:
     return _is_local(instance) if options.bundle_repo is None else options.bundle_repo
 
 
-def _clone_url(instance: SweInstance) -> str:
-    if instance.repo_url:
-        return instance.repo_url
-    if _OWNER_NAME.match(instance.repo):  # SWE-bench's "owner/name" means GitHub
-        return f"https://github.com/{instance.repo}.git"
-    return instance.repo
-
-
-def _recipe(instance: SweInstance) -> tuple[str | None, list[str]]:
-    """(python version or None, install commands) from metadata["recipe"] when it says so."""
-    recipe = instance.metadata.get("recipe")
-    if isinstance(recipe, str):
-        return None, [recipe]
-    if isinstance(recipe, list) and all(isinstance(c, str) for c in recipe):
-        return None, list(recipe)
-    if isinstance(recipe, Mapping):
-        install = recipe.get("install", [])
-        commands = [install] if isinstance(install, str) else [c for c in install if isinstance(c, str)]
-        python = recipe.get("python")
-        return (str(python) if python else None), commands
-    return None, ["pip install -e ."]
-
-
-def _dockerfile(instance: SweInstance, options: HarborOptions, bundled: bool) -> str:
-    python, install = _recipe(instance)
-    image = f"python:{python}-slim" if python else options.python_image
-    sha = shlex.quote(instance.base_commit)
-    lines = [
-        f"# envgym export of {instance.instance_id}: the repository at {instance.base_commit}",
-        f"FROM {image}",
-        "RUN apt-get update && apt-get install -y --no-install-recommends git ca-certificates"
-        " && rm -rf /var/lib/apt/lists/*",
-        f"WORKDIR {WORKDIR}",
-        "ENV GIT_AUTHOR_NAME=envgym GIT_AUTHOR_EMAIL=envgym@localhost"
-        " GIT_COMMITTER_NAME=envgym GIT_COMMITTER_EMAIL=envgym@localhost",
-    ]
-    if bundled:
-        lines += ["ADD repo.tar /testbed/",
-                  f"RUN git init -q && git add -A -f && git commit -q -m {shlex.quote('base ' + instance.base_commit)}"
-                  " && git tag envgym-base"]
-    else:  # only the base commit: the fix's own commit must not be in the agent's history
-        lines += [f"RUN git init -q && git fetch -q --depth 1 {shlex.quote(_clone_url(instance))} {sha}"
-                  f" && git checkout -q --detach FETCH_HEAD && git tag envgym-base"]
-    for command in install:
-        lines += [f"RUN {line.strip()}" for line in command.splitlines() if line.strip()]
-    lines += ["RUN pip install --no-cache-dir pytest", ""]
-    return "\n".join(lines)
-
-
-def _heredoc_tag(text: str) -> str:
-    tag = "ENVGYM_PATCH"
-    while re.search(rf"^{tag}$", text, re.MULTILINE):
-        tag += "_"
-    return tag
-
-
-def _solve_sh(patch: str) -> str:
-    head = ["#!/bin/bash", "# The gold patch of this task, applied to the repository.",
-            "set -euo pipefail", f"cd {WORKDIR}"]
-    if not patch.strip():
-        return "\n".join(head + ["# (no gold patch)", ""])
-    tag = _heredoc_tag(patch)
-    body = patch if patch.endswith("\n") else patch + "\n"
-    return "\n".join(head + [f"git apply --whitespace=nowarn <<'{tag}'"]) + "\n" + body + tag + "\n"
-
-
-def _test_sh(instance: SweInstance) -> str:
-    test_files = changed_files(instance.test_patch)
-    ids = [*instance.fail_to_pass, *instance.pass_to_pass]
-    if not ids:  # not validated yet: the test files the patch brings, else the whole suite
-        ids = [f for f in test_files if f.endswith(".py")]
-    quoted_files = " ".join(shlex.quote(f) for f in test_files)
-    lines = [
-        "#!/bin/bash",
-        f"# Verifier of {instance.instance_id}: hidden tests in, F2P + P2P run, reward out.",
-        "set -uo pipefail",
-        "mkdir -p /logs/verifier",
-        'reward() { echo "$1" > /logs/verifier/reward.txt; exit 0; }',
-        'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        f"cd {WORKDIR} || reward 0",
-    ]
-    if test_files:
-        lines += ["# The hidden tests replace whatever the agent did to the same files.",
-                  f"for f in {quoted_files}; do",
-                  '  git checkout -q envgym-base -- "$f" 2>/dev/null || rm -f -- "$f"',
-                  "done"]
-    if instance.test_patch.strip():
-        lines += ['git apply --whitespace=nowarn "$here/test.patch" || reward 0']
-    lines += [f"tests=({' '.join(shlex.quote(t) for t in ids)})",
-              'python -m pytest -rA -p no:cacheprovider "${tests[@]}"',
-              'if [ $? -eq 0 ]; then reward 1; else reward 0; fi', ""]
-    return "\n".join(lines)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    # JSON string escapes are TOML basic-string escapes, except DEL which TOML wants escaped
-    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
 def _task_toml(instance: SweInstance, options: HarborOptions) -> str:
-    repo_tag = instance.repo.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
-    sections: dict[str, dict[str, Any]] = {
-        "metadata": {"author_name": "envgym", "category": "software-engineering",
-                     "tags": ["swe", "envgym", repo_tag], "instance_id": instance.instance_id,
-                     "repo": instance.repo, "base_commit": instance.base_commit,
-                     "source": str(instance.metadata.get("source", "envgym"))},
+    return task_toml(instance, {
         "verifier": {"timeout_sec": float(options.verifier_timeout_s)},
         "agent": {"timeout_sec": float(options.agent_timeout_s)},
         "environment": {"build_timeout_sec": float(options.build_timeout_s), "cpus": options.cpus,
                         "memory_mb": options.memory_mb, "storage_mb": options.storage_mb},
-    }
-    out = ['version = "1.0"']
-    for name, table in sections.items():
-        out += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    return "\n".join(out) + "\n"
+    })
 
 
 def import_harbor(task_dir: str | os.PathLike[str]) -> SweInstance:
@@ -259,57 +158,75 @@ def import_harbor(task_dir: str | os.PathLike[str]) -> SweInstance:
     Our own exports (and SWE-bench adapters' tasks) carry ``tests/config.json``, read losslessly.
     Without it the instance is pieced together from ``task.toml`` ``[metadata]`` (repo,
     base_commit, instance_id), ``instruction.md``, the heredoc of ``solution/solve.sh`` and
-    ``tests/test.patch``; what is missing raises `InstanceError` naming the file.
+    ``tests/test.patch``; what is missing raises `InstanceError` naming the file.  Files are read
+    without following links, only regular ones, bounded (`envs/swe/task_files.py`).
     """
     task_dir = Path(task_dir)
-    if not task_dir.is_dir():
-        raise InstanceError("no such task directory", where=str(task_dir))
-    instruction = task_dir / "instruction.md"
-    config = task_dir / CONFIG
-    if config.is_file():
+    with open_dir(task_dir) as fd:
+        return _import_task(fd, task_dir)
+
+
+def _import_task(fd: int, task_dir: Path) -> SweInstance:
+    instruction = read_text(fd, "instruction.md", where=task_dir)
+    config_text = read_text(fd, CONFIG, where=task_dir)
+    if config_text is not None:
+        config = task_dir / CONFIG
         try:
-            record = json.loads(config.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            record = json.loads(config_text)
+        except json.JSONDecodeError as exc:
             raise InstanceError(f"not valid JSON: {exc}", where=str(config)) from None
-        if isinstance(record, dict) and "problem_statement" not in record and instruction.is_file():
-            record["problem_statement"] = instruction.read_text(encoding="utf-8")
+        except RecursionError:
+            raise InstanceError("not valid JSON: nested too deeply", where=str(config)) from None
+        if isinstance(record, dict) and "problem_statement" not in record and instruction is not None:
+            record["problem_statement"] = instruction
         return from_record(record, where=str(config))
-    return _import_foreign(task_dir, instruction)
+    return _import_foreign(fd, task_dir, instruction)
 
 
-def _import_foreign(task_dir: Path, instruction: Path) -> SweInstance:
+def _import_foreign(fd: int, task_dir: Path, instruction: str | None) -> SweInstance:
     toml_path = task_dir / "task.toml"
-    for required in (toml_path, instruction):
-        if not required.is_file():
-            raise InstanceError(f"missing {required.name} (and no {CONFIG})", where=str(task_dir),
-                                field=required.name)
+    toml_text = read_text(fd, "task.toml", where=task_dir, limit=MAX_TOML)
+    for name, text in (("task.toml", toml_text), ("instruction.md", instruction)):
+        if text is None:
+            raise InstanceError(f"missing {name} (and no {CONFIG})", where=str(task_dir),
+                                field=name)
     try:
-        meta = tomllib.loads(toml_path.read_text(encoding="utf-8")).get("metadata", {})
+        meta = tomllib.loads(toml_text or "").get("metadata", {})
     except tomllib.TOMLDecodeError as exc:
         raise InstanceError(f"not valid TOML: {exc}", where=str(toml_path)) from None
+    except RecursionError:
+        raise InstanceError("not valid TOML: nested too deeply", where=str(toml_path)) from None
+    if not isinstance(meta, dict):
+        raise InstanceError("[metadata] is not a table", where=str(toml_path), field="metadata")
     missing = [k for k in ("repo", "base_commit") if not isinstance(meta.get(k), str)]
     if missing:
         raise InstanceError(f"missing {CONFIG}, and task.toml [metadata] lacks {missing}",
                             where=str(task_dir), field=missing[0])
-    solve = task_dir / "solution" / "solve.sh"
+    solve = read_text(fd, "solution/solve.sh", where=task_dir)
     patch = ""
-    if solve.is_file():
-        found = re.search(r"<<'(\w+)'\n(.*?\n)\1\n", solve.read_text(encoding="utf-8"), re.DOTALL)
+    if solve is not None:
+        found = re.search(r"<<'(\w+)'\n(.*?\n)\1\n", solve, re.DOTALL)
         patch = found.group(2) if found else ""
-    test_patch_file = task_dir / "tests" / "test.patch"
+    test_patch = read_text(fd, "tests/test.patch", where=task_dir)
     record = {
         "instance_id": meta.get("instance_id") or task_dir.name, "repo": meta["repo"],
-        "base_commit": meta["base_commit"],
-        "problem_statement": instruction.read_text(encoding="utf-8"), "patch": patch,
-        "test_patch": test_patch_file.read_text(encoding="utf-8") if test_patch_file.is_file() else "",
+        "base_commit": meta["base_commit"], "problem_statement": instruction, "patch": patch,
+        "test_patch": test_patch or "",
         "FAIL_TO_PASS": meta.get("FAIL_TO_PASS"), "PASS_TO_PASS": meta.get("PASS_TO_PASS"),
     }
     return from_record(record, where=str(toml_path))
 
 
 def import_harbor_dir(root: str | os.PathLike[str]) -> list[SweInstance]:
-    """Every task directory directly under `root` (those with a task.toml), sorted by name."""
+    """Every task directory directly under `root` (those with a task.toml), sorted by name; an
+    entry of `root` that is a link is refused, not followed."""
     root = Path(root)
     if not root.is_dir():
         raise InstanceError("no such directory", where=str(root))
-    return [import_harbor(d) for d in sorted(root.iterdir()) if (d / "task.toml").is_file()]
+    found: list[SweInstance] = []
+    with open_dir(root) as root_fd:
+        for name in list_dirs(root_fd, where=root):
+            with open_dir(root / name, parent_fd=root_fd) as fd:
+                if read_text(fd, "task.toml", where=root / name, limit=MAX_TOML) is not None:
+                    found.append(_import_task(fd, root / name))
+    return found

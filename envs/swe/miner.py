@@ -23,7 +23,7 @@ import httpx
 
 from envs.swe.instance import InstanceError, SweInstance
 from envs.swe.patch import changed_files, is_test_file, split_patch
-from envs.swe.repo import git, resolve_source
+from envs.swe.repo import GitError, git, open_source, resolve_source
 
 Judge = Callable[[SweInstance], tuple[bool, str]]
 
@@ -61,7 +61,8 @@ class _Commit:
 
 def _commits(source: Path, rev: str, limit: int, first_parent: bool) -> list[_Commit]:
     fmt = "%H%x1f%P%x1f%aI%x1f%B%x1e"
-    args = ["log", f"--format={fmt}", f"--max-count={limit}", rev, "--"]
+    args = ["log", "--no-show-signature", f"--format={fmt}", f"--max-count={limit}",
+            "--end-of-options", rev, "--"]
     if first_parent:
         args.insert(1, "--first-parent")
     out = git(args, cwd=source).stdout
@@ -77,7 +78,8 @@ def _commits(source: Path, rev: str, limit: int, first_parent: bool) -> list[_Co
 
 def _numstat(source: Path, parent: str, sha: str) -> list[tuple[str, int | None]]:
     """(path, added + deleted lines or None for a binary file) per changed file."""
-    out = git(["diff", "--numstat", "-z", "--no-renames", parent, sha], cwd=source).stdout
+    out = git(["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
+               parent, sha], cwd=source).stdout
     files = []
     for entry in out.split("\0"):
         if not entry:
@@ -124,7 +126,7 @@ def describe(message: str, issues: Mapping[int, str]) -> tuple[str, int | None]:
     known one, else the message without merge boilerplate and trailers."""
     for match in _FIXES.finditer(message):
         number = int(match.group(1))
-        if number in issues and issues[number]:
+        if issues.get(number):
             return issues[number], number
     lines = [line for line in message.splitlines() if not _TRAILER.match(line.strip())]
     if lines and _MERGE_TITLE.match(lines[0].strip()):
@@ -143,7 +145,8 @@ def _too_vague(statement: str, min_words: int) -> str:
 
 def _repo_name(repo: str) -> str:
     name = repo.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
-    return re.sub(r"[^\w.-]", "_", name) or "repo"
+    # ASCII only, no leading dot or dash: the name starts every instance id (instance.ID_PATTERN)
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".-")[:80] or "repo"
 
 
 def mine(repo: str | os.PathLike[str], *, repo_url: str = "", rev: str = "HEAD",
@@ -151,11 +154,22 @@ def mine(repo: str | os.PathLike[str], *, repo_url: str = "", rev: str = "HEAD",
          judge: Judge | None = None, first_parent: bool = True) -> MineResult:
     """Propose instances from the history of `repo` (a path or URL; see `repo.resolve_source`)."""
     limits = limits or MineLimits()
+    if rev.startswith("-") or not rev.isprintable():
+        raise GitError(f"not a revision: {rev[:100]!r}")
     source = resolve_source(repo, repo_url)
     known_issues = load_issues(issues) if issues is not None else {}
     repo_text = os.fspath(repo)
     # A local path names the repository by its folder; a URL (or "owner/name") by its last part.
     name = _repo_name(str(source) if Path(repo_text).exists() else (repo_url or repo_text))
+    # Git reads the repository through a view of ours: its own config (a textconv or filter
+    # driver, say) is never read, so no program of the repository's runs here.
+    with open_source(source) as view:
+        return _mine(view, name, repo_text, repo_url, rev, limits, known_issues, judge,
+                     first_parent)
+
+
+def _mine(source: Path, name: str, repo_text: str, repo_url: str, rev: str, limits: MineLimits,
+          known_issues: Mapping[int, str], judge: Judge | None, first_parent: bool) -> MineResult:
     candidates: list[SweInstance] = []
     rejected: list[tuple[str, str]] = []
     for commit in _commits(source, rev, limits.max_commits, first_parent):
@@ -169,8 +183,8 @@ def mine(repo: str | os.PathLike[str], *, repo_url: str = "", rev: str = "HEAD",
         if reason:
             rejected.append((commit.sha, reason))
             continue
-        full = git(["diff", "--no-color", "--no-ext-diff", "--no-renames", "--src-prefix=a/",
-                    "--dst-prefix=b/", parent, commit.sha], cwd=source).stdout
+        full = git(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
+                    "--src-prefix=a/", "--dst-prefix=b/", parent, commit.sha], cwd=source).stdout
         patch, test_patch = split_patch(full)
         metadata: dict[str, Any] = {"source": "mined", "commit": commit.sha,
                                     "score": scores.pop("score"), "scores": scores,
@@ -184,7 +198,7 @@ def mine(repo: str | os.PathLike[str], *, repo_url: str = "", rev: str = "HEAD",
         if judge is not None:
             try:
                 keep, why = judge(candidate)
-            except Exception as exc:  # a judge's bug costs this candidate, not the whole run
+            except Exception as exc:  # noqa: BLE001 - a judge's bug costs this candidate, not the run
                 keep, why = False, f"judge failed: {type(exc).__name__}: {exc}"
             if not keep:
                 rejected.append((commit.sha, why if why.startswith("judge") else f"judge: {why}"))

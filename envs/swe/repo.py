@@ -1,12 +1,14 @@
 """Git for SWE tasks: a source cache, clean checkouts of a base commit, `git apply`, diffs.
 
 A repository is given as a local path (used in place, never copied into the cache, no network)
-or a clone URL (`file://`, `https://`, ... or "owner/name" plus `repo_url`), which is mirrored
-once as a bare repository under ``<envgym cache>/swe/mirrors`` and updated on demand.
+or a clone URL (`https://`, `http://`, `git://`, `ssh://`, `file://`, ``user@host:path``, or
+"owner/name" plus `repo_url`), which is mirrored once as a bare repository under
+``<envgym cache>/swe/mirrors`` and updated on demand.
 
-Every git command runs with a scrubbed environment: no system or user config, a throwaway
-``HOME``, hooks pointed at /dev/null (a repository under study must not run code on our host),
-``safe.directory=*`` (we often run as root over repositories others own) and a timeout.
+Every git command is hardened (`envs/swe/git_safe.py`: no system or user config, a throwaway
+``HOME``, `-c` overrides for every program-running key, timeouts), and git never runs *in* a
+source: sources are read through a view of ours (`envs/swe/git_source.py`), so a filter, a
+textconv driver or a hook in a repository's own config is never even read.
 
 Checkouts fetch only the base commit and (with ``depth=None``) its ancestors into a fresh
 repository, so the future of the project — the fix itself — is not in the workspace's object
@@ -19,34 +21,34 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from envgym.cache import built_once, cache_root
+from envs.swe.git_safe import GIT_TIMEOUT_S, GitError, git
+from envs.swe.git_source import find_git_dir, source_view
 from envs.swe.instance import SweInstance
 from envs.swe.patch import changed_files, is_test_file, select_test_files, unsafe_paths
 
 __all__ = [
-    "GitError", "PatchResult", "apply_patch", "changed_files", "checkout", "diff", "git",
-    "is_test_file", "resolve_source", "select_test_files",
+    "GitError", "PatchResult", "apply_patch", "changed_files", "check_clone_url", "checkout", "diff",
+    "git", "is_test_file", "open_source", "resolve_source", "select_test_files", "source_view",
 ]
 
-GIT_TIMEOUT_S = 300.0
 _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
+# What may be cloned: the network transports and file://, and scp-like user@host:path.  No
+# ext:: (runs a command), no leading "-" (git would read an option), no whitespace or controls.
+_CLONE_URL = re.compile(r"^(?:(?:https?|git|ssh|file)://[^\s\x00-\x1f\x7f-]"
+                        r"|[\w][\w.-]*@[\w][\w.-]*:[^\s\x00-\x1f\x7f-])[^\s\x00-\x1f\x7f]*$",
+                        re.IGNORECASE)
 _OWNER_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 _SHA = re.compile(r"^[0-9a-fA-F]{4,40}$")
 # Build and test by-products an agent's run leaves behind; never part of a submitted diff.
 JUNK = ("**/__pycache__/**", "**/*.pyc", "**/*.pyo", "**/*.egg-info/**", "**/.pytest_cache/**",
         "**/.mypy_cache/**", "**/.ruff_cache/**", "**/.tox/**", "**/.eggs/**")
-_HOME: str | None = None
-
-
-class GitError(RuntimeError):
-    """Git could not do what was asked (no such repository, clone failed, timeout, ...)."""
 
 
 @dataclass(frozen=True)
@@ -56,60 +58,16 @@ class PatchResult:
     files: tuple[str, ...] = ()  # the paths the patch touches
 
 
-def _home() -> str:
-    global _HOME
-    if _HOME is None or not os.path.isdir(_HOME):
-        _HOME = tempfile.mkdtemp(prefix="envgym-git-home-")
-    return _HOME
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": _home(),
-        "LANG": "C", "LC_ALL": "C",  # git's messages in English, for reasons we pass on
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_TERMINAL_PROMPT": "0",  # a private URL fails instead of waiting for a password
-        "GIT_AUTHOR_NAME": "envgym", "GIT_AUTHOR_EMAIL": "envgym@localhost",
-        "GIT_COMMITTER_NAME": "envgym", "GIT_COMMITTER_EMAIL": "envgym@localhost",
-    }
-    env.update(extra or {})
-    return env
-
-
-def git(args: Sequence[str], cwd: str | os.PathLike[str] | None = None, *, check: bool = True,
-        input: str | None = None, timeout_s: float = GIT_TIMEOUT_S,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``git args`` scrubbed (see the module docstring); `GitError` on failure if `check`."""
-    argv = ["git", "-c", "core.hooksPath=/dev/null", "-c", "safe.directory=*",
-            "-c", "core.fsmonitor=false", "-c", "protocol.file.allow=always", *args]
-    try:
-        proc = subprocess.run(argv, cwd=cwd, input=input, capture_output=True, text=True,
-                              errors="surrogateescape", timeout=timeout_s, env=_env(env))
-    except subprocess.TimeoutExpired:
-        raise GitError(f"git {' '.join(args[:2])} timed out after {timeout_s:g} s") from None
-    except FileNotFoundError as exc:
-        raise GitError(f"cannot run git in {cwd}: {exc.strerror}") from None
-    if check and proc.returncode != 0:
-        raise GitError(f"git {' '.join(args[:3])} failed: {proc.stderr.strip()[-2000:]}")
-    return proc
-
-
 def _is_url(repo: str) -> bool:
     return bool(_URL.match(repo))
 
 
-def _is_repo_root(path: Path) -> bool:
-    """`path` is a repository's top (or a bare repository), not merely somewhere inside one."""
-    probe = git(["rev-parse", "--is-bare-repository", "--show-toplevel", "--absolute-git-dir"],
-                cwd=path, check=False)
-    if probe.returncode != 0:
-        return False
-    lines = probe.stdout.splitlines()
-    target = path.resolve()
-    if lines and lines[0] == "true":
-        return Path(lines[-1]).resolve() == target
-    return len(lines) == 3 and Path(lines[1]).resolve() == target
+def check_clone_url(url: str) -> str:
+    """`url` if it is one git may clone from (see `_CLONE_URL`), else `GitError` saying why."""
+    if not _CLONE_URL.match(url):
+        raise GitError(f"not a repository URL git may clone: {url[:200]!r} (allowed: https://, "
+                       "http://, git://, ssh://, file:// or user@host:path, no spaces or controls)")
+    return url
 
 
 def _mirror_path(url: str) -> Path:
@@ -129,8 +87,7 @@ def resolve_source(repo: str | os.PathLike[str], repo_url: str = "", *,
     if not _is_url(text):
         path = Path(text).expanduser()
         if path.exists():
-            if not _is_repo_root(path):
-                raise GitError(f"{path} is not a git repository (or not its top directory)")
+            find_git_dir(path)  # read as files: git never runs in a source (git_source.py)
             return path.resolve()
         if not repo_url:
             if _OWNER_NAME.match(text):
@@ -138,11 +95,11 @@ def resolve_source(repo: str | os.PathLike[str], repo_url: str = "", *,
                                f"(e.g. https://github.com/{text}.git) to say where to clone it from")
             raise GitError(f"no such repository path: {path}")
         text = repo_url
-    url = text
+    url = check_clone_url(text)
     mirror = _mirror_path(url)
 
     def clone(into: Path) -> None:
-        git(["clone", "--mirror", "--quiet", url, str(into)])
+        git(["clone", "--mirror", "--quiet", "--", url, str(into)])
 
     existed = (mirror / "HEAD").is_file()
     built_once(mirror, clone, marker="HEAD")
@@ -151,19 +108,29 @@ def resolve_source(repo: str | os.PathLike[str], repo_url: str = "", *,
     return mirror
 
 
-def _source_of(instance_or_repo: SweInstance | str | os.PathLike[str],
-               repo_url: str) -> tuple[Path, bool]:
+def _source_of(instance_or_repo: SweInstance | str | os.PathLike[str], repo_url: str, *,
+               update: bool = False) -> tuple[Path, bool]:
     """(git dir, whether it is a mirror that a fetch could bring up to date)."""
     if isinstance(instance_or_repo, SweInstance):
         repo, repo_url = instance_or_repo.repo, repo_url or instance_or_repo.repo_url
     else:
         repo = os.fspath(instance_or_repo)
-    source = resolve_source(repo, repo_url)
+    source = resolve_source(repo, repo_url, update=update)
     return source, source.is_relative_to(cache_root() / "swe" / "mirrors")
 
 
-def _has_commit(source: Path, commit: str) -> bool:
-    probe = git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=source, check=False)
+@contextmanager
+def open_source(instance_or_repo: SweInstance | str | os.PathLike[str], repo_url: str = "", *,
+                update: bool = False) -> Iterator[Path]:
+    """A view (`git_source.source_view`) of the repository `resolve_source` finds: the git dir
+    to run read-only git commands in, with our config and the source's objects and refs."""
+    source, _ = _source_of(instance_or_repo, repo_url, update=update)
+    with source_view(source) as view:
+        yield view
+
+
+def _has_commit(view: Path, commit: str) -> bool:
+    probe = git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=view, check=False)
     return probe.returncode == 0
 
 
@@ -182,30 +149,29 @@ def checkout(instance_or_repo: SweInstance | str | os.PathLike[str], commit: str
     if dest.exists() and any(dest.iterdir()):
         raise GitError(f"checkout destination {dest} is not empty")
     source, is_mirror = _source_of(instance_or_repo, repo_url)
-    if not _has_commit(source, commit) and is_mirror:
-        git(["remote", "update", "--prune"], cwd=source, timeout_s=timeout_s)
-    resolved = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=source,
-                   check=False)
-    if resolved.returncode != 0:
-        raise GitError(f"commit {commit} is not in {source}")
-    sha = resolved.stdout.strip()
-    dest.mkdir(parents=True, exist_ok=True)
-    try:
-        git(["init", "--quiet", str(dest)], timeout_s=timeout_s)
-        # file:// (not a bare path) so that --depth is honoured; upload-pack is told to serve
-        # any sha, which protocol v0 servers would otherwise refuse for non-tip commits, and
-        # gets its own safe.directory: git clears our -c settings for the serving side, which
-        # then refuses a source another uid owns (one a jail handed to its uid, say).
-        fetch = ["fetch", "--quiet", "--no-tags", "--upload-pack",
-                 "git -c safe.directory=* -c uploadpack.allowAnySHA1InWant=true upload-pack"]
-        if depth is not None:
-            fetch.append(f"--depth={depth}")
-        git([*fetch, source.as_uri(), sha], cwd=dest, timeout_s=timeout_s)
-        git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", sha],
-            cwd=dest, timeout_s=timeout_s)
-    except GitError:
-        _empty(dest)
-        raise
+    with source_view(source) as view:
+        if not _has_commit(view, commit) and is_mirror:
+            git(["remote", "update", "--prune"], cwd=source, timeout_s=timeout_s)  # our mirror
+        resolved = git(["rev-parse", "--verify", "--quiet", "--end-of-options",
+                        f"{commit}^{{commit}}"], cwd=view, check=False)
+        if resolved.returncode != 0:
+            raise GitError(f"commit {commit} is not in {source}")
+        sha = resolved.stdout.strip()
+        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            git(["init", "--quiet", "--", str(dest)], timeout_s=timeout_s)
+            # file:// (not a bare path) so that --depth is honoured; upload-pack runs in the
+            # view (our config, which lets it serve any sha: protocol v0 servers would refuse
+            # non-tip commits), never in the source.
+            fetch = ["fetch", "--quiet", "--no-tags"]
+            if depth is not None:
+                fetch.append(f"--depth={depth}")
+            git([*fetch, "--", view.as_uri(), sha], cwd=dest, timeout_s=timeout_s)
+            git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", sha],
+                cwd=dest, timeout_s=timeout_s)
+        except GitError:
+            _empty(dest)
+            raise
     return dest
 
 
