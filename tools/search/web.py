@@ -17,26 +17,35 @@
   DNS rebinding — is not defended.)  The last pages fetched are kept, so ``find`` after
   ``open`` does not fetch again.
 
-Every failure of the service — unreachable, timed out, an HTTP error status, a body that is
-not the expected JSON, a page too large or not text — is a :class:`SearchError` naming the
-server and what went wrong, so an env hands it to the agent as a tool error like any other.
+Every failure of the service — unreachable, timed out, an HTTP error status, a URL httpx cannot
+parse, a body that is not the expected JSON, a page that is not text — is a :class:`SearchError`
+naming the server and what went wrong, so an env hands it to the agent as a tool error like any
+other.  What a server sends is bounded (tools/search/http_fetch.py): one deadline per request
+(``timeout_s``, across redirects, headers and a body dripped a byte at a time), and at most
+``MAX_PAGE_BYTES`` decoded bytes of a page, counted as they are decoded (a ``gzip, gzip`` bomb
+never decodes past the cap); a longer page is cut, and its text ends with a note saying so.
 """
 
 from __future__ import annotations
 
 import html
 import ipaddress
+import json
 import re
 import socket
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from tools.search.errors import SearchError
+from tools.search.http_fetch import ACCEPT_ENCODING, BodyError, Deadline, read_body
 from tools.search.index import Document, Hit
 
-MAX_PAGE_BYTES = 2_000_000  # a fetched page larger than this is refused, not truncated silently
+MAX_PAGE_BYTES = 2_000_000  # decoded bytes of a page read; the rest is cut, with a note for the agent
+MAX_ANSWER_BYTES = 5_000_000  # decoded bytes of a search answer (JSON cannot be cut: refused past it)
 MAX_REMEMBERED = 10_000  # result URLs kept for open/find (oldest forgotten first)
 MAX_CACHED_PAGES = 16  # fetched pages kept: find() after open() reads the same text
 MAX_REDIRECTS = 5
@@ -44,14 +53,15 @@ MAX_REDIRECTS = 5
 if TYPE_CHECKING:  # httpx is imported when a WebSearch is made: the local index never needs it
     import httpx
 _TEXT_TYPES = ("text/", "application/xhtml", "application/json", "application/xml")
+_HEADERS = {"Accept-Encoding": ACCEPT_ENCODING}
 
 
 class _TextOfHTML(HTMLParser):
     """Visible text of an HTML page, one line per block; scripts and styles dropped."""
 
-    _SKIP = {"script", "style", "noscript", "template"}
-    _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
-              "pre", "table", "ul", "ol", "dd", "dt", "header", "footer", "title"}  # fmt: skip
+    _SKIP = frozenset({"script", "style", "noscript", "template"})
+    _BLOCK = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
+              "pre", "table", "ul", "ol", "dd", "dt", "header", "footer", "title"})  # fmt: skip
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -101,7 +111,8 @@ class WebSearch:
 
     Args:
         base_url: the service root, e.g. ``http://127.0.0.1:8888`` (``/search`` is appended).
-        timeout_s: per request (connect + read), for searches and page fetches alike.
+        timeout_s: the whole of one request (every redirect, connect, header and body read), for
+            searches and page fetches alike.
         client: an ``httpx.Client`` to use (tests, proxies); one is made otherwise.
         allow_private: let pages on loopback/private/link-local addresses be opened.
     """
@@ -117,22 +128,29 @@ class WebSearch:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.allow_private = allow_private
-        # redirects of page fetches are followed by hand (_fetch): each hop's address is checked
+        # Redirects are followed by hand (_hops): each hop of a page has its address checked.
+        # No keep-alive: every request opens its own socket, which its deadline can shut even
+        # while a server drips the status line (a reused socket is not seen being connected).
         self._client = client or httpx.Client(timeout=timeout_s, follow_redirects=False,
+                                              limits=httpx.Limits(max_keepalive_connections=0),
                                               headers={"User-Agent": "envgym-search/1"})  # fmt: skip
         self._seen: OrderedDict[str, str] = OrderedDict()  # url -> title from the results
-        self._pages: OrderedDict[str, tuple[str, str]] = OrderedDict()  # url -> (content type, text)
+        self._pages: OrderedDict[str, _Answer] = OrderedDict()  # url -> the page as read
 
     def close(self) -> None:
         self._client.close()
 
     def search(self, query: str, k: int) -> list[Hit]:
-        reply = self._get(f"{self.base_url}/search", "search", params={"q": query, "format": "json"})
+        answer = self._exchange(f"{self.base_url}/search", tool="search", shown=self.base_url,
+                                params={"q": query, "format": "json"}, cap=MAX_ANSWER_BYTES)
+        if answer.cut:
+            raise SearchError(f"search: {self.base_url} answered more than {MAX_ANSWER_BYTES} bytes; "
+                              "the limit")  # fmt: skip
         try:
-            data = reply.json()
+            data = json.loads(answer.text)
         except ValueError:
             raise SearchError(f"search: the web search service at {self.base_url} did not answer JSON "
-                              f"(got {reply.text[:80]!r}); is format=json enabled?") from None  # fmt: skip
+                              f"(got {answer.text[:80]!r}); is format=json enabled?") from None  # fmt: skip
         results = data.get("results") if isinstance(data, dict) else None
         if not isinstance(results, list):
             raise SearchError(f"search: the web search service at {self.base_url} answered JSON without a "
@@ -155,65 +173,79 @@ class WebSearch:
     def get(self, doc_id: str) -> Document | None:
         if doc_id not in self._seen:
             return None  # "no document with id …; use an id from search results"
-        kind, text = self._fetch(doc_id)
-        if "html" in kind:
-            title, text = html_text(text)
+        page = self._fetch(doc_id)
+        if "html" in page.kind:
+            title, text = html_text(page.text)
         else:
-            title, text = "", html.unescape(text)
+            title, text = "", html.unescape(page.text)
+        if page.cut:  # the agent must know the end of the text is not the end of the page
+            text += f"[the page was cut: only its first {MAX_PAGE_BYTES} bytes were read]\n"
         return Document(doc_id, title or self._seen[doc_id], text)
 
-    def _fetch(self, url: str) -> tuple[str, str]:
-        """``(content type, text)`` of a page (the last few are kept)."""
+    def _fetch(self, url: str) -> _Answer:
+        """A page (the last few are kept)."""
         if url not in self._pages:
-            self._pages[url] = self._download(url)
+            self._pages[url] = self._exchange(url, tool="open", shown=url, cap=MAX_PAGE_BYTES,
+                                              check=lambda target: self._check_address(url, target))
             while len(self._pages) > MAX_CACHED_PAGES:
                 self._pages.popitem(last=False)
         self._pages.move_to_end(url)
         return self._pages[url]
 
-    def _download(self, url: str) -> tuple[str, str]:
-        """Follow redirects by hand, checking each address, then read the page."""
-        target = url
-        for _ in range(MAX_REDIRECTS + 1):
-            self._check_address(url, target)
-            moved = self._read(url, target)
-            if isinstance(moved, tuple):
-                return moved
-            target = moved
-        raise SearchError(f"open: {url} redirects more than {MAX_REDIRECTS} times")
-
     def _check_address(self, url: str, target: str) -> None:
-        parts = urlsplit(target)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SearchError(f"open: {url} leads to {target!r}, not an http(s) page")
-        if not self.allow_private and _private_host(parts.hostname):
-            where = "is" if target == url else f"redirects to {parts.hostname}, which is"
+        try:
+            parts = urlsplit(target)
+            hostname = parts.hostname
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            hostname = None
+            parts = urlsplit("")
+        if parts.scheme not in ("http", "https") or not hostname:
+            raise SearchError(f"open: {url} leads to {_clip(repr(target))}, not an http(s) page")
+        if not self.allow_private and _private_host(hostname):
+            where = "is" if target == url else f"redirects to {_clip(hostname)}, which is"
             raise SearchError(f"open: {url} {where} on a private or local address; refused")
 
-    def _read(self, url: str, target: str) -> tuple[str, str] | str:
-        """The page at ``target`` as ``(content type, text)``, or where it redirects; read in
-        chunks so a huge page is refused early."""
+    def _exchange(self, first: str, *, tool: str, shown: str, cap: int, params: dict[str, str] | None = None,
+                  check: Callable[[str], None] | None = None) -> _Answer:
+        """GET ``first`` within one deadline, following redirects by hand (at most MAX_REDIRECTS,
+        each hop passed to ``check``), and read at most ``cap`` decoded bytes of the answer.
+        Every failure is a SearchError that starts with ``tool`` and names ``shown``."""
         import httpx
 
-        try:
-            with self._client.stream("GET", target, timeout=self.timeout_s, follow_redirects=False) as reply:
-                if reply.is_redirect and reply.headers.get("location"):
-                    return urljoin(target, reply.headers["location"])
+        with Deadline(self.timeout_s) as deadline:
+            try:
+                return self._hops(first, tool, shown, cap, params, check, deadline)
+            except BodyError as err:
+                if not deadline.expired:
+                    raise SearchError(f"{tool}: {shown} {err}") from None
+            except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as err:
+                # refused, DNS, reset, bad TLS, a URL httpx cannot parse, a socket the deadline shut
+                if not (deadline.expired or isinstance(err, httpx.TimeoutException)):
+                    raise SearchError(f"{tool}: cannot reach {shown} ({type(err).__name__}: "
+                                      f"{_clip(str(err))})") from None  # fmt: skip
+        raise SearchError(f"{tool}: {shown} did not answer within {self.timeout_s:g} s; try again")
+
+    def _hops(self, target: str, tool: str, shown: str, cap: int, params: dict[str, str] | None,
+              check: Callable[[str], None] | None, deadline: Deadline) -> _Answer:
+        for _ in range(MAX_REDIRECTS + 1):
+            if check is not None:
+                check(target)
+            with self._client.stream("GET", target, params=params, timeout=deadline.left(), headers=_HEADERS,
+                                     follow_redirects=False, extensions={"trace": deadline.trace}) as reply:
+                deadline.watch_stream(reply.extensions.get("network_stream"))  # a reused connection
+                location = reply.headers.get("location") if reply.is_redirect else None
+                if location:  # the body of a redirect is never read
+                    target, params = urljoin(str(reply.url), location), None
+                    continue
                 if reply.status_code >= 400:
-                    raise SearchError(f"open: {url} answered HTTP {reply.status_code} {reply.reason_phrase}".rstrip())
+                    raise SearchError(f"{tool}: {shown} answered HTTP {reply.status_code} "
+                                      f"{_clip(reply.reason_phrase)}".rstrip())  # fmt: skip
                 kind = reply.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
-                if not kind.startswith(_TEXT_TYPES):
-                    raise SearchError(f"open: {url} is {kind}, not a text page")
-                body = bytearray()
-                for chunk in reply.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_PAGE_BYTES:
-                        raise SearchError(f"open: {url} is larger than {MAX_PAGE_BYTES} bytes; the limit")
-                return kind, body.decode(reply.encoding or "utf-8", errors="replace")
-        except httpx.TimeoutException:
-            raise SearchError(f"open: {url} did not answer within {self.timeout_s:g} s; try again") from None
-        except httpx.HTTPError as err:
-            raise SearchError(f"open: cannot reach {url} ({type(err).__name__}: {err})") from None
+                if check is not None and not kind.startswith(_TEXT_TYPES):
+                    raise SearchError(f"{tool}: {shown} is {_clip(kind)}, not a text page")
+                body = read_body(reply.iter_raw(), reply.headers.get("content-encoding", ""), cap, deadline)
+                return _Answer(kind, _decode(body.data, reply.encoding), body.cut)
+        raise SearchError(f"{tool}: {shown} redirects more than {MAX_REDIRECTS} times")
 
     def _remember(self, url: str, title: str) -> None:
         self._seen[url] = title
@@ -221,20 +253,23 @@ class WebSearch:
         while len(self._seen) > MAX_REMEMBERED:
             self._seen.popitem(last=False)
 
-    def _get(self, url: str, tool: str, params: dict[str, Any] | None = None) -> httpx.Response:
-        import httpx
 
-        where = self.base_url
-        try:
-            # the search service itself was chosen by the operator: its redirects are trusted
-            reply = self._client.get(url, params=params, timeout=self.timeout_s, follow_redirects=True)
-        except httpx.TimeoutException:
-            raise SearchError(f"{tool}: {where} did not answer within {self.timeout_s:g} s; try again") from None
-        except httpx.HTTPError as err:  # refused, DNS, reset, bad TLS, too many redirects
-            raise SearchError(f"{tool}: cannot reach {where} ({type(err).__name__}: {err})") from None
-        if reply.status_code >= 400:
-            raise SearchError(f"{tool}: {where} answered HTTP {reply.status_code} {reply.reason_phrase}".rstrip())
-        return reply
+@dataclass(frozen=True)
+class _Answer:
+    kind: str  # the content type, e.g. text/html
+    text: str
+    cut: bool  # only the first ``cap`` bytes were read
+
+
+def _decode(data: bytes, charset: str | None) -> str:
+    try:
+        return data.decode(charset or "utf-8", errors="replace")
+    except LookupError:  # a codec that is not a text encoding (charset=rot13)
+        return data.decode("utf-8", errors="replace")
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _private_host(host: str) -> bool:
