@@ -82,3 +82,39 @@ def test_the_unmutated_bundles_pass(bundles: dict[tuple[str, int], Path]) -> Non
     for root in bundles.values():
         report = check_bundle(load_bundle(root), **FAST)
         assert report.passed, [t.problems for t in report.tasks]
+
+
+# The seed's worked example (day-2 tiers: luxury, mid-to-high, affordable), whose tier rule the
+# mutation study weakened one condition at a time.  (``ticket >= cap`` -> ``> cap`` is caught only
+# where some attraction costs exactly the cap; Hangzhou has none at 120 or 180, so it is not here.)
+TRIP_MUTANTS = {
+    "tier-both-restaurants-floor-dropped": ("if floor is not None and r.rating < floor:", "if False:",
+                                            "luxury:all_rating"),
+    "tier-any-restaurant-floor-dropped": ("if floor is not None and max(lunch.rating, dinner.rating) < floor:",
+                                          "if False:", "mid-to-high:any_rating"),
+    "tier-ticket-cap-dropped": ("elif sight.ticket >= cap:", "elif False:", "mid-to-high:ticket"),
+    "tier-restaurant-total-at-limit-allowed": ('total >= tier["restaurants_total_lt"]',
+                                               'total > tier["restaurants_total_lt"]', "luxury:restaurants_total"),
+}
+
+
+@pytest.fixture(scope="module")
+def trip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from envs.trip_planning.build import build_bundle
+
+    return build_bundle(tmp_path_factory.mktemp("trip") / "b", seed=0, n_tasks=0, include_worked_example=True)
+
+
+def test_the_worked_example_passes(trip: Path) -> None:
+    report = check_bundle(load_bundle(trip), **FAST)
+    assert report.passed, report.tasks[0].problems
+
+
+@pytest.mark.parametrize("name", sorted(TRIP_MUTANTS))
+def test_a_weakened_tier_condition_fails_check(name: str, trip: Path, tmp_path: Path) -> None:
+    before, after, tag = TRIP_MUTANTS[name]
+    task = load_bundle(trip).tasks[0]
+    assert any(f"[day2_budget_tier:{tag}]" in w.note for w in task.witnesses), [w.note for w in task.witnesses]
+    check = check_bundle(load_bundle(mutate(trip, tmp_path / "m", before, after)), **FAST).tasks[0]
+    assert not check.passed
+    assert any(p.startswith("witness ") and "(day2_budget_tier)" in p for p in check.problems), check.problems

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from itertools import combinations
 from typing import Any
 
 from envs.trip_planning.constraints import Tier, TripSpec
@@ -29,7 +28,7 @@ def probes(world: World, spec: TripSpec, gold: Answer) -> Iterator[Probe]:
     c = spec.constraints
     if c.budget_tiers is not None:
         for n in c.budget_tiers.days:
-            yield from _tier_probes(world, gold, n, c.budget_tiers.tier_for(_hotel(world, gold[n - 1]).price))
+            yield from _tier_probes(world, spec, gold, n)
     for i, day in enumerate(gold):
         city = day["city"]
         if c.max_ticket is not None:
@@ -45,40 +44,50 @@ def probes(world: World, spec: TripSpec, gold: Answer) -> Iterator[Probe]:
                                     f"{key}:nearest")
 
 
-def _hotel(world: World, day: dict[str, Any]) -> Any:
-    return next(h for h in world.hotels[day["city"]] if h.name == day["hotel"])
+def _tier_probes(world: World, spec: TripSpec, gold: Answer, n: int) -> Iterator[Probe]:
+    """For every tier and every condition it sets: day ``n`` rebuilt on a hotel of that tier, with
+    restaurants and an attraction that meet the tier's other conditions and break this one by the
+    least (a restaurant total or a ticket *at* the limit, a rating just under the floor)."""
+    c, i, rule = spec.constraints, n - 1, f"day{n}_budget_tier"
+    assert c.budget_tiers is not None
+    city = gold[i]["city"]
+    elsewhere = {d[k] for j, d in enumerate(gold) if j != i for k in _MEALS}
+    meals = [r for r in world.restaurants[city] if r.name not in elsewhere
+             and (c.restaurant_min_rating is None or r.rating >= c.restaurant_min_rating)]
+    sights = [a for a in world.attractions[city] if (c.max_ticket is None or a.ticket <= c.max_ticket)
+              and (c.attraction_min_rating is None or a.rating >= c.attraction_min_rating)]
+    for tier in c.budget_tiers.tiers:
+        hotels = sorted((h for h in world.hotels[city] if tier.covers(h.price)
+                         and (c.hotel_min_rating is None or h.rating >= c.hotel_min_rating)), key=lambda h: h.price)
+        if not hotels:
+            continue
+        conditions = _tier_conditions(tier)
+        for name, excess in conditions.items():
+            others = [f for k, f in conditions.items() if k != name]
+            found = sorted((excess(a, b, s), a.price + b.price + s.ticket, a.name, b.name, s.name)
+                           for a in meals for b in meals if a.name != b.name for s in sights
+                           if excess(a, b, s) > 0 and all(f(a, b, s) <= 0 for f in others))
+            for amount, _, lunch, dinner, sight in found[:PER_CONDITION]:
+                day = {"hotel": hotels[0].name, "afternoon_restaurant": lunch, "evening_restaurant": dinner,
+                       "afternoon_attraction": sight}
+                yield _submit(_with(gold, i, **day)), f"day {n}: {tier.label} tier, {name} broken by {amount:g}", \
+                    f"{rule}:{tier.label}:{name}"
 
 
-def _tier_probes(world: World, gold: Answer, n: int, tier: Tier | None) -> Iterator[Probe]:
-    if tier is None:
-        return
-    rule, i = f"day{n}_budget_tier", n - 1
-    day, rows = gold[i], world.restaurants[gold[i]["city"]]
-    meal = {r.name: r for r in rows}
-    if tier.ticket_lt is not None:
-        yield from _nearest(gold, i, "afternoon_attraction", world.attractions[day["city"]],
-                            lambda a: a.ticket - tier.ticket_lt + 1, f"{rule}:ticket")
-    if tier.restaurants_all_min_rating is not None:
-        floor = tier.restaurants_all_min_rating
-        for slot in _MEALS:  # one restaurant under the floor, the other kept
-            yield from _nearest(gold, i, slot, rows, lambda r: round(floor - r.rating, 3), f"{rule}:all_rating")
-    pairs = [(a, b) for a, b in combinations(rows, 2)]
-    if tier.restaurants_any_min_rating is not None:
-        floor = tier.restaurants_any_min_rating
-        both_under = sorted((p for p in pairs if max(p[0].rating, p[1].rating) < floor),
-                            key=lambda p: floor - max(p[0].rating, p[1].rating))
-        for a, b in both_under[:PER_CONDITION]:
-            yield _submit(_with(gold, i, afternoon_restaurant=a.name, evening_restaurant=b.name)), \
-                f"day {n}: both restaurants under {floor}", f"{rule}:any_rating"
-    if tier.restaurants_total_lt is not None:
-        lt = tier.restaurants_total_lt
-        spent = meal.get(day["afternoon_restaurant"]), meal.get(day["evening_restaurant"])
-        singles = [(slot, r, r.price + other.price) for slot, other in zip(reversed(_MEALS), spent) if other
-                   for r in rows]
-        over = sorted((t - lt, slot, r.name) for slot, r, t in singles if t >= lt)
-        for _, slot, name in over[:PER_CONDITION]:
-            yield _submit(_with(gold, i, **{slot: name})), f"day {n}: restaurants at or over {lt}", \
-                f"{rule}:restaurants_total"
+Excess = Callable[[Any, Any, Any], float]  # (lunch, dinner, sight) -> > 0 when the condition breaks
+
+
+def _tier_conditions(t: Tier) -> dict[str, Excess]:
+    out: dict[str, Excess] = {}
+    if t.restaurants_total_lt is not None:
+        out["restaurants_total"] = lambda a, b, s, lt=t.restaurants_total_lt: a.price + b.price - lt + 1
+    if t.restaurants_all_min_rating is not None:
+        out["all_rating"] = lambda a, b, s, f=t.restaurants_all_min_rating: round(f - min(a.rating, b.rating), 3)
+    if t.restaurants_any_min_rating is not None:
+        out["any_rating"] = lambda a, b, s, f=t.restaurants_any_min_rating: round(f - max(a.rating, b.rating), 3)
+    if t.ticket_lt is not None:
+        out["ticket"] = lambda a, b, s, lt=t.ticket_lt: s.ticket - lt + 1
+    return out
 
 
 def _nearest(gold: Answer, i: int, slot: str, rows: Any, excess: Callable[[Any], float], tag: str) -> Iterator[Probe]:
