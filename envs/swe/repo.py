@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -99,13 +100,40 @@ def resolve_source(repo: str | os.PathLike[str], repo_url: str = "", *,
     mirror = _mirror_path(url)
 
     def clone(into: Path) -> None:
-        git(["clone", "--mirror", "--quiet", "--", url, str(into)])
+        local = _local_path(url)
+        if local is None:
+            git(["clone", "--mirror", "--quiet", "--", url, str(into)])
+            return
+        # A file:// repository is a local one: cloned through a view, so that upload-pack runs
+        # under our config, not the repository's.
+        with source_view(local) as view:
+            git(["clone", "--mirror", "--quiet", "--", view.as_uri(), str(into)])
+        git(["remote", "set-url", "origin", url], cwd=into)
 
     existed = (mirror / "HEAD").is_file()
     built_once(mirror, clone, marker="HEAD")
     if update and existed:
-        git(["remote", "update", "--prune"], cwd=mirror)
+        update_mirror(mirror)
     return mirror
+
+
+def _local_path(url: str) -> Path | None:
+    """The path of a ``file://`` URL (None for other URLs)."""
+    if not url.lower().startswith("file://"):
+        return None
+    return Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+
+
+def update_mirror(mirror: Path, *, timeout_s: float = GIT_TIMEOUT_S) -> None:
+    """Fetch a mirror up to date: over the network, or through a view for a file:// one."""
+    url = git(["config", "--get", "remote.origin.url"], cwd=mirror).stdout.strip()
+    local = _local_path(url)
+    if local is None:
+        git(["remote", "update", "--prune"], cwd=mirror, timeout_s=timeout_s)
+        return
+    with source_view(local) as view:
+        git(["fetch", "--quiet", "--prune", "--", view.as_uri(), "+refs/*:refs/*"], cwd=mirror,
+            timeout_s=timeout_s)
 
 
 def _source_of(instance_or_repo: SweInstance | str | os.PathLike[str], repo_url: str, *,
@@ -151,7 +179,7 @@ def checkout(instance_or_repo: SweInstance | str | os.PathLike[str], commit: str
     source, is_mirror = _source_of(instance_or_repo, repo_url)
     with source_view(source) as view:
         if not _has_commit(view, commit) and is_mirror:
-            git(["remote", "update", "--prune"], cwd=source, timeout_s=timeout_s)  # our mirror
+            update_mirror(source, timeout_s=timeout_s)
         resolved = git(["rev-parse", "--verify", "--quiet", "--end-of-options",
                         f"{commit}^{{commit}}"], cwd=view, check=False)
         if resolved.returncode != 0:
