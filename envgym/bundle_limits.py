@@ -295,20 +295,32 @@ def read_tree(
 
 
 # -- JSON ------------------------------------------------------------------------------------
-# One left-to-right pass: a whole string (escapes included), a bracket, or an unterminated
-# string's opening quote (the line is invalid JSON; scanning stops there, so the pass stays
-# linear however many quotes follow).
-_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|"', re.DOTALL)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_SCAN_CHUNK = 1 << 16
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def json_depth(text: str) -> int:
-    """How deeply arrays/objects nest in JSON ``text``, without recursing (linear time)."""
-    tokens = _TOKENS.findall(text)
-    if '"' in tokens:
-        del tokens[tokens.index('"') :]
-    return max(accumulate(_STEP.get(t, 0) for t in tokens), default=0)
+def json_depth(text: str, stop_above: int | None = None) -> int:
+    """How deeply arrays/objects nest in JSON ``text``, without recursing (linear time, C loops);
+    with ``stop_above``, the scan may stop (and answer) as soon as the depth passes it.
+
+    Escaped backslashes, then escaped quotes, are dropped (outside strings JSON has no
+    backslashes, so reading pairs left to right is exact); the quotes left then alternate
+    open/close, so every other piece between them is outside strings, and only its brackets count.
+    """
+    bare = text.replace("\\\\", "").replace('\\"', "")
+    outside = "".join(bare.split('"')[::2])
+    brackets = _NOT_BRACKETS.sub("", outside)
+    depth = top = 0
+    for start in range(0, len(brackets), _SCAN_CHUNK):
+        sums = list(
+            accumulate(map(_STEP.__getitem__, brackets[start : start + _SCAN_CHUNK]), initial=depth)
+        )
+        top, depth = max(top, max(sums)), sums[-1]
+        if stop_above is not None and top > stop_above:
+            break
+    return top
 
 
 def parse_json(text: str, file: str, limits: BundleLimits, *, field: str | None = None) -> Any:
@@ -318,17 +330,13 @@ def parse_json(text: str, file: str, limits: BundleLimits, *, field: str | None 
     max_depth = limits.json_depth
     # fewer brackets than the limit cannot nest past it: most lines skip the scan
     opened = text.count("[") + text.count("{")
-    depth = json_depth(text) if opened > max_depth else opened
-    if depth > max_depth:
-        raise BundleError(
-            file, f"JSON nests {depth} levels deep {knob(limits, 'json_depth')}", field=field
-        )
+    too_deep = BundleError(file, f"JSON nests too deeply {knob(limits, 'json_depth')}", field=field)
+    if opened > max_depth and json_depth(text, stop_above=max_depth) > max_depth:
+        raise too_deep
     try:
         data = json.loads(text)
     except RecursionError:  # defensive: the scan above should make this unreachable
-        raise BundleError(
-            file, f"JSON nests too deeply {knob(limits, 'json_depth')}", field=field
-        ) from None
+        raise too_deep from None
     except ValueError as exc:  # JSONDecodeError, and integers of more than 4300 digits
         raise BundleError(file, f"not valid JSON: {exc}", field=field) from None
     if _SURROGATE.search(text):

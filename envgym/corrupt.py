@@ -71,7 +71,7 @@ def _expand(value: Any) -> Any:
         return [_expand(v) for v in value]
     # a gold submission comes from bundle code: JSON nested past 64 levels is left a plain string
     # (json.loads would recurse into a RecursionError), and so is a digit bomb (ValueError)
-    if isinstance(value, str) and value.strip()[:1] in ("{", "[") and json_depth(value) <= 64:
+    if isinstance(value, str) and value.strip()[:1] in ("{", "[") and json_depth(value, 64) <= 64:
         try:
             return _Json(_expand(json.loads(value)))
         except ValueError:

@@ -202,7 +202,7 @@ def _tasks(root: Path, text: str | bytes) -> None:
 def test_100k_deep_json_in_tasks_is_a_bundle_error(root: Path) -> None:
     good = json.dumps(TASK)
     _tasks(root, good + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
-    err = _refused(root, "tasks.jsonl", "100000 levels", "json_depth = 64")
+    err = _refused(root, "tasks.jsonl", "nests too deeply", "json_depth = 64")
     assert err.field == "line 2"
 
 
