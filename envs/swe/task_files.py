@@ -25,8 +25,15 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _refusal(err: OSError, where: str) -> InstanceError:
-    if err.errno in (errno.ELOOP, errno.EMLINK):
+def _is_link(name: str, dir_fd: int | None) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _refusal(err: OSError, where: str, *, link: bool = False) -> InstanceError:
+    if link or err.errno in (errno.ELOOP, errno.EMLINK):
         return InstanceError("is a symbolic link; links in a task directory are not followed",
                              where=where)
     if err.errno == errno.ENOTDIR:
@@ -46,7 +53,8 @@ def open_dir(path: Path, *, parent_fd: int | None = None) -> Iterator[int]:
     except FileNotFoundError:
         raise InstanceError("no such task directory", where=str(path)) from None
     except OSError as err:
-        raise _refusal(err, str(path)) from None
+        link = parent_fd is not None and _is_link(path.name, parent_fd)
+        raise _refusal(err, str(path), link=link) from None
     try:
         yield fd
     finally:
@@ -71,7 +79,7 @@ def read_text(dir_fd: int, relpath: str, *, where: Path,
             except FileNotFoundError:
                 return None
             except OSError as err:
-                raise _refusal(err, str(where / part)) from None
+                raise _refusal(err, str(where / part), link=_is_link(part, current)) from None
             fds.append(current)
         try:
             fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=current)
