@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from envgym.episode import Episode, answer_calls, counting
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
 from envgym.sandbox import Limits, Sandbox, open_sandbox
+from envgym.sandbox.pool import reap
 from envgym.state import EpisodeDirs
 from envgym.tokens import TokenCounter
 from envgym.verdict import Verdict
@@ -69,6 +71,8 @@ class BundleEnv(Env):
         tokenizer: an HF tokenizer, a local path/hub id, or ``"smollm2"`` (the embedded model's);
             enables token counts in ``info`` and counts the context budget in real tokens.
         reward: ``"binary"`` (1.0 iff every check passes, as pass@k needs) or ``"fraction"``.
+        prestart: keep the next episode's worker started in the background (bwrap), so a
+            reset hands it over instead of starting one (docs/SANDBOX.md, "Pre-started workers").
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class BundleEnv(Env):
         budgets: Budgets | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         limits: Limits | None = None,
+        prestart: bool = True,
         **budget_overrides: Any,
     ) -> None:
         if reward not in ("binary", "fraction"):
@@ -107,6 +112,10 @@ class BundleEnv(Env):
             else open_sandbox(self.bundle.root, backend=sandbox, limits=limits)
         )
         self.tools = ToolTable(self.sandbox.describe_tools())
+        self._state_path = self._dirs.current  # the current episode's state directory
+        self._release: Callable[[], None] | None = None  # removes a pooled episode's directory
+        self._releasing: list[Future[None]] = []
+        self._pooled = prestart and self.sandbox.start_pool(self._dirs.lease)
         self.task: Task | None = None
         self.history: list[Message] = []  # everything that happened, for the trajectory
         self.view = ContextView(self.context)  # the base the policy renders (compacted on overflow)
@@ -165,12 +174,32 @@ class BundleEnv(Env):
 
     def close(self) -> None:
         self.sandbox.close()
+        self._release_pooled()
         self._dirs.cleanup()
 
     # -- episode mechanics ---------------------------------------------------------------
     def _new_state(self) -> None:
-        # Same directory every episode (refilled in place), so the worker is reused.
-        self.sandbox.reset(self._dirs.refill())
+        # A pre-started worker on its own fresh state when one is ready; else the env's own
+        # directory, refilled on a fresh tmpfs, and a worker started for it.
+        taken = self.sandbox.take_pooled() if self._pooled else None
+        previous, self._release = self._release, None
+        if taken is None:
+            self._state_path = self._dirs.refill()
+            self.sandbox.reset(self._state_path)
+        else:
+            self._state_path, self._release = taken
+        if previous is not None:
+            # Unmounting costs ~3 ms: on the reaper thread, after the last episode's worker
+            # (queued there first) is dead.  close() waits for it.
+            self._releasing = [f for f in self._releasing if not f.done()] + [reap(previous)]
+
+    def _release_pooled(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+        for done in self._releasing:
+            done.result()
+        self._releasing = []
 
     def _answer(self, call: ToolCall, submitted: bool) -> tuple[str, Verdict | None]:
         """The reply to one readable call, and the verdict when it was a valid submission."""
@@ -263,7 +292,7 @@ class BundleEnv(Env):
             self.sandbox.reset(self._dirs.scratch("gold"))
             solved = self.sandbox.solve(self.task.solution, self.task.to_dict(), self.task.submit_tool)
         finally:
-            self.sandbox.reset(self._dirs.current)
+            self.sandbox.reset(self._state_path)
         if not solved.outcome.ok:
             raise RuntimeError(f"gold solution of {self.task.id} failed: {solved.outcome.message}")
         return list(solved.calls)

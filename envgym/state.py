@@ -16,6 +16,7 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,6 +204,18 @@ class EpisodeDirs:
         box.wipe()
         self.pristine.write_into(box.path)
         return box.path
+
+    def lease(self) -> tuple[Path, Callable[[], None]]:
+        """A new directory on its own fresh tmpfs holding the pristine state, and the function
+        that unmounts and removes it: the state a pre-started worker is started on before its
+        episode exists (sandbox/pool.py).  Thread-safe; the caller owns the directory."""
+        box = BoundedDir(self.size_bytes, base=self.root, prefix="envgym-state-", mode=0o755)
+        try:
+            self.pristine.write_into(box.path)
+        except BaseException:
+            box.close()
+            raise
+        return box.path, box.close
 
     def scratch(self, name: str) -> Path:
         """A separate pristine copy (e.g. for running a gold solution beside the episode)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,21 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def verify(self, function: str, submission: dict[str, Any], task: dict[str, Any]) -> CallOutcome:
         """Run ``verifier.<function>(submission, task)``; value is the verifier's report dict."""
+
+    def start_pool(self, lease: Callable[[], tuple[Path, Callable[[], None]]]) -> bool:
+        """Keep a pre-started worker ready for the next episode (sandbox/pool.py).
+
+        ``lease()`` makes a fresh episode directory holding the pristine state and returns it
+        with the function that removes it.  False when this backend has no pool (then every
+        episode starts its worker in :meth:`reset`, as always).
+        """
+        return False
+
+    def take_pooled(self) -> tuple[Path, Callable[[], None]] | None:
+        """Start the next episode on the pre-started worker: ``(state dir, release)``; the
+        caller releases that directory once the episode after it has begun.  None when no
+        spare is ready (then refill a directory and :meth:`reset` onto it)."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

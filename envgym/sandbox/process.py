@@ -21,15 +21,16 @@ the tool returning that value); the host trusts nothing the worker says about it
 from __future__ import annotations
 
 import abc
-import itertools
+import contextlib
 import json
 import os
-import select
 import shutil
-import signal
 import tempfile
+import threading
 import time
 import weakref
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,150 +44,17 @@ from envgym.sandbox.base import (
     SolveOutcome,
     ToolSpec,
 )
+from envgym.sandbox.channel import Connection, WorkerDied, WorkerHandle, signal_death
+from envgym.sandbox.pool import WorkerPool, reap
 from envgym.sandbox.runner import CODE_FILES
+
+__all__ = ["Connection", "ProcessSandbox", "WorkerDied", "WorkerHandle", "signal_death"]
 
 STARTUP_TIMEOUT_S = 60.0  # interpreter start + namespaces/container creation, under load
 SANDBOX_BUNDLE = "/bundle"  # where the worker sees the bundle's code
 SANDBOX_STATE = "/state"  # where the worker sees the episode state
+DEATH_WAIT_S = 5.0  # what a backend's kill() waits at most for its sandbox to be empty
 _REPLY_SLACK = 1 << 20  # room for the reply envelope and captured output over max_reply_bytes
-_encode = json.JSONEncoder(separators=(",", ":")).encode
-
-
-class WorkerDied(Exception):
-    """The worker is gone or unusable; the call gets ``kind`` and the worker is discarded."""
-
-    def __init__(self, kind: CallError, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-
-class WorkerHandle(abc.ABC):
-    """One launched worker, as the host sees it."""
-
-    read_fd: int
-    write_fd: int
-
-    @abc.abstractmethod
-    def kill(self) -> None:
-        """Kill the worker and everything it started, release its fds; idempotent.
-
-        Returns when nothing of the sandbox runs any more (or after a bounded wait), so the
-        state can be handed to a new worker without a writer of the old one racing it."""
-
-    @abc.abstractmethod
-    def death(self) -> tuple[CallError, str]:
-        """After EOF or :meth:`kill`: why the worker ended, in words fit for an agent."""
-
-    @abc.abstractmethod
-    def diagnostics(self) -> str:
-        """Host-side details (stderr of the launcher, ...) for startup failures."""
-
-    def quiet(self) -> bool:
-        """Checked by the host from outside after each op: True when the worker is one thread
-        and nothing else of the sandbox runs.  Backends that cannot see inside say True."""
-        return True
-
-
-def signal_death(signum: int) -> tuple[CallError, str]:
-    if signum == signal.SIGXCPU:
-        return CallError.TIMEOUT, "the sandbox used up its CPU-time limit and was restarted"
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = f"signal {signum}"
-    return CallError.CRASH, f"the sandbox process crashed ({name}) and was restarted"
-
-
-class Connection:
-    """Newline-delimited JSON over a worker's fds, with deadlines."""
-
-    def __init__(self, handle: WorkerHandle, max_line: int) -> None:
-        self.handle = handle
-        self.max_line = max_line
-        os.set_blocking(handle.read_fd, False)
-        os.set_blocking(handle.write_fd, False)
-        self._readable = select.poll()
-        self._readable.register(handle.read_fd, select.POLLIN)
-        self._writable = select.poll()
-        self._writable.register(handle.write_fd, select.POLLOUT)
-        self._ids = itertools.count(1)
-        self._buffer = bytearray()
-        self._pending = 1  # replies owed: the hello, then one per request
-
-    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        return self.read_reply(self.send(message, deadline, timeout), deadline, timeout)
-
-    def send(self, message: dict[str, Any], deadline: float, timeout: float) -> int:
-        """Write one request; returns its id (read the reply later with :meth:`read_reply`)."""
-        rid = next(self._ids)
-        message["id"] = rid
-        self._write((_encode(message) + "\n").encode(), deadline, timeout)
-        self._pending += 1
-        return rid
-
-    def read_reply(self, rid: int, deadline: float, timeout: float) -> dict[str, Any]:
-        line = self._read_line(deadline, timeout)
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            raise WorkerDied(CallError.PROTOCOL, "the sandbox sent a malformed reply and was restarted") from None
-        if not isinstance(reply, dict) or reply.get("id") != rid:
-            raise WorkerDied(CallError.PROTOCOL, "the sandbox sent an unexpected reply and was restarted")
-        self._pending -= 1
-        if not self._pending and self._buffer:
-            # Bytes nobody asked for: something besides the worker loop wrote to the channel,
-            # so later replies cannot be trusted either.
-            raise WorkerDied(CallError.PROTOCOL, "the sandbox wrote extra data to its reply channel and was restarted")
-        return reply
-
-    def _write(self, data: bytes, deadline: float, timeout: float) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.handle.write_fd, view) :]
-            except BlockingIOError:
-                self._wait(self._writable, deadline, timeout)
-            except (BrokenPipeError, ConnectionResetError):
-                raise WorkerDied(*self.handle.death()) from None
-
-    def _read_line(self, deadline: float, timeout: float) -> bytes:
-        buffer = self._buffer
-        scanned = 0
-        while True:
-            end = buffer.find(b"\n", scanned)
-            if end >= 0:
-                line = bytes(buffer[:end])
-                del buffer[: end + 1]
-                return line
-            scanned = len(buffer)
-            if scanned > self.max_line:
-                raise WorkerDied(CallError.PROTOCOL, "the sandbox sent an oversized reply and was restarted")
-            # Poll first: the reply is rarely there yet, and a failing read costs an exception.
-            self._wait(self._readable, deadline, timeout)
-            try:
-                chunk = os.read(self.handle.read_fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            except ConnectionResetError:
-                chunk = b""
-            if not chunk:
-                raise WorkerDied(*self.handle.death())
-            if not buffer and chunk.find(b"\n") == len(chunk) - 1:
-                return chunk[:-1]  # the common case: exactly one whole reply, no copying
-            buffer += chunk
-
-    def _wait(self, poller: select.poll, deadline: float, timeout: float) -> None:
-        # A passed deadline means "wait no longer", not "ignore what already arrived": a
-        # worker's greeting that waited while the model thought for minutes is still good.
-        remaining = max(0.0, deadline - time.monotonic())
-        if not poller.poll(int(remaining * 1000) + (remaining > 0)):
-            if time.monotonic() >= deadline:
-                raise WorkerDied(
-                    CallError.TIMEOUT,
-                    f"the call took longer than {timeout:g} s and was stopped; the sandbox was restarted",
-                )
 
 
 @dataclass(frozen=True)
@@ -209,8 +77,14 @@ class ProcessSandbox(Sandbox):
         # not the pristine state/, and nothing that depends on the caller's file permissions.
         self._scratch = Path(tempfile.mkdtemp(prefix="envgym-sandbox-"))
         self._live: list[WorkerHandle] = []  # the running worker, for the finalizer
+        self._pool: WorkerPool[_Spare] | None = None
+        self._pool_box: list[WorkerPool[Any]] = []  # the pool, for the finalizer
+        self._dying: list[Future[None]] = []  # kills of handed-over episodes' workers
+        self._launching = threading.Lock()  # _launch sets per-launch fields (the bwrap uid)
         # A sandbox dropped without close() must not leave a worker (or container) behind.
-        self._cleanup = weakref.finalize(self, _shutdown, self._live, self._scratch)
+        self._cleanup = weakref.finalize(
+            self, _shutdown, self._live, self._scratch, self._pool_box, self._dying
+        )
         self.stage = self._scratch / "bundle"
         self.stage.mkdir(mode=0o755)
         for name in CODE_FILES:
@@ -349,20 +223,11 @@ class ProcessSandbox(Sandbox):
     def _start(self) -> None:
         """Launch a worker and queue ``load`` (+ ``reset``) behind its startup."""
         state = self._state
-        handle = self._launch(state)
+        with self._launching:
+            handle = self._launch(state)
         self._live.append(handle)
-        conn = Connection(handle, self.limits.max_reply_bytes + self.limits.max_stdout_bytes + _REPLY_SLACK)
-        self._conn, self._bound = conn, state
-        started = time.monotonic()
-        startup = self.limits.startup_timeout_s
-        deadline = started + startup
-        try:
-            load_id = conn.send({"op": "load"}, deadline, startup)
-            reset = {"op": "reset", "state_dir": SANDBOX_STATE}
-            reset_id = conn.send(reset, deadline, startup) if state is not None else None
-        except WorkerDied:
-            load_id, reset_id = -1, None  # the worker is already gone: _finish_boot reports it
-        self._boot = _Boot(load_id, reset_id, started)
+        self._conn, self._bound = self._connect(handle), state
+        self._boot = self._queue_boot(self._conn, state is not None)
         if self._closed:
             # close() ran in another thread while this worker launched (an env pool closes a
             # cancelled episode's env while its reset runs): close() sets _closed before it
@@ -371,10 +236,39 @@ class ProcessSandbox(Sandbox):
             self._discard()
             raise RuntimeError("sandbox is closed")
 
+    def _connect(self, handle: WorkerHandle) -> Connection:
+        return Connection(handle, self.limits.max_reply_bytes + self.limits.max_stdout_bytes + _REPLY_SLACK)
+
+    def _queue_boot(self, conn: Connection, with_state: bool) -> _Boot:
+        started = time.monotonic()
+        startup = self.limits.startup_timeout_s
+        deadline = started + startup
+        try:
+            load_id = conn.send({"op": "load"}, deadline, startup)
+            reset = {"op": "reset", "state_dir": SANDBOX_STATE}
+            reset_id = conn.send(reset, deadline, startup) if with_state else None
+        except WorkerDied:
+            load_id, reset_id = -1, None  # the worker is already gone: _read_boot reports it
+        return _Boot(load_id, reset_id, started)
+
     def _finish_boot(self) -> None:
         boot, conn = self._boot, self._conn
         assert boot is not None and conn is not None
         self._boot = None
+        try:
+            load = self._read_boot(conn, boot)
+        except (WorkerDied, SandboxUnavailable):
+            self._discard()
+            raise
+        if self._load is None or load.get("ok"):
+            self._load = load
+
+    def _read_boot(self, conn: Connection, boot: _Boot) -> dict[str, Any]:
+        """The worker's greeting, ``load`` and ``reset`` replies; its ``load`` reply.
+
+        Raises :class:`SandboxUnavailable` when it never greeted (the launcher failed: an
+        operator problem), :class:`WorkerDied` when bundle code or the state failed it.
+        """
         greeted = False
         try:
             # The start-up deadline counts from the launch and bounds the worker's start only:
@@ -387,18 +281,16 @@ class ProcessSandbox(Sandbox):
             # Importing the bundle is bundle code: it gets the per-call limit, not the startup one.
             timeout = self.limits.call_timeout_s
             load = conn.read_reply(boot.load_id, time.monotonic() + timeout, timeout)
-            if self._load is None or load.get("ok"):
-                self._load = load
             if boot.reset_id is not None:
                 reset = conn.read_reply(boot.reset_id, time.monotonic() + timeout, timeout)
                 if not reset.get("ok"):
                     message = f"the sandbox could not open the episode state: {reset.get('message')}"
                     raise WorkerDied(CallError.CRASH, message)
+            return load
         except WorkerDied as exc:
-            handle = conn.handle
-            self._discard()
-            if not greeted:  # the launcher failed, not bundle code: an operator problem
-                details = handle.diagnostics() or exc.message
+            if not greeted:
+                details = conn.handle.diagnostics() or exc.message
+                conn.handle.kill()
                 raise SandboxUnavailable(f"{self.backend} sandbox worker did not start: {details}") from None
             raise
 
@@ -409,12 +301,103 @@ class ProcessSandbox(Sandbox):
             conn.handle.kill()
         self._live.clear()
 
+    # -- pre-started workers (pool.py) -----------------------------------------------------
+    def start_pool(self, lease: StateLease) -> bool:
+        if self._closed or self._pool is not None or self.backend != "bwrap":
+            # Docker starts containers through its engine client, which is not known to be
+            # safe from a background thread; it keeps starting workers inline.
+            return self._pool is not None
+        self._pool = WorkerPool(_weak_maker(self, lease), _kill_spare)
+        self._pool_box[:] = [self._pool]
+        self._pool.request()
+        return True
 
-def _shutdown(live: list[WorkerHandle], scratch: Path) -> None:
-    for handle in live:
+    def take_pooled(self) -> tuple[Path, Callable[[], None]] | None:
+        if self._closed:
+            raise RuntimeError("sandbox is closed")
+        spare = self._pool.take() if self._pool is not None else None
+        if spare is None:
+            return None
+        # The last episode's worker gets no request any more and is killed on the reaper
+        # thread: it has its own state directory (a spare's, or the env's own one, which the
+        # next refill replaces by a fresh tmpfs), so nothing it still does reaches the new one.
+        old, self._conn, self._bound, self._boot, self._tainted = self._conn, None, None, None, False
+        self._live.clear()
+        if old is not None:
+            self._dying[:] = [f for f in self._dying if not f.done()]
+            self._dying.append(reap(old.handle.kill))
+        self._live.append(spare.conn.handle)
+        self._conn, self._boot, self._bound = spare.conn, None, spare.state
+        self._state = spare.state
+        if self._load is None or spare.load.get("ok"):
+            self._load = spare.load
+        if self._closed:  # close() in another thread meanwhile: see _start
+            self._discard()
+            spare.release()
+            raise RuntimeError("sandbox is closed")
+        return spare.state, spare.release
+
+    def _make_spare(self, lease: StateLease) -> _Spare:
+        """On a refill thread: a fresh state, a worker on it, booted; never given a request."""
+        state, release = lease()
         try:
+            with self._launching:
+                handle = self._launch(state)
+            conn = self._connect(handle)
+            try:
+                load = self._read_boot(conn, self._queue_boot(conn, True))
+            except BaseException:
+                handle.kill()
+                raise
+        except BaseException:
+            release()
+            raise
+        return _Spare(state, release, conn, load)
+
+
+StateLease = Callable[[], "tuple[Path, Callable[[], None]]"]
+
+
+@dataclass(frozen=True)
+class _Spare:
+    """A booted, never-used worker and the fresh state directory it has mounted."""
+
+    state: Path
+    release: Callable[[], None]  # unmounts and removes ``state``
+    conn: Connection
+    load: dict[str, Any]
+
+
+def _kill_spare(spare: _Spare) -> None:
+    spare.conn.handle.kill()
+    spare.release()
+
+
+def _weak_maker(sandbox: ProcessSandbox, lease: StateLease) -> Callable[[], _Spare | None]:
+    """``sandbox._make_spare(lease)`` without keeping the sandbox alive (its finalizer must
+    still run when it is dropped without close())."""
+    ref = weakref.ref(sandbox)
+
+    def make() -> _Spare | None:
+        box = ref()
+        return None if box is None or box._closed else box._make_spare(lease)
+
+    return make
+
+
+def _shutdown(
+    live: list[WorkerHandle], scratch: Path, pool: list[WorkerPool[Any]], dying: list[Future[None]]
+) -> None:
+    for spares in pool:
+        spares.close()
+    for kill in dying:  # close() returns when no worker of this sandbox is left
+        # A kill that failed or hung must not stop the next ones.
+        with contextlib.suppress(Exception):
+            kill.result(timeout=2 * DEATH_WAIT_S)
+    dying.clear()
+    for handle in live:
+        # At interpreter exit the engine client may be half torn down.
+        with contextlib.suppress(Exception):
             handle.kill()
-        except Exception:  # at interpreter exit the engine client may be half torn down
-            pass
     live.clear()
     shutil.rmtree(scratch, ignore_errors=True)

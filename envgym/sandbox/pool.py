@@ -1,0 +1,182 @@
+"""Pre-started, never-used workers: a ``reset`` hands one over instead of starting one.
+
+Every episode gets a fresh worker (docs/SANDBOX.md "Episodes and restarts"), and starting one
+(namespaces, an interpreter, importing the bundle) costs 15-20 ms, most of a sandboxed reset.
+A :class:`WorkerPool` keeps one *spare* per sandbox: a worker started on its own fresh state
+directory (a new tmpfs filled with the pristine state), booted (greeting, ``load`` and ``reset``
+read) by a background thread and never given a request.  A reset takes the spare and asks for
+the next one.  Nothing about isolation changes: a worker still serves exactly one episode, and
+the state it sees was written for that episode only.
+
+Bounded: spares are made by a few process-wide threads (:data:`REFILL_THREADS`, never on the
+caller's thread or event loop) and at most ``$ENVGYM_SANDBOX_SPARES`` (default
+:data:`DEFAULT_MAX_SPARES`) exist or are being made at once in a process; pools past the
+budget wait their turn in FIFO order.  When every env resets at once the spares run out and a
+reset starts its worker inline, as without a pool: the pool moves the start off the reset's
+path, it does not make starting cheaper.
+
+Fork: a child process does not inherit the pool (its threads did not survive the fork and the
+spares belong to the parent): in a child, :meth:`WorkerPool.take` finds nothing and
+:meth:`WorkerPool.close` only forgets the parent's spares, never kills them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, TypeVar
+
+SPARES_ENV = "ENVGYM_SANDBOX_SPARES"
+DEFAULT_MAX_SPARES = 64  # each spare is a live worker (~10-20 MiB); 512 envs must not double
+REFILL_THREADS = 2  # starts run in the worker's own processes; more threads only queue CPU
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def max_spares() -> int:
+    raw = os.environ.get(SPARES_ENV)
+    if not raw:
+        return DEFAULT_MAX_SPARES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"${SPARES_ENV} must be a whole number of workers, got {raw!r}") from None
+    if not 0 <= value <= 100_000:
+        raise ValueError(f"${SPARES_ENV} must be between 0 and 100000, got {value}")
+    return value
+
+
+class _Refiller:
+    """The process's refill threads and its budget of spares (made or being made)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.limit = max_spares()
+        self.executor = ThreadPoolExecutor(REFILL_THREADS, thread_name_prefix="envgym-pool")
+        # Killing a worker waits until its sandbox is empty (~15 ms): off the reset's path, on
+        # a thread of its own so kills never queue behind starts.
+        self.reaper = ThreadPoolExecutor(1, thread_name_prefix="envgym-reaper")
+        self.lock = threading.Lock()
+        self.used = 0
+        self.waiting: collections.deque[weakref.ref[WorkerPool[object]]] = collections.deque()
+
+    def submit(self, pool: WorkerPool[object]) -> None:
+        with self.lock:
+            if self.used >= self.limit:
+                self.waiting.append(weakref.ref(pool))
+                return
+            self.used += 1
+        self.executor.submit(pool._fill)
+
+    def release(self) -> None:
+        """A spare was taken or discarded: its slot goes to the longest-waiting pool."""
+        with self.lock:
+            self.used -= 1
+            while self.waiting:
+                pool = self.waiting.popleft()()
+                if pool is not None and pool._wants():
+                    self.used += 1
+                    break
+            else:
+                return
+        self.executor.submit(pool._fill)
+
+
+_refiller: list[_Refiller] = []
+_refiller_lock = threading.Lock()
+
+
+def refiller() -> _Refiller:
+    with _refiller_lock:
+        if not _refiller or _refiller[0].pid != os.getpid():  # none yet, or a forked child
+            _refiller[:] = [_Refiller()]
+        return _refiller[0]
+
+
+def reap(kill: Callable[[], None]) -> Future[None]:
+    """Run ``kill`` on the process's reaper thread; wait on the future before relying on it."""
+    return refiller().reaper.submit(kill)
+
+
+class WorkerPool(Generic[T]):
+    """At most one spare for one sandbox.
+
+    ``make`` builds a spare (on a refill thread; it must not hold the sandbox alive: pass a
+    function over a weak reference) and ``discard`` kills one that will never be used.
+    """
+
+    def __init__(self, make: Callable[[], T | None], discard: Callable[[T], None]) -> None:
+        self._make = make
+        self._discard = discard
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._spare: T | None = None
+        self._pending = False
+        self._closed = False
+        self.failures = 0  # spares that failed to start (the inline start reports why)
+
+    def request(self) -> None:
+        """Make a spare in the background unless one is ready or being made."""
+        with self._lock:
+            if not self._wants_locked():
+                return
+            self._pending = True
+        refiller().submit(self)  # type: ignore[arg-type]
+
+    def take(self) -> T | None:
+        """The ready spare (then the next one is requested), or None."""
+        if self._pid != os.getpid():
+            return None
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        refiller().release()
+        self.request()
+        return spare
+
+    def close(self) -> None:
+        """Kill the ready spare; one being made is killed as soon as it is done."""
+        with self._lock:
+            self._closed = True
+            spare, self._spare = self._spare, None
+        if spare is not None and self._pid == os.getpid():
+            self._discard(spare)
+            refiller().release()
+
+    def ready(self) -> bool:
+        """A spare is waiting to be taken."""
+        with self._lock:
+            return self._spare is not None
+
+    # -- the refill thread's side ------------------------------------------------------------
+    def _wants(self) -> bool:
+        with self._lock:
+            return self._pending and self._spare is None and not self._closed
+
+    def _wants_locked(self) -> bool:
+        return not (self._closed or self._pending or self._spare is not None) and self._pid == os.getpid()
+
+    def _fill(self) -> None:
+        spare: T | None = None
+        try:
+            if self._wants():
+                spare = self._make()
+        except Exception as exc:  # noqa: BLE001 - a failed spare only means an inline start
+            self.failures += 1
+            log.debug("a spare sandbox worker failed to start: %s", exc)
+        with self._lock:
+            self._pending = False
+            keep = spare is not None and not self._closed
+            if keep:
+                self._spare = spare
+        if not keep:
+            if spare is not None:
+                self._discard(spare)
+            refiller().release()
