@@ -24,6 +24,10 @@ the check itself.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
@@ -68,15 +72,40 @@ def compile_re2(pattern: str) -> Any:
 
 
 def check_schema(schema: Any, *, tool: str) -> None:
-    """Raise :class:`SchemaRefused` naming ``tool`` when ``schema`` may not be compiled."""
+    """Raise :class:`SchemaRefused` naming ``tool`` when ``schema`` may not be compiled.
+
+    Schemas that passed are remembered (by a digest of their JSON): the metaschema check costs
+    milliseconds, and every env built from the same bundle or server brings the same schemas."""
     try:
         _check_size(schema)
+        key = _digest(schema)
+        with _PASSED_LOCK:
+            if key in _PASSED:
+                _PASSED.move_to_end(key)
+                return
         targets, anchors, refs = _walk(schema)
         for where, ref in refs:
             _check_target(ref, targets, anchors, where)
     except ValueError as err:
         raise SchemaRefused(f"the input schema of tool {tool!r} is refused: {err}") from None
     _check_metaschema(schema, tool)
+    with _PASSED_LOCK:
+        _PASSED[key] = None
+        while len(_PASSED) > _MAX_PASSED:
+            _PASSED.popitem(last=False)
+
+
+_PASSED: OrderedDict[bytes, None] = OrderedDict()  # digests of schemas that passed, oldest first
+_PASSED_LOCK = threading.Lock()  # envs are built from several threads (rollout pools)
+_MAX_PASSED = 4096
+
+
+def _digest(schema: Any) -> bytes:
+    try:
+        text = json.dumps(schema, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        raise ValueError("it is not plain JSON") from None
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).digest()
 
 
 def _check_size(schema: Any) -> None:

@@ -109,3 +109,16 @@ def test_unique_items_is_linear() -> None:
     items = [{"k": i} for i in range(20_000)]
     assert StrictValidator({"uniqueItems": True}).is_valid(items)
     assert not StrictValidator({"uniqueItems": True}).is_valid([*items, {"k": 7}])
+
+
+def test_schemas_that_passed_are_remembered_and_odd_values_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envgym import schema_guard
+
+    schema = _obj(memo={"type": "string", "description": "remembered"})
+    _table(schema)
+    monkeypatch.setattr(schema_guard, "_check_metaschema", lambda *a: pytest.fail("checked twice"))
+    _table(dict(schema))  # the same JSON: the verdict is remembered
+    with pytest.raises(SchemaRefused, match="it is not plain JSON"):
+        _table(_obj(x={"enum": [{1, 2}]}))
+    with pytest.raises(SchemaRefused, match="it is not plain JSON"):
+        _table(_obj(x={"minimum": float("nan")}))
