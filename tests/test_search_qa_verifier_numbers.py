@@ -81,7 +81,7 @@ def test_answers_that_are_not_text_are_not_given() -> None:
 NUMBERISH = st.from_regex(r"\A[-+ ]?[0-9]{0,700}(\.[0-9]{0,5})?([eE][-+]?[0-9]{1,7})?\Z")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     answer=st.text(max_size=300) | NUMBERISH,
     kind=st.sampled_from(KINDS),
