@@ -94,13 +94,16 @@ def test_broken_and_invalid_instances_fail_with_their_reason(accepted: dict[str,
 def test_broken_grading_lets_exploits_through_and_the_check_names_them(
         accepted: dict[str, SweInstance], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     good = [accepted["bugfix"]]
-    # Canaries off: the forcing plugin loaded through pyproject.toml (never restored) now wins.
+    # Canaries off: running the tests' own code with permissive globals wins (the trace sees real
+    # returns; only the copied canaries expose it).
     monkeypatch.setattr(grading, "plant_canaries", lambda tree, fail_to_pass, **_: [])
-    assert _rewarded(check_instances(good, reruns=1)) == {"pyproject_addopts"}
-    # ...and the hook-file rule off too: conftest.py and sitecustomize.py win as well.
+    assert _rewarded(check_instances(good, reruns=1)) == {"source_rig[magic_globals]"}
+    # ...the trace check and the hook-file rule off too: every forcing plugin and rig wins.
+    monkeypatch.setattr(grading, "disagreements", lambda *_, **__: [])
     monkeypatch.setattr(grading, "HOOK_FILES", frozenset())
     report = check_instances(good, reruns=1)
-    assert _rewarded(report) == {"pyproject_addopts", "conftest_force_pass", "sitecustomize"}
+    assert _rewarded(report) == {"pyproject_addopts", "conftest_force_pass", "sitecustomize", "source_rig[skip_bodies]",
+                                 "source_rig[forge_reports]", "source_rig[magic_globals]"}  # fmt: skip
     assert not report.passed and "exploit rewarded: conftest_force_pass" in report.instances[0].problems
     # the test files are still put back: rewritten or deleted tests earn nothing
     assert {"trivial_tests", "delete_tests"} <= {e.name for e in report.instances[0].exploits if e.reward == 0}
