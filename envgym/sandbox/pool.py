@@ -88,6 +88,7 @@ class _Refiller:
         self.executor.submit(pool._fill)
 
 
+_local = threading.local()
 _refiller: list[_Refiller] = []
 _refiller_lock = threading.Lock()
 
@@ -115,25 +116,33 @@ class WorkerPool(Generic[T]):
         self._make = make
         self._discard = discard
         self._pid = os.getpid()
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
         self._spare: T | None = None
-        self._pending = False
+        self._pending = False  # a spare was asked for (queued or being made)
+        self._making = 0  # fills running now (a new one may start while the last one ends)
         self._closed = False
         self.failures = 0  # spares that failed to start (the inline start reports why)
 
     def request(self) -> None:
-        """Make a spare in the background unless one is ready or being made."""
-        with self._lock:
-            if not self._wants_locked():
+        """Make a spare in the background unless one is ready or asked for."""
+        with self._cond:
+            if self._closed or self._pending or self._spare is not None or self._pid != os.getpid():
                 return
             self._pending = True
         refiller().submit(self)  # type: ignore[arg-type]
 
-    def take(self) -> T | None:
-        """The ready spare (then the next one is requested), or None."""
+    def take(self, wait_s: float = 0.0) -> T | None:
+        """The ready spare (then the next one is requested), or None.
+
+        A spare being made is waited for, up to ``wait_s``: it started before the caller
+        would start its own, so it is ready first, and starting a second one would only
+        compete with it for the CPU.  A spare still queued for a refill thread is not.
+        """
         if self._pid != os.getpid():
             return None
-        with self._lock:
+        with self._cond:
+            if self._spare is None and self._making and wait_s > 0:
+                self._cond.wait_for(lambda: self._spare is not None or not self._making, wait_s)
             spare, self._spare = self._spare, None
         if spare is None:
             return None
@@ -141,42 +150,62 @@ class WorkerPool(Generic[T]):
         self.request()
         return spare
 
-    def close(self) -> None:
-        """Kill the ready spare; one being made is killed as soon as it is done."""
-        with self._lock:
+    def close(self, wait_s: float = 60.0) -> None:
+        """Kill the ready spare, and one being made once it is done (waiting up to ``wait_s``
+        for it), so that nothing of the pool runs after close() returns."""
+        with self._cond:
             self._closed = True
             spare, self._spare = self._spare, None
-        if spare is not None and self._pid == os.getpid():
+        mine = self._pid == os.getpid()
+        if spare is not None and mine:
             self._discard(spare)
             refiller().release()
+        # Not on a refill thread: a sandbox dropped there (its last reference was the one
+        # ``make`` held) is closed by its finalizer inside the very fill it would wait for.
+        if mine and not getattr(_local, "filling", False):
+            with self._cond:
+                self._cond.wait_for(lambda: not self._making, wait_s)
 
     def ready(self) -> bool:
         """A spare is waiting to be taken."""
-        with self._lock:
+        with self._cond:
             return self._spare is not None
 
     # -- the refill thread's side ------------------------------------------------------------
     def _wants(self) -> bool:
-        with self._lock:
+        with self._cond:
             return self._pending and self._spare is None and not self._closed
 
-    def _wants_locked(self) -> bool:
-        return not (self._closed or self._pending or self._spare is not None) and self._pid == os.getpid()
-
     def _fill(self) -> None:
+        with self._cond:
+            start = self._pending and self._spare is None and not self._closed
+            if start:
+                self._making += 1
+            else:
+                self._pending = False
+        if not start:
+            refiller().release()
+            return
         spare: T | None = None
+        _local.filling = True
         try:
-            if self._wants():
-                spare = self._make()
+            spare = self._make()
         except Exception as exc:  # noqa: BLE001 - a failed spare only means an inline start
             self.failures += 1
             log.debug("a spare sandbox worker failed to start: %s", exc)
-        with self._lock:
+        finally:
+            _local.filling = False
+        with self._cond:
             self._pending = False
             keep = spare is not None and not self._closed
             if keep:
                 self._spare = spare
-        if not keep:
-            if spare is not None:
-                self._discard(spare)
-            refiller().release()
+        try:
+            if not keep:
+                if spare is not None:
+                    self._discard(spare)
+                refiller().release()
+        finally:
+            with self._cond:
+                self._making -= 1
+                self._cond.notify_all()

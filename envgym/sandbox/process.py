@@ -315,7 +315,8 @@ class ProcessSandbox(Sandbox):
     def take_pooled(self) -> tuple[Path, Callable[[], None]] | None:
         if self._closed:
             raise RuntimeError("sandbox is closed")
-        spare = self._pool.take() if self._pool is not None else None
+        # A spare being made is waited for (it is ready before an inline start would be).
+        spare = self._pool.take(self.limits.startup_timeout_s) if self._pool is not None else None
         if spare is None:
             return None
         # The last episode's worker gets no request any more and is killed on the reaper
