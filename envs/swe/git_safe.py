@@ -16,7 +16,8 @@ other file (`include.path`, `includeIf`).  Two layers keep all of that off the h
    `HOME`, a protocol allow-list without `ext::`, and `-c` overrides (command-line config wins
    over repository config) for every program-running key that has an inert value.  This guards
    our own repositories — checkouts, scratch dirs, the smith copy — should something we did not
-   foresee write to them.
+   foresee write to them.  `diff.external` has no inert value (empty fails every diff), so our
+   diffs pass ``--no-ext-diff --no-textconv`` instead.
 
 `safe.directory` is not widened: the repositories git runs in are ours (views, checkouts,
 scratch dirs) or are named by an explicit `GIT_DIR`, so a repository another user owns is never
@@ -48,7 +49,6 @@ HARDENING: tuple[str, ...] = (
     "credential.helper=",       # empty resets the helper list
     "core.sshCommand=ssh",
     "core.gitProxy=none",
-    "diff.external=",           # empty: a diff that forgot --no-ext-diff fails instead of running one
     "gpg.program=false", "gpg.ssh.program=false", "gpg.x509.program=false",
     "log.showSignature=false",
     "commit.gpgSign=false", "tag.gpgSign=false",

@@ -272,7 +272,8 @@ def diff(workdir: str | os.PathLike[str], base_commit: str, *,
     with _scratch_git(workdir, with_objects=True) as env:
         git(["read-tree", base_commit], cwd=workdir, env=env, timeout_s=timeout_s)
         git(["add", "--all", "--", ".", *excludes], cwd=workdir, env=env, timeout_s=timeout_s)
-        out = git(["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-renames",
+        out = git(["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
+                   "--no-renames",
                    "--src-prefix=a/", "--dst-prefix=b/", base_commit], cwd=workdir, env=env,
                   timeout_s=timeout_s)
     return out.stdout

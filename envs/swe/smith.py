@@ -186,9 +186,9 @@ def probe(workdir: Path, env: PythonEnv, test_ids: Sequence[str], *, trace: bool
 def _reclaim(copy: Path) -> None:
     """Take the copy's top folder and ``.git`` back from the jail's uid (a jail hands its writable
     mounts to its uid; ``.git`` was read-only in there, so it is still what we wrote)."""
-    if os.geteuid() == 0:
-        os.chown(copy, 0, 0, follow_symlinks=False)
-        chown_tree(copy / ".git", 0, 0)
+    if os.geteuid() == 0:  # only root hands mounts to a jail uid (command_io.hand_over)
+        os.chown(copy, os.getuid(), os.getgid(), follow_symlinks=False)
+        chown_tree(copy / ".git", os.getuid(), os.getgid())
 
 
 def _probe_report(out: Path) -> dict[str, dict[str, Any]] | None:
