@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from jsonschema.exceptions import UnknownType
 from referencing.exceptions import Unresolvable
 
 from envgym.sandbox.base import CallOutcome, Sandbox, ToolSpec
@@ -179,7 +180,7 @@ class ToolTable:
         except ValidationTimeout:  # a schema that branches exponentially through its own $refs
             return (f"invalid arguments for {name}: checking them against the tool's schema took "
                     f"over {VALIDATION_DEADLINE_S:g} s; send smaller or simpler arguments")
-        except (Unresolvable, TypeError, ValueError) as err:  # a schema broken in a way the load missed
+        except (Unresolvable, UnknownType, TypeError, ValueError) as err:  # broken past the load's checks
             return f"invalid arguments for {name}: the tool's schema cannot check them ({type(err).__name__})"
         if not problems:
             return None

@@ -122,3 +122,16 @@ def test_schemas_that_passed_are_remembered_and_odd_values_refused(monkeypatch: 
         _table(_obj(x={"enum": [{1, 2}]}))
     with pytest.raises(SchemaRefused, match="it is not plain JSON"):
         _table(_obj(x={"minimum": float("nan")}))
+
+
+def test_a_schema_failing_past_the_load_checks_is_an_agent_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envgym import schema_validator
+
+    table = _table(_obj(s={"type": "string", "pattern": "^a$"}))
+
+    def broken(pattern: str) -> Any:
+        raise ValueError("RE2 ran out of memory")
+
+    monkeypatch.setattr(schema_validator, "re2_pattern", broken)
+    problem = table.check("t", {"s": "b"})
+    assert problem == "invalid arguments for t: the tool's schema cannot check them (ValueError)"
