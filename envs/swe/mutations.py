@@ -133,9 +133,9 @@ def mutations(source: str, site: FunctionSite) -> list[Mutation]:
 def _find(tree: ast.AST, site: FunctionSite) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     name = site.qualname.rsplit(".", 1)[-1]
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            if min([node.lineno, *(d.lineno for d in node.decorator_list)]) == site.first_line:
-                return node
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+                and min([node.lineno, *(d.lineno for d in node.decorator_list)]) == site.first_line):
+            return node
     return None
 
 

@@ -72,7 +72,7 @@ class _SetupFailed(Exception):
 
 def env_folder(repo_key: str, version: str, recipe: Recipe, backend: str) -> Path:
     """The cache entry's folder for this repository × version × (detected) recipe × backend."""
-    digest = hashlib.sha256("\0".join([repo_key, version, recipe.key(), backend]).encode()).hexdigest()[:20]
+    digest = hashlib.sha256(f"{repo_key}\0{version}\0{recipe.key()}\0{backend}".encode()).hexdigest()[:20]
     slug = re.sub(r"[^\w.-]+", "_", repo_key.rstrip("/").rsplit("/", 1)[-1])[:40] or "repo"
     return cache_root() / "swe" / "envs" / f"{slug}-{version or 'any'}-{digest}"
 
