@@ -99,6 +99,8 @@ def check(
     corruptions: int = typer.Option(20, help="single-field corruptions tried per task"),
     reruns: int = typer.Option(3, help="gold-solution reruns that must agree"),
     sandbox: str = SandboxOpt,
+    mutation: bool = typer.Option(False, "--mutation", help="also run every mutant of the verifier (docs/CHECK.md)"),
+    max_mutants: int = typer.Option(0, help="with --mutation: a seeded sample of this many mutants (0: all)"),
 ) -> None:
     """Validate a bundle: gold passes, no-op fails, corruptions rejected, reruns agree."""
     from envgym.check import check_bundle
@@ -116,11 +118,22 @@ def check(
         report = check_bundle(bundle, sandbox=sandbox, corruptions_per_task=corruptions, reruns=reruns)
     except BundleError as exc:
         _fail(str(exc))
+    mutated = None
+    if mutation:
+        from envgym.mutation_run import run_mutation, summary
+
+        if max_mutants < 0:
+            _fail(f"--max-mutants must be 0 (all) or more, got {max_mutants}")
+
+        mutated = run_mutation(bundle, sandbox=sandbox, corruptions_per_task=corruptions,
+                               max_mutants=max_mutants or None)
     if as_json:
-        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
+        sys.stdout.write(json.dumps({**report.to_dict(), **({"mutation": mutated.to_dict()} if mutated else {})}) + "\n")
     else:
         print_check(report)
-    raise typer.Exit(0 if report.passed else 1)
+        if mutated is not None:
+            console.print(summary(mutated), markup=False, highlight=False)
+    raise typer.Exit(0 if report.passed and (mutated is None or mutated.passed) else 1)
 
 
 def print_check(report: object) -> None:

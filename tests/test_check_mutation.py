@@ -109,3 +109,17 @@ def test_mutation_run_kills_what_check_kills(retail: Path, tmp_path: Path) -> No
                        provenance=manifest["provenance"], description=manifest.get("description", ""))
         check = check_bundle(load_bundle(copy), reruns=1, corruptions_per_task=5)
         assert (not check.passed) == by[mutant_id].killed, (name, check.tasks[0].problems)
+
+
+def test_cli_check_mutation_reports_the_kill_rate(retail: Path) -> None:
+    from typer.testing import CliRunner
+
+    from envgym.cli import app
+
+    result = CliRunner().invoke(app, ["check", str(retail), "--json", "--reruns", "1", "--corruptions", "5",
+                                      "--mutation", "--max-mutants", "2"])
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["mutation"]["mutants"] == 2 and 0.0 <= out["mutation"]["kill_rate"] <= 1.0
+    assert result.exit_code == (0 if out["passed"] and out["mutation"]["passed"] else 1)
+    bad = CliRunner().invoke(app, ["check", str(retail), "--mutation", "--max-mutants", "-1"])
+    assert bad.exit_code != 0 and "--max-mutants" in bad.output and "Traceback" not in bad.output
