@@ -125,8 +125,11 @@ def check(
         if max_mutants < 0:
             _fail(f"--max-mutants must be 0 (all) or more, got {max_mutants}")
 
-        mutated = run_mutation(bundle, sandbox=sandbox, corruptions_per_task=corruptions,
-                               max_mutants=max_mutants or None)
+        try:
+            mutated = run_mutation(bundle, sandbox=sandbox, corruptions_per_task=corruptions,
+                                   max_mutants=max_mutants or None)
+        except ValueError as exc:
+            _fail(str(exc))
     if as_json:
         sys.stdout.write(json.dumps({**report.to_dict(), **({"mutation": mutated.to_dict()} if mutated else {})}) + "\n")
     else:

@@ -197,7 +197,12 @@ def run_mutation(
     only: Callable[[Mutant], bool] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> MutationReport:
-    """Mutate ``bundle``'s verifier.py and judge each mutant (module docstring)."""
+    """Mutate ``bundle``'s verifier.py and judge each mutant (module docstring).
+
+    Raises ``ValueError`` for the ``inprocess`` backend: mutants run in a sandbox, never on the host.
+    """
+    if sandbox == "inprocess":
+        raise ValueError("verifier mutants run only in a sandbox (bwrap or docker), never in-process")
     source = (bundle.root / "verifier.py").read_text(encoding="utf-8")
     chosen = [m for m in mutants(source) if only is None or only(m)]
     if max_mutants is not None and len(chosen) > max_mutants:

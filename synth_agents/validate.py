@@ -52,6 +52,8 @@ REASONS = {
     "rules_uncovered": "a verifier rule has no valid per-rule witness in tasks.jsonl (issue 9's shared contract)",
     "exploit_accepted": "the verifier accepts a generic exploit (prompt echo, format example, huge or nested values)",
     "verifier_error": "the verifier crashed, timed out or returned a malformed report",
+    "mutant_survives": "a mutant of the verifier that envgym check does not catch pays an answer the "
+                       "original verifier rejects (envgym check --mutation)",
     "check_failed": "envgym check found another problem (e.g. a witness or declared rule the verifier "
                     "does not report)",
     "tool_broken": "a tool cannot be called with its documented schema (or hangs/crashes)",
@@ -66,6 +68,7 @@ REASONS = {
     "policy_error": "the model backend failed (server down, bad replies)",
 }
 MIN_REJECTION = 0.95
+MAX_MUTANTS = 60  # per synthesized bundle: about a second each in the sandbox
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,14 @@ def state_hash(root: Path) -> str:
 
 
 def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task: int = 20, reruns: int = 3,
-                    seed: int = 0, limits: Limits | None = None) -> ValidationResult:
-    """Validate one bundle directory; never raises for anything the bundle's code does."""
+                    seed: int = 0, limits: Limits | None = None, mutation: bool | None = None,
+                    max_mutants: int = MAX_MUTANTS) -> ValidationResult:
+    """Validate one bundle directory; never raises for anything the bundle's code does.
+
+    ``mutation`` (default: on for a machine-written verifier, i.e. a model in the provenance, in
+    a real sandbox) runs a seeded sample of ``max_mutants`` verifier mutants after the checks
+    (envgym.mutation_run); a surviving mutant that pays a wrong answer fails the bundle.
+    """
     import time
 
     started = time.perf_counter()
@@ -157,8 +166,24 @@ def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task:
         run.fresh()
         calls = [call for r in isolation for call in r.calls]
         problems += [Problem("tool_broken", str(f)) for f in probe_tools(run.box, specs, calls)]
+    if mutation is None:
+        mutation = bundle.manifest.provenance.model is not None and sandbox != "inprocess"
+    if mutation and not problems:
+        problems += _mutation_problems(bundle, sandbox, limits, corruptions_per_task, seed, max_mutants)
     figures = tuple(c.to_dict() for c in checks)
     return result(problems, figures, content)
+
+
+def _mutation_problems(bundle: Bundle, sandbox: str, limits: Limits | None, corruptions: int, seed: int,
+                       max_mutants: int) -> list[Problem]:
+    from envgym.mutation_run import run_mutation, summary
+
+    try:
+        report = run_mutation(bundle, sandbox=sandbox, limits=limits, corruptions_per_task=corruptions,
+                              seed=seed, max_mutants=max_mutants)
+    except (ValueError, SandboxUnavailable) as exc:
+        return [Problem("sandbox_unavailable", f"mutation: {exc}")]
+    return [] if report.passed else [Problem("mutant_survives", summary(report)[:500])]
 
 
 class _PlainRun:

@@ -123,3 +123,32 @@ def test_cli_check_mutation_reports_the_kill_rate(retail: Path) -> None:
     assert result.exit_code == (0 if out["passed"] and out["mutation"]["passed"] else 1)
     bad = CliRunner().invoke(app, ["check", str(retail), "--mutation", "--max-mutants", "-1"])
     assert bad.exit_code != 0 and "--max-mutants" in bad.output and "Traceback" not in bad.output
+
+
+def _machine_written_notes(root: Path) -> Path:
+    from synth_notes import make_witnessed_notes
+
+    root = make_witnessed_notes(root)
+    write_manifest(root, name="notes", category="test", provenance={"agent": "llm", "model": "m", "seed": 0})
+    return root
+
+
+def test_synthesis_validation_mutates_a_machine_written_verifier(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import envgym.mutation_run as mutation_run
+    from synth_agents.validate import validate_bundle
+
+    root = _machine_written_notes(tmp_path / "notes")
+    reports: list[MutationReport] = []
+    real = mutation_run.run_mutation
+    monkeypatch.setattr(mutation_run, "run_mutation", lambda *a, **kw: reports.append(real(*a, **kw)) or reports[-1])
+    result = validate_bundle(root, reruns=1, corruptions_per_task=5)
+    assert result.passed, result.problems
+    assert len(reports) == 1 and reports[0].mutants > 0 and reports[0].kill_rate == 1.0
+
+    paying = MutantResult("d", "if_true", 4, "if test -> True", changed=True, killed=False, pays_wrong=2,
+                          example="t: {}")
+    monkeypatch.setattr(mutation_run, "run_mutation", lambda *a, **kw: MutationReport("notes", 1, 9, (paying,)))
+    assert validate_bundle(root, reruns=1, corruptions_per_task=5).reasons == ("mutant_survives",)
+    # A procedural (model-less) bundle is not mutated unless asked.
+    assert validate_bundle(root, reruns=1, corruptions_per_task=5, mutation=False).passed
