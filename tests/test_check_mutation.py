@@ -135,7 +135,7 @@ def _machine_written_notes(root: Path) -> Path:
 
 def test_synthesis_validation_mutates_a_machine_written_verifier(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import envgym.mutation_run as mutation_run
+    from envgym import mutation_run
     from synth_agents.validate import validate_bundle
 
     root = _machine_written_notes(tmp_path / "notes")
