@@ -166,8 +166,8 @@ Mount = Bind | Tmpfs | Dir | Only
 
 @dataclass(frozen=True)
 class JailSpec:
-    """What one jail sees.  ``mounts`` apply in order after the system directories (so a bind
-    below a tmpfs comes after it); ``after_dev`` after ``/proc`` and ``/dev`` (a ``/dev/shm``)."""
+    """What one jail sees.  ``after_dev`` (a ``/dev/shm``) applies right after ``/proc`` and
+    ``/dev``, then ``mounts`` in order (so a bind below a tmpfs comes after it)."""
 
     root: bool  # the host runs as root (see isolation)
     mounts: tuple[Mount, ...] = ()
@@ -184,10 +184,10 @@ class JailSpec:
 def build_argv(spec: JailSpec) -> list[str]:
     """bwrap and its options, up to (not including) the program to run."""
     argv = [BWRAP, *isolation(spec.root, spec.network), *system_mounts(spec.python or python_executable())]
-    for mount in spec.mounts:
-        argv += mount.argv()
+    # /proc and /dev first: a later --dev would hide a bind below /dev (episode states live
+    # in /dev/shm, and the MCP servers see theirs at the host's path).
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    for mount in spec.after_dev:
+    for mount in (*spec.after_dev, *spec.mounts):
         argv += mount.argv()
     # The root tmpfs bwrap builds is owned by the jail's user in a user namespace (the non-root
     # host case): freeze it, so the spec's writable mounts really are the only writable places.

@@ -12,6 +12,7 @@ The filesystem and git installs use the same pinned versions and cache folders a
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -85,16 +86,20 @@ def sqlite_command() -> list[str]:
 
 
 def confined(argv: list[str]) -> list[str]:
-    """``argv`` run under bubblewrap: the whole filesystem read-only except the episode's state
-    copy (and a private ``/tmp``), no network.
+    """``argv`` run in a jail (``envgym/sandbox/jail_exec.py``, the jail builder every envgym
+    jail uses): an unprivileged uid without capabilities, own pid/ipc/uts/net namespaces, a
+    read-only view of the system directories and of the server's own install folder, and the
+    episode's state copy as the only writable place besides a private ``/tmp``; its memory and
+    process count bounded together (a cgroup where the host has one) and per process (rlimits).
 
     The servers' own checks are not enough: ``mcp-server-sqlite`` runs any SQL, and
     ``ATTACH DATABASE '/any/path'`` creates files wherever the server's user may write (the
-    verifier's code, a ``.pth`` in a venv) — a way to reward without solving.  So without
-    bubblewrap the suite refuses to start a server; ``server_spec(..., confine=False)`` is the
-    explicit choice of a trusted setup.
+    verifier's code, a ``.pth`` in a venv) — a way to reward without solving — and a server
+    running as root could remount ``/`` writable.  So without bubblewrap the suite refuses to
+    start a server; ``server_spec(..., confine=False)`` is the explicit choice of a trusted setup.
     """
     from envgym.sandbox.bwrap import bwrap_available
+    from envgym.sandbox.jail import python_executable
 
     if not bwrap_available():
         raise MissingTool(
@@ -102,12 +107,30 @@ def confined(argv: list[str]) -> list[str]:
             "the episode's state (sqlite ATTACH, a .pth beside the verifier): install bubblewrap "
             "(scripts/setup.sh), or pass confine=False to server_spec for a trusted setup"
         )
-    # The installs stay visible (read-only) when the envgym cache itself lives under /tmp.
-    cache = str(cache_root().resolve())
-    keep = ["--ro-bind", cache, cache] if Path(cache).is_relative_to("/tmp") else []
-    return [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", *keep, "--bind", "{state_dir}", "{state_dir}", "--unshare-net",
-            "--die-with-parent", "--", *argv]
+    launcher = Path(__file__).resolve().parents[2] / "envgym" / "sandbox" / "jail_exec.py"
+    readonly: list[str] = []
+    for path in _program_paths(argv):
+        readonly += ["--ro", path]
+    return [str(python_executable()), "-I", "-S", "-B", str(launcher), "--rw", "{state_dir}", *readonly, "--", *argv]
+
+
+def _program_paths(argv: list[str]) -> list[str]:
+    """Host paths the server needs to see: the install folder (in the envgym cache) of every
+    argv entry inside one, and the prefix of the interpreter a venv's python links to."""
+    installs = (cache_root() / "mcp").resolve()
+    found: set[str] = set()
+    for part in argv:
+        if not part.startswith("/"):
+            continue
+        path = Path(part)
+        if path.resolve().is_relative_to(installs) or path.is_relative_to(installs):
+            relative = (path if path.is_relative_to(installs) else path.resolve()).relative_to(installs)
+            if relative.parts:
+                found.add(str(installs / relative.parts[0]))
+        real = Path(os.path.realpath(part))
+        if real.is_file() and os.access(real, os.X_OK) and not real.is_relative_to("/usr"):
+            found.add(str(real.parents[1]))  # .../bin/python3.11 -> its prefix (stdlib, lib-dynload)
+    return sorted(found)
 
 
 def server_spec(service: str, *, confine: bool = True) -> ServerSpec:
