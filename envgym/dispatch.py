@@ -180,8 +180,9 @@ class ToolTable:
         except ValidationTimeout:  # a schema that branches exponentially through its own $refs
             return (f"invalid arguments for {name}: checking them against the tool's schema took "
                     f"over {VALIDATION_DEADLINE_S:g} s; send smaller or simpler arguments")
-        except (Unresolvable, UnknownType, TypeError, ValueError) as err:  # broken past the load's checks
-            return f"invalid arguments for {name}: the tool's schema cannot check them ({type(err).__name__})"
+        except (Unresolvable, UnknownType, TypeError, ValueError) as err:  # past the load's checks
+            kind = type(err).__name__
+            return f"invalid arguments for {name}: the tool's schema cannot check them ({kind})"
         if not problems:
             return None
         # Sorted by where and what, never by str(error): that pretty-prints the whole instance.

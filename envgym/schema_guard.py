@@ -41,8 +41,20 @@ MAX_PATTERN_CHARS = 1_000
 RE2_MAX_MEM = 8 << 20  # bytes of automaton per compiled pattern: bounds compile time and memory
 
 # Keywords whose value is one subschema, a list of them, or a map of names to them (2020-12).
-_ONE = frozenset({"additionalProperties", "contains", "propertyNames", "if", "then", "else", "not",
-                  "unevaluatedItems", "unevaluatedProperties", "items"})
+_ONE = frozenset(
+    {
+        "additionalProperties",
+        "contains",
+        "propertyNames",
+        "if",
+        "then",
+        "else",
+        "not",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "items",
+    }
+)
 _LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 _MAP = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 _REFS = frozenset({"$ref", "$dynamicRef"})
@@ -63,12 +75,20 @@ def re2_options() -> re2.Options:
 def compile_re2(pattern: str) -> Any:
     """``pattern`` compiled by RE2 (linear-time matching), or ValueError with RE2's reason."""
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise ValueError(f"the pattern is {len(pattern)} characters; the limit is {MAX_PATTERN_CHARS}")
+        raise ValueError(
+            f"the pattern is {len(pattern)} characters; the limit is {MAX_PATTERN_CHARS}"
+        )
     try:
         return re2.compile(pattern, re2_options())
     except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        raise ValueError(f"RE2 cannot compile {pattern!r}: {reason} (no backreferences or lookaround)") from None
+        reason = (
+            exc.args[0].decode(errors="replace")
+            if exc.args and isinstance(exc.args[0], bytes)
+            else str(exc)
+        )
+        raise ValueError(
+            f"RE2 cannot compile {pattern!r}: {reason} (no backreferences or lookaround)"
+        ) from None
 
 
 def check_schema(schema: Any, *, tool: str) -> None:
@@ -158,11 +178,15 @@ def _walk(schema: Any) -> tuple[set[str], set[str], list[tuple[str, str]]]:
         where = pointer or "/"
         for key, value in node.items():
             if key in _FORBIDDEN:
-                raise ValueError(f"{key} at {where} is not allowed (only local '#…' references are)")
+                raise ValueError(
+                    f"{key} at {where} is not allowed (only local '#…' references are)"
+                )
             if key in _REFS:
                 if not isinstance(value, str) or not value.startswith("#"):
-                    raise ValueError(f"{key} {_show(value)} at {where} is not a local '#…' reference; "
-                                     "remote and file references are never fetched")
+                    raise ValueError(
+                        f"{key} {_show(value)} at {where} is not a local '#…' reference; "
+                        "remote and file references are never fetched"
+                    )
                 refs.append((where, value))
             elif key in ("$anchor", "$dynamicAnchor") and isinstance(value, str):
                 anchors.add(value)
@@ -180,7 +204,9 @@ def _check_target(ref: str, targets: set[str], anchors: set[str], where: str) ->
     if fragment == "" or fragment.startswith("/"):
         if fragment in targets:
             return
-        raise ValueError(f"$ref {_show(ref)} at {where} does not point at a subschema of the same schema")
+        raise ValueError(
+            f"$ref {_show(ref)} at {where} does not point at a subschema of the same schema"
+        )
     if fragment not in anchors:
         raise ValueError(f"$ref {_show(ref)} at {where} names no $anchor of the schema")
 
@@ -197,11 +223,15 @@ def _check_metaschema(schema: Any, tool: str) -> None:
 
     from envgym.schema_validator import StrictValidator, tool_validator
 
-    error = jsonschema.exceptions.best_match(tool_validator(StrictValidator.META_SCHEMA).iter_errors(schema))
+    error = jsonschema.exceptions.best_match(
+        tool_validator(StrictValidator.META_SCHEMA).iter_errors(schema)
+    )
     if error is not None:
         where = "/" + "/".join(str(p) for p in error.absolute_path)
-        raise SchemaRefused(f"the input schema of tool {tool!r} is not a valid JSON Schema: "
-                            f"at {where}: {_show(error.message, 200)}")
+        raise SchemaRefused(
+            f"the input schema of tool {tool!r} is not a valid JSON Schema: "
+            f"at {where}: {_show(error.message, 200)}"
+        )
 
 
 def _escape(name: str) -> str:

@@ -36,7 +36,9 @@ class ValidationTimeout(Exception):
     """The arguments' check ran past its deadline."""
 
 
-_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("envgym_schema_deadline", default=None)
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "envgym_schema_deadline", default=None
+)
 
 
 @contextmanager
@@ -79,8 +81,9 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
         yield ValidationError(f"{_shown(instance)} does not match {pattern!r}")
 
 
-def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
-                        schema: Any) -> Iterator[ValidationError]:
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "object"):
         return
     for pattern, subschema in patterns.items():
@@ -106,7 +109,9 @@ def _canonical(value: Any) -> Any:
     return ("object", id(value))
 
 
-def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+def _unique_items(
+    validator: Any, unique: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
     if not unique or not validator.is_type(instance, "array"):
         return
     seen: set[Any] = set()
@@ -129,8 +134,12 @@ def _timed(keyword: Callable[..., Any]) -> Callable[..., Iterator[ValidationErro
 
 
 _BASE = jsonschema.Draft202012Validator
-_KEYWORDS = {**_BASE.VALIDATORS, "pattern": _pattern, "patternProperties": _pattern_properties,
-             "uniqueItems": _unique_items}
+_KEYWORDS = {
+    **_BASE.VALIDATORS,
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "uniqueItems": _unique_items,
+}
 
 #: JSON Schema 2020-12 as the host runs it.  JSON Schema counts 2.0 as an integer, but the tool
 #: is Python: ``"ab" * 2.0`` raises, and an ``int`` parameter must receive an int.  Integers are

@@ -32,8 +32,14 @@ def main():
         if msg_id is None:
             continue  # a notification
         if method == "initialize":
-            reply(msg_id, {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                           "serverInfo": {"name": "schemas", "version": "0"}})
+            reply(
+                msg_id,
+                {
+                    "protocolVersion": msg["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "schemas", "version": "0"},
+                },
+            )
         elif method == "tools/list":
             reply(msg_id, {"tools": listing()})
         elif method == "ping":

@@ -99,42 +99,63 @@ def no_python_re(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     return compiled
 
 
-
 def _obj(**properties: Any) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(properties)}
 
 
 def _toolset(tools: list[dict[str, Any]]) -> McpToolset:
-    spec = ServerSpec(command=(sys.executable, str(SERVER)), env={"SCHEMA_TOOLS": json.dumps(tools)},
-                      name="schemas")
+    spec = ServerSpec(
+        command=(sys.executable, str(SERVER)),
+        env={"SCHEMA_TOOLS": json.dumps(tools)},
+        name="schemas",
+    )
     return McpToolset(spec, prefix="s_", call_timeout_s=10.0)
 
 
 def _step(env: BundleEnv, name: str, args: dict[str, Any], i: int) -> tuple[str, dict[str, Any]]:
-    action = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+    action = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": f"c{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+        ],
+    }
     obs, _, terminated, truncated, info = env.step(action)
     assert not (terminated or truncated)
     return obs["messages"][-1]["content"], info
 
 
 @pytest.mark.timeout(60)
-def test_hostile_schemas_over_a_real_server(tmp_path: Path, recorder: Recorder,
-                                            no_python_re: _Spy) -> None:
+def test_hostile_schemas_over_a_real_server(
+    tmp_path: Path, recorder: Recorder, no_python_re: _Spy
+) -> None:
     marker = tmp_path / "marker.json"
     marker.write_text(json.dumps({"const": MARKER}))
     tools = [
         {"name": "file_ref", "inputSchema": _obj(x={"$ref": marker.as_uri()})},
         {"name": "http_ref", "inputSchema": _obj(x={"$ref": recorder.url})},
-        {"name": "rebased", "inputSchema": {**_obj(x={"$ref": "#/$defs/y"}), "$defs": {
-            "y": {"$id": recorder.url.rsplit("/", 1)[0] + "/", "$ref": "schema.json"}}}},
+        {
+            "name": "rebased",
+            "inputSchema": {
+                **_obj(x={"$ref": "#/$defs/y"}),
+                "$defs": {
+                    "y": {"$id": recorder.url.rsplit("/", 1)[0] + "/", "$ref": "schema.json"}
+                },
+            },
+        },
         {"name": "lookaround", "inputSchema": _obj(x={"type": "string", "pattern": "^(?=a)a$"})},
         {"name": "backtrack", "inputSchema": _obj(s={"type": "string", "pattern": BACKTRACK})},
         {"name": "plain", "inputSchema": _obj(s={"type": "string"})},
     ]
     toolset = _toolset(tools)
     bundle = make_notes_bundle(tmp_path / "notes")
-    env = BundleEnv(bundle, sandbox=McpSandbox(open_sandbox(bundle, backend="inprocess"), [toolset]))
+    env = BundleEnv(
+        bundle, sandbox=McpSandbox(open_sandbox(bundle, backend="inprocess"), [toolset])
+    )
     try:
         obs, _ = env.reset()
         no_python_re.arm()
@@ -144,10 +165,16 @@ def test_hostile_schemas_over_a_real_server(tmp_path: Path, recorder: Recorder,
         assert not offered & {"s_file_ref", "s_http_ref", "s_rebased", "s_lookaround"}
         refused = toolset.refused
         assert set(refused) == {"s_file_ref", "s_http_ref", "s_rebased", "s_lookaround"}
-        assert "tool 's_file_ref'" in refused["s_file_ref"] and "not a local '#…' reference" in refused["s_file_ref"]
+        assert (
+            "tool 's_file_ref'" in refused["s_file_ref"]
+            and "not a local '#…' reference" in refused["s_file_ref"]
+        )
         assert "not a local '#…' reference" in refused["s_http_ref"]
         assert "$id at /$defs/y is not allowed" in refused["s_rebased"]
-        assert "RE2 cannot compile" in refused["s_lookaround"] and "MCP server schemas" in refused["s_lookaround"]
+        assert (
+            "RE2 cannot compile" in refused["s_lookaround"]
+            and "MCP server schemas" in refused["s_lookaround"]
+        )
 
         text, info = _step(env, "s_file_ref", {"x": "guess"}, 1)
         assert text.startswith("Error: unknown tool 's_file_ref'") and MARKER not in text

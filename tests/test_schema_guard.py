@@ -32,10 +32,12 @@ def _obj(**properties: Any) -> dict[str, Any]:
     (_obj(x={"$ref": "other.json"}), "not a local '#…' reference"),
     (_obj(x={"$dynamicRef": "https://example.com/meta"}), "not a local '#…' reference"),
     (_obj(x={"$ref": 5}), "not a local '#…' reference"),
-    ({**_obj(x={"$ref": "#/$defs/a"}), "$defs": {"a": {"$id": "http://x/", "type": "string"}}}, "$id at /$defs/a"),
+    ({**_obj(x={"$ref": "#/$defs/a"}), "$defs": {"a": {"$id": "http://x/", "type": "string"}}},
+     "$id at /$defs/a"),
     (_obj(x={"$schema": "http://127.0.0.1:9/meta"}), "$schema at /properties/x is not allowed"),
     (_obj(x={"$ref": "#/$defs/missing"}), "does not point at a subschema"),
-    (_obj(x={"enum": [{"$ref": "http://x/"}]}, y={"$ref": "#/properties/x/enum/0"}), "does not point at a subschema"),
+    (_obj(x={"enum": [{"$ref": "http://x/"}]}, y={"$ref": "#/properties/x/enum/0"}),
+     "does not point at a subschema"),
     (_obj(x={"$ref": "#nowhere"}), "names no $anchor"),
     (_obj(x={"type": "string", "pattern": r"^(a)\1$"}), "RE2 cannot compile"),
     ({"type": "object", "patternProperties": {"(?!x)": {}}}, "RE2 cannot compile"),
@@ -55,20 +57,34 @@ def test_deep_and_invalid_schemas_are_refused() -> None:
         deep = {"type": "array", "items": deep}
     with pytest.raises(SchemaRefused, match=f"nested more than {MAX_SCHEMA_DEPTH} levels deep"):
         _table(_obj(x=deep))
-    with pytest.raises(SchemaRefused, match="tool 't' is not a valid JSON Schema: at /properties/x/type"):
-        _table(_obj(x={"type": "strnig"}))  # would otherwise raise UnknownType in the middle of a step
+    with pytest.raises(
+        SchemaRefused, match="tool 't' is not a valid JSON Schema: at /properties/x/type"
+    ):
+        _table(
+            _obj(x={"type": "strnig"})
+        )  # would otherwise raise UnknownType in the middle of a step
     with pytest.raises(SchemaRefused, match="not a valid JSON Schema"):
         _table(_obj(x={"type": "string", "pattern": 5}))
 
 
 def test_local_references_anchors_and_odd_property_names_are_fine() -> None:
-    schema = {**_obj(a={"$ref": "#/$defs/pos"}, b={"$ref": "#pos"}, c={"$ref": "#"},
-                     **{"$ref": {"type": "string"}, "$id": {"type": "integer"}}),  # property names
-              "$defs": {"pos": {"$anchor": "pos", "type": "integer", "minimum": 1}}}
+    schema = {
+        **_obj(
+            a={"$ref": "#/$defs/pos"},
+            b={"$ref": "#pos"},
+            c={"$ref": "#"},
+            **{"$ref": {"type": "string"}, "$id": {"type": "integer"}},
+        ),  # property names
+        "$defs": {"pos": {"$anchor": "pos", "type": "integer", "minimum": 1}},
+    }
     table = _table(schema)
     assert table.check("t", {"a": 1, "b": 2, "$ref": "x", "$id": 3}) is None
     problem = table.check("t", {"a": 0, "$ref": 1})
-    assert problem is not None and "a: 0 is less than the minimum of 1" in problem and "$ref: 1 is not of type" in problem
+    assert (
+        problem is not None
+        and "a: 0 is less than the minimum of 1" in problem
+        and "$ref: 1 is not of type" in problem
+    )
 
 
 def test_patterns_run_through_re2() -> None:
@@ -95,8 +111,9 @@ def test_an_exponential_schema_runs_into_the_deadline(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.parametrize(("items", "unique"), [
-    ([1, 1.0], False), ([True, 1], True), ([False, 0, None, ""], True), ([[1, True], [1.0, True]], False),
-    ([{"a": 1, "b": [2]}, {"b": [2], "a": 1}], False), ([{"a": 1}, {"a": True}], True), (["1", 1], True),
+    ([1, 1.0], False), ([True, 1], True), ([False, 0, None, ""], True),
+    ([[1, True], [1.0, True]], False), ([{"a": 1, "b": [2]}, {"b": [2], "a": 1}], False),
+    ([{"a": 1}, {"a": True}], True), (["1", 1], True),
 ])  # fmt: skip
 def test_unique_items_agrees_with_jsonschema(items: list[Any], unique: bool) -> None:
     schema = {"type": "array", "uniqueItems": True}
@@ -111,7 +128,9 @@ def test_unique_items_is_linear() -> None:
     assert not StrictValidator({"uniqueItems": True}).is_valid([*items, {"k": 7}])
 
 
-def test_schemas_that_passed_are_remembered_and_odd_values_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_schemas_that_passed_are_remembered_and_odd_values_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from envgym import schema_guard
 
     schema = _obj(memo={"type": "string", "description": "remembered"})
@@ -124,7 +143,9 @@ def test_schemas_that_passed_are_remembered_and_odd_values_refused(monkeypatch: 
         _table(_obj(x={"minimum": float("nan")}))
 
 
-def test_a_schema_failing_past_the_load_checks_is_an_agent_message(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_schema_failing_past_the_load_checks_is_an_agent_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from envgym import schema_validator
 
     table = _table(_obj(s={"type": "string", "pattern": "^a$"}))

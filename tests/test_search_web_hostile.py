@@ -7,6 +7,7 @@ with a note for the agent and a bounded peak of memory.
 
 from __future__ import annotations
 
+import json
 import struct
 import threading
 import time
@@ -24,6 +25,12 @@ from tools.search.web import MAX_PAGE_BYTES, WebSearch
 pytestmark = pytest.mark.timeout(60)
 
 BOMB_CHUNKS = 256  # of 4 MiB of zeros: the page decodes to 1 GiB
+REDIRECTS = {  # path -> where it redirects
+    "/to/backslash": "http:\\\\host",  # httpx.InvalidURL
+    "/to/drip": "/drip",
+    "/to/space": "http://exa mple.com/",
+    "/to/port": "http://h:99999/",
+}
 
 
 def _gzip_of_zeros(chunks: int, size: int = 4 << 20) -> bytes:
@@ -37,7 +44,9 @@ def _gzip_of_zeros(chunks: int, size: int = 4 << 20) -> bytes:
     crc = 0
     for _ in range(chunks):
         crc = zlib.crc32(zero, crc)
-    return first + repeat * (chunks - 1) + end + struct.pack("<II", crc, (chunks * size) & 0xFFFFFFFF)
+    return (
+        first + repeat * (chunks - 1) + end + struct.pack("<II", crc, (chunks * size) & 0xFFFFFFFF)
+    )
 
 
 def _gzip(data: bytes) -> bytes:
@@ -68,31 +77,49 @@ class Server:
                 if path == "/search":
                     return self._search()
                 if path == "/bomb":
-                    return self._send(200, bomb, ("Content-Type", "text/html"), ("Content-Encoding", "gzip, gzip"))
+                    return self._send(
+                        200, bomb, ("Content-Type", "text/html"), ("Content-Encoding", "gzip, gzip")
+                    )
                 if path == "/small.gz":
-                    return self._send(200, _gzip(b"<p>hello gzip</p>"), ("Content-Type", "text/html"),
-                                      ("Content-Encoding", "gzip"))
+                    return self._send(
+                        200,
+                        _gzip(b"<p>hello gzip</p>"),
+                        ("Content-Type", "text/html"),
+                        ("Content-Encoding", "gzip"),
+                    )
                 if path == "/brotli":
-                    return self._send(200, b"\x0b\x00\x80hi\x03", ("Content-Type", "text/html"),
-                                      ("Content-Encoding", "br"))
+                    return self._send(
+                        200,
+                        b"\x0b\x00\x80hi\x03",
+                        ("Content-Type", "text/html"),
+                        ("Content-Encoding", "br"),
+                    )
                 if path == "/corrupt.gz":
                     # a gzip header, then a deflate block of the reserved type 3
-                    return self._send(200, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 20, ("Content-Type", "text/html"),
-                                      ("Content-Encoding", "gzip"))
+                    return self._send(
+                        200,
+                        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 20,
+                        ("Content-Type", "text/html"),
+                        ("Content-Encoding", "gzip"),
+                    )
                 if path == "/rot13":
-                    return self._send(200, b"<p>uryyb</p>", ("Content-Type", "text/html; charset=rot13"))
+                    return self._send(
+                        200, b"<p>uryyb</p>", ("Content-Type", "text/html; charset=rot13")
+                    )
                 if path == "/drip":
                     self.send_response(200)
                     self.send_header("Content-Type", "text/html")
                     self.end_headers()
                     return self._drip(b"<p>" + b"x" * 10_000)
-                if path == "/drip-headers":  # the status line and headers themselves, a byte at a time
-                    return self._drip(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Pad: " + b"y" * 10_000)
+                if (
+                    path == "/drip-headers"
+                ):  # the status line and headers themselves, a byte at a time
+                    return self._drip(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Pad: " + b"y" * 10_000
+                    )
                 if path.startswith("/to/"):
                     self.send_response(302)
-                    self.send_header("Location", {"/to/backslash": "http:\\\\host", "/to/drip": "/drip",
-                                                  "/to/space": "http://exa mple.com/", "/to/port": "http://h:99999/",
-                                                  }[path])  # fmt: skip
+                    self.send_header("Location", REDIRECTS[path])
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return None
@@ -101,26 +128,32 @@ class Server:
             def _search(self) -> None:
                 mode = outer.search_mode
                 if mode == "bomb":
-                    return self._send(200, bomb, ("Content-Type", "application/json"),
-                                      ("Content-Encoding", "gzip, gzip"))
+                    return self._send(
+                        200,
+                        bomb,
+                        ("Content-Type", "application/json"),
+                        ("Content-Encoding", "gzip, gzip"),
+                    )
                 if mode == "drip":
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.end_headers()
                     return self._drip(b'{"results": [' + b" " * 10_000)
-                paths = ["/bomb", "/small.gz", "/brotli", "/corrupt.gz", "/rot13", "/drip", "/drip-headers",
-                         "/to/backslash", "/to/drip", "/to/space", "/to/port"]  # fmt: skip
+                paths = ["/bomb", "/small.gz", "/brotli", "/corrupt.gz", "/rot13", "/drip"]
+                paths += ["/drip-headers", *REDIRECTS]
                 results = [{"url": outer.base + p, "title": p} for p in paths]
-                import json
-
-                return self._send(200, json.dumps({"results": results}).encode(), ("Content-Type", "application/json"))
+                return self._send(
+                    200,
+                    json.dumps({"results": results}).encode(),
+                    ("Content-Type", "application/json"),
+                )
 
             def _drip(self, data: bytes) -> None:
                 for i in range(len(data)):
                     if outer.stop_event.wait(0.2):
                         return
                     try:
-                        self.wfile.write(data[i:i + 1])
+                        self.wfile.write(data[i : i + 1])
                         self.wfile.flush()
                     except OSError:  # the client gave up: what the test wants
                         return
@@ -205,8 +238,9 @@ def test_hostile_pages_are_search_errors(tools: SearchTools, path: str, message:
     ("bomb", r"search: .* answered more than \d+ bytes"),
     ("drip", r"search: .* did not answer within 1 s"),
 ])  # fmt: skip
-def test_a_hostile_search_service_is_a_search_error(server: Server, tools: SearchTools, mode: str,
-                                                     message: str) -> None:
+def test_a_hostile_search_service_is_a_search_error(
+    server: Server, tools: SearchTools, mode: str, message: str
+) -> None:
     server.search_mode = mode
     with pytest.raises(SearchError, match=message):
         tools.search("anything")

@@ -30,7 +30,7 @@ ACCEPT_ENCODING = "gzip, deflate"  # asked of every server, so it has no reason 
 
 
 class BodyError(Exception):
-    """An answer that cannot be read: the message says why, after the address (the caller adds it)."""
+    """An answer that cannot be read: the message says why; the caller puts the address first."""
 
 
 class Deadline:
@@ -104,7 +104,9 @@ def encodings_of(header: str) -> list[str]:
         raise BodyError(f"is encoded {len(names)} times over; at most {MAX_LAYERS} layers are read")
     for name in names:
         if name not in _WBITS:
-            raise BodyError(f"is encoded as {name[:40]!r}, which is not read (gzip and deflate are)")
+            raise BodyError(
+                f"is encoded as {name[:40]!r}, which is not read (gzip and deflate are)"
+            )
     return names[::-1]
 
 
@@ -119,7 +121,9 @@ def _inflate(chunks: Iterable[bytes], encoding: str) -> Iterator[bytes]:
             try:
                 out = inflater.decompress(data, CHUNK)
             except zlib.error:
-                if encoding == "deflate" and not started and wbits > 0:  # raw deflate, no zlib header
+                if (
+                    encoding == "deflate" and not started and wbits > 0
+                ):  # raw deflate, no zlib header
                     wbits = -zlib.MAX_WBITS
                     inflater = zlib.decompressobj(wbits)
                     continue

@@ -44,8 +44,8 @@ from tools.search.errors import SearchError
 from tools.search.http_fetch import ACCEPT_ENCODING, BodyError, Deadline, read_body
 from tools.search.index import Document, Hit
 
-MAX_PAGE_BYTES = 2_000_000  # decoded bytes of a page read; the rest is cut, with a note for the agent
-MAX_ANSWER_BYTES = 5_000_000  # decoded bytes of a search answer (JSON cannot be cut: refused past it)
+MAX_PAGE_BYTES = 2_000_000  # decoded bytes of a page read; the rest is cut, and the agent told
+MAX_ANSWER_BYTES = 5_000_000  # decoded bytes of a search answer (cut JSON is unreadable: refused)
 MAX_REMEMBERED = 10_000  # result URLs kept for open/find (oldest forgotten first)
 MAX_CACHED_PAGES = 16  # fetched pages kept: find() after open() reads the same text
 MAX_REDIRECTS = 5
@@ -144,8 +144,8 @@ class WebSearch:
         answer = self._exchange(f"{self.base_url}/search", tool="search", shown=self.base_url,
                                 params={"q": query, "format": "json"}, cap=MAX_ANSWER_BYTES)
         if answer.cut:
-            raise SearchError(f"search: {self.base_url} answered more than {MAX_ANSWER_BYTES} bytes; "
-                              "the limit")  # fmt: skip
+            limit = MAX_ANSWER_BYTES
+            raise SearchError(f"search: {self.base_url} answered more than {limit} bytes; the limit")
         try:
             data = json.loads(answer.text)
         except ValueError:
@@ -205,7 +205,8 @@ class WebSearch:
             where = "is" if target == url else f"redirects to {_clip(hostname)}, which is"
             raise SearchError(f"open: {url} {where} on a private or local address; refused")
 
-    def _exchange(self, first: str, *, tool: str, shown: str, cap: int, params: dict[str, str] | None = None,
+    def _exchange(self, first: str, *, tool: str, shown: str, cap: int,
+                  params: dict[str, str] | None = None,
                   check: Callable[[str], None] | None = None) -> _Answer:
         """GET ``first`` within one deadline, following redirects by hand (at most MAX_REDIRECTS,
         each hop passed to ``check``), and read at most ``cap`` decoded bytes of the answer.
@@ -230,8 +231,9 @@ class WebSearch:
         for _ in range(MAX_REDIRECTS + 1):
             if check is not None:
                 check(target)
-            with self._client.stream("GET", target, params=params, timeout=deadline.left(), headers=_HEADERS,
-                                     follow_redirects=False, extensions={"trace": deadline.trace}) as reply:
+            with self._client.stream("GET", target, params=params, timeout=deadline.left(),
+                                     headers=_HEADERS, follow_redirects=False,
+                                     extensions={"trace": deadline.trace}) as reply:
                 deadline.watch_stream(reply.extensions.get("network_stream"))  # a reused connection
                 location = reply.headers.get("location") if reply.is_redirect else None
                 if location:  # the body of a redirect is never read
@@ -243,7 +245,8 @@ class WebSearch:
                 kind = reply.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
                 if check is not None and not kind.startswith(_TEXT_TYPES):
                     raise SearchError(f"{tool}: {shown} is {_clip(kind)}, not a text page")
-                body = read_body(reply.iter_raw(), reply.headers.get("content-encoding", ""), cap, deadline)
+                encoding = reply.headers.get("content-encoding", "")
+                body = read_body(reply.iter_raw(), encoding, cap, deadline)
                 return _Answer(kind, _decode(body.data, reply.encoding), body.cut)
         raise SearchError(f"{tool}: {shown} redirects more than {MAX_REDIRECTS} times")
 
