@@ -20,6 +20,7 @@ from envs.tau2.check_cli import tau2_domain
 from envgym.policy import SamplingParams
 from envs.tau2.env import Tau2Env
 from envs.tau2.link import Tau2Error, Tau2Link
+from envs.tau2.noop_data import flagged_tasks
 from envs.tau2.oracle import check_domain
 from envs.tau2.simulator import PolicyUser, ReplayUser, UserTurnError, user_seed
 from envs.tau2.tasks import domain_tasks, envgym_task_id
@@ -41,23 +42,31 @@ def test_check_mock_reports_every_task(link: Tau2Link) -> None:
     # envgym supplies the action the assertion names, and says so.
     supplied = by_id["update_task_with_history_and_env_assertions"]
     assert supplied.supplied_gold and supplied.gold_calls == 1 and "gold supplied by envgym" in supplied.notes[0]
-    assert report.passed and report.failed == []
+    assert report.failed == [] and report.stale == ()
     assert [t.task_id for t in report.tasks if t.supplied_gold] == [supplied.task_id]
     for t in report.tasks:
-        assert t.passed and t.gold_reward == 1.0, (t.task_id, t.problems)
+        assert t.gold_passed and t.gold_reward == 1.0, (t.task_id, t.problems)
     # without the supplied action, the task fails on its env assertion (what τ²'s data alone gives)
     bare = check_domain("mock", link=link, tasks=[t for t in domain_tasks("mock") if t["id"] == supplied.task_id],
                         supplied={})
     assert not bare.passed and any(p.startswith("ENV:") for p in bare.tasks[0].problems)
-    # A task with no gold action and no communicate_info scores 1.0 for a do-nothing agent (#384).
-    assert [t.task_id for t in report.noop_full] == ["create_task_1_nl_eval"]
-    assert by_id["create_task_1"].noop_reward == 0.0
+    # A task with no gold action and no communicate_info scores 1.0 for a do-nothing agent: a
+    # problem of the check, and exactly what the shipped no-op list says (noop_tasks.json)
+    assert [t.task_id for t in report.noop_full] == ["create_task_1_nl_eval"] == sorted(flagged_tasks("mock"))
+    assert not report.passed and not by_id["create_task_1_nl_eval"].passed
+    assert "an agent that does nothing" in str(by_id["create_task_1_nl_eval"].noop_reason)
+    assert by_id["create_task_1"].noop_reward == by_id["create_task_1"].transfer_reward == 0.0
+    # the transfer is impossible_task_1's gold answer: rewarded, and not a flag
+    assert by_id["impossible_task_1"].transfer_reward == 1.0 and by_id["impossible_task_1"].passed
 
 
 @pytest.mark.timeout(300)
 def test_check_airline_first_tasks_pass(link: Tau2Link) -> None:
     report = check_domain("airline", limit=3, link=link)
-    assert report.passed and [t.gold_reward for t in report.tasks] == [1.0, 1.0, 1.0]
+    assert report.failed == [] and [t.gold_reward for t in report.tasks] == [1.0, 1.0, 1.0]
+    # airline 0 and 1 reward an agent that does nothing: problems, as the shipped list says
+    assert [t.task_id for t in report.noop_full] == ["0", "1"] and not report.passed
+    assert report.stale == () and {"0", "1"} <= set(flagged_tasks("airline")) and "2" not in flagged_tasks("airline")
     assert sum(t.gold_calls for t in report.tasks) > 0  # some airline tasks have no gold action
 
 

@@ -9,12 +9,16 @@ Across tasks every interval is the clustered Wilson interval (estimators.cluster
 Wilson interval at an effective number of episodes that accounts for the episodes of one task
 being alike; it stays honest at 0/n, n/n and one task, where a bootstrap over tasks collapses
 to a point.  A mean reward outside [0, 1] falls back to the percentile bootstrap over tasks.
+
+Tasks a do-nothing agent passes (task metadata ``noop_solvable``, e.g. τ²'s known ones) measure no
+skill: ``exclude`` leaves them out of every across-task number (they stay in ``per_task``) and
+``excluded_tasks`` says which and why.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +36,19 @@ from .estimators import (
 
 WILSON = "wilson-clustered"
 BOOTSTRAP = "bootstrap"
+# task metadata: a do-nothing agent scores 1.0 on this task (and why), so it is not scored
+NOOP_FLAG = "noop_solvable"
+NOOP_REASON = "noop_reason"
+
+
+def noop_solvable(tasks: Iterable[Any]) -> dict[str, str]:
+    """Task id → reason, for the tasks (bundle ``Task``s) whose metadata flags them."""
+    out: dict[str, str] = {}
+    for task in tasks:
+        meta = getattr(task, "metadata", None) or {}
+        if meta.get(NOOP_FLAG) is True:
+            out[str(task.id)] = str(meta.get(NOOP_REASON) or "a do-nothing agent passes it")
+    return out
 
 
 @dataclass(frozen=True)
@@ -81,20 +98,30 @@ class EvalSummary:
     truncations: dict[str, int]
     per_task: list[TaskSummary] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # key, bundle, model, config
+    # task id → why it is left out of every across-task number (a do-nothing agent passes it)
+    excluded_tasks: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def summarize(
-    episodes: Iterable[EpisodeResult], *, k: int, meta: dict[str, Any] | None = None, seed: int = 0
+    episodes: Iterable[EpisodeResult],
+    *,
+    k: int,
+    meta: dict[str, Any] | None = None,
+    seed: int = 0,
+    exclude: Mapping[str, str] | None = None,
 ) -> EvalSummary:
+    """The numbers of ``episodes``; tasks in ``exclude`` (id → reason) are listed, not scored."""
     eps = list(episodes)
     by_task: dict[str, list[EpisodeResult]] = defaultdict(list)
     for e in eps:
         by_task[e.task_id].append(e)
     ks = report_ks(k)
-    per_task = [_task(task_id, results, ks) for task_id, results in by_task.items()]
+    all_tasks = [_task(task_id, results, ks) for task_id, results in by_task.items()]
+    left_out = {t.task_id: str(exclude[t.task_id]) for t in all_tasks if t.task_id in (exclude or {})}
+    per_task = [t for t in all_tasks if t.task_id not in left_out]  # the scored tasks
 
     def across(name: str) -> tuple[dict[int, Interval], dict[int, int]]:
         out: dict[int, Interval] = {}
@@ -132,8 +159,9 @@ def summarize(
         truncations=dict(
             Counter(e.truncated_by for e in eps if e.truncated_by and e.error is None)
         ),
-        per_task=sorted(per_task, key=lambda t: t.task_id),
+        per_task=sorted(all_tasks, key=lambda t: t.task_id),
         meta=dict(meta or {}),
+        excluded_tasks=dict(sorted(left_out.items())),
     )
 
 

@@ -35,19 +35,22 @@ def tau2_check_main(target: str, *, as_json: bool = False, limit: int | None = N
 
 def _print(report: Any, console: Any) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
     table = Table(title=f"envgym check tau2/{report.domain}")
-    for col in ("task", "basis", "gold calls", "gold reward", "no-op reward", "problems"):
+    for col in ("task", "basis", "gold calls", "gold reward", "no-op reward", "transfer reward", "problems"):
         table.add_column(col)
     for t in report.tasks:
         gold = "judge" if t.needs_judge else f"{t.gold_reward}"
         table.add_row(t.task_id[:48], "+".join(t.reward_basis), str(t.gold_calls), gold,
-                      f"{t.noop_reward}", "; ".join(t.problems)[:100])  # fmt: skip
+                      f"{t.noop_reward}", f"{t.transfer_reward}", "; ".join(t.problems)[:100])  # fmt: skip
     console.print(table)
-    for t in report.noop_full:
-        console.print(f"[yellow]no-op scores 1.0[/] on {t.task_id}: {t.noop_reason}")
+    for t in report.noop_full:  # a problem: the task rewards no skill (envgym eval leaves it out)
+        console.print(f"[red]problem[/]: {escape(t.task_id)}: {escape(str(t.noop_reason))}")
+    for line in report.stale:
+        console.print(f"[red]problem[/]: {escape(line)}")
     for t in report.needs_judge:
         console.print(f"[cyan]needs an NL-assertion judge[/] (not scored): {t.task_id}")
     for t in report.tasks:
@@ -57,7 +60,8 @@ def _print(report: Any, console: Any) -> None:
     if noted:
         console.print(f"[dim]{len(noted)} tasks: {noted[0].notes[0]} (not scored by τ²; docs/TAU2.md)[/]")
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
-    passed = sum(t.passed for t in report.tasks)
+    passed = sum(t.gold_passed for t in report.tasks)
     console.print(f"{verdict}: {passed}/{len(report.tasks)} tasks pass the gold check; "
-                  f"{len(report.failed)} fail, {len(report.noop_full)} score 1.0 with a no-op agent, "
-                  f"{len(report.needs_judge)} need an NL judge")  # fmt: skip
+                  f"{len(report.failed)} fail it, {len(report.noop_full)} score 1.0 for an agent that does "
+                  f"nothing or transfers at once (envgym eval leaves them out of pass@k unless "
+                  f"--include-noop-tasks), {len(report.needs_judge)} need an NL judge")  # fmt: skip

@@ -6,12 +6,15 @@ user turn.  The agent's tool calls run in τ²'s environment; a text reply goes 
 simulator (simulator.py), whose own tool calls (telecom) run in τ² too.  The episode ends when
 the user sends τ²'s stop/transfer/out-of-scope token, the agent sends ``###STOP###``, or τ²'s
 error limit is reached; the reward is τ²'s ``evaluate_simulation`` with the task's reward basis.
+``reset``'s ``info["noop_solvable"]`` is why a do-nothing agent also scores 1.0 on the task (τ²'s
+known issue; envs/tau2/noop.py), else None.
 Every user turn is recorded (``info["report"]["user_turns"]``): replaying them with
 :class:`~envs.tau2.simulator.ReplayUser` reproduces the episode exactly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from envgym.context import ContextManager
@@ -22,6 +25,7 @@ from envgym.messages import env_message, tool_message
 from envgym.parsers import get_parser
 from envgym.tokens import TokenCounter
 from envs.tau2.link import Tau2Error, Tau2Link
+from envs.tau2.noop_data import flagged_tasks
 from envs.tau2.simulator import PolicyUser, UserModel, UserTurnError, user_seed
 from envs.tau2.tasks import DOMAINS, domain_tasks, envgym_task_id
 
@@ -34,7 +38,8 @@ class Tau2Env(Env):
     def __init__(self, domain: str, *, user: UserModel | str | None = None, link: Tau2Link | None = None,
                  parser: str = "hermes", native_tools: bool = False,
                  context: str | ContextManager = "thinking-retention", context_window: int | None = None,
-                 tokenizer: Any = None, **_eval_options: Any) -> None:  # fmt: skip
+                 tokenizer: Any = None, noop_flags: Mapping[str, str] | None = None,
+                 **_eval_options: Any) -> None:  # fmt: skip
         # _eval_options: sandbox/time_budget_s that `envgym eval` passes every env; τ²'s tools
         # run in τ²'s own process, not in an envgym sandbox.  context/context_window/tokenizer
         # mean what they mean for BundleEnv: the prompt is rendered (and compacted) by the
@@ -55,6 +60,9 @@ class Tau2Env(Env):
         self.context_window = context_window
         self.view = ContextView(self.context)
         self.ids = {envgym_task_id(t["id"]): t["id"] for t in domain_tasks(domain)}
+        # τ² tasks a do-nothing agent passes (measured, shipped): flagged in every reset's info.
+        # The measurement itself passes {} (it must run before any list exists).
+        self.noop_flags = dict(flagged_tasks(domain) if noop_flags is None else noop_flags)
         self.tau2_id: str | None = None
         self.history: list[dict[str, Any]] = []
         self.user_turns: list[dict[str, Any]] = []
@@ -91,7 +99,8 @@ class Tau2Env(Env):
         if start["next"] == "user":
             self._ended = self._user_speaks()
         info = self._info({})
-        info.update(task_id=envgym_task_id(tau2_id), tau2_task_id=tau2_id, domain=self.domain)
+        info.update(task_id=envgym_task_id(tau2_id), tau2_task_id=tau2_id, domain=self.domain,
+                    noop_solvable=self.noop_flags.get(tau2_id))  # fmt: skip
         return self._observe(), info
 
     def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:

@@ -8,8 +8,9 @@ For every task (docs/TAU2.md):
    ``communicate_info`` string, and the user ends the conversation with τ²'s stop token.  Every
    gold call must run without a τ² tool error (τ² itself only logs a failing gold action), and
    the DB, ENV-assertion, COMMUNICATE (and ACTION, where in the basis) checks must all hold;
-2. **no-op** — the agent says ``###STOP###`` at once; a task where that also scores 1.0 is listed
-   with the reason (τ² issue #384);
+2. **no-op** — the agent says ``###STOP###`` at once, or transfers to a human at once
+   (envs/tau2/noop.py); a task where either scores 1.0 without skill is a problem, named with the
+   reason, and a measurement that differs from the shipped list (``noop_tasks.json``) is too;
 3. a task whose reward basis includes ``NL_ASSERTION`` needs an LLM judge: listed, not scored.
 """
 
@@ -23,6 +24,8 @@ from typing import Any
 
 from envs.tau2.env import Tau2Env
 from envs.tau2.link import Tau2Error, Tau2Link
+from envs.tau2.noop import AGENTS, probe, reason
+from envs.tau2.noop_data import REGENERATE, flagged_tasks
 from envs.tau2.simulator import UserTurnError
 from envs.tau2.tasks import domain_tasks
 
@@ -49,27 +52,36 @@ class Tau2TaskCheck:
     gold_calls: int = 0
     problems: tuple[str, ...] = ()  # why the gold run fails the check (empty: it passes)
     noop_reward: float | None = None
-    noop_reason: str | None = None  # set when the no-op agent also scores 1.0
-    noop_note: str | None = None  # τ²'s evaluator crashed on the no-op trajectory (scores nothing)
+    transfer_reward: float | None = None  # an agent that transfers to a human at once
+    noop_reason: str | None = None  # set when a do-nothing agent also scores 1.0 (a problem)
+    noop_note: str | None = None  # τ² raised on a do-nothing trajectory (scores nothing)
     notes: tuple[str, ...] = ()  # findings that do not fail the task (checks outside the basis)
     supplied_gold: bool = False  # τ²'s data has no gold action; envgym's SUPPLIED_GOLD was played
     needs_judge: bool = False  # NL_ASSERTION in the basis: not scored here
 
     @property
-    def passed(self) -> bool:
+    def gold_passed(self) -> bool:
         return not self.needs_judge and not self.problems
 
+    @property
+    def passed(self) -> bool:
+        """The gold run passes and no do-nothing agent scores 1.0."""
+        return self.gold_passed and self.noop_reason is None
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed}
+        return {**asdict(self), "passed": self.passed, "gold_passed": self.gold_passed}
 
 
 @dataclass(frozen=True)
 class Tau2CheckReport:
     domain: str
     tasks: tuple[Tau2TaskCheck, ...]
+    # where this measurement and the shipped no-op list (noop_tasks.json) disagree
+    stale: tuple[str, ...] = ()
 
     @property
     def failed(self) -> list[Tau2TaskCheck]:
+        """Tasks whose gold run fails (a do-nothing agent scoring 1.0 is in :attr:`noop_full`)."""
         return [t for t in self.tasks if not t.needs_judge and t.problems]
 
     @property
@@ -82,13 +94,14 @@ class Tau2CheckReport:
 
     @property
     def passed(self) -> bool:
-        return not self.failed
+        return not self.failed and not self.noop_full and not self.stale
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "domain": self.domain, "passed": self.passed, "tasks": len(self.tasks),
-            "gold_passed": sum(t.passed for t in self.tasks), "failed": [t.task_id for t in self.failed],
+            "gold_passed": sum(t.gold_passed for t in self.tasks), "failed": [t.task_id for t in self.failed],
             "noop_full_reward": [{"task": t.task_id, "reason": t.noop_reason} for t in self.noop_full],
+            "noop_list_stale": list(self.stale),
             "needs_nl_judge": [t.task_id for t in self.needs_judge],
             "db_outside_basis_differs": [t.task_id for t in self.tasks if t.notes],
             "per_task": [t.to_dict() for t in self.tasks],
@@ -174,15 +187,15 @@ def component_problems(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def noop_reason(task: dict[str, Any], report: dict[str, Any]) -> str:
-    writes = [a["name"] for a in task["actions"]]
-    parts = [f"the gold actions ({', '.join(writes) or 'none'}) leave the DB unchanged"
-             if report.get("db_match") else "DB differs"]  # fmt: skip
+def noop_reason(task: dict[str, Any], who: str) -> str:
+    """Why doing nothing meets the task's basis: ``who`` (noop.reason) plus the task's shape."""
+    names = [a["name"] for a in task["actions"]]
+    parts = [f"the gold actions ({', '.join(names) or 'none'}) leave the DB unchanged"]
     if not task["communicate_info"]:
         parts.append("no communicate_info")
     if not task["env_assertions"]:
         parts.append("no env assertions")
-    return "; ".join(parts) + f" — basis {'+'.join(task['reward_basis'])} is met by doing nothing"
+    return f"{who}: " + "; ".join(parts) + f" — basis {'+'.join(task['reward_basis'])}"
 
 
 def check_task(env: Tau2Env, task: dict[str, Any], *,
@@ -211,20 +224,27 @@ def check_task(env: Tau2Env, task: dict[str, Any], *,
             notes.append("DB (outside the reward basis) differs from τ²'s unsynced gold DB")
     if not task["actions"] and (report.get("reward") != 1.0):
         problems.append("τ²'s task data has no gold actions, yet the gold (empty) run does not score 1.0")
-    noop: dict[str, Any] = {}
-    note = None
-    try:
-        env.reset(options={"task": task["id"], "user": ScriptedUser()})
-        noop = env.step({"role": "assistant", "content": USER_STOP})[4].get("report", {})
-    except Tau2Error as exc:  # τ²'s evaluator raising on a do-nothing trajectory: no reward
-        note = f"τ²'s evaluator raised on the no-op trajectory: {exc}"
-    noop_reward = noop.get("reward")
+    probes = {agent: probe(env, task["id"], agent) for agent in AGENTS}
+    who = reason(probes, [a["name"] for a in task["actions"]])
+    note = "; ".join(f"{a}: {p.note}" for a, p in probes.items() if p.note) or None
     return Tau2TaskCheck(
         task["id"], basis, gold_reward=report.get("reward"), gold_components=report.get("components", {}),
-        gold_calls=len(task["actions"]), problems=tuple(problems), noop_reward=noop_reward,
-        noop_reason=noop_reason(task, noop) if noop_reward == 1.0 else None, noop_note=note,
-        notes=tuple(notes), supplied_gold=supplied is not None,
+        gold_calls=len(task["actions"]), problems=tuple(problems), noop_reward=probes["noop"].reward,
+        transfer_reward=probes["transfer"].reward, noop_reason=noop_reason(task, who) if who else None,
+        noop_note=note, notes=tuple(notes), supplied_gold=supplied is not None,
     )  # fmt: skip
+
+
+def stale_entries(domain: str, checks: tuple[Tau2TaskCheck, ...]) -> tuple[str, ...]:
+    """Where the checked tasks' measured no-op flags differ from the shipped list."""
+    shipped = flagged_tasks(domain)
+    out = []
+    for t in checks:
+        if t.needs_judge or (t.noop_reason is not None) == (t.task_id in shipped):
+            continue
+        now = "flagged" if t.noop_reason is not None else "not flagged"
+        out.append(f"{t.task_id}: measured {now}, the shipped no-op list says otherwise (regenerate: {REGENERATE})")
+    return tuple(out)
 
 
 def check_domain(domain: str, *, limit: int | None = None, link: Tau2Link | None = None,
@@ -245,7 +265,9 @@ def check_domain(domain: str, *, limit: int | None = None, link: Tau2Link | None
                 progress(n, len(todo))
     finally:
         env.close()
-    return Tau2CheckReport(domain, tuple(checks))
+    # doctored task summaries (tests) are not what the shipped list measured
+    stale = stale_entries(domain, tuple(checks)) if tasks is None else ()
+    return Tau2CheckReport(domain, tuple(checks), stale)
 
 
 if __name__ == "__main__":  # python -m envs.tau2.oracle tau2/<domain> [--json] (= envgym check)

@@ -3,7 +3,8 @@
 ``envgym eval`` keys and stores evaluations by a bundle (its tasks and content hash), so each τ²
 domain gets a small bundle: one ``tasks.jsonl`` line per τ² task (envgym ids are τ²'s ids, made
 safe for the bundle schema) and ``state/tau2_tasks.json`` with τ²'s task summaries, so a change
-in τ²'s data is a new content hash.  The episodes themselves run in τ² (``Tau2Env``).
+in τ²'s data is a new content hash.  Tasks a do-nothing agent passes carry ``noop_solvable`` and
+``noop_reason`` in their metadata (envs/tau2/noop.py).  The episodes themselves run in τ² (``Tau2Env``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ from typing import Any
 
 from envgym.bundle import write_manifest
 from envgym.cache import built_once, cache_root, source_digest
+from envgym.evaluate.summary import NOOP_FLAG, NOOP_REASON
 from envs.tau2.link import Tau2Link
-from envs.tau2.registration import DOMAINS  # one list (session.py keeps its own: it runs in .venv-tau2)
+from envs.tau2.noop_data import DATA as NOOP_DATA
+from envs.tau2.noop_data import flagged_tasks
+from envs.tau2.registration import (
+    DOMAINS,  # one list (session.py keeps its own: it runs in .venv-tau2)
+)
+
 BUNDLE_VERSION = "tau2-bundle-1"
 _HERE = Path(__file__).resolve().parent
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -59,6 +66,7 @@ def envgym_task_id(tau2_id: str) -> str:
 def _write(out: Path, domain: str, tasks: list[dict[str, Any]]) -> None:
     (out / "state").mkdir(parents=True)
     (out / "state" / "tau2_tasks.json").write_text(json.dumps(tasks, indent=1, sort_keys=True))
+    noop = flagged_tasks(domain)
     with (out / "tasks.jsonl").open("w", encoding="utf-8") as fh:
         for t in tasks:
             line = {
@@ -69,6 +77,8 @@ def _write(out: Path, domain: str, tasks: list[dict[str, Any]]) -> None:
                 "submit_tool": None,
                 "metadata": {"tau2_id": t["id"], "domain": domain, "reward_basis": t["reward_basis"]},
             }
+            if t["id"] in noop:  # envgym eval leaves these out of pass@k (envgym.evaluate.summary)
+                line["metadata"].update({NOOP_FLAG: True, NOOP_REASON: noop[t["id"]]})
             fh.write(json.dumps(line, ensure_ascii=False) + "\n")
     for name in ("tools.py", "solution.py", "verifier.py"):
         shutil.copyfile(_HERE / "bundle_files" / name, out / name)
@@ -81,6 +91,6 @@ def bundle_dir(domain: str) -> Path:
     """The descriptor bundle of ``domain``, built once per τ² task data and adapter source."""
     tasks = domain_tasks(domain)
     data = hashlib.sha256(json.dumps(tasks, sort_keys=True).encode()).hexdigest()
-    sources = source_digest(_HERE, sorted(_HERE.rglob("*.py")))
+    sources = source_digest(_HERE, [*sorted(_HERE.rglob("*.py")), NOOP_DATA])
     key = hashlib.sha256(f"{BUNDLE_VERSION}\0{domain}\0{data}\0{sources}".encode()).hexdigest()[:12]
     return built_once(cache_root() / "bundles" / f"tau2-{domain}-v0-{key}", lambda out: _write(out, domain, tasks))
