@@ -5,9 +5,9 @@ jsonschema's stock keywords run ``pattern`` and ``patternProperties`` with Pytho
 pairwise (quadratic) and fetch any ``$ref`` they cannot resolve locally.  The validator here
 swaps those keywords for linear-time ones (RE2; a hash set), resolves references only inside
 the schema document (:data:`NO_REMOTE`: a retrieval is refused, never attempted) and checks a
-per-validation deadline before every keyword, so a schema that branches exponentially through
-local references (``anyOf`` of ``$ref`` to itself under ``items``) ends with
-:class:`ValidationTimeout` instead of blocking the step.  :mod:`envgym.schema_guard` refuses at
+per-validation deadline before every keyword that descends, so a schema that branches
+exponentially through local references (``anyOf`` of ``$ref`` to itself under ``items``) ends
+with :class:`ValidationTimeout` instead of blocking the step.  :mod:`envgym.schema_guard` refuses at
 load time what would fail here.
 """
 
@@ -133,6 +133,15 @@ def _timed(keyword: Callable[..., Any]) -> Callable[..., Iterator[ValidationErro
     return run
 
 
+#: Keywords that descend into the instance or follow a reference: only they can multiply the
+#: work (a ``$ref`` cycle under ``anyOf`` doubles it per level), so only they check the deadline;
+#: the leaf keywords (``type``, ``enum``, ``pattern``…) are linear in the value they look at.
+_DESCENDING = frozenset({
+    "$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if", "items", "prefixItems",
+    "contains", "properties", "patternProperties", "additionalProperties", "propertyNames",
+    "dependentSchemas", "unevaluatedItems", "unevaluatedProperties",
+})  # fmt: skip
+
 _BASE = jsonschema.Draft202012Validator
 _KEYWORDS = {
     **_BASE.VALIDATORS,
@@ -146,7 +155,10 @@ _KEYWORDS = {
 #: therefore ints here, as in the dispatcher's fast path.
 StrictValidator = jsonschema.validators.extend(
     _BASE,
-    validators={name: _timed(keyword) for name, keyword in _KEYWORDS.items()},
+    validators={
+        name: _timed(keyword) if name in _DESCENDING else keyword
+        for name, keyword in _KEYWORDS.items()
+    },
     type_checker=_BASE.TYPE_CHECKER.redefine(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
     ),
