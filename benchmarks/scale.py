@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +34,8 @@ from envgym.bundle_env import BundleEnv
 
 LEVELS = (1, 8, 32, 128, 512)
 QUICK_LEVELS = (1, 8)
-BACKENDS = ("bwrap", "inprocess")
+# bwrap-cold: bwrap without pre-started workers (every reset starts its worker), the baseline.
+BACKENDS = ("bwrap", "bwrap-cold", "inprocess")
 INFRA_ERRORS = frozenset({"timeout", "crash", "protocol", "internal_error", "memory"})
 BARRIER_TIMEOUT_S = 600.0
 WRONG_PLAN = [{
@@ -158,7 +160,8 @@ def _episode(env: BundleEnv, task: int, level: _Level, barrier: threading.Barrie
 def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, float | str]:
     """One (backend, N): make N envs, ``rounds`` lock-step episodes each, close them."""
     fds0, procs0 = _fds(), len(_descendants())
-    make: Callable[[int], BundleEnv] = lambda _: BundleEnv(bundle, sandbox=backend)
+    sandbox, prestart = backend.removesuffix("-cold"), not backend.endswith("-cold")
+    make: Callable[[int], BundleEnv] = lambda _: BundleEnv(bundle, sandbox=sandbox, prestart=prestart)
     with ThreadPoolExecutor(min(n, 16)) as pool:
         envs = list(pool.map(make, range(n)))
     level = _Level()
@@ -247,7 +250,10 @@ def run(quick: bool = False) -> BenchResult:
     notes: dict[str, str] = {}
     for backend in backends:
         for n in levels:
-            for key, value in run_level(bundle, backend, n, rounds).items():
+            row = run_level(bundle, backend, n, rounds)
+            # One line per level on stderr: a long run shows where it is (stdout stays one JSON).
+            print(json.dumps({"backend": backend, "n": n, **row}), file=sys.stderr, flush=True)
+            for key, value in row.items():
                 name = f"{backend}_{n}_{key}"
                 if isinstance(value, str):
                     if value:

@@ -3,9 +3,9 @@
 Every episode gets a fresh worker (docs/SANDBOX.md "Episodes and restarts"), and starting one
 (namespaces, an interpreter, importing the bundle) costs 15-20 ms, most of a sandboxed reset.
 A :class:`WorkerPool` keeps one *spare* per sandbox: a worker started on its own fresh state
-directory (a new tmpfs filled with the pristine state), booted (greeting, ``load`` and ``reset``
-read) by a background thread and never given a request.  A reset takes the spare and asks for
-the next one.  Nothing about isolation changes: a worker still serves exactly one episode, and
+directory (a new tmpfs filled with the pristine state), launched by a background thread with
+its ``load`` and ``reset`` queued, and never given a request; it boots in its own processes and
+its replies are read at its first op.  A reset takes the spare and asks for the next one.  Nothing about isolation changes: a worker still serves exactly one episode, and
 the state it sees was written for that episode only.
 
 Bounded: spares are made by a few process-wide threads (:data:`REFILL_THREADS`, never on the

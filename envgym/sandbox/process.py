@@ -328,10 +328,8 @@ class ProcessSandbox(Sandbox):
             self._dying[:] = [f for f in self._dying if not f.done()]
             self._dying.append(reap(old.handle.kill))
         self._live.append(spare.conn.handle)
-        self._conn, self._boot, self._bound = spare.conn, None, spare.state
+        self._conn, self._boot, self._bound = spare.conn, spare.boot, spare.state
         self._state = spare.state
-        if self._load is None or spare.load.get("ok"):
-            self._load = spare.load
         if self._closed:  # close() in another thread meanwhile: see _start
             self._discard()
             spare.release()
@@ -339,21 +337,19 @@ class ProcessSandbox(Sandbox):
         return spare.state, spare.release
 
     def _make_spare(self, lease: StateLease) -> _Spare:
-        """On a refill thread: a fresh state, a worker on it, booted; never given a request."""
+        """On a refill thread: a fresh state and a worker launched on it, its ``load`` and
+        ``reset`` queued; it boots in its own processes and its replies are read at its first
+        op, as for an inline start (so a spare is ready as soon as it is launched)."""
         state, release = lease()
         try:
             with self._launching:
                 handle = self._launch(state)
             conn = self._connect(handle)
-            try:
-                load = self._read_boot(conn, self._queue_boot(conn, True))
-            except BaseException:
-                handle.kill()
-                raise
+            boot = self._queue_boot(conn, True)
         except BaseException:
             release()
             raise
-        return _Spare(state, release, conn, load)
+        return _Spare(state, release, conn, boot)
 
 
 StateLease = Callable[[], "tuple[Path, Callable[[], None]]"]
@@ -361,12 +357,12 @@ StateLease = Callable[[], "tuple[Path, Callable[[], None]]"]
 
 @dataclass(frozen=True)
 class _Spare:
-    """A booted, never-used worker and the fresh state directory it has mounted."""
+    """A launched, never-used worker and the fresh state directory it has mounted."""
 
     state: Path
     release: Callable[[], None]  # unmounts and removes ``state``
     conn: Connection
-    load: dict[str, Any]
+    boot: _Boot  # its hello, load and reset replies, read at the first op
 
 
 def _kill_spare(spare: _Spare) -> None:
