@@ -112,3 +112,48 @@ def test_kernel_jail_runs_inside_its_bounded_group(tmp_path: Path) -> None:
     finally:
         jail.kill()
     assert not any(d.exists() for d in jail.group.dirs)
+
+
+BUNDLE_TOOLS = '''
+import os, time
+
+
+def hog() -> int:
+    """Fork four children of 100 MiB each; how many lived."""
+    kids = []
+    for _ in range(4):
+        pid = os.fork()
+        if pid == 0:
+            block = bytearray(100 * 1024 * 1024)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            time.sleep(2)
+            os._exit(0)
+        kids.append(pid)
+    return sum(os.waitpid(pid, 0)[1] == 0 for pid in kids)
+'''
+
+
+def _bundle_hog(make_bundle, tmp_path: Path):
+    from envgym.sandbox import open_sandbox
+    from envgym.sandbox.base import Limits
+
+    bundle = make_bundle(BUNDLE_TOOLS)
+    state = tmp_path / "episode"
+    state.mkdir()
+    with open_sandbox(bundle, "bwrap", Limits(call_timeout_s=30, memory_bytes=200 * MIB)) as box:
+        box.reset(state)
+        return box.call_tool("hog", {})
+
+
+@needs_cgroup
+def test_bundle_worker_processes_together_are_bounded(make_bundle, tmp_path: Path) -> None:
+    outcome = _bundle_hog(make_bundle, tmp_path)
+    assert not outcome.ok or outcome.value < 4, outcome
+
+
+def test_bundle_worker_without_cgroup_has_only_per_process_limits(make_bundle, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cgroup, "_detected", [("", (), "turned off for this test")])
+    outcome = _bundle_hog(make_bundle, tmp_path)
+    assert outcome.ok and outcome.value == 4, outcome

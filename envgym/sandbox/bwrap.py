@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
+from envgym.sandbox.cgroup import JailCgroup, open_cgroup
 from envgym.sandbox.fdwait import wait_readable
 from envgym.sandbox.jail import (
     BWRAP,
@@ -185,7 +186,8 @@ def _spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
 
 
 class BwrapWorker(WorkerHandle):
-    def __init__(self, argv: list[str], uid: int | None = None) -> None:
+    def __init__(self, argv: list[str], uid: int | None = None, group: JailCgroup | None = None) -> None:
+        self.group = group  # the worker's cgroup (total memory, pids); None: rlimits only
         self._stderr = tempfile.TemporaryFile()
         try:
             # No preexec_fn (the worker sets its own rlimits before it drops root): without one
@@ -244,6 +246,8 @@ class BwrapWorker(WorkerHandle):
         self._wait_gone()
         if self._watch is not None:
             self._watch.close()
+        if self.group is not None:
+            self.group.remove()
 
     def _wait_gone(self) -> None:
         """Until no process of the sandbox is left (the killed bwrap does not wait for that).
@@ -317,7 +321,17 @@ class BwrapSandbox(ProcessSandbox):
         mounts.append(Tmpfs("/tmp", mode="0755", readonly=True))
         spec = JailSpec(root=self.root, mounts=tuple(mounts), chdir=SANDBOX_STATE if state is not None else "/")
         argv = build_argv(spec) + [str(python_executable()), "-I", "-S", "-B", WORKER, self.worker_config(**extra)]
-        return BwrapWorker(argv, self.uid if self.root else None)
+        # The worker's processes together: a cgroup where the host has one (cgroup.py), joined
+        # by a shell that execs bwrap (no preexec_fn: Popen keeps its cheap vfork).
+        group = open_cgroup(limits.memory_bytes, limits.max_processes)
+        if group is not None:
+            argv = group.join_argv(argv)
+        try:
+            return BwrapWorker(argv, self.uid if self.root else None, group)
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
 
 
 def bwrap_available() -> bool:

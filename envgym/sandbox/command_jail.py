@@ -287,19 +287,18 @@ def _start(
 ) -> _Jail:
     from envgym.sandbox.base import SandboxUnavailable
 
-    # The jail's total memory and process count; joined between fork and exec, so nothing the
-    # command runs starts outside the group (cgroup.py).  None: rlimits only.
+    # The jail's total memory and process count; joined by a shell that then execs bwrap, so
+    # nothing the command runs starts outside the group (cgroup.py).  None: rlimits only.
     group = open_cgroup(limits.total_memory_bytes, limits.max_processes)
     try:
         proc = _spawn(
-            argv,
+            group.join_argv(argv) if group is not None else argv,
             stdin=subprocess.DEVNULL,
             stdout=outputs[0].fileno(),
             stderr=outputs[1].fileno(),
             pass_fds=(status_fd,),
             start_new_session=True,  # bwrap and its init in one group: killpg reaches both
             env=env,
-            preexec_fn=group.join_self if group is not None else None,
         )
     except OSError as exc:
         if group is not None:
