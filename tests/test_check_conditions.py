@@ -22,7 +22,7 @@ from envs.retail_orders.build import RECIPE as RETAIL
 from envs.shipment_logistics.build import RECIPE as SHIPMENTS
 
 pytestmark = pytest.mark.timeout(300)
-FAST = {"corruptions_per_task": 5, "reruns": 1, "adversarial": False}
+FAST = {"corruptions_per_task": 5, "reruns": 1, "adversarial": False, "sandbox": "inprocess"}  # our own code
 
 # name -> (recipe, difficulty, text in verifier.py, its weakened form, condition tag caught)
 MUTANTS: dict[str, tuple[Recipe, int, str, str, str]] = {

@@ -23,7 +23,7 @@ from envs.retail_orders.build import RECIPE as RETAIL
 from envs.trip_planning.local import LocalBundle
 
 pytestmark = pytest.mark.timeout(300)
-FAST = {"corruptions_per_task": 5, "reruns": 1, "adversarial": False}
+FAST = {"corruptions_per_task": 5, "reruns": 1, "adversarial": False, "sandbox": "inprocess"}  # our own code
 
 # (recipe, difficulty whose tasks have the rule, rule, verifier text, the same with the rule off)
 MUTANTS = {
