@@ -15,6 +15,7 @@ import inspect
 import json
 import linecache
 import sys
+import threading
 import traceback
 import types
 from collections.abc import Callable, Iterator
@@ -76,6 +77,40 @@ class Capture:
             text += f"\n[... {self._dropped} more characters of output dropped]"
         self._parts, self._size, self._dropped = [], 0, 0
         return text
+
+
+_local = threading.local()  # .capture: the Capture of the call running on this thread
+
+
+class _Router:
+    """``sys.stdout``/``sys.stderr`` routing each write to the calling thread's capture.
+
+    In-process, many envs call tools from many threads at once (the rollout engine's env
+    threads): swapping ``sys.stdout`` per call raced (a thread restored another call's
+    capture), which left the host's own stdout captured for good.  Writes from a thread with
+    no call running go to the stream that was there before.
+    """
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def write(self, text: str) -> int:
+        return (getattr(_local, "capture", None) or self.original).write(text)
+
+    def flush(self) -> None:
+        target = getattr(_local, "capture", None) or self.original
+        target.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(getattr(_local, "capture", None) or self.original, name)
+
+
+def _route() -> None:
+    """Install the routers (again, if someone replaced ``sys.stdout`` since)."""
+    if type(sys.stdout) is not _Router:
+        sys.stdout = _Router(sys.stdout)
+    if type(sys.stderr) is not _Router:
+        sys.stderr = _Router(sys.stderr)
 
 
 def error(kind: str, message: str, **extra: Any) -> Reply:
@@ -272,12 +307,13 @@ class BundleRunner:
 
     @contextmanager
     def _captured(self) -> Iterator[None]:
-        saved = sys.stdout, sys.stderr
-        sys.stdout = sys.stderr = self.capture  # type: ignore[assignment]
+        _route()
+        saved = getattr(_local, "capture", None)
+        _local.capture = self.capture
         try:
             yield
         finally:
-            sys.stdout, sys.stderr = saved
+            _local.capture = saved
 
     def _run(
         self,
@@ -290,8 +326,10 @@ class BundleRunner:
         Written out rather than with the context managers above: this is the per-call hot path.
         """
         token = runtime._state_dir.set(self.state)
-        saved = sys.stdout, sys.stderr
-        sys.stdout = sys.stderr = self.capture  # type: ignore[assignment]
+        if type(sys.stdout) is not _Router or type(sys.stderr) is not _Router:
+            _route()
+        saved = getattr(_local, "capture", None)
+        _local.capture = self.capture
         try:
             reply: Reply = {"ok": True, "value": fn(**(coerce(arguments) if coerce else arguments))}
         except MemoryError as exc:
@@ -300,7 +338,7 @@ class BundleRunner:
         except BaseException as exc:  # noqa: BLE001 - sys.exit() in a tool is the tool's error
             reply = error("exception", self._format(exc))
         finally:
-            sys.stdout, sys.stderr = saved
+            _local.capture = saved
             runtime._state_dir.reset(token)
         if self.capture.used:
             reply["stdout"] = self.capture.take()

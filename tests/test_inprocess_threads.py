@@ -1,0 +1,63 @@
+"""The in-process backend under the rollout engine's env threads: a call's printed output is
+captured for that call only, and the host's own stdout is never left captured.
+
+Swapping ``sys.stdout`` per call raced: a call that started while another ran saved the other's
+capture and restored it when done, so the host's stdout stayed captured (``envgym bench scale``
+at 8 in-process envs printed nothing, not even its JSON, and exited 0)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from envgym.sandbox import open_sandbox
+from envgym.sandbox.runner import Capture
+
+TOOLS = '''
+import time
+
+
+def talk(word: str, pause: float) -> str:
+    """Print a word, wait, print it again.
+
+    Args:
+        word: what to print.
+        pause: seconds to wait in between.
+    """
+    print(word)
+    time.sleep(pause)
+    print(word)
+    return word
+'''
+
+
+def test_overlapping_calls_keep_their_own_output(make_bundle: Callable[..., Path], tmp_path: Path) -> None:
+    bundle = make_bundle(TOOLS)
+    boxes = [open_sandbox(bundle, "inprocess") for _ in range(2)]
+    for i, box in enumerate(boxes):
+        state = tmp_path / f"s{i}"
+        state.mkdir()
+        box.reset(state)
+    outputs: dict[str, str] = {}
+    before = sys.stdout
+
+    def call(i: int, word: str, pause: float) -> None:
+        outputs[word] = boxes[i].call_tool("talk", {"word": word, "pause": pause}).stdout
+
+    first = threading.Thread(target=call, args=(0, "alpha", 0.3))
+    second = threading.Thread(target=call, args=(1, "beta", 0.6))
+    first.start()
+    threading.Event().wait(0.1)  # beta starts while alpha runs, and ends after it
+    second.start()
+    first.join()
+    second.join()
+    try:
+        assert not isinstance(sys.stdout, Capture) and not isinstance(sys.stderr, Capture)
+        assert outputs == {"alpha": "alpha\nalpha\n", "beta": "beta\nbeta\n"}
+    finally:
+        if isinstance(sys.stdout, Capture):
+            sys.stdout = before
+        for box in boxes:
+            box.close()
