@@ -27,8 +27,9 @@ from envs.swe.interchange import export_harbor, export_jsonl, import_harbor_dir,
 from envs.swe.miner import mine
 from envs.swe.repo import GitError, apply_patch, checkout, diff, git, open_source, resolve_source
 
-OPS = "def add(a, b):\n    return a - b\n"
-FIXED = "def add(a, b):\n    return a + b\n"
+OPS = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
+FIXED = OPS.replace("a - b", "a + b", 1)
+TEST_SUB = "from calc.ops import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n"
 TEST = "from calc.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 ATTRIBUTES = "* diff=evil filter=evil merge=evil\n"
 
@@ -102,6 +103,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[
     (repo / "pyproject.toml").write_text('[project]\nname = "calc"\nversion = "0.1"\n')
     (repo / "src" / "calc" / "__init__.py").write_text("")
     (repo / "src" / "calc" / "ops.py").write_text(OPS)
+    (repo / "tests" / "test_ops.py").write_text(TEST_SUB)
     tick = [0]
     run_git(repo, "init", "-q")
     run_git(repo, "add", "-A")
@@ -141,7 +143,7 @@ def test_mining_and_synth_run_nothing_of_the_repository(hostile, tmp_path: Path)
     repo, markers, shas = hostile
     result = mine(repo)
     assert [c.base_commit for c in result.candidates] == [shas[0]]
-    assert "def add(a, b):\n-    return a - b" in result.candidates[0].patch.replace("\n ", "\n")
+    assert "+    return a + b" in result.candidates[0].patch
     from synth_agents.swe.pipeline import SweSynthConfig, SweSynthesis
 
     synthesis = SweSynthesis(tmp_path / "out", SweSynthConfig(repo=str(repo), judge_model="u#m"),
@@ -243,3 +245,25 @@ def test_sources_that_borrow_objects_or_are_not_repositories_are_refused(tmp_pat
         resolve_source(tmp_path)
     with pytest.raises(GitError, match="not a revision"):
         mine(repo, rev="--output=/tmp/envgym-pwned")
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(600)
+def test_validation_and_check_run_nothing_of_the_repository(hostile, tmp_path: Path) -> None:
+    """`envgym synth swe`'s validation and `envgym check swe:` end to end (jail included)."""
+    from swe_fixtures import private_cache
+
+    from envgym.sandbox.bwrap import bwrap_available
+    from envs.swe.check import check_instances
+    from envs.swe.validation import validate_instance
+
+    if not bwrap_available():
+        pytest.skip("bubblewrap unavailable")
+    repo, markers, _ = hostile
+    [candidate] = mine(repo).candidates
+    with private_cache(tmp_path / "cache"):
+        report = validate_instance(candidate, repeats=1, scope="touched")
+        assert report.accepted, report.reason
+        checked = check_instances([report.instance], reruns=1)
+    assert checked.instances[0].passed, checked.instances[0].reason
+    assert _markers(markers) == []
