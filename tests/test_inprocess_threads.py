@@ -61,3 +61,46 @@ def test_overlapping_calls_keep_their_own_output(make_bundle: Callable[..., Path
             sys.stdout = before
         for box in boxes:
             box.close()
+
+
+def test_closing_while_other_threads_import(make_bundle: Callable[..., Path], tmp_path: Path) -> None:
+    """close() drops the bundle's modules from sys.modules while other threads add theirs."""
+    import types
+
+    bundle = make_bundle(TOOLS)
+    boxes = [open_sandbox(bundle, "inprocess") for _ in range(40)]
+    for box in boxes:
+        box.describe_tools()
+    stop = threading.Event()
+
+    def churn() -> None:  # what other envs' imports do to sys.modules meanwhile
+        i = 0
+        while not stop.is_set():
+            name = f"_envgym_test_churn_{threading.get_ident()}_{i % 50}"
+            sys.modules[name] = types.ModuleType(name)
+            sys.modules.pop(name, None)
+            i += 1
+
+    errors: list[BaseException] = []
+
+    def close(box: object) -> None:
+        try:
+            for _ in range(200):
+                box.close()  # type: ignore[attr-defined]
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    churners = [threading.Thread(target=churn) for _ in range(2)]
+    for t in churners:
+        t.start()
+    try:
+        closers = [threading.Thread(target=close, args=(box,)) for box in boxes]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join()
+    finally:
+        stop.set()
+        for t in churners:
+            t.join()
+    assert errors == []

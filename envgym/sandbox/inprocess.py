@@ -70,8 +70,10 @@ class InProcessSandbox(Sandbox):
         if self._runner.state is not None:
             runtime.close_connections(self._runner.state)
             self._runner.state = None
-        for name in [n for n in sys.modules if n.startswith(self._prefix)]:
-            del sys.modules[name]
+        # list() copies the keys in one step under the GIL: envs of other threads import while
+        # this one closes, and iterating sys.modules itself then raised "dictionary changed size".
+        for name in [n for n in list(sys.modules) if n.startswith(self._prefix)]:
+            sys.modules.pop(name, None)
 
     def _loaded(self) -> Reply:
         if self._load is None:
