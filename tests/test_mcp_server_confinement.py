@@ -42,7 +42,7 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def _state(tmp_path: Path, owner: int | None = None) -> Path:
     state = tmp_path / "state"
-    state.mkdir()
+    state.mkdir(mode=0o700)  # private, as tempfile.mkdtemp makes them
     if owner is not None:
         os.chown(state, owner, owner)
     return state

@@ -21,7 +21,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from envgym.sandbox.jail import BOOT  # noqa: F401 - re-exported for the command backends
+from envgym.sandbox.jail import BOOT, write_identity  # noqa: F401 - re-exported for the command backends
 from envgym.state import chown_tree
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -111,17 +111,6 @@ def readonly_extras(network: bool) -> list[Path]:
         if not any(path.is_relative_to(k) for k in kept):
             kept.append(path)
     return kept
-
-
-def write_identity(scratch: Path, uid: int, gid: int) -> tuple[Path, Path]:
-    """A passwd and group naming the jail's uid: getpass.getuser(), ``id`` and ``whoami``
-    work, and the host's account list is not shown."""
-    passwd, group = scratch / "passwd", scratch / "group"
-    passwd.write_text(f"root:x:0:0:root:/root:/bin/sh\njail:x:{uid}:{gid}:jail:/tmp:/bin/sh\n")
-    group.write_text(f"root:x:0:\njail:x:{gid}:\n")
-    for path in (passwd, group):
-        path.chmod(0o644)
-    return passwd, group
 
 
 class Capture:

@@ -229,6 +229,17 @@ def plan_identity(root: bool, rlimits: dict[str, int], max_processes: int, uid: 
     return Identity(None, limits)
 
 
+def write_identity(scratch: Path, uid: int, gid: int) -> tuple[Path, Path]:
+    """A passwd and group naming the jail's uid: getpass.getuser(), ``id`` and ``whoami``
+    work, and the host's account list is not shown."""
+    passwd, group = scratch / "passwd", scratch / "group"
+    passwd.write_text(f"root:x:0:0:root:/root:/bin/sh\njail:x:{uid}:{gid}:jail:/tmp:/bin/sh\n")
+    group.write_text(f"root:x:0:\njail:x:{gid}:\n")
+    for path in (passwd, group):
+        path.chmod(0o644)
+    return passwd, group
+
+
 # ``python -I -S -c BOOT SPEC ARGV...``; SPEC is JSON: uid/gid (-1: keep), cwd, rlimits, and
 # where to report: status_fd (bwrap), io (Docker: a directory with stdout, stderr and status
 # files) or neither (the MCP servers: stdio is the protocol, nothing else may be written).
