@@ -270,9 +270,10 @@ def _judge(bundle: Bundle, mutant: Mutant, root: Path, stream: dict[str, list[di
 
 def summary(report: MutationReport) -> str:
     """One line for ``envgym check --mutation``, then one per paying survivor (at most five)."""
-    lines = [f"mutation: {report.mutants} mutants, {report.changed} change behaviour on {report.probes} probes, "
-             f"{report.killed} killed ({report.kill_rate:.1%}); "
-             f"{len(report.paying_survivors)} surviving mutants pay wrong answers"]
+    head = (f"mutation: {report.mutants} mutants, {report.changed} change behaviour on {report.probes} probes, "
+            f"{report.killed} killed ({report.kill_rate:.1%}); "
+            f"{len(report.paying_survivors)} surviving mutants pay wrong answers")
+    lines = [head]
     for r in report.paying_survivors[:5]:
         lines.append(f"  line {r.line} {r.description} ({r.kind}) pays {r.pays_wrong}: {r.example[:120]}")
     return "\n".join(lines)
