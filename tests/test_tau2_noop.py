@@ -169,7 +169,7 @@ def test_the_measurement_runs_without_a_list_and_the_env_names_a_missing_one(
     link: Tau2Link, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Regenerating must not need the file it writes; an env without it says how to make it."""
-    import envs.tau2.noop_data as noop_data
+    from envs.tau2 import noop_data
 
     monkeypatch.setattr(noop_data, "DATA", tmp_path / "absent.json")
     noop_data.shipped.cache_clear()
@@ -180,3 +180,21 @@ def test_the_measurement_runs_without_a_list_and_the_env_names_a_missing_one(
             Tau2Env("mock", link=link)
     finally:
         noop_data.shipped.cache_clear()
+
+
+def test_check_prints_a_noop_task_and_a_stale_list_as_problems() -> None:
+    from envs.tau2.check_cli import _print
+    from envs.tau2.oracle import Tau2CheckReport, Tau2TaskCheck
+
+    odd = "[service_issue]lock_sim_card_pin[PERSONA:Easy]"  # rich would read [..] as markup
+    flagged = Tau2TaskCheck(odd, ("DB",), gold_reward=1.0, noop_reward=1.0, transfer_reward=1.0,
+                            noop_reason="an agent that does nothing scores 1.0: no communicate_info")  # fmt: skip
+    plain = Tau2TaskCheck("7", ("DB",), gold_reward=1.0, noop_reward=0.0, transfer_reward=0.0)
+    report = Tau2CheckReport("telecom", (flagged, plain), stale=("7: measured flagged, …",))
+    assert flagged.gold_passed and not flagged.passed and plain.passed and not report.passed
+    assert report.to_dict()["gold_passed"] == 2 and report.to_dict()["noop_list_stale"] == ["7: measured flagged, …"]
+    console = Console(record=True, width=300)
+    _print(report, console)
+    text = console.export_text()
+    assert f"problem: {odd}: an agent that does nothing scores 1.0" in text
+    assert "problem: 7: measured flagged" in text and "FAILED: 2/2 tasks pass the gold check" in text
