@@ -40,7 +40,7 @@ def link() -> Iterator[Tau2Link]:
     shared.close()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # tens of seconds idle; minutes on a loaded 2-core machine
 def test_probes_rederive_the_shipped_flags_through_the_worker(link: Tau2Link) -> None:
     ids = [PLAIN_MOCK, FLAGGED_MOCK, TRANSFER_GOLD]
     measured = measure_domain("mock", link=link, task_ids=ids)
