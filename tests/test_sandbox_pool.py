@@ -5,6 +5,7 @@ state tmpfs per episode, nothing left running after close(), nothing inherited b
 from __future__ import annotations
 
 import os
+import select
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -124,6 +125,13 @@ def test_a_forked_child_does_not_inherit_the_pool(bundle: Path, tmp_path: Path) 
     try:
         assert isinstance(box, ProcessSandbox) and box.start_pool(dirs.lease)
         _wait_ready(box)
+        # Fork once the spare has greeted: forking while its bwrap was still setting up made
+        # that bwrap miss its state directory in 2 of 4 runs (cause not found yet; see the
+        # sandbox-scale report).  What is tested here is only what the child does to the pool.
+        spare = box._pool._spare  # type: ignore[union-attr]
+        poller = select.poll()
+        poller.register(spare.conn.handle.read_fd, select.POLLIN)
+        assert poller.poll(30_000), "the spare never greeted"
         pid = os.fork()
         if pid == 0:  # the child: finds no spare and must not kill the parent's
             code = 0 if box._pool.take() is None else 1  # type: ignore[union-attr]
