@@ -87,6 +87,11 @@ def conditions(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iter
             placed = world.place(meta, m, start) or {"start_utc": at}
             for tag in _edges(world, meta, m, i, start, end, starts):
                 yield sub(i, **{**placed, "start_utc": at}), f"{m['id']} moved to {at}", tag
+        if m.get("representative_team"):  # a name that is no member: unknown, of another team, an attendee
+            others = sorted(n for n, q in world.people.items() if q.team != m["representative_team"])
+            for tag, name in (("unknown", "Nobody Known"), ("other_team", others[0] if others else ""),
+                              ("attendee", m["attendees"][0])):
+                yield sub(i, representative=name), f"{m['id']}: representative {name}", f"representative:{tag}"
         size = len(m["attendees"]) + (1 if m.get("representative_team") else 0)
         for room in world.rooms:
             if room.capacity == size - 1 and (room.video or not m["needs_video"]):
