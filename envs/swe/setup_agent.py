@@ -74,7 +74,9 @@ def env_folder(repo_key: str, version: str, recipe: Recipe, backend: str) -> Pat
     """The cache entry's folder for this repository × version × (detected) recipe × backend."""
     digest = hashlib.sha256(f"{repo_key}\0{version}\0{recipe.key()}\0{backend}".encode()).hexdigest()[:20]
     slug = re.sub(r"[^\w.-]+", "_", repo_key.rstrip("/").rsplit("/", 1)[-1])[:40] or "repo"
-    return cache_root() / "swe" / "envs" / f"{slug}-{version or 'any'}-{digest}"
+    # The version comes from an instance (input): it names part of a folder, never a path.
+    tag = re.sub(r"[^\w.-]+", "_", version)[:40].strip(".") or "any"
+    return cache_root() / "swe" / "envs" / f"{slug}-{tag}-{digest}"
 
 
 def ensure_env(repo_dir: Path, *, repo_key: str, version: str, backend: str = "bwrap",
