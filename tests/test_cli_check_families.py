@@ -25,7 +25,10 @@ def test_check_tau2_mock_runs_the_oracle_and_reports_the_data_defect() -> None:
     done = _check("tau2/mock")
     out = " ".join((done.stdout + done.stderr).split())
     assert "envgym check tau2/mock" in out  # the oracle's table, not a bundle check
-    assert "PASSED: 9/9 tasks pass the gold check" in out and done.returncode == 0
+    assert "9/9 tasks pass the gold check" in out
+    # a task a do-nothing agent passes measures no skill: named as a problem, the check fails
+    assert "problem: create_task_1_nl_eval: an agent that does nothing" in out
+    assert "FAILED:" in out and done.returncode == 1
     # τ²'s mock data defect (no gold action for an env assertion) is named, not hidden
     assert "update_task_with_history_and_env_assertions: gold supplied by envgym" in out
 
