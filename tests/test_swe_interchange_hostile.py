@@ -155,7 +155,8 @@ def test_exported_scripts_keep_every_value_as_data(tmp_path: Path, ids: list[str
                               "problem_statement": statement,
                               "patch": GOOD.patch + patch_line.replace("\n", " ") + "\n"})
     task = export_harbor_task(instance, tmp_path / "t", overwrite=True)
-    test_sh = (task / "tests/test.sh").read_text()
+    # Bytes as bash reads them: read_text() would turn a "\r" inside a quoted id into "\n".
+    test_sh = (task / "tests/test.sh").read_bytes().decode()
     for script in ("tests/test.sh", "solution/solve.sh"):
         subprocess.run(["bash", "-n", str(task / script)], check=True, timeout=30)
     # The ids line, run on its own, gives back exactly the ids, and pytest reads them after "--".
@@ -165,7 +166,7 @@ def test_exported_scripts_keep_every_value_as_data(tmp_path: Path, ids: list[str
                          capture_output=True, check=True, timeout=30).stdout
     assert out.decode().split("\0")[:-1] == ids
     assert 'python -m pytest -rA -p no:cacheprovider -- "${tests[@]}"' in test_sh
-    docker = (task / "environment/Dockerfile").read_text()
+    docker = (task / "environment/Dockerfile").read_bytes().decode()
     assert [line.split()[0] for line in docker.splitlines() if line] == [
         "#", "FROM", "RUN", "WORKDIR", "ENV", "RUN", "RUN", "RUN"]
     assert import_harbor(task) == instance
