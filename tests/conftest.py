@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import subprocess
@@ -75,14 +76,30 @@ _docker_problem: list[str | None] = []  # filled once per session, when docker t
 
 
 def _start_docker() -> str | None:
-    """Run scripts/docker_setup.sh (idempotent); the problem in words, or None."""
+    """Run scripts/docker_setup.sh (idempotent); the problem in words, or None.
+
+    Under pytest-xdist every worker collects, so the workers take turns: the second finds the
+    engine the first started instead of racing it for the same socket and image build.
+    """
     try:
-        done = subprocess.run(
-            ["bash", str(REPO / "scripts" / "docker_setup.sh")], capture_output=True, text=True, timeout=1800
-        )
+        with open("/tmp/envgym-docker-setup.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = subprocess.run(
+                ["bash", str(REPO / "scripts" / "docker_setup.sh")], capture_output=True, text=True, timeout=1800
+            )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     return None if done.returncode == 0 else (done.stderr or done.stdout)[-1500:]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The suite runs on two pytest-xdist workers with --dist loadgroup (scripts/test.sh). Heavy
+    # tests (model loads, trainers, engines, image builds) share one worker and run one at a time,
+    # as in a serial run, so two of them never meet in CI's memory; light tests fill the other
+    # worker a file at a time, so a module's fixtures are built once.
+    for item in items:
+        group = "heavy" if item.get_closest_marker("heavy") else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
