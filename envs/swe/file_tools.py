@@ -27,6 +27,8 @@ from pathlib import Path, PurePosixPath
 
 import re2
 
+from envs.swe.safe_read import TooLarge, UnsafeFile, read_file
+
 JAIL_ROOT = "/repo"  # where bash sees the repository; file tools accept this prefix too
 
 
@@ -89,21 +91,16 @@ class Workspace:
     def read_text(self, real: Path) -> str:
         """A regular file's text (size-checked, never following a last-moment link)."""
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            data = read_file(real, max_bytes=self.limits.max_read_bytes)
         except FileNotFoundError:
             raise FileToolError(f"{self.shown(real)} does not exist") from None
-        except OSError as err:
-            raise FileToolError(f"{self.shown(real)} cannot be opened ({err.strerror})") from None
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise FileToolError(f"{self.shown(real)} is not a regular file")
-            if info.st_size > self.limits.max_read_bytes:
-                raise FileToolError(
-                    f"{self.shown(real)} is {info.st_size} bytes, over the {self.limits.max_read_bytes}-byte "
-                    "limit of this tool; use bash (head, sed -n, grep) on it"
-                )
-            data = handle.read(self.limits.max_read_bytes + 1)
+        except TooLarge as err:
+            raise FileToolError(
+                f"{self.shown(real)} is {err.size} bytes, over the {err.limit}-byte "
+                "limit of this tool; use bash (head, sed -n, grep) on it"
+            ) from None
+        except UnsafeFile as err:
+            raise FileToolError(f"{self.shown(real)} {err.reason}") from None
         if b"\x00" in data[:8192]:
             raise FileToolError(f"{self.shown(real)} looks binary; it is not shown")
         return data.decode("utf-8", errors="replace")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.swe.git_safe import GitError
+from envs.swe.safe_read import UnsafeFile, read_file
 
 __all__ = ["SourceRepo", "find_git_dir", "read_refs", "source_view"]
 
@@ -60,19 +61,11 @@ class SourceRepo:
 def _read_small(path: Path, limit: int = MAX_SMALL_FILE) -> str | None:
     """The text of a regular file that is not a link, or None when absent."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_file(path, max_bytes=limit).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise GitError(f"cannot read {path}: {exc.strerror} (links are not followed)") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise GitError(f"{path} is not a regular file")
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise GitError(f"{path} is larger than {limit} bytes")
-    return data.decode("utf-8", errors="replace")
+    except UnsafeFile as exc:
+        raise GitError(str(exc)) from None
 
 
 def _is_dir(path: Path) -> bool:

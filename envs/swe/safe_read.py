@@ -19,7 +19,13 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONB
 
 
 class UnsafeFile(OSError):
-    """The path is a link, not a regular file, outside its root, or over the size bound."""
+    """The path is a link, not a regular file, outside its root, or over the size bound.
+
+    ``reason`` says what is wrong without the path, for callers that show a path of their own."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class TooLarge(UnsafeFile):
@@ -70,6 +76,30 @@ def read_regular(root: Path, rel: str, *, max_bytes: int) -> bytes:
         data = file.read(max_bytes + 1)
     if len(data) > max_bytes:  # it grew after the fstat
         raise TooLarge(rel, len(data), max_bytes)
+    return data
+
+
+def read_file(path: Path, *, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path`` whose parent directories the caller trusts (the
+    last component is opened with ``O_NOFOLLOW``), at most ``max_bytes`` (:class:`TooLarge`).
+
+    ``FileNotFoundError`` when absent; :class:`UnsafeFile` for a link, a FIFO, a directory."""
+    try:
+        fd = os.open(path, _FILE_FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError as err:  # ELOOP: a link
+        reason = f"cannot be opened ({err.strerror}; links are not followed)"
+        raise UnsafeFile(f"{path} {reason}", reason) from err
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFile(f"{path} is not a regular file", "is not a regular file")
+        if info.st_size > max_bytes:
+            raise TooLarge(str(path), info.st_size, max_bytes)
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:  # it grew after the fstat
+        raise TooLarge(str(path), len(data), max_bytes)
     return data
 
 
