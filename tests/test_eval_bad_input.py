@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from local_http import LocalServer
 
 from envgym.evaluate import EvalConfig, ModelRef, ModelSpecError, evaluate, load_policy, model_ref
 from envgym.policy import SamplingParams
@@ -79,15 +79,11 @@ class Server:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.local = LocalServer(Handler)
+        self.url = f"{self.local.base}/v1"
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.local.stop()
 
 
 @pytest.fixture

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import jsonschema._keywords
 import pytest
 from bundle_factory import make_notes_bundle
+from local_http import LocalServer
 
 from envgym import schema_validator
 from envgym.bundle_env import BundleEnv
@@ -53,15 +53,11 @@ class Recorder:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/schema.json"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.local = LocalServer(Handler)
+        self.url = f"{self.local.base}/schema.json"
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        self.local.stop()
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from local_http import LocalServer
 
 from tools.search import SearchError, SearchTools
 from tools.search.web import WebSearch
@@ -104,16 +104,12 @@ class Server:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.localhost = f"http://localhost:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.local = LocalServer(Handler)
+        self.base = self.local.base
+        self.localhost = f"http://localhost:{self.local.port}"
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        self.local.stop()
 
 
 @pytest.fixture

@@ -14,10 +14,11 @@ import time
 import tracemalloc
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+from local_http import LocalServer
 
 from tools.search import SearchError, SearchTools
 from tools.search.web import MAX_PAGE_BYTES, WebSearch
@@ -167,17 +168,12 @@ class Server:
                 self.wfile.write(body)
 
         self.search_mode = "ok"
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.local = LocalServer(Handler)
+        self.base = self.local.base
 
     def stop(self) -> None:
         self.stop_event.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        self.local.stop()
 
 
 @pytest.fixture
