@@ -13,7 +13,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-_NEG = -1.0e30  # finite "minus infinity" for running maxima (exp(-inf - -inf) would be NaN)
+# Finite "minus infinity" for running maxima (exp(-inf - -inf) would be NaN); a constexpr
+# because compiled Triton refuses plain module globals inside @jit (the interpreter does not).
+_NEG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
