@@ -5,7 +5,9 @@ Per instance, through the real ``swe-v0`` env (its tools, its grading, its sandb
 1. the gold patch replayed as tool calls (``SweEnv.gold_calls``) ``reruns`` times: each reward
    must be 1.0 and the runs must agree test for test (a flaky F2P/P2P test decides nothing);
 2. an empty submission: reward 0 (else the instance's tests do not test the fix);
-3. every exploit of envs/swe/exploits.py: reward 0, else the check names the exploit.
+3. every exploit of envs/swe/exploits.py: reward 0, else the check names the exploit — except a
+   rewarded ``partial_fix``, which is named ``unrelated_change[PATH]`` (envs/swe/acceptance.py):
+   the same file, the same name, as synthesis finds and takes out of the gold patch.
 
 An instance that cannot be checked — its repository does not check out, its environment does not
 set up, its gold patch does not apply, it has no FAIL_TO_PASS tests — is reported *invalid* with
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envgym.agents import ScriptedAgent, run_episode
+from envs.swe.acceptance import unrelated_reason
 from envs.swe.exploits import SUBMIT, Call, exploits
 from envs.swe.instance import SweInstance
 
@@ -35,6 +38,7 @@ class Episode:
     status: str              # the grade report's tests_status ("ok", "rigged", ...)
     detail: str = ""
     outcomes: Mapping[str, str] = field(default_factory=dict)
+    omitted: str = ""        # a partial fix: the gold patch's file it leaves out
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "reward": self.reward, "status": self.status, "detail": self.detail}
@@ -63,6 +67,11 @@ class InstanceCheck:
         return [e.name for e in self.exploits if e.reward > 0]
 
     @property
+    def unrelated(self) -> list[str]:
+        """Gold patch files the tests do not need: their partial fix was rewarded."""
+        return [e.omitted for e in self.exploits if e.reward > 0 and e.omitted]
+
+    @property
     def problems(self) -> list[str]:
         if not self.valid:
             return [f"invalid: {self.reason}"]
@@ -75,7 +84,8 @@ class InstanceCheck:
             found.append("gold reruns disagree")
         if self.empty is None or self.empty.reward != 0.0:
             found.append("an empty submission is rewarded")
-        found += [f"exploit rewarded: {name}" for name in self.rewarded_exploits]
+        found += [unrelated_reason(path) for path in self.unrelated]
+        found += [f"exploit rewarded: {e.name}" for e in self.exploits if e.reward > 0 and not e.omitted]
         return found
 
     @property
@@ -87,6 +97,7 @@ class InstanceCheck:
                 "gold_rewards": [e.reward for e in self.gold], "reruns_agree": self.reruns_agree,
                 "empty_reward": None if self.empty is None else self.empty.reward,
                 "exploits": [e.to_dict() for e in self.exploits], "rewarded_exploits": self.rewarded_exploits,
+                "unrelated_changes": self.unrelated,
                 "problems": self.problems, "seconds": round(self.seconds, 3)}  # fmt: skip
 
 
@@ -151,17 +162,17 @@ def check_instance(instance: SweInstance, *, backend: str = "bwrap", reruns: int
             return invalid(f"{type(err).__name__}: {err}")
         gold_runs = tuple(_replay(env, "gold", gold) for _ in range(reruns))
         empty = _replay(env, "empty", [SUBMIT])
-        tried = tuple(_replay(env, e.name, e.calls) for e in exploits(instance, gold))
+        tried = tuple(_replay(env, e.name, e.calls, e.omitted) for e in exploits(instance, gold))
     finally:
         env.close()
     return InstanceCheck(instance.instance_id, True, "", gold_runs, empty, tried, time.monotonic() - started)
 
 
-def _replay(env: Any, name: str, calls: Iterable[Call]) -> Episode:
+def _replay(env: Any, name: str, calls: Iterable[Call], omitted: str = "") -> Episode:
     """One episode of ``calls`` on a fresh checkout; grading's verdict."""
     result = run_episode(env, ScriptedAgent(list(calls)))
     grade = env.grade_result
     report = dict(grade.report) if grade is not None else {}
     detail = str(report.get("detail", "")).strip().splitlines()
     return Episode(name, result.reward, str(report.get("tests_status", "?")), detail[0][:200] if detail else "",
-                   dict(report.get("outcomes") or {}))  # fmt: skip
+                   dict(report.get("outcomes") or {}), omitted)  # fmt: skip

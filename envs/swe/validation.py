@@ -12,6 +12,12 @@ false-to-positive (F2P) test cases ... and a zero count of pass-to-fail (P2F) te
 ``repeats`` times per side so that flaky tests are found and excluded instead of deciding.
 The whole suite runs on both sides by default (``scope="suite"``): a regression anywhere is a
 P2F, and running only the test_patch's files would miss exactly those.
+
+An accepted instance's gold patch is then cut down to the fix (envs/swe/acceptance.py): each file
+``removable_paths`` names is left out in turn, on a fresh checkout, and a file whose absence still
+passes every FAIL_TO_PASS and PASS_TO_PASS test is an ``unrelated_change`` and leaves the gold
+patch (kept in the instance's metadata as ``unrelated_patch``).  ``envgym check`` tries the same
+files with the same rule, so what synthesis accepts, check does not fail as a partial fix.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envgym.sandbox.command_jail import CommandResult, Mount
+from envs.swe.acceptance import UNRELATED, removable_paths, still_solves, without_path
 from envs.swe.instance import SweInstance
 from envs.swe.junit import (
     CHUNK_BYTES,
@@ -35,9 +42,17 @@ from envs.swe.junit import (
     test_outcomes,
 )
 from envs.swe.outcomes import check_expected, classify
+from envs.swe.patch import parse_patch
 from envs.swe.pyenv import PythonEnv, run_in
 from envs.swe.repair import RepairModel
-from envs.swe.repo import GitError, apply_patch, changed_files, checkout, select_test_files
+from envs.swe.repo import (
+    GitError,
+    PatchResult,
+    apply_patch,
+    changed_files,
+    checkout,
+    select_test_files,
+)
 from envs.swe.safe_read import open_regular, read_regular
 from envs.swe.setup_agent import SetupResult, ensure_env
 
@@ -72,10 +87,11 @@ class ValidationReport:
     pass_to_pass: tuple[str, ...]
     pass_to_fail: tuple[str, ...]
     flaky: tuple[str, ...]
-    runs: tuple[TestRun, ...]      # base runs first, then gold runs
+    runs: tuple[TestRun, ...]      # base runs, gold runs, then one per gold file left out
     setup: SetupResult | None
     instance: SweInstance          # FAIL_TO_PASS / PASS_TO_PASS / version filled in when accepted
     timings: Mapping[str, float] = field(default_factory=dict)
+    unrelated: tuple[str, ...] = ()  # gold patch files taken out: not part of the fix
 
 
 def run_tests(workdir: Path, env: PythonEnv, test_ids: Sequence[str] = (), *,
@@ -231,13 +247,53 @@ def validate_instance(instance: SweInstance, *, backend: str = "bwrap", repeats:
             problems.append(mismatch)
         accepted = not problems
         filled = instance
+        unrelated: list[str] = []
         if accepted:
             filled = replace(instance, fail_to_pass=instance.fail_to_pass or found.fail_to_pass,
                              pass_to_pass=instance.pass_to_pass or found.pass_to_pass, version=version)
+            started = time.monotonic()
+            filled, unrelated = _separate_unrelated(filled, setup.env, ids, scratch, runs, timeout_s)
+            timings["separate_s"] = round(time.monotonic() - started, 3)
         reason = "; ".join(problems) or (f"{len(found.fail_to_pass)} FAIL_TO_PASS, {len(found.pass_to_pass)} "
                                          f"PASS_TO_PASS, {len(found.flaky)} flaky excluded")
+        reason += "".join(f"; set aside {UNRELATED}[{path}]" for path in unrelated)
         return ValidationReport(accepted, "accepted" if accepted else "rejected", reason, found.fail_to_pass,
                                 found.pass_to_pass, found.pass_to_fail, found.flaky, tuple(runs), setup,
-                                filled, timings)
+                                filled, timings, tuple(unrelated))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _separate_unrelated(instance: SweInstance, env: PythonEnv, ids: Sequence[str], scratch: Path,
+                        runs: list[TestRun], timeout_s: float) -> tuple[SweInstance, list[str]]:
+    """``instance`` with its unrelated gold files taken out (module docstring), and their paths.
+
+    Each try is one run on a fresh checkout of base + test_patch + the gold patch without one
+    file.  After a file goes, every remaining one is tried again (two files that each fix the bug
+    alone are each unneeded only while the other stays), so at the end no single file named by
+    ``removable_paths`` can go: exactly what check's ``partial_fix`` exploits try.  A try that
+    does not run cleanly keeps the file (it counts as needed).
+    """
+    patch, dropped, needed = instance.patch, list[str](), set[str]()
+    while todo := [p for p in removable_paths(patch) if p not in needed]:
+        path, variant = todo[0], without_path(patch, todo[0])
+        tree = scratch / f"without-{len(runs)}"
+        try:
+            checkout(instance, instance.base_commit, tree)
+            applied = [apply_patch(tree, text) for text in (instance.test_patch, variant) if text.strip()]
+        except GitError as exc:
+            applied = [PatchResult(False, str(exc))]
+        run = (run_tests(tree, env, ids, timeout_s=timeout_s) if all(a.ok for a in applied)
+               else TestRun("patch_failed", {}, f"the gold patch without {path} does not apply", 0.0))
+        shutil.rmtree(tree, ignore_errors=True)
+        runs.append(run)
+        if run.status in ("ok", "collection_error") and still_solves(
+                run.outcomes, instance.fail_to_pass, instance.pass_to_pass):
+            patch, needed = variant, set()
+            dropped.append(path)
+        else:
+            needed.add(path)
+    if not dropped:
+        return instance, []
+    aside = "".join(s.text for s in parse_patch(instance.patch) if s.path in dropped)
+    return replace(instance, patch=patch, metadata={**instance.metadata, "unrelated_patch": aside}), dropped
