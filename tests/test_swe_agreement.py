@@ -64,7 +64,8 @@ def test_check_tries_the_files_synthesis_tries() -> None:
     gold = [("create", {"path": p, "content": ""}) for p in ("src/a.py", "src/b.py", "src/new.py")]
     gold += [("bash", {"command": "rm -f -- src/old.py"}), ("submit", {})]
     partial = [e for e in exploits(instance, gold) if e.name.startswith("partial_fix")]
-    assert [e.omitted for e in partial] == removable_paths(instance.patch) == ["src/a.py", "src/b.py"]
+    assert removable_paths(instance.patch) == ["src/a.py", "src/b.py"]
+    assert [e.name for e in partial] == ["partial_fix[-src/a.py]", "partial_fix[-src/b.py]"]
 
 
 def test_a_rewarded_partial_fix_is_named_unrelated_change() -> None:
