@@ -81,6 +81,8 @@ def test_a_rewarded_partial_fix_is_named_unrelated_change() -> None:
 
 OPS_BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
 OPS_FIXED = OPS_BUGGY.replace("return a - b", "return a + b", 1)
+FIX_MESSAGE = ("Fix add() returning the difference\n\nadd(2, 3) returned -1 instead of 5: the function"
+               " subtracted its arguments. It must return their sum.")
 SHOW = "def show({0}):\n    return 'value: ' + str({0})\n"
 TEST_SHOW = "from calc.fmt import show\n\n\ndef test_show():\n    assert show(2) == 'value: 2'\n"
 
@@ -95,10 +97,8 @@ def _make_repo(repo: Path) -> None:
                             "src/calc/__init__.py": "", "src/calc/ops.py": OPS_BUGGY,
                             "src/calc/fmt.py": SHOW.format("value"), "tests/test_ops.py": TEST_SUB,
                             "tests/test_fmt.py": TEST_SHOW}),
-            ("Fix add() returning the difference\n\nadd(2, 3) returned -1 instead of 5: the function"
-             " subtracted its arguments. It must return their sum.",
-             {"src/calc/ops.py": OPS_FIXED, "src/calc/fmt.py": SHOW.format("number"),
-              "tests/test_add.py": TEST_ADD})):  # fmt: skip
+            (FIX_MESSAGE, {"src/calc/ops.py": OPS_FIXED, "src/calc/fmt.py": SHOW.format("number"),
+                           "tests/test_add.py": TEST_ADD})):  # fmt: skip
         for rel, text in files.items():
             (repo / rel).parent.mkdir(parents=True, exist_ok=True)
             (repo / rel).write_text(text)
