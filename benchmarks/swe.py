@@ -15,7 +15,9 @@
 * Every metric again with a ``_docker`` suffix when the Docker engine is up (``--sandbox docker``
   backend); bwrap always.
 
-``--quick``: 2 packages, 1 instance.  sdists are kept in ``<envgym cache>/swe/bench-sdists``;
+``--quick``: 2 packages, 1 instance, bwrap only (a smoke run of the same code: the Docker
+backend's setup and validation are the same functions with another jail, and a second backend
+doubled the quick run's minutes).  sdists are kept in ``<envgym cache>/swe/bench-sdists``;
 everything else (environments, smith copies) lives in a temporary cache removed at the end.
 """
 
@@ -71,7 +73,7 @@ def run(quick: bool = False) -> BenchResult:
     metrics: dict[str, float] = {}
     units: dict[str, str] = {}
     notes: dict[str, str] = {}
-    for backend in ("bwrap", *(("docker",) if _docker_up() else ())):
+    for backend in ("bwrap", *(("docker",) if not quick and _docker_up() else ())):
         suffix = "" if backend == "bwrap" else "_docker"
         with tempfile.TemporaryDirectory(prefix="envgym-bench-swe-") as tmp, _cache(Path(tmp) / "cache"):
             rows = [_setup(name, sdists[name], Path(tmp) / "repos", backend) for name, _ in packages]
