@@ -3,6 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# Two workers (CI has two cores): heavy tests share one of them (tests/conftest.py), light tests
-# fill the other, which roughly halves the wall time of a serial run.
-exec .venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"
+# Two workers (CI has two cores); how tests are grouped and ordered on them: tests/conftest.py.
+exec .venv/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder "$@"

@@ -92,14 +92,32 @@ def _start_docker() -> str | None:
     return None if done.returncode == 0 else (done.stderr or done.stdout)[-1500:]
 
 
+# Test files whose heavy tests each hold several GiB (a vLLM engine, a Ray cluster, a training
+# run, the whole demo): at most one of them runs at a time, whatever the number of workers.
+_BIG_MEMORY = frozenset({
+    "test_models_vllm.py", "test_rollout_ray.py", "test_train_bench.py", "test_cli.py",
+    "test_distributed.py", "test_kernels_bench.py", "test_sft.py", "test_search_qa_cold_start.py",
+})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The suite runs on two pytest-xdist workers with --dist loadgroup (scripts/test.sh). Heavy
-    # tests (model loads, trainers, engines, image builds) share one worker and run one at a time,
-    # as in a serial run, so two of them never meet in CI's memory; light tests fill the other
-    # worker a file at a time, so a module's fixtures are built once.
+    # The suite runs on two pytest-xdist workers with --dist loadgroup (scripts/test.sh): a
+    # group runs whole on one worker, so a module's fixtures are built once. Heavy tests of the
+    # big-memory files share one group (one at a time, so two never meet in CI's memory); other
+    # heavy tests are grouped by file. Groups are handed out in the order of their first test,
+    # so heavy groups go first (the longest work starts early and light files fill the gaps at
+    # the end, instead of a heavy file starting last on a worker while the other sits idle).
+    def group(item: pytest.Item) -> str:
+        if not item.get_closest_marker("heavy"):
+            return item.path.name
+        return "big-memory" if item.path.name in _BIG_MEMORY else f"heavy-{item.path.name}"
+
+    rank = {"big-memory": 0}
     for item in items:
-        group = "heavy" if item.get_closest_marker("heavy") else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        name = group(item)
+        item.add_marker(pytest.mark.xdist_group(name))
+        rank.setdefault(name, 1 if name.startswith("heavy-") else 2)
+    items.sort(key=lambda item: rank[group(item)])  # stable: files keep their own order
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
