@@ -93,9 +93,10 @@ def _start_docker() -> str | None:
 
 
 # Test files whose heavy tests each hold several GiB (a vLLM engine, a Ray cluster, a training
-# run, the whole demo): at most one of them runs at a time, whatever the number of workers.
+# run): at most one of them runs at a time, whatever the number of workers. The demo (in
+# test_cli.py, the longest test) is a group of its own so that it overlaps these.
 _BIG_MEMORY = frozenset({
-    "test_models_vllm.py", "test_rollout_ray.py", "test_train_bench.py", "test_cli.py",
+    "test_models_vllm.py", "test_rollout_ray.py", "test_train_bench.py",
     "test_distributed.py", "test_kernels_bench.py", "test_sft.py", "test_search_qa_cold_start.py",
 })
 
@@ -112,7 +113,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return item.path.name
         return "big-memory" if item.path.name in _BIG_MEMORY else f"heavy-{item.path.name}"
 
-    rank = {"big-memory": 0}
+    rank = {"heavy-test_cli.py": 0, "big-memory": 0}
     for item in items:
         name = group(item)
         item.add_marker(pytest.mark.xdist_group(name))

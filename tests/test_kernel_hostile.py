@@ -157,15 +157,17 @@ def test_files_outside_the_working_directory_are_out_of_reach(pool: SyncKernelPo
 
 
 def test_printing_a_hundred_megabytes_is_cut_and_the_cell_stopped(session: SyncKernelSession) -> None:
-    result = session.execute("print('x' * 5_000_000)")  # over the 2 MiB flood, under the 8 MiB frame cap
+    # Building and sending 100 MB takes more than the module's 3 s cell timeout on a loaded
+    # 2-core machine, and this test is about the output caps, not the timeout: 30 s per cell.
+    result = session.execute("print('x' * 5_000_000)", timeout_s=30.0)  # over the 2 MiB flood, under the 8 MiB frame cap
     assert result.status == "output_limit"
     assert len(result.text) < 8_000 + 400
     assert "characters of output omitted" in result.text
     assert result.text.endswith("The code printed more than 2 MiB, so it was interrupted; print less (e.g. summaries, head(), len()).")
-    huge = session.execute("print('x' * 100_000_000)")  # one message over the cap: refused on the socket
+    huge = session.execute("print('x' * 100_000_000)", timeout_s=30.0)  # one message over the cap: refused on the socket
     assert huge.status == "output_limit" and not huge.restarted, (huge.status, huge.error, huge.text[-600:])
     assert huge.text.startswith("The code sent an output of more than 8 MiB at once; it was discarded unread")
-    flood = session.execute("while True:\n    print('y' * 1000)")
+    flood = session.execute("while True:\n    print('y' * 1000)", timeout_s=30.0)
     assert flood.status == "output_limit" and not flood.restarted
     assert session.execute("print('ok')").text == "ok\n"
 
