@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch import Tensor
@@ -202,8 +202,13 @@ def collate(
     pad_id: int = 0,
     unknown_kept: str = "raise",
     dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
 ) -> TrainBatch:
-    """Pad ``samples`` into a :class:`TrainBatch` (shifted inputs/targets; see the class)."""
+    """Pad ``samples`` into a :class:`TrainBatch` (shifted inputs/targets; see the class).
+
+    ``device``: where the tensors go, the device of the model they feed (None: the CPU).  They
+    are assembled on the CPU and each copied there once, so a microbatch costs one transfer per
+    tensor, not one per sample."""
     if not samples:
         raise ValueError("cannot collate an empty list of samples")
     for s in samples:
@@ -231,7 +236,7 @@ def collate(
         engine[b, :n] = torch.where(m > 0, lp, torch.zeros_like(lp))
         kept.extend(e for e, on in zip(s.kept[1:], s.loss_mask[1:]) if on)
     kept_ids, kept_rows = kept_tensors(kept, unknown=unknown_kept)  # type: ignore[arg-type]
-    return TrainBatch(
+    batch = TrainBatch(
         input_ids=input_ids,
         attention_mask=attention,
         targets=targets,
@@ -242,10 +247,17 @@ def collate(
         routes=_routes(samples, T),
         advantages=torch.tensor([s.advantage for s in samples], dtype=dtype),
         rewards=torch.tensor([s.reward for s in samples], dtype=dtype),
-        old_logp=_padded([s.old_logp for s in samples], T, dtype),
-        ref_logp=_padded([s.ref_logp for s in samples], T, dtype),
+        old_logp=_padded([s.old_logp for s in samples], T, dtype, device),
+        ref_logp=_padded([s.ref_logp for s in samples], T, dtype, device),
         versions=torch.tensor([s.policy_version for s in samples], dtype=torch.int64),
     )
+    return batch if device is None else batch_to(batch, device)
+
+
+def batch_to(batch: TrainBatch, device: torch.device | str) -> TrainBatch:
+    """``batch`` with every tensor on ``device`` (tensors already there are not copied)."""
+    moved = {f.name: getattr(batch, f.name) for f in fields(batch)}
+    return TrainBatch(**{k: v.to(device) if isinstance(v, Tensor) else v for k, v in moved.items()})
 
 
 def _routes(samples: Sequence[Sample], T: int) -> Tensor | None:
@@ -265,14 +277,17 @@ def _routes(samples: Sequence[Sample], T: int) -> Tensor | None:
     return out
 
 
-def _padded(values: list[Tensor | None], T: int, dtype: torch.dtype) -> Tensor | None:
+def _padded(
+    values: list[Tensor | None], T: int, dtype: torch.dtype, device: torch.device | str | None
+) -> Tensor | None:
     if all(v is None for v in values):
         return None
     if any(v is None for v in values):
         raise ValueError("some samples have these log-probs and some do not")
-    out = torch.zeros(len(values), T, dtype=dtype)
+    # Built where the batch goes: these log-probs were computed (and stay) on the model's device.
+    out = torch.zeros(len(values), T, dtype=dtype, device=device)
     for b, v in enumerate(values):
-        out[b, : v.shape[0]] = v.to(dtype)  # type: ignore[union-attr]
+        out[b, : v.shape[0]] = v.to(device=out.device, dtype=dtype)  # type: ignore[union-attr]
     return out
 
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
+
+import torch
 
 from trainer.losses import LossConfig
 
@@ -31,6 +34,9 @@ class ConfigError(ValueError):
 class ModelConfig:
     path: str = "smollm2"  # "smollm2" (embedded), an HF folder or hub id
     dtype: Literal["float32", "bfloat16", "float64"] = "float32"
+    # Where the trained policy (and the local engine's copy) lives: auto = the first CUDA GPU
+    # when torch sees one, else the CPU; or cpu | cuda | cuda:N (resolve_device).
+    device: str = "auto"
     thinking: bool = False  # open every assistant turn with <think>
     parser: str = "hermes"  # the tool-call text format the model writes
     gradient_checkpointing: bool = False
@@ -337,6 +343,10 @@ def check(c: TrainConfig) -> None:
     _positive(c.checkpoint, "keep", where="checkpoint")
     if not c.checkpoint.dir.strip() or not c.metrics.dir.strip():
         raise ConfigError("checkpoint.dir and metrics.dir must be non-empty paths")
+    if not _DEVICE.fullmatch(c.model.device):
+        raise ConfigError(
+            f"model.device must be auto, cpu, cuda or cuda:N, not {c.model.device!r}"
+        )
     if c.model.sync_check_tol is not None and not c.model.sync_check_tol > 0:
         raise ConfigError(f"model.sync_check_tol must be > 0 or null, not {c.model.sync_check_tol}")
     if c.model.engine == "vllm" and c.keep_sampling_mask and c.unknown_kept == "raise" and (
@@ -346,6 +356,33 @@ def check(c: TrainConfig) -> None:
             "model.engine 'vllm' does not report kept sets, so keep_sampling_mask with top_p/top_k "
             "needs unknown_kept: full (an approximation) or keep_sampling_mask: false"
         )
+
+
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def resolve_device(spec: str) -> torch.device:
+    """The torch device ``model.device`` names on this machine; ConfigError when it names a
+    GPU this torch cannot use (so a run asked for a GPU never trains on the CPU by surprise).
+
+    ``auto`` takes the first CUDA device when there is one: the policy update is the costliest
+    part of a step, and the local engine follows the model it copies.
+    """
+    if not _DEVICE.fullmatch(spec):
+        raise ConfigError(f"model.device must be auto, cpu, cuda or cuda:N, not {spec!r}")
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(
+                f"model.device is {spec!r} but torch {torch.__version__} sees no CUDA device "
+                "(a CPU-only build, or no driver); use auto or cpu"
+            )
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"model.device is {spec!r} but torch sees {count} CUDA device(s)")
+    return device
 
 
 def _positive(obj: Any, *names: str, where: str = "") -> None:

@@ -66,7 +66,7 @@ from trainer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, resolve_device
 from trainer.metrics import MetricsLog, RunRecord, write_run
 from trainer.policy import Policy
 from trainer.tasks import TaskRef, task_split
@@ -82,6 +82,16 @@ def derive_seed(*parts: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def _run_config(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
+    """The config that identifies a run (its key, what a resume must match): all but ``steps``
+    and ``model.device``."""
+    data = config.to_dict() if isinstance(config, TrainConfig) else copy.deepcopy(config)
+    data.pop("steps", None)
+    if isinstance(data.get("model"), dict):
+        data["model"].pop("device", None)
+    return data
+
+
 @dataclass(frozen=True)
 class StepReport:
     step: int
@@ -92,7 +102,8 @@ class StepReport:
 class Trainer:
     """Runs the GRPO loop of one :class:`TrainConfig` (see the module docstring).
 
-    ``model``/``tokenizer`` override ``config.model.path`` (tests pass tiny models);
+    ``model``/``tokenizer`` override ``config.model.path`` (tests pass tiny models) and
+    ``model.device`` (the model is used where it is);
     ``engine_policy`` overrides the engine built from ``config.model``; ``on_step`` is called
     with each :class:`StepReport`, ``on_phase`` with a short text as phases start.
     """
@@ -114,7 +125,9 @@ class Trainer:
         self.train_tasks, self.heldout_tasks = task_split(config)
         self.order = TaskOrder(self.train_tasks, config.seed)
         if model is None:
+            device = resolve_device(config.model.device)  # before minutes of loading
             model, tokenizer = load_model(config)
+            model.to(device)  # a model passed in stays where its caller put it
         elif tokenizer is None:
             raise ValueError("a model passed in needs its tokenizer")
         self.tokenizer = tokenizer
@@ -142,7 +155,7 @@ class Trainer:
         self.version = 0
         self.metrics = MetricsLog(config.metrics.dir, tensorboard=config.metrics.tensorboard,
                                   plot=config.metrics.plot)
-        config_key = {k: v for k, v in config.to_dict().items() if k != "steps"}
+        config_key = _run_config(config)
         self.run_record = RunRecord(
             run_key="sha256:"
             + hashlib.sha256(json.dumps(config_key, sort_keys=True).encode()).hexdigest(),
@@ -166,7 +179,9 @@ class Trainer:
             return None
         state = load_checkpoint(path, model=self.model, optimizer=self.update.optimizer,
                                 scheduler=self.update.scheduler)
-        changed = config_changes(state.config, self.config.to_dict())
+        # Where the model sits does not change what the run computes: a run may resume on
+        # another machine, and checkpoints written before model.device existed lack it.
+        changed = config_changes(_run_config(state.config), _run_config(self.config))
         if changed:
             raise ValueError(
                 f"checkpoint {path} was written under another config "

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from trainer.aggregation import nonzero
 from trainer.batch import Sample, TrainBatch, balanced_microbatches, collate, split_minibatches
@@ -57,8 +57,11 @@ class Update:
         )
 
     def _collate(self, samples: Sequence[Sample]) -> TrainBatch:
+        """One microbatch, collated once and placed on the policy's device (a GPU policy
+        cannot read CPU ids; the reference policy is a copy on the same device)."""
+        first = next(self.policy.model.parameters())
         return collate(samples, pad_id=self.pad_id, unknown_kept=self.config.unknown_kept,
-                       dtype=_dtype(self.policy.model))
+                       dtype=first.dtype, device=first.device)
 
     def _micro(self, samples: Sequence[Sample], rows: Sequence[int]) -> list[list[int]]:
         lengths = [samples[i].length for i in rows]
@@ -187,6 +190,3 @@ def _store(samples: list[Sample], idx: list[int], logp: Tensor, name: str) -> No
     for b, i in enumerate(idx):
         setattr(samples[i], name, logp[b, : samples[i].length - 1].detach().clone())
 
-
-def _dtype(model: nn.Module) -> torch.dtype:
-    return next(model.parameters()).dtype

@@ -94,6 +94,7 @@ class Engine:
         self.max_kv_bytes = max_kv_bytes
         config = model.config
         self._layout = kv_layout(model)
+        self.device = self._layout[-1]  # inputs go where the model is; sampling stays on the CPU
         self.max_positions = int(getattr(config, "max_position_embeddings", 0) or 1 << 30)
         self.moe_top_k = moe_top_k(config)
         self.end_tokens = end_tokens(fmt.tokenizer, getattr(model, "generation_config", None))
@@ -252,8 +253,8 @@ class Engine:
             chunk = ids[start : start + PREFILL_CHUNK]
             logits = self._forward(
                 [store],
-                torch.tensor([chunk]),
-                torch.arange(store.length, store.length + len(chunk)).unsqueeze(0),
+                torch.tensor([chunk], device=self.device),
+                torch.arange(store.length, store.length + len(chunk), device=self.device)[None],
             )
         assert logits is not None
         return logits[0]
@@ -261,29 +262,32 @@ class Engine:
     def _forward(
         self, stores: list[KVStore], input_ids: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
-        """``input_ids, positions: [B, q]`` → next-token logits ``[B, V]``.  For MoE models each
-        row's store also records the experts every MoE layer chose at each of the ``q`` new
-        positions (prompt tokens included: Keep Routing replays the whole sequence)."""
+        """``input_ids, positions: [B, q]`` (on the model's device) → next-token logits ``[B, V]``
+        on the CPU, where the sampler and its per-session generators are (the same draws on any
+        device; the tokens go to Python anyway).  For MoE models each row's store also records
+        the experts every MoE layer chose at each of the ``q`` new positions (prompt tokens
+        included: Keep Routing replays the whole sequence)."""
         cache = RaggedCache(stores, input_ids.shape[1])
         inputs = dict(
             input_ids=input_ids,
             position_ids=positions,
             past_key_values=cache,
-            attention_mask=mask_placeholder(len(stores)),
+            attention_mask=mask_placeholder(len(stores), self.device),
             use_cache=True,
         )
         if not self.moe_top_k:
-            logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :].float()
+            logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :].float().cpu()
             cache.commit()
             return logits
         # The MoE causal-LM head would compute its load-balancing loss from the attention mask;
         # the base model returns the router logits without it, and the LM head is one matmul.
         out = self.model.base_model(**inputs, output_router_logits=True)
         routes = top_experts(out.router_logits, len(stores), input_ids.shape[1], self.moe_top_k)
+        routes = routes.cpu()
         for store, row_routes in zip(stores, routes):  # before commit: length = first new position
             store.write_routes(store.length, row_routes)
         cache.commit()
-        return self.model.get_output_embeddings()(out.last_hidden_state[:, -1, :]).float()
+        return self.model.get_output_embeddings()(out.last_hidden_state[:, -1, :]).float().cpu()
 
     def _step(self) -> None:
         live: list[_Row] = []
@@ -302,8 +306,8 @@ class Engine:
         if not live:
             return
         stores = [row.session.store for row in live]
-        input_ids = torch.tensor([[row.tokens[-1]] for row in live])
-        positions = torch.tensor([[row.session.store.length] for row in live])
+        input_ids = torch.tensor([[row.tokens[-1]] for row in live], device=self.device)
+        positions = torch.tensor([[row.session.store.length] for row in live], device=self.device)
         logits = self._forward(stores, input_ids, positions)
         for i, row in enumerate(live):
             row.logits = logits[i]

@@ -27,21 +27,24 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 ATTN_IMPL = "envgym_ragged"
 
 
-def mask_placeholder(batch: int) -> torch.Tensor:
+def mask_placeholder(batch: int, device: torch.device | str | None = None) -> torch.Tensor:
     """An empty 4-D mask: with it transformers skips building its own mask (which assumes one
     shared length for the batch); ragged rows build theirs in :func:`ragged_attention`."""
-    return torch.empty(batch, 1, 1, 0)
+    return torch.empty(batch, 1, 1, 0, device=device)
 
 
-def kv_layout(model: torch.nn.Module) -> tuple[int, int, int, torch.dtype]:
-    """``(layers, kv_heads, head_dim, dtype)`` of a transformers causal LM: a KVStore's shape."""
+def kv_layout(model: torch.nn.Module) -> tuple[int, int, int, torch.dtype, torch.device]:
+    """``(layers, kv_heads, head_dim, dtype, device)`` of a transformers causal LM: a KVStore's
+    shape, and where its buffers live (the model's device: attention reads them there)."""
     config = model.config  # type: ignore[attr-defined]
     heads = config.num_attention_heads
+    first = next(model.parameters())
     return (
         config.num_hidden_layers,
         getattr(config, "num_key_value_heads", None) or heads,
         getattr(config, "head_dim", None) or config.hidden_size // heads,
-        next(model.parameters()).dtype,
+        first.dtype,
+        first.device,
     )
 
 
@@ -51,11 +54,20 @@ class KVStore:
     For MoE models it also holds, per cached position, the experts each MoE layer routed it to
     (``routes: [capacity, L, k]`` int16, written by :meth:`write_routes`): the routes share the
     keys' life cycle (crop, prefix copy, eviction), so a turn's routes are always those of the
-    keys and values it attended to.
+    keys and values it attended to.  Keys and values live on ``device`` (the model's); the
+    routes stay on the CPU, where the records that carry them are built.
     """
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.layers, self.kv_heads, self.head_dim, self.dtype = layers, kv_heads, head_dim, dtype
+        self.device = torch.device(device)
         self.keys: list[torch.Tensor] = []  # [1, kv_heads, capacity, head_dim] per layer
         self.values: list[torch.Tensor] = []
         self.routes: torch.Tensor | None = None  # [capacity, L, k] int16 (MoE only)
@@ -70,8 +82,9 @@ class KVStore:
             return
         capacity = max(512, total + total // 4)
         shape = (1, self.kv_heads, capacity, self.head_dim)
-        keys = [torch.empty(shape, dtype=self.dtype) for _ in range(self.layers)]
-        values = [torch.empty(shape, dtype=self.dtype) for _ in range(self.layers)]
+        like = dict(dtype=self.dtype, device=self.device)
+        keys = [torch.empty(shape, **like) for _ in range(self.layers)]  # type: ignore[arg-type]
+        values = [torch.empty(shape, **like) for _ in range(self.layers)]  # type: ignore[arg-type]
         for old, new in zip(self.keys + self.values, keys + values):
             new[:, :, : self.length] = old[:, :, : self.length]
         self.keys, self.values = keys, values
@@ -200,12 +213,14 @@ def ragged_attention(
             # Query j sits at absolute position length - new + j; it sees keys up to itself
             # (and, with a sliding window, no further back than the window).  An additive float
             # mask runs faster than a boolean one on CPU.
-            q_pos = torch.arange(length - new, length).unsqueeze(1)
-            k_pos = torch.arange(length).unsqueeze(0)
+            dev = query.device
+            q_pos = torch.arange(length - new, length, device=dev).unsqueeze(1)
+            k_pos = torch.arange(length, device=dev).unsqueeze(0)
             allowed = k_pos <= q_pos
             if sliding_window is not None:
                 allowed &= k_pos > q_pos - sliding_window
-            mask = torch.zeros(allowed.shape, dtype=query.dtype).masked_fill(~allowed, float("-inf"))
+            mask = torch.zeros(allowed.shape, dtype=query.dtype, device=dev)
+            mask = mask.masked_fill(~allowed, float("-inf"))
         out = F.scaled_dot_product_attention(
             query[i : i + 1],
             k,

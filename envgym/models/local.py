@@ -156,19 +156,21 @@ def _prepare(model: Any) -> Any:
     except (ValueError, AttributeError) as err:
         raise ValueError(f"{type(model).__name__} cannot use envgym's attention: {err}") from err
     layout = kv_layout(model)
-    ids = torch.tensor([[1, 2, 3, 4, 5, 6]]) % model.config.vocab_size
+    device = layout[-1]  # the check runs where the engine will: on the model's device
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]], device=device) % model.config.vocab_size
     with torch.inference_mode():
         plain = model(input_ids=ids).logits[0].float()
         store = KVStore(*layout)
         got = []
         for chunk in (ids[:, :4], ids[:, 4:5], ids[:, 5:6]):
             cache = RaggedCache([store], chunk.shape[1])
-            positions = torch.arange(store.length, store.length + chunk.shape[1]).unsqueeze(0)
+            positions = torch.arange(store.length, store.length + chunk.shape[1], device=device)
+            positions = positions.unsqueeze(0)
             out = model(
                 input_ids=chunk,
                 position_ids=positions,
                 past_key_values=cache,
-                attention_mask=mask_placeholder(1),
+                attention_mask=mask_placeholder(1, device),
                 use_cache=True,
             )
             cache.commit()
