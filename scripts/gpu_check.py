@@ -379,25 +379,6 @@ def _config(sizes: Sizes, **extra: Any) -> Any:
     return config_from_dict(data)
 
 
-def _to_device(batch: Any, device: torch.device) -> Any:
-    moved = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
-    return dataclasses.replace(batch, **{k: v.to(device) for k, v in moved.items()
-                                         if isinstance(v, Tensor)})
-
-
-def _moving_update(config: Any, policy: Any) -> Any:
-    """``Update`` whose microbatches are moved to the model's device (the script's stand-in
-    for what the trainer does not do itself: ``collate`` builds CPU tensors)."""
-    from trainer.update import Update
-
-    class MovingUpdate(Update):
-        def _collate(self, samples: Any) -> Any:
-            device = next(self.policy.model.parameters()).device
-            return _to_device(super()._collate(samples), device)
-
-    return MovingUpdate(config, policy, None)
-
-
 def _changed(before: dict[str, Tensor], model: Any) -> tuple[int, int, float]:
     after = model.state_dict()
     diffs = {k: float((after[k].double() - before[k].double()).abs().max()) for k in before}
@@ -408,14 +389,16 @@ def _snapshot(model: Any) -> dict[str, Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _grpo(model: Any, sizes: Sizes, *, moving: bool, samples: list[Any] | None = None,
+def _grpo(model: Any, sizes: Sizes, *, samples: list[Any] | None = None,
           **extra: Any) -> tuple[dict[str, float], tuple[int, int, float], float, Any]:
+    """The trainer's own update path: ``Update`` collates each microbatch onto the model's
+    device (nothing here moves a tensor for it)."""
     from trainer.policy import Policy
     from trainer.update import Update
 
     config = _config(sizes, **extra)
     policy = Policy(model, chunk_size=config.chunk_size)
-    update = _moving_update(config, policy) if moving else Update(config, policy, None)
+    update = Update(config, policy, None)
     samples = samples if samples is not None else _samples(sizes, model.config.vocab_size)
     before = _snapshot(model)
     start = time.perf_counter()
@@ -440,19 +423,12 @@ def _grpo_detail(metrics: dict[str, float], changed: tuple[int, int, float], sec
             f"{n_changed}/{n_all} tensors changed (max |dw| {biggest:.2e}), {seconds:.2f} s")
 
 
-def check_grpo_as_is(sizes: Sizes, device: torch.device) -> str:
-    """What ``Trainer`` does on a GPU: the model on the device, batches as ``collate`` makes
-    them."""
-    model = _llama(sizes, device)
-    return _grpo_detail(*_grpo(model, sizes, moving=False)[:3], sizes)
-
-
 def check_grpo_dense(sizes: Sizes, device: torch.device, keep: dict[str, Any]) -> str:
     model = _llama(sizes, device)
     if device.type == "cuda":  # the peak below: model, AdamW and the update, not the checks before
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    metrics, changed, seconds, _ = _grpo(model, sizes, moving=True)
+    metrics, changed, seconds, _ = _grpo(model, sizes)
     keep["dense"] = model  # the weight-sync check serves this trained model
     return _grpo_detail(metrics, changed, seconds, sizes) + (
         f", peak {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
@@ -474,7 +450,9 @@ def check_grpo_moe(sizes: Sizes, device: torch.device) -> str:
         raise Failed(f"the experts did not switch to kernels.moe: {why}")
     model = model.to(device)
     samples = _samples(sizes, model.config.vocab_size)
-    probe = _moving_update(_config(sizes), _policy(model))
+    from trainer.update import Update
+
+    probe = Update(_config(sizes), _policy(model), None)
     recorded = []
     for idx in probe._micro(samples, list(range(len(samples)))):
         batch = probe._collate([samples[i] for i in idx])
@@ -485,7 +463,7 @@ def check_grpo_moe(sizes: Sizes, device: torch.device) -> str:
             full[: n - 1] = routes[row, : n - 1].cpu()  # the last token was never fed
             samples[i].routes = full
         recorded.append((idx, routes, batch))
-    metrics, changed, seconds, update = _grpo(model, sizes, moving=True, samples=samples)
+    metrics, changed, seconds, update = _grpo(model, sizes, samples=samples)
     flip = metrics.get("routing_flip_rate")
     if flip != 0.0:
         raise Failed(f"routing_flip_rate {flip} with the recording weights (want exactly 0)")
@@ -510,11 +488,30 @@ def _policy(model: Any) -> Any:
 def check_local_engine(sizes: Sizes, device: torch.device) -> str:
     """The local engine's start-up check (ragged KV cache vs a plain forward) on a model on the
     device: what ``build_engine`` runs for ``model.engine: local``."""
+    from envgym.models.engine import Engine
+    from envgym.models.kv import KVStore, kv_layout
     from envgym.models.local import _prepare
 
     model = _llama(sizes, device, layers=2)
     _prepare(model)
-    return "ragged prefill + decode reproduce a plain forward on the device"
+    # Then the engine's own forward (no tokenizer on this machine, so not a whole turn): two
+    # rows of different lengths prefilled, then decoded together in one ragged step.
+    engine = Engine.__new__(Engine)
+    engine.model, engine.moe_top_k, engine.device = model, 0, device
+    lengths, stores = (7, 3), [KVStore(*kv_layout(model)) for _ in range(2)]
+    rows = [torch.arange(1, n + 2, device=device)[None] * 11 for n in lengths]
+    with torch.inference_mode():
+        for store, ids in zip(stores, rows):
+            prefix = torch.arange(ids.shape[1] - 1, device=device)[None]
+            engine._forward([store], ids[:, :-1], prefix)
+        got = engine._forward(stores, torch.cat([ids[:, -1:] for ids in rows]),
+                              torch.tensor([[n] for n in lengths], device=device))
+        want = torch.stack([model(input_ids=ids).logits[0, -1].float().cpu() for ids in rows])
+    gap = float((got - want).abs().max())
+    if not gap <= 1e-3 * float(want.abs().max()):
+        raise Failed(f"the engine's batched ragged decode is {gap:.3g} from a plain forward")
+    return (f"ragged prefill + decode reproduce a plain forward on the device; the engine's "
+            f"batched decode of 2 ragged rows: max |dlogit| {gap:.2e}")
 
 
 class _StandIn(BaseHTTPRequestHandler):
@@ -698,10 +695,8 @@ def main(argv: list[str] | None = None) -> int:
                   else "random init, toy shape")
     print(f"INFO  trainer models: {model_note}", flush=True)
     report.run("grpo dense, batches as the trainer collates them",
-               lambda: check_grpo_as_is(sizes, device))
-    report.run("grpo dense, batches moved to the device by this script",
                lambda: check_grpo_dense(sizes, device, keep))
-    report.run("grpo moe + keep routing, batches moved by this script",
+    report.run("grpo moe + keep routing, batches as the trainer collates them",
                lambda: check_grpo_moe(sizes, device))
     report.run("local engine start-up check on the device", lambda: check_local_engine(sizes,
                                                                                         device))
