@@ -17,6 +17,7 @@ from envgym.messages import (
     AssistantMessage,
     ProblemKind,
     ToolCall,
+    ToolCallDict,
     assistant_message,
     decode_arguments,
     describe_type,
@@ -131,6 +132,7 @@ def _well_formed(action: Any) -> NormalizedAction | None:
     elif type(raw_calls) is not list:
         return None
     calls: list[ToolCall] = []
+    entries: list[ToolCallDict] = []  # the transcript's calls: ToolCall.to_openai() of each
     seen: set[str] = set()
     for raw in raw_calls:
         if type(raw) is not dict or raw.get("type", "function") != "function":
@@ -142,14 +144,22 @@ def _well_formed(action: Any) -> NormalizedAction | None:
         if type(name) is not str or not name or name != name.strip() or type(text) is not str:
             return None
         try:
-            arguments = STRICT_JSON.decode(text)
+            # raw_decode, not decode: no whitespace scans around the object.  Text with
+            # whitespace or anything after the object is left to the general path.
+            arguments, end = STRICT_JSON.raw_decode(text)
         except (ValueError, RecursionError):
             return None
-        if type(arguments) is not dict:
+        if end != len(text) or type(arguments) is not dict:
             return None
         seen.add(call_id)
         calls.append(ToolCall(call_id, name, arguments, text))
-    return NormalizedAction(assistant_message(content, reasoning, calls), tuple(calls))
+        entries.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
+    message: AssistantMessage = {"role": "assistant", "content": content}  # as assistant_message
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    if entries:
+        message["tool_calls"] = entries
+    return NormalizedAction(message, tuple(calls))
 
 
 def _normalize(action: Any) -> NormalizedAction:

@@ -27,6 +27,20 @@ from envgym.sandbox.runner import BundleRunner, Reply, encode_reply
 
 _instances = itertools.count()
 
+#: The JSON text of a call's value, as ``json.dumps(value, ensure_ascii=False, allow_nan=False)``
+#: writes it; built once (``json.dumps`` with options builds a new encoder on every call).
+_to_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+
+
+def _render(value: Any) -> str:
+    """The text an agent sees for a value: strings as they are, ints as JSON writes them (no
+    encoder needed), anything else through the JSON encoder (which also refuses non-JSON)."""
+    if isinstance(value, str):
+        return value
+    if type(value) is int:
+        return int.__repr__(value)  # json's own rendering of an int (a bool is not this type)
+    return _to_json(value)
+
 
 class InProcessSandbox(Sandbox):
     backend = "inprocess"
@@ -110,7 +124,7 @@ class InProcessSandbox(Sandbox):
         value = reply["value"]
         stdout = reply.get("stdout", "")
         try:
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, allow_nan=False)
+            text = _render(value)
         except (TypeError, ValueError, RecursionError) as exc:
             message = f"the return value is not JSON-compatible: {exc}"
             return CallOutcome(ok=False, error=CallError.EXCEPTION, message=message, stdout=stdout)
