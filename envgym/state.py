@@ -195,14 +195,18 @@ class EpisodeDirs:
             box = self._boxes[name] = BoundedDir(self.size_bytes, base=self.root, prefix=f"envgym-{name}-", mode=0o755)
         return box
 
-    def refill(self) -> Path:
-        """A pristine state on a fresh filesystem at the episode path (see the module doc)."""
-        return self._refill("state")
+    def refill(self, *, fresh_filesystem: bool = True) -> Path:
+        """A pristine state at the episode path: on a fresh filesystem (see the module doc), or
+        with ``fresh_filesystem=False`` on the same tmpfs, emptied in place (no links followed)
+        and refilled: the same size limit, without an unmount per episode.  Only for a backend
+        where nothing of the last episode can still be writing there (the in-process one)."""
+        return self._refill("state", fresh_filesystem)
 
-    def _refill(self, name: str) -> Path:
+    def _refill(self, name: str, fresh_filesystem: bool = True) -> Path:
         box = self._box(name)
-        box.wipe()
-        self.pristine.write_into(box.path)
+        if fresh_filesystem:
+            box.wipe()
+        self.pristine.write_into(box.path)  # empties the directory first
         return box.path
 
     def lease(self) -> tuple[Path, Callable[[], None]]:

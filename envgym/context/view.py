@@ -35,16 +35,16 @@ class ContextView:
 
     def sync(self, history: Sequence[Message]) -> None:
         """Take in the messages appended to ``history`` since the last call."""
-        for index in range(self._seen, len(history)):
-            self._base.append(history[index])
-            self._origins.append(index)
-        self._seen = len(history)
+        seen, self._seen = self._seen, len(history)
+        if seen < self._seen:  # slices and ranges: per-message Python work runs on every step
+            self._base.extend(history[seen:])
+            self._origins.extend(range(seen, self._seen))
 
     def render(self, history: Sequence[Message], tools: list[dict[str, Any]]) -> list[Message]:
         """The prompt's messages now: new history taken in, compacted first if it overflows."""
         self.sync(history)
         rendered = self.manager.render(self._base)
-        if self.manager.overflowing(rendered.messages, tools):
+        if self.manager.budget is not None and self.manager.overflowing(rendered.messages, tools):
             compacted = self.manager.compact_tracked(self._base, tools)
             # Records index history: the base may itself be compacted already.
             self.compactions.extend(
@@ -59,6 +59,6 @@ class ContextView:
             {**d.to_dict(), "index": self._origins[d.index]}
             for d in rendered.dropped
             if self._origins[d.index] is not None
-        ]
+        ] if rendered.dropped else []
         self.rendered = rendered.messages
         return rendered.messages
