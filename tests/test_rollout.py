@@ -272,7 +272,9 @@ def test_budgets_truncate_turns_tokens_and_seconds(bundle_dir: Path) -> None:
         lambda task, sample: [("get_all_cities", {})] * 50,
         fail=lambda s, turn: "hang" if turn == 1 else None,
     )
-    [r] = run(hangs, bundle_dir, [EpisodeSpec("trip-001-d1")], budget=Budget(max_seconds=1.0))
+    # 5 s: the first turn's reset and tool call must end inside the budget on a loaded machine
+    # (at 1 s they did not, and the episode ended as env_timeout instead of by the budget).
+    [r] = run(hangs, bundle_dir, [EpisodeSpec("trip-001-d1")], budget=Budget(max_seconds=5.0))
     assert (r.truncated_by, r.turns, r.error) == ("max_seconds", 1, None)
     assert hangs.ended == ["trip-001-d1#0"]
 
