@@ -10,7 +10,9 @@ import pytest
 def test_quick_soak_reports_its_keys_and_loses_nothing() -> None:
     from benchmarks.soak import run
 
-    result = run(quick=True, minutes=0.1, concurrency=24)
+    # 30 s: long enough that envs finish an episode and start another even on a loaded
+    # machine (at 6 s a fresh clone's run beside another test worker finished only the first 24).
+    result = run(quick=True, minutes=0.5, concurrency=24)
     m = result.metrics
     for key in ("soak_episodes", "fd_growth", "proc_growth", "rss_growth_ratio", "stuck_episodes"):
         assert key in m and key in result.units
