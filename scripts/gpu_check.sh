@@ -16,7 +16,9 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 2
 python="${PYTHON:-python3}"
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+# scripts/ too: gpu_check.py imports its parts from beside it (Python adds the script's folder
+# itself, but not under PYTHONSAFEPATH).
+export PYTHONPATH="$root:$root/scripts${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 # Tokenizer threads are not needed and would compete with the stand-in server's thread.
 export TOKENIZERS_PARALLELISM=false
