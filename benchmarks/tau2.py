@@ -6,7 +6,7 @@
   ids, the τ² link, the tool message), timed in envgym's process;
 * ``tau2_link_roundtrip_us`` — an empty request over the same link: what the process boundary
   costs when τ² runs in its own venv (.venv-tau2, docs/TAU2.md);
-* ``envgym_over_inprocess_ratio`` — target ≤ 2 (issue 14).  The link mode is in the notes;
+* ``envgym_over_inprocess_ratio`` — target ≤ 2.  The link mode is in the notes;
 * ``mcp_bare_us`` / ``mcp_envgym_us`` — ``add(2, 3)`` on ``benchmarks.mcp_tool_server`` (stdio) from a
   bare ``mcp`` client session (env_step's measurement) vs. through envgym's ``McpToolset``;
   ``mcp_envgym_over_bare_ratio`` — target ≤ 1.2.

@@ -317,7 +317,7 @@ def unique_call_ids(action: NormalizedAction, taken: set[str], suffix: str) -> N
 
     Ids must be unique over an episode, not only within a turn: a tool reply names its call by
     id, and fallback ids are derived from the turn's text, so a model repeating a turn (or
-    reusing ``"call_0"``) would otherwise produce the same ids twice (issue 8, item 10).  A
+    reusing ``"call_0"``) would otherwise produce the same ids twice.  A
     fresh ``suffix`` per turn keeps the renaming deterministic.
     """
     calls = action.message.get("tool_calls") or []

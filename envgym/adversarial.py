@@ -1,4 +1,4 @@
-"""Generic exploits that every verifier must survive (issue 9, "What to build" 1).
+"""Generic exploits that every verifier must survive (docs/CHECK.md).
 
 Each :class:`Exploit` is a submission built from the task text and the gold submission alone,
 so it applies to every family: prompt echo (the task text, its numbers and its expressions),

@@ -67,7 +67,7 @@ class Manifest:
 
 @dataclass(frozen=True)
 class Witness:
-    """A submission that violates exactly one verifier rule (issue 9, shared contract)."""
+    """A submission that violates exactly one verifier rule (docs/CHECK.md)."""
 
     rule: str
     submission: Mapping[str, Any]

@@ -17,7 +17,7 @@ _AST_LOCK = threading.Lock()
 
 
 def parse_python(source: str, filename: str = "<bundle>") -> ast.Module:
-    """``ast.parse`` that is safe while other threads parse too (issue 8 item 9a).
+    """``ast.parse`` that is safe while other threads parse too.
 
     CPython 3.11.7 keeps the counter that ``ast.parse`` uses while it converts its C tree into
     Python objects in interpreter-wide state.  A garbage collection during that conversion can

@@ -50,7 +50,7 @@ def run_demo(
     sandbox: str = "bwrap",
     evaluations: tuple[DemoEval, ...] = (
         DemoEval(),
-        # Issue 5: the code interpreter on real Jupyter kernels (math/logic/data tasks).
+        # The code interpreter on real Jupyter kernels (math/logic/data tasks).
         DemoEval(env="code-interpreter-v0", tasks=2, max_tokens=128, max_turns=3),
     ),
     synthesis: bool = True,
@@ -202,7 +202,7 @@ SYNTH_CATEGORY = "retail orders"
 def demo_synthesis(
     console: Console, sandbox: str = "bwrap", *, step: int = 6, size: int = 2
 ) -> bool:
-    """Issue 4's step: synthesize ``size`` bundles procedurally, validate them, filter their
+    """The synthesis step: synthesize ``size`` bundles procedurally, validate them, filter their
     tasks by pass@``size`` with the embedded model (tiny budgets), then evaluate ``size`` tasks
     of the first bundle."""
     import typer

@@ -1,4 +1,4 @@
-"""The demo's SWE step (issue 12): mine a repository's history, validate, check.
+"""The demo's SWE step: mine a repository's history, validate, check.
 
 ``envs/swe/demo_repo.py`` writes ``wordstat``, a small project with a real git history; the step
 runs what ``envgym synth swe --repo wordstat`` runs (mine issue–fix commits, set the project up

@@ -1,4 +1,4 @@
-"""The demo's training step (issue 10 §7, the short version of the README's learning run).
+"""The demo's training step (the short version of the README's learning run).
 
 Code-interpreter math at difficulty 1: a training bundle and a held-out bundle built from two
 seeds; the embedded SmolLM2 is cold-started (``envgym sft``: gold replays in its own format),

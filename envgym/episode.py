@@ -86,8 +86,8 @@ def answer_calls(
     ``answer(call, submitted)`` runs one readable call (``submitted``: an earlier call of the
     turn was a valid submission) and returns the reply and, for a valid submission, its result.
     Tool replies come first, in the assistant message's call order: chat templates and
-    OpenAI-style APIs reject a user message between tool calls and their results (issue 8,
-    item 5).  Problems no call can answer follow as env messages.
+    OpenAI-style APIs reject a user message between tool calls and their results.
+    Problems no call can answer follow as env messages.
     """
     messages: list[Message] = []
     result: S | None = None

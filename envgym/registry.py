@@ -202,9 +202,10 @@ def env_factory(target: str | Path, **kwargs: Any) -> Callable[[], Env]:
 
     ``envgym eval`` and the synthesis filter build their envs through this, so a registered
     family runs with its own env class (``code-interpreter-v0`` gets ``CodeInterpreterEnv``: its
-    system prompt and Jupyter kernel), never a plain ``BundleEnv`` of the same bundle (issue 9
-    item 6).  An id is resolved now (a typo fails before any episode starts) and pinned to its
-    version; the factory is a ``functools.partial`` of :func:`make`, so it pickles (Ray actors).
+    system prompt and Jupyter kernel), never a plain ``BundleEnv`` of the same bundle, so
+    evaluation scores the env that training runs.  An id is resolved now (a typo fails before
+    any episode starts) and pinned to its version; the factory is a ``functools.partial`` of
+    :func:`make`, so it pickles (Ray actors).
     """
     if _is_bundle_dir(target):
         return functools.partial(make, Path(target), **kwargs)

@@ -1,6 +1,6 @@
 """Copy-on-reset of a bundle's ``state/`` into a fresh, size-limited episode directory.
 
-Issue 8 items 1-3: the episode directory is a :class:`~envgym.sandbox.quota.BoundedDir` (its
+The episode directory is a :class:`~envgym.sandbox.quota.BoundedDir` (its
 own tmpfs with a size limit, so a tool cannot fill host RAM).  A refill never walks what the
 last episode left: it mounts a *fresh* tmpfs on the same path (``BoundedDir.wipe``) and writes
 the pristine files into it with ``O_CREAT | O_EXCL | O_NOFOLLOW`` relative to directory fds.
@@ -117,7 +117,7 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
 
     Walks with directory fds (``O_NOFOLLOW`` at every step, ``fchown`` on what was opened), so
     a symlink, or a directory swapped for a symlink mid-walk, is never followed to a host file
-    (issue 8 item 1: ``os.walk`` + ``chown`` lost that race).  Hard-linked files are skipped (a
+    (``os.walk`` + ``chown`` lost that race).  Hard-linked files are skipped (a
     host file smuggled in on a shared filesystem); entries that vanish mid-walk are skipped.
     """
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)

@@ -5,7 +5,7 @@
 token, the usual rule of thumb for English text and JSON under BPE vocabularies. It is for
 budgets (when to compact, when to truncate), not for training data.
 
-Both count *incrementally* (issue 8, item 8): a prompt is a sum of per-message costs, each
+Both count *incrementally*: a prompt is a sum of per-message costs, each
 computed once per distinct message and reused, and the sum over the prefix a call shares (by
 object identity) with the previous call is reused too.  An env step therefore costs the new
 messages, not the whole transcript again; before, step 200 of an episode re-tokenized ~400

@@ -19,7 +19,7 @@ class Verdict:
     checks: tuple[Check, ...]
     # Set when the verifier itself broke (raised, crashed, timed out, returned a malformed
     # report): the verdict fails, and ``envgym check`` counts it as a verifier fault, never as a
-    # rejection (issue 9: "any exception inside a verifier is a failed check, never a pass").
+    # rejection: any exception inside a verifier is a failed check, never a pass.
     error: str | None = None
 
     @property

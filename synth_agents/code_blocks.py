@@ -163,7 +163,7 @@ def task_json(found: list[Block]) -> tuple[dict[str, Any] | None, str]:
 
 
 def witnesses_json(found: list[Block]) -> tuple[list[dict[str, Any]] | None, str]:
-    """The per-rule witnesses from a ```json witnesses``` block (shared contract of issue 9), or why not.
+    """The per-rule witnesses from a ```json witnesses``` block (docs/CHECK.md), or why not.
 
     Format: ``[{"rule": "<check name>", "submission": {<submit tool arguments>}, "note": "..."}, ...]``.
     """

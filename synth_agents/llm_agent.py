@@ -73,7 +73,7 @@ class LLMConfig:
     sandbox: str = "bwrap"
     params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=1024))
     transcript_chars: int = 1500  # kept per message in the job record
-    require_witnesses: bool = True  # per-rule witnesses (issue 9's shared contract) or no task
+    require_witnesses: bool = True  # per-rule witnesses (docs/CHECK.md) or no task
 
 
 def category_problem(category: str) -> str | None:

@@ -7,7 +7,7 @@
 * :func:`check_agreement` — the seed's loop condition: run the solution in the sandbox, verify
   its submission, and require that the verifier rejects an empty answer; then, when witnesses
   are given, that every rule (check name) the gold verdict reports has a *per-rule witness*: a
-  submission whose verdict fails exactly that one check (issue 9's shared contract).
+  submission whose verdict fails exactly that one check (docs/CHECK.md).
 
 The full validator (:mod:`synth_agents.validate`) runs afterwards on the finished bundle.
 """

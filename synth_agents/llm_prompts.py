@@ -76,8 +76,8 @@ then also send the whole new tools.py as a ```python tools``` block.
 Reply with the blocks ```json task```, ```python solution```, ```python verifier```
 (and ```python tools``` only if you changed the tools).{witnesses}"""
 
-# Issue 9's shared contract: a per-rule witness violates exactly one verifier check.  Inserted
-# as a format argument, so its braces are literal.
+# The per-rule witness contract (docs/CHECK.md): a witness violates exactly one verifier check.
+# Inserted as a format argument, so its braces are literal.
 WITNESSES = """
 Also send, for EVERY check name your verifier reports, one wrong submission that fails exactly
 that check and passes all the others:

@@ -44,7 +44,7 @@ class FilterConfig:
     max_errors: int = 10  # errored episodes per task before giving up on it
     params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=512))
     budget: Budget = field(default_factory=Budget)  # the floor when derived, else the budget itself
-    # Budgets from the gold solution's length (issue 9, "What to build" 8): a fixed 128 turns is
+    # Budgets from the gold solution's length: a fixed 128 turns is
     # below what a difficulty-5 gold needs (144 calls), so a perfect policy was dropped as
     # "never solved".  turns = headroom × gold calls + slack; sampled tokens = headroom × gold
     # calls × tokens_per_call; each at least ``budget``'s value.

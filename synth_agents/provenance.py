@@ -4,7 +4,7 @@ DeepSeek-V3.2 §3.2.3 restricts the synthesized solution function "to invoking t
 performing logical computations".  The static rules (:mod:`synth_agents.solution_rules`) and the
 isolation guard (:mod:`synth_agents.isolation`) stop a solution from *reading the state* itself;
 they do not stop it from reading the answer out of ``task["metadata"]`` — an answer key the agent
-being trained never sees (issue 9, "What was found" 4: an LLM-written task whose solution
+being trained never sees (an LLM-written task whose solution
 submitted ``metadata["answer"]`` without a data tool call, and whose verifier compared against
 the same key, was kept with an answer that is wrong for the database).
 

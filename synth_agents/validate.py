@@ -49,7 +49,7 @@ REASONS = {
     "noop_accepted": "the verifier accepts the empty/no-op submission",
     "corruptions_accepted": "the verifier accepts too many corrupted answers",
     "reruns_disagree": "reruns of the gold solution disagree",
-    "rules_uncovered": "a verifier rule has no valid per-rule witness in tasks.jsonl (issue 9's shared contract)",
+    "rules_uncovered": "a verifier rule has no valid per-rule witness in tasks.jsonl (one that fails that rule alone)",
     "exploit_accepted": "the verifier accepts a generic exploit (prompt echo, format example, huge or nested values)",
     "verifier_error": "the verifier crashed, timed out or returned a malformed report",
     "mutant_survives": "a mutant of the verifier that envgym check does not catch pays an answer the "
@@ -154,7 +154,7 @@ def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task:
             return result([Problem("malformed_bundle", str(exc))], content=content)
         # The guard only constrains solution frames; a gold that reads the state fails check
         # here too, and is reported once, as solution_reads_state.  Synthesized bundles must
-        # bring their own per-rule witnesses (issue 9's shared contract): none are derived.
+        # bring their own per-rule witnesses (docs/CHECK.md): none are derived.
         report = check_bundle(bundle, sandbox=run.box, corruptions_per_task=corruptions_per_task, reruns=reruns,
                               seed=seed, min_rejection=MIN_REJECTION, derive_witnesses=False)
         isolation = run.solve_all()

@@ -1,4 +1,4 @@
-"""transformers' MoE expert layers on ``kernels.moe`` (issue 11: the trainer uses the kernels).
+"""transformers' MoE expert layers on ``kernels.moe``, so the trainer uses the project's kernels.
 
 Mixtral, Qwen-MoE and OLMoE keep their experts in one ``*Experts`` module whose forward
 transformers dispatches through ``ALL_EXPERTS_FUNCTIONS`` by ``config._experts_implementation``.

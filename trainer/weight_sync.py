@@ -45,7 +45,7 @@ def load_model(config: TrainConfig) -> tuple[nn.Module, Any]:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     except (OSError, ValueError) as err:
         raise ValueError(f"model.path: cannot load {config.model.path!r}: {err}") from None
-    # MoE models train with their experts on kernels.moe (issue 11); a dense model or an expert
+    # MoE models train with their experts on kernels.moe; a dense model or an expert
     # layout the kernel does not implement keeps transformers' own (the reason is ignored).
     use_kernel_experts(model)
     return model, tokenizer

@@ -49,7 +49,8 @@ class ContextManager:
     env_messages_end_turn: bool = False
     _default_counter: TokenCounter = field(init=False, repr=False, compare=False)
     # (history list, length searched, latest user turn, that message): the env appends to one
-    # list, so each render searches only the new messages for a user turn (issue 8, item 8).
+    # list, so each render searches only the new messages for a user turn
+    # (a step must not cost the whole history again).
     _turn_memo: tuple[Any, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:

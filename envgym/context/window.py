@@ -2,7 +2,7 @@
 
 A prompt that no longer fits the model's window ends the episode the way a spent token budget
 does: truncated (``truncated_by="context_window"``), reward 0, counted in the evaluation's n.
-Filing it as a backend error would drop it from n and inflate pass@k (issue 14).  Backends raise
+Filing it as a backend error would drop it from n and inflate pass@k.  Backends raise
 :class:`ContextWindowExceeded` instead of a plain :class:`~envgym.policy.PolicyError` when the
 prompt is too long; the rollout engine truncates the episode on it.  Envs built with the
 model's window and an overflow strategy (envgym.context.overflow) compact before this happens.

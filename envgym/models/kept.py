@@ -15,7 +15,7 @@ the varint ``max_id + 1``); the body is raw-deflated when that makes it shorter
 (``flags & 2``).  A base64 string's length is a multiple of 4, so it never equals ``"unknown"``.
 
 Why not JSON id lists: at top-p 0.99 a kept set holds thousands of ids (~10 KB of JSON per
-token, issue 10); sorted gaps are mostly one byte each and deflate squeezes them further
+token); sorted gaps are mostly one byte each and deflate squeezes them further
 (docs/MODELS.md has the measured bytes per token).  Why not "the kept count in logit order":
 the trainer's logits differ from the engine's in the last bits, so the order (and the set) it
 would rebuild is not the one the engine sampled from — the mask must be the engine's own ids.

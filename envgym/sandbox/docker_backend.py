@@ -187,7 +187,8 @@ class DockerSandbox(ProcessSandbox):
 
     def _prepare_state(self, state: Path) -> None:
         # Only while no container of this sandbox runs (removal is synchronous); chown_tree
-        # follows no links and skips hard-linked files (issue 8 item 1).
+        # follows no links and skips hard-linked files
+        # (a planted link must not redirect the chown to a host file).
         if self.root:
             chown_tree(state, self.uid, self.gid)
 

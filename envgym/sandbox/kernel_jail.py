@@ -299,7 +299,7 @@ def launch(
     bubblewrap cannot run here.  Must be called off the event loop (it forks).
 
     With ``site_dir`` (a site-packages directory), the jail sees only the entries
-    ``site_names`` of it: an empty read-only tmpfs hides the rest (issue 9: generator packages
+    ``site_names`` of it: an empty read-only tmpfs hides the rest (generator packages
     must not be importable by the code being judged)."""
     root = os.geteuid() == 0
     probe(root)

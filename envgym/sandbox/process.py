@@ -9,7 +9,7 @@ and the last ``reset`` so the next call after a crash works on the same episode 
 Latency matters (an RL rollout makes thousands of tool calls): one request is one ``write``,
 one ``poll`` and usually one ``read`` on each side, with compact JSON.
 
-Isolation (issue 8 item 3, docs/SANDBOX.md "Episodes and restarts"): every ``reset`` starts a
+Isolation (docs/SANDBOX.md "Episodes and restarts"): every ``reset`` starts a
 fresh worker, so no code of an earlier episode runs in a later one; and after every op the
 host looks at the worker from outside (:meth:`WorkerHandle.quiet`: one thread, no other
 process in the sandbox).  A worker that is not quiet is replaced before the next request, so
@@ -232,7 +232,7 @@ class ProcessSandbox(Sandbox):
             # close() ran in another thread while this worker launched (an env pool closes a
             # cancelled episode's env while its reset runs): close() sets _closed before it
             # reads _conn, and this check comes after _conn is published, so one of the two
-            # always sees the new worker and kills it (issue 8 item 9b: leaked bwrap/zombie).
+            # always sees the new worker and kills it (else a bwrap leaks, later a zombie).
             self._discard()
             raise RuntimeError("sandbox is closed")
 

@@ -1,6 +1,6 @@
 """Size-limited directories: each one is its own tmpfs, so a tool cannot fill host RAM.
 
-Issue 8 item 2: episode directories used to live directly on host ``/dev/shm`` with only a
+Episode directories used to live directly on host ``/dev/shm`` with only a
 per-file limit (``RLIMIT_FSIZE``), so 40 files of 16 MiB grew host ``/dev/shm`` by 640 MiB.
 A :class:`BoundedDir` mounts a fresh tmpfs with ``size=`` (bytes of data) and ``nr_inodes=``
 (tmpfs inodes cost kernel memory that ``size`` does not count) on a new directory: writes past

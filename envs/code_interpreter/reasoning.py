@@ -7,7 +7,7 @@ curriculum (reasoning-gym's ``create_curriculum``): every attribute at level
 ``min(difficulty - 1, its top level, cap)``, with caps where the top level would make prompts
 longer than a small model's window (a 100×100 Game of Life board).
 
-Seeds (issue 9, items 2 and 4): by default every (generator, difficulty) draws its generator
+Seeds are secret: by default every (generator, difficulty) draws its generator
 seed from :mod:`secrets` at build time and the task stores it host-side
 (``metadata.rg_seed`` / ``rg_index``: the bundle's tasks.jsonl, which no kernel mounts), so an
 agent that knows the generator cannot regenerate the instance from the task id, index or

@@ -1,4 +1,4 @@
-"""The offline MCP task suite (issue 14 item 4, docs/MCP.md "Offline MCP suite").
+"""The offline MCP task suite (docs/MCP.md "Offline MCP suite").
 
 Tasks in MCPMark's layout (``meta.json``, ``description.md``, ``verify.py``) over three real MCP
 servers — the reference filesystem server (npm), ``mcp-server-git`` and ``mcp-server-sqlite``

@@ -13,7 +13,7 @@ is ours and trusted; envgym check re-runs it in the sandbox later):
 4. every check the gold verdict reports has a per-rule witness (envs.procedural_kit.witness),
    found among the category's candidates and verified here;
 5. where the recipe sets a greedy share, the greedy baseline's outcome matches the one drawn
-   for this task (issue 9, "What to build" 5).
+   for this task (so the recipe sets how many tasks need search).
 
 A proposal that fails any of these is thrown away and another is drawn (Seed-Thinking-v1.5
 §2.1: a generator paired with a verifier that "rigorously evaluates the generation
@@ -72,8 +72,8 @@ class Recipe:
     draw_task: Callable[[Any, random.Random, int, int], "dict[str, Any] | None"]  # (world, rng, difficulty, index)
     witness_candidates: Candidates
     baseline: str | None = None  # greedy solver in solution.py, written into every task line
-    # difficulty -> share of that level's tasks the greedy baseline may solve (issue 9, "What to
-    # build" 5): each task draws whether it is one of them, and only draws whose baseline outcome
+    # difficulty -> share of that level's tasks the greedy baseline may solve (levels must
+    # need search): each task draws whether it is one of them, and only draws whose baseline outcome
     # matches are kept, so the greedy solve rate per level is set by the recipe, and measured.
     greedy_share: Mapping[int, float] | None = None
     max_draws: int = MAX_DRAWS  # per task; raise it for categories whose hard draws rarely solve

@@ -1,4 +1,4 @@
-"""Per-rule witnesses and greedy baselines for procedural tasks (issue 9, shared contract).
+"""Per-rule witnesses and greedy baselines for procedural tasks (docs/CHECK.md).
 
 A witness for rule R is a submission whose verdict fails exactly R (every other reported check
 passes).  They are *found*, never assumed: a category proposes candidates built from the task's

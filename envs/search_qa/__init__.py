@@ -1,1 +1,1 @@
-"""Search-QA environments over the Debian package corpus (issue 13, part 4; docs/SEARCH_QA.md)."""
+"""Search-QA environments over the Debian package corpus (docs/SEARCH_QA.md)."""

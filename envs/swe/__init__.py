@@ -1,1 +1,1 @@
-"""SWE environments from issue–PR pairs (issue 12): see docs/SWE.md."""
+"""SWE environments from issue–PR pairs: see docs/SWE.md."""

@@ -202,7 +202,7 @@ class _Generator:
             price = int(round(math.exp(math.log(25) + frac * (math.log(420) - math.log(25)))))
             # Ratings follow price loosely, so the cheapest meal is rarely the best-rated one;
             # the first two restaurants of every city sit below and above every rating threshold
-            # the prompts use (2.5-2.9 and 4.5-4.9), so each threshold binds (issue 9, found 5).
+            # the prompts use (2.5-2.9 and 4.5-4.9), so each threshold binds.
             if i == 0:
                 price, rating = rng.randint(25, 60), rng.choice([2.5, 2.6, 2.7, 2.8, 2.9])
             elif i == 1:

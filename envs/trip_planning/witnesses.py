@@ -1,4 +1,4 @@
-"""Per-rule witnesses for trip-planning tasks (issue 9, shared contract of reward validity).
+"""Per-rule witnesses for trip-planning tasks (docs/CHECK.md: every reported rule is enforced).
 
 A witness for rule R is a submission whose verdict fails exactly R.  They are *found*, not
 assumed: candidates are built from the task's constraints over the database and each one is

@@ -1,4 +1,4 @@
-"""Model-driven search-QA synthesis (issue 13 part 3; DeepSeek-V3.2 §3.2.3 "Search Agent").
+"""Model-driven search-QA synthesis (DeepSeek-V3.2 §3.2.3 "Search Agent").
 
 Per sampled entity:
 

@@ -1,6 +1,6 @@
 """Procedural multi-hop questions over the Debian corpus, with programmatically known answers.
 
-The offline fallback of the QA synthesis pipeline (issue 13, part 3): no model, deterministic
+The offline fallback of the QA synthesis pipeline: no model, deterministic
 in the seed, and every answer checked unique over the whole corpus before the question is kept.
 Entities are sampled biased to the long tail (weight 1 / (1 + reverse dependencies)), as the
 seed's pipeline does, so answers are rarely famous packages a model would recall unaided.

@@ -28,7 +28,7 @@ class KernelConfig:
     preload: tuple[str, ...] = ()  # modules imported at kernel start (warm kernels have them)
     limits: JailLimits = field(default_factory=JailLimits)
     # Distributions the kernel may import (with what they require); everything else in
-    # site-packages is hidden from it (issue 9: no generator packages).  None: all of them.
+    # site-packages is hidden from it (no task generator: it would give answers away).  None: all.
     packages: tuple[str, ...] | None = KERNEL_PACKAGES
     # Options for the kernel process (traitlets command-line form).
     kernel_args: tuple[str, ...] = (

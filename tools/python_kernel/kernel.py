@@ -134,7 +134,7 @@ class JailedKernel:
         # Linger 0 for every socket: a message queued for a dead kernel must never make
         # closing the context (explicitly or at garbage collection) wait forever.
         client.context.setsockopt(zmq.LINGER, 0)
-        # Issue 8 item 10d: the output cap must hold on the socket, not after a whole message
+        # The output cap must hold on the socket, not after a whole message
         # is in host memory.  libzmq reads a frame's size first and drops a connection whose
         # frame is larger than MAXMSGSIZE without allocating it (the SUB socket reconnects);
         # the receive high-water mark bounds how many capped messages can queue up.

@@ -1,6 +1,6 @@
 """Which installed packages a kernel may import: ipykernel and the documented data-science stack.
 
-Issue 9 (items 2 and 4): with the whole venv mounted, a cell could ``import reasoning_gym`` and
+With the whole venv mounted, a cell could ``import reasoning_gym`` and
 regenerate a task's answer from its generator.  The jail therefore hides site-packages and
 binds back only the entries (top-level modules, packages, their ``.dist-info``) of the
 distributions reachable from :data:`KERNEL_PACKAGES` through their unconditional requirements

@@ -81,8 +81,8 @@ class KernelPool:
         self._started = self._replaced = self._restarts = 0
         self._names = itertools.count(1)
         self._closed = False
-        # Each workspace and IPC directory is its own size-limited tmpfs (issue 8 item 2: a
-        # cell wrote 1 GiB into host /dev/shm); keyed by path, closed when the path is removed.
+        # Each workspace and IPC directory is its own size-limited tmpfs (else a
+        # cell could fill host /dev/shm); keyed by path, closed when the path is removed.
         self._boxes: dict[Path, BoundedDir] = {}
 
     # -- life cycle ---------------------------------------------------------------------

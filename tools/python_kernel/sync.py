@@ -129,7 +129,7 @@ class SyncKernelSession:
 def _at_exit(ref: weakref.ref[SyncKernelPool]) -> None:
     """Close the pool at exit *before* the interpreter joins its thread pools.
 
-    Issue 8 item 9c: closed from an ``atexit`` hook, the pool needed ``asyncio.to_thread``
+    Closed from an ``atexit`` hook, the pool needed ``asyncio.to_thread``
     (killing jails, a refill's launch) after concurrent.futures had already shut its executors
     down, so ``close`` hung until its 30 s timeout and the loop died with pending tasks
     ("Task was destroyed but it is pending").  threading's exit hooks run first (last

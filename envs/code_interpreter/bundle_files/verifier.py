@@ -1,6 +1,6 @@
 """Verifier of code-interpreter tasks: is the submitted answer an equivalent *value*?
 
-Runs in the bundle sandbox (``python -I -S``, standard library only).  Issue 9: a number must be
+Runs in the bundle sandbox (``python -I -S``, standard library only).  A number must be
 written as a value -- integer, decimal, scientific, fraction in lowest terms, simplified surd,
 with ``\\boxed``/``$``/``x =``/currency/units the prompt names -- never as arithmetic still to
 compute (echoing the prompt's ``478 / 1 + -682`` must not score).  Tolerance follows the task's

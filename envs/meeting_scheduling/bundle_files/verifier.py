@@ -5,7 +5,7 @@ more meetings) |
 working_hours (inside working hours and not out of office), no_conflicts, lunch_hour (only
 when lunch is protected) | representative (only when one is asked for) | room_fits (a room that
 exists, seats everyone and has video when asked), room_free, smallest_room.  A stage is reported only when every earlier stage passed: a rejected schedule
-stays rejected, and each rule can fail on its own (issue 9: every rule has a per-rule
+stays rejected, and each rule can fail on its own (every rule has a per-rule
 witness).  An answer that does not parse reports valid_json alone.
 """
 

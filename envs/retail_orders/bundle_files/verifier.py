@@ -8,7 +8,7 @@ excluded_category, one_per_order | refund_total_correct, refund_range.
 Only the rules the task sets are reported (no min_rating check without a rating floor), and
 the checks are reported in stages (``|`` above): a stage is reported only when every earlier
 stage passed.  A submission that fails a stage is rejected either way; staging makes each rule
-fail on its own for some submission (issue 9: every rule has a per-rule witness), e.g. a
+fail on its own for some submission (every rule has a per-rule witness), e.g. a
 basket with an out-of-stock item reports in_stock, not also a budget it was never priced for.
 An answer that does not parse reports valid_json alone.
 """

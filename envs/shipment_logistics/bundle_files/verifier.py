@@ -4,7 +4,8 @@ Check names, in stages: valid_json | shipments_in_order, lanes_exist | route_con
 no_repeated_hub | max_hops | allowed_modes (only when a mode is ruled out), hazmat (only when a
 shipment is hazmat) | deadline | capacity | total_cost_correct, budget.  A stage is reported
 only when every earlier stage passed: a rejected submission stays rejected, and each rule can
-fail on its own (issue 9: every rule has a per-rule witness).  An answer that does not parse reports valid_json alone.
+fail on its own (every rule has a per-rule witness).  An answer that does not parse reports
+valid_json alone.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def solve_trip(tools, task: dict) -> None:
 
 
 def greedy_trip(tools, task: dict) -> None:
-    """Greedy baseline (issue 9, "What to build" 5): the cheapest option per item, no search.
+    """Greedy baseline (levels must need search): the cheapest option per item, no search.
 
     It honours the rules that concern one item at a time (rating floors, the ticket cap, the
     allowed legs) but never looks ahead: the first city it can reach, the cheapest hotel, the
