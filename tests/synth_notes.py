@@ -1,4 +1,4 @@
-"""The core tests' notes bundle, made to meet issue 9's shared contract for synthesis validation:
+"""The core tests' notes bundle, made to meet the per-rule witness contract (docs/CHECK.md):
 a verifier whose rules can each be violated alone, and a per-rule witness for each in tasks.jsonl.
 
 (The core notes verifier's ``answered`` rule cannot be violated without also failing ``correct``,

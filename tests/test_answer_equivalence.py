@@ -1,4 +1,4 @@
-"""Answer equivalence that cannot be gamed (issue 9): the code-interpreter verifier accepts a
+"""Answer equivalence that cannot be gamed: the code-interpreter verifier accepts a
 *value* in any canonical form and rejects arithmetic that still needs computing, hostile input
 without raising, and the prompt's own expressions on every default task."""
 
@@ -30,25 +30,25 @@ def verdict(given: str, kind: str, expected: str, prompt: str = "", **meta: Any)
 
 
 N = "number"
-# (given, kind, expected, prompt, accepted) -- issue 9's cases are marked "issue".
+# (given, kind, expected, prompt, accepted) -- cases once mishandled are marked "found".
 TABLE: list[tuple[str, str, str, str, bool]] = [
     # values in canonical forms: accepted
     ("12", N, "12", "", True),
     ("12.0", N, "12", "", True),
     ("+12", N, "12", "", True),
     ("−5", N, "-5", "", True),  # unicode minus
-    ("1,234,567", N, "1234567", "", True),  # issue: thousands separators
+    ("1,234,567", N, "1234567", "", True),  # found: thousands separators
     ("1{,}234{,}567", N, "1234567", "", True),
     ("1\\,234\\,567", N, "1234567", "", True),
-    ("\\frac12", N, "0.5", "", True),  # issue
+    ("\\frac12", N, "0.5", "", True),  # found
     ("\\frac{1}{2}", N, "0.5", "", True),
     ("\\dfrac{3}{4}", N, "3/4", "", True),
     ("-\\frac{3}{4}", N, "-0.75", "", True),
     ("\\frac{-3}{4}", N, "-0.75", "", True),
     ("3/4", N, "0.75", "", True),
-    ("x = 3", N, "3", "", True),  # issue
+    ("x = 3", N, "3", "", True),  # found
     ("e = 84", N, "84", EQUATION, True),
-    ("$12.34", N, "12.34", "", True),  # issue: currency
+    ("$12.34", N, "12.34", "", True),  # found: currency
     ("\\$12.34", N, "12.34", "", True),
     ("-$5", N, "-5", "", True),
     ("$12.34$", N, "12.34", "", True),  # math mode, not a dollar sign
@@ -77,18 +77,18 @@ TABLE: list[tuple[str, str, str, str, bool]] = [
     ("-0.204", N, "-0.204", ROUND3, True),
     ("-0.2044", N, "-0.204", ROUND3, True),
     # expressions, hostile and wrong values: rejected
-    ("478 / 1 + -682", N, "-204", "", False),  # issue: prompt echo
-    ("245.8034^7", N, "5.421446805085293e+16", POWER, False),  # issue
-    ("\\boxed{657 * 233}", N, "153081", "", False),  # issue
-    ("3 4", N, "12", "", False),  # issue: juxtaposition
-    ("abs(-12)", N, "12", "", False),  # issue
-    ("exp(0)", N, "1", "", False),  # issue
-    ("1.879e-06", N, "1.8700047263398788e-06", POWER, False),  # issue: 5e-3 relative, 3 s.f. differ
+    ("478 / 1 + -682", N, "-204", "", False),  # found: prompt echo
+    ("245.8034^7", N, "5.421446805085293e+16", POWER, False),  # found
+    ("\\boxed{657 * 233}", N, "153081", "", False),  # found
+    ("3 4", N, "12", "", False),  # found: juxtaposition
+    ("abs(-12)", N, "12", "", False),  # found
+    ("exp(0)", N, "1", "", False),  # found
+    ("1.879e-06", N, "1.8700047263398788e-06", POWER, False),  # found: 5e-3 relative, 3 s.f. differ
     ("1.9e-06", N, "1.8700047263398788e-06", POWER, False),
-    ("1e999", N, "1", "", False),  # issue: hostile
-    ("(-8)^(1/3)", N, "-2", "", False),  # issue
-    ("-" * 3000 + "1", N, "1", "", False),  # issue: 3,000 nested signs
-    ("10^400", N, "1" + "0" * 400, "", False),  # issue
+    ("1e999", N, "1", "", False),  # found: hostile
+    ("(-8)^(1/3)", N, "-2", "", False),  # found
+    ("-" * 3000 + "1", N, "1", "", False),  # found: 3,000 nested signs
+    ("10^400", N, "1" + "0" * 400, "", False),  # found
     ("1e99999999", N, "1", "", False),
     ("9**9**9**9", N, "1", "", False),
     ("nan", N, "1", "", False),
@@ -136,7 +136,7 @@ TABLE: list[tuple[str, str, str, str, bool]] = [
     ("19/73", "reduced_fraction", "18/73", "", False),
     ("3", "reduced_fraction", "3", "", True),
     # lists and sets
-    ("['a', 'b']", "word_list", "a, b", "", True),  # issue
+    ("['a', 'b']", "word_list", "a, b", "", True),  # found
     ('["a", "b"]', "word_list", "a, b", "", True),
     ("[a, b]", "word_list", "a, b", "", True),
     ("b, a", "word_list", "a, b", "", False),

@@ -126,7 +126,7 @@ def test_duplicate_task_ids_and_bad_json_line(tmp_path: Path) -> None:
     assert exc.value.field == "line 2"
 
 
-# -- links and special files (issue 8 item 10) ------------------------------------------------
+# -- links and special files ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_a_fifo_in_state_is_refused_not_read(tmp_path: Path) -> None:
     assert exc.value.file == "state/pipe" and "not a regular file" in str(exc.value)
 
 
-# -- loading from many threads (issue 8 item 9a) ----------------------------------------------
+# -- loading from many threads ----------------------------------------------------------------
 
 # Enough typed tools that converting the parse tree takes a while (more garbage collections
 # inside the conversion, where CPython 3.11.7 lets another thread's parse clobber its counter).

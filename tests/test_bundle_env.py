@@ -291,7 +291,7 @@ def test_token_counts_with_embedded_tokenizer(bundle_dir: Path) -> None:
         env.close()
 
 
-# -- issue 8: order, overflow, budgets, ids, validation ------------------------------------------
+# -- step guarantees: order, overflow, budgets, ids, validation ----------------------------------
 
 NAP_TOOLS = TOOLS + '''
 

@@ -1,4 +1,4 @@
-"""`envgym check`'s adversarial suite on a small hand-made bundle (issue 9, "What to build" 1).
+"""`envgym check`'s adversarial suite on a small hand-made bundle.
 
 The bundle is one task, "what is 6 * 7?", with a verifier whose behaviour the tests switch
 through a file in its state: strict, accepting the prompt echo, crashing on deep nesting,

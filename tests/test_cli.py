@@ -165,9 +165,9 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-2000:]
     assert "PASSED: 13/13 tasks pass" in out
     assert "13/13" in out and "demo OK" in out
-    assert "envgym eval code-interpreter-v0 --model smollm2 -k 1 --limit 1" in out  # issue 5
-    assert "envgym synth 'retail orders' --n 1 --agent procedural" in out  # issue 4's step
-    # issue 10 §7's short version: base → cold start → GRPO, each scored on the held-out tasks
+    assert "envgym eval code-interpreter-v0 --model smollm2 -k 1 --limit 1" in out  # kernels
+    assert "envgym synth 'retail orders' --n 1 --agent procedural" in out  # synthesis step
+    # the learning run, short: base → cold start → GRPO, each scored on the held-out tasks
     assert "cold start (envgym sft) and 1 GRPO steps" in out
     for row in ("(base)", "after cold start (SFT)", "after 1 GRPO steps"):
         assert row in out, row
@@ -175,6 +175,6 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     train = tmp_path / "demo" / "train"
     assert (train / "grpo" / "metrics" / "curves.png").stat().st_size > 1000
     assert (train / "grpo" / "policy" / "train_run.json").is_file()
-    # issue 12's step: SWE instances mined from wordstat's history, validated, checked
+    # the SWE step: instances mined from wordstat's history, validated, checked
     assert "envgym synth swe --repo wordstat --max-candidates 1" in out and "envgym check · swe-v0" in out
     assert out.count("(step took") == 5  # two evaluations, synthesis, SWE, training

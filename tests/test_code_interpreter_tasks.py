@@ -72,7 +72,7 @@ def test_a_reference_program_wrong_on_every_draw_fails_the_build(monkeypatch: py
 
 
 def test_task_seeds_are_secret_and_cannot_be_recomputed_from_what_the_agent_sees() -> None:
-    """Issue 9 item 2: a cell that knew the generator regenerated a task from seed*1000+difficulty."""
+    """Before, a cell that knew the generator regenerated a task from seed*1000+difficulty."""
     from reasoning_gym.factory import DATASETS
 
     a = reasoning.generate("math", per_generator=1, difficulties=(1,))

@@ -46,7 +46,7 @@ def test_tolerances_come_from_the_task() -> None:
     assert verdict("-1.5e-3", "number", "-0.0013674811612376526", rel_tol=5e-3)[0] is False
     assert verdict("12.3449", "number", "12.34", abs_tol=0.005 + 1e-6) == (True, "")
     assert verdict("12.36", "number", "12.34", abs_tol=0.005 + 1e-6)[0] is False
-    # a precision the prompt states wins over a looser rel_tol (issue 9: 5e-3 let 1.879e-06 pass)
+    # a precision the prompt states wins over a looser rel_tol (5e-3 let 1.879e-06 pass)
     power = {"prompt": "Compute 912.0685^-2. Return your final answer correct to 3 significant figures."}
     assert verdict("1.20e-06", "number", "1.202112425968132e-06", rel_tol=5e-3, **power) == (True, "")
     assert verdict("1.206e-06", "number", "1.202112425968132e-06", rel_tol=5e-3, **power)[0] is False

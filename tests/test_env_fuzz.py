@@ -1,5 +1,5 @@
 """Hypothesis: no action, however malformed, escapes ``env.step`` as an exception, and every
-observation keeps the message order chat templates need (issue 8, items 4 and 5)."""
+observation keeps the message order chat templates need."""
 
 from __future__ import annotations
 

@@ -231,7 +231,7 @@ def test_budget_flags_reach_the_engine(store: Store) -> None:
     assert run.summary.truncations == {"max_turns": 1}
 
 
-# -- evaluation builds what envgym.make builds (issue 9 item 6) --------------------------------
+# -- evaluation builds what envgym.make builds -------------------------------------------------
 
 MARK = "You are evaluated in the marked family."
 
@@ -303,8 +303,9 @@ def test_env_factory_builds_what_make_builds(marked_env: str) -> None:
 @pytest.mark.heavy
 @pytest.mark.timeout(300)
 def test_eval_of_code_interpreter_runs_its_kernel_env(store: Store) -> None:
-    """Issue 9 item 6 on the real family: the episodes have CodeInterpreterEnv's system prompt
-    (not BundleEnv's generic one), and the gold answer passes through its tools."""
+    """Evaluation builds what envgym.make builds, on the real family: the episodes have
+    CodeInterpreterEnv's system prompt (not BundleEnv's generic one), and the gold answer passes
+    through its tools."""
     env = registry.make("code-interpreter-v0", sandbox="inprocess")
     try:
         assert type(env).__name__ == "CodeInterpreterEnv"

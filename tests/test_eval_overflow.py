@@ -1,5 +1,5 @@
 """A prompt past the model's window is the episode's outcome (truncated, reward 0, counted), and
-``envgym eval`` runs the env with the model's window and an overflow strategy (issue 14)."""
+``envgym eval`` runs the env with the model's window and an overflow strategy."""
 
 from __future__ import annotations
 

@@ -170,7 +170,7 @@ print(pool.pool.root, session.execute("print(1 + 1)").text.strip(), flush=True)
 
 
 def test_a_process_exits_promptly_with_its_pool_closed() -> None:
-    """Issue 8 item 9c: closing at exit hung for 30 s ("Task was destroyed but it is pending")."""
+    """Before, closing at exit hung for 30 s ("Task was destroyed but it is pending")."""
     import sys
 
     done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=100)

@@ -1,4 +1,5 @@
-"""Issue 9 items 2 and 4: what a kernel can import, and whether a task's seed can be derived.
+"""What a kernel can import, and whether a task's seed can be derived (answers must not leak to
+the code being judged).
 
 Before the fix the jail mounted the whole venv (``import reasoning_gym`` worked in a cell) and
 reasoning tasks were generated with ``seed * 1000 + difficulty``."""

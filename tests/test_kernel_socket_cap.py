@@ -1,4 +1,4 @@
-"""Issue 8 item 10d: the kernel's output cap holds on the socket.  Before, the host read a whole
+"""The kernel's output cap holds on the socket.  Before, the host read a whole
 IOPub message before capping it: ``print('x' * 800_000_000)`` took the host to 2.3 GiB."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 8 item 2: a kernel's /workspace (and its IPC directory) is a size-limited tmpfs, so a
+"""A kernel's /workspace (and its IPC directory) is a size-limited tmpfs, so a
 cell cannot grow host /dev/shm (host RAM) past the quota; the agent sees ENOSPC and the kernel
 stays usable."""
 

@@ -270,7 +270,7 @@ def test_a_window_refusal_is_the_episode_outcome_not_a_failure(
     server: tuple[str, Script]
 ) -> None:
     """A 400 that says the prompt is over the window raises ContextWindowExceeded (the rollout
-    truncates the episode and counts it, issue 14); any other 400 stays a plain PolicyError."""
+    truncates the episode and counts it in n); any other 400 stays a plain PolicyError."""
     url, script = server
     script.replies = ["window"]
     with pytest.raises(ContextWindowExceeded, match="maximum context length is 8192"):

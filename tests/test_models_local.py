@@ -291,7 +291,7 @@ def test_errors_are_policy_errors_with_clear_messages(tokenizer: Any) -> None:
         for messages in (long, [{"content": "no role"}], []):
             with pytest.raises(PolicyError) as info:
                 await policy.act("x", messages, [], PARAMS)
-            # only the window is an episode outcome (issue 14); the others are failures
+            # only the window is an episode outcome (counted in n); the others are failures
             assert isinstance(info.value, ContextWindowExceeded) == (messages is long)
             errors.append(str(info.value))
         slow = asyncio.create_task(policy.act("dup", START, TOOLS, SamplingParams(max_tokens=200)))

@@ -1,5 +1,5 @@
 """Per-rule witnesses, mutated verifiers and greedy baselines of the three procedural families
-(issue 9: every reported rule is enforced, and levels need search).
+(every reported rule is enforced, and levels need search).
 
 Every check each verifier can report is named below and must have, in a built bundle, a witness
 that fails exactly it; forcing any one check to pass must make ``envgym check`` fail.

@@ -1,4 +1,4 @@
-"""BoundedDir: a size-limited tmpfs per directory (issue 8 item 2)."""
+"""BoundedDir: a size-limited tmpfs per directory, so a tool cannot fill host RAM."""
 
 from __future__ import annotations
 

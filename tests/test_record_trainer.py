@@ -1,4 +1,4 @@
-"""The per-token record the trainer reads (issue 10 §1, record version 2).
+"""The per-token record the trainer reads (record version 2).
 
 Compact kept sets round-trip exactly; "unknown" stays distinct from "not truncated"; the
 sampled-distribution log-prob is the full one renormalized over the kept set; MoE routes cover

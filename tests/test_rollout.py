@@ -502,7 +502,7 @@ def test_cancelling_while_sandboxes_start_leaks_none(bundle_dir: Path) -> None:
 
 
 def test_closing_an_env_while_its_worker_launches_leaves_no_child(bundle_dir: Path) -> None:
-    """Issue 8 item 9b.  The pool closes a cancelled episode's env from another thread while
+    """The pool closes a cancelled episode's env from another thread while
     that env's ``reset`` may still be launching its sandbox worker (closing is what unblocks a
     stuck call).  A worker registered after ``close()`` was never killed nor waited for: bwrap
     exited (its staged bundle was gone) and stayed a zombie — the child with an empty command

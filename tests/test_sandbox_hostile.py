@@ -225,7 +225,7 @@ def test_host_environment_does_not_leak(
     monkeypatch.setenv("ENVGYM_TEST_API_KEY", "hunter2")
     with open_sandbox(bundle, backend, LIMITS) as sandbox:
         sandbox.reset(state)
-        # Issue 8 item 11: /proc/*/environ is unreadable after the privilege drop, so reading
+        # /proc/*/environ is unreadable after the privilege drop, so reading
         # it alone passed even with the secret in the worker's environment.  os.environ is
         # the worker's real environment; the call must succeed for the check to mean anything.
         outcome = sandbox.call_tool("environment", {})

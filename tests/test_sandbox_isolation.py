@@ -1,6 +1,6 @@
-"""Issue 8 items 1-3 and 11: attacks that won against the reused-worker, walk-and-chown design.
+"""Attacks that won against the reused-worker, walk-and-chown design.
 
-Each test is the attack as the issue describes it; each went red on the code before the fix
+Each test is the attack as it was reported; each went red on the code before the fix
 (docs/SANDBOX.md, "Episodes and restarts", lists what each one proves).
 """
 

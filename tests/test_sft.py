@@ -1,4 +1,4 @@
-"""Cold-start SFT (issue 10 §3): rendering and mask round trip, the held-out split, the loss on
+"""Cold-start SFT: rendering and mask round trip, the held-out split, the loss on
 policy tokens only, bad config, and (heavy) the embedded model learning to call a tool."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Filter budgets derived from the gold solution's length (issue 9, "What to build" 8): a perfect
+"""Filter budgets derived from the gold solution's length: a perfect
 policy's long task must not be dropped as "never solved" because the episode budget cut it off."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The LLM synthesis agent against an OpenAI-compatible HTTP server that enforces the message rules
-(issue 9, "What to build" 7), and the fence parser on replies that real models write."""
+(as OpenAI-style APIs do), and the fence parser on replies that real models write."""
 
 from __future__ import annotations
 

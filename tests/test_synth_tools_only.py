@@ -1,4 +1,4 @@
-"""Tools-only solvability of synthesized tasks (issue 9, "What was found" 4 and "What to build" 3):
+"""Tools-only solvability of synthesized tasks:
 the gold answer must come from tool results, and the verifier must judge against the data."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_a_verifier_judging_against_metadata_alone_is_rejected(tmp_path: Path) -
     assert all(r in REASONS for r in result.reasons)
 
 
-def test_the_answer_key_bundle_of_issue_9_is_rejected(tmp_path: Path) -> None:
+def test_the_reported_answer_key_bundle_is_rejected(tmp_path: Path) -> None:
     """The finding, exactly: metadata {"answer": ...} wrong for the database, a solution that submits
     it with no data tool call and a verifier comparing against metadata. It was kept before."""
     from test_synth_llm_agent import DATA, TOOLS, synthesize

@@ -217,7 +217,7 @@ def test_the_guard_goes_after_the_docstring_and_future_imports(notes: Path) -> N
     assert not result.ok and "(sqlite3.connect)" in result.detail
 
 
-# -- per-rule witnesses (issue 9's shared contract) --------------------------------------------
+# -- per-rule witnesses (docs/CHECK.md) --------------------------------------------------------
 @pytest.mark.parametrize(("witnesses", "why"), [
     ([], "no valid witness for ['correct']"),
     ([{"rule": "correct", "submission": {"answer_text": "tangerine"}}], "accepted, so the rule is not enforced"),

@@ -1,4 +1,4 @@
-"""Issue 9 "Done when": a mutated verifier (any single check forced to pass) fails `envgym check`.
+"""A mutated verifier (any single check forced to pass) fails `envgym check`.
 
 For every family, one task per bundle (the one with the most checks) is checked once per rule
 with a verifier wrapped so that this one rule is always reported passed.  The rule's witness is
