@@ -7,7 +7,7 @@ ranks (BM25) a corpus built from (1) the small hand-written corpus shipped in
 (2) the procedural categories' own reference data (trip-planning city notes, the retail
 catalog and return policies, meeting-scheduling teams and rooms, logistics hubs).  Any object
 with ``search(query, k) -> list[SearchHit]`` can replace it (a web API client, the local search
-engine of the search issue).
+engine in tools/search).
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ def test_rejections_say_what_is_wrong() -> None:
 # -- cross-check against math-verify (host side, trusted strings only) -----------------------
 # math-verify (HuggingFace, parses LaTeX, then sympy) is the maintained parser we measured: it
 # cannot run in the sandbox (stdlib only), and on this table it differs from us on exactly these
-# rows, for four reasons.  Every difference is math-verify accepting an answer the issue calls
+# rows, for four reasons.  Every difference is math-verify accepting an answer we found
 # gameable or reading a form it does not know -- the justification for a stdlib value reader.
 _EVALUATES = "evaluates arithmetic / unsimplified forms (the prompt-echo exploit)"
 _NO_PRECISION = "does not know the task's stated precision"

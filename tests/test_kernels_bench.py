@@ -1,4 +1,5 @@
-"""``envgym bench kernels --quick --json`` prints one JSON object with the issue's metric keys.
+"""``envgym bench kernels --quick --json`` prints one JSON object with the metric keys that
+docs/KERNELS.md lists.
 
 Only the shape of the output is checked: timings and memory on a shared CPU are never asserted.
 """

@@ -210,7 +210,7 @@ def test_swap_race_cannot_touch_host_files_over_many_resets(
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("the ownership race needs a root host (the host chowns only as root)")
-    _race(box, dirs, tmp_path, 200)  # the issue saw the host file change after ~120
+    _race(box, dirs, tmp_path, 200)  # the host file changed after ~120 when reported
 
 
 @pytest.mark.timeout(120)

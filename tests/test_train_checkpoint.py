@@ -1,6 +1,6 @@
 """trainer/checkpoint.py: exact resume, atomic saves, the data order, refused config changes.
 
-The resume test is the issue's: 3 steps straight vs 2 steps + a run killed in the middle of step
+The resume test: 3 steps straight vs 2 steps + a run killed in the middle of step
 3 + a resumed run that finishes step 3 ⇒ identical weights, optimizer state and data order.  It
 uses the tiny random Llama and the real parity bundle env of tests/test_train_loop.py.
 """
