@@ -4,11 +4,11 @@ The rule, applied to every tracked ``*.py``, ``*.md``, ``*.sh``, ``*.yaml`` and 
 (``git ls-files``): a citation is the word "issue" or "issues" (any case, not the tail of a
 longer word such as "tissue"), then at most one separator -- a space, a tab, "-", "_", or a line
 break with the next line's indentation and comment or quote marks -- then an optional "#", then
-a digit.  So "issue 12", "issue #3", "Issue 8 item 2", "issues 8 and 9", "issue-11" and
-``test_of_issue_9`` are citations; "an issue", "issue-PR pairs", "Fixes #3" (no word "issue"),
-``issue #{key}`` (no digit) and other projects' URLs such as ``github.com/x/y/issues/123`` (the
-separator is "/") are not.  The patterns themselves are assembled below so this file passes its
-own rule.
+a digit.  So, with N and M numbers, "issue N", "issue #N", "Issue N item M", "issues N and M",
+"issue-N" and ``test_of_issue_N`` are citations; "an issue", "issue-PR pairs", "Fixes #N" (no
+word "issue"), ``issue #{key}`` (no digit) and other projects' URLs such as
+``github.com/x/y/issues/N`` (the separator is "/") are not.  The examples below are assembled
+from parts, so this file passes its own rule.
 """
 from __future__ import annotations
 
