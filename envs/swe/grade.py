@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from envs.swe.acceptance import still_solves
 from envs.swe.canaries import plant_canaries
 from envs.swe.instance import SweInstance
 from envs.swe.patch import changed_files
@@ -126,7 +127,8 @@ def grade(instance: SweInstance, workspace: Path, python_env: Any, scratch: Path
     if outcomes:  # a run with no outcomes at all (crashed, report too large) is failed, not rigged
         rigged = [f"canary {c} did not fail ({o})" for c, o in canary_outcomes.items() if o != "failed"]
         rigged += disagreements(outcomes, tests, canaries, locations, trace)  # pytest's word vs the trace
-    solved = bool(instance.fail_to_pass) and f2p == len(instance.fail_to_pass) and p2p_failed == 0 and not rigged
+    # The same rule synthesis and check use for what is part of a fix (acceptance.py).
+    solved = still_solves(outcomes, instance.fail_to_pass, instance.pass_to_pass) and not rigged
     components = {"f2p_passed": float(f2p), "f2p_total": float(len(instance.fail_to_pass)),
                   "p2p_failed": float(p2p_failed), "patch_applied": 1.0,
                   "tests_ok": float(run.status == "ok"), "canary_ok": float(not rigged)}  # fmt: skip
