@@ -15,14 +15,14 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from local_http import LocalServer
 from search_corpus import dumpavail_text
 
 from envgym.bundle import load_bundle
@@ -77,14 +77,11 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.local = LocalServer(Handler)
+        self.url = f"{self.local.base}/v1"
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.local.stop()
 
     def reply(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         system, user = messages[0]["content"], messages[1]["content"]
