@@ -36,6 +36,9 @@ MUTANTS: dict[str, tuple[Recipe, int, str, str, str]] = {
                                         "abs(claimed - total) > 0.05", "refund_total_correct:"),
     "meeting-buffer-ignored": (MEETINGS, 3, "a0 < b1 + buffer and b0 < a1 + buffer", "a0 < b1 and b0 < a1",
                                "no_overlap:inside_buffer"),
+    # The pair loop skips each meeting's neighbour in the list (a survivor of the mutation run).
+    "meeting-next-in-list-not-compared": (MEETINGS, 5, "for b0, b1, b in spans[i + 1:]:",
+                                          "for b0, b1, b in spans[i + 2:]:", "no_overlap:next_in_list"),
     "meeting-lunch-ends-half-an-hour-early": (MEETINGS, 3, "13 * 60 - shift", "12 * 60 + 30 - shift",
                                               "lunch_hour:into_end"),
 }
