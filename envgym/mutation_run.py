@@ -12,7 +12,8 @@ the gold, corruptions of every witness).
   Judging check's probes in one sandbox start, rather than re-running check (a fresh state per
   witness), makes a mutant cost about a second; the tests hold the two to the same answer;
 * it *changes behaviour* when some probe's verdict (passed, failed checks, fault) differs;
-* it *pays a wrong answer* when the original rejects a probe that the mutant accepts.
+* it *pays a wrong answer* when the original rejects a probe that the mutant accepts (the gold
+  answer in another form, wrapped or fenced, excepted: check allows accepting it).
 
 The kill rate is killed / behaviour-changing (a mutant that changes nothing on any probe is
 counted as equivalent).  A surviving mutant that pays a wrong answer fails the bundle: check
@@ -260,8 +261,8 @@ def _judge(bundle: Bundle, mutant: Mutant, root: Path, stream: dict[str, list[di
             why.append(f"{task.id}: {reason}")
         for probe, b, a in zip(stream[task.id], original[task.id], after):
             changed |= (b.passed, b.failed, b.error) != (a.passed, a.failed, a.error)
-            if not b.passed and a.passed:
-                paid += 1
+            if not b.passed and a.passed and probe.role != "gold_form":  # the gold, in another form:
+                paid += 1  # check lets a verifier accept or refuse it, so a mutant may too
                 example = example or f"{task.id} ({probe.role}): {json.dumps(probe.submission)[:160]}"
     killed = bool(why)
     return MutantResult(mutant.id, mutant.kind, mutant.line, mutant.description, changed or killed, killed,

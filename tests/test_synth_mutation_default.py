@@ -74,3 +74,36 @@ def test_a_verifier_no_model_wrote_is_not_mutated_by_default(tmp_path: Path, req
     off = make_and_validate(WeakVerifierAgent("m"), Job(0, 0, "weak-0"), tmp_path / "s",
                             ValidationSettings(mutation=False))
     assert off.validation is not None and off.validation.passed, off.validation
+
+
+FENCE_REFUSED = '''
+from envgym.runtime import sqlite
+
+
+def verify_secret(submission, task):
+    key = task["metadata"]["key"]
+    want = sqlite().execute("SELECT value FROM notes WHERE key = ?", (key,)).fetchone()[0]
+    got = submission.get("answer_text")
+    if not isinstance(got, str):
+        return {"checks": [{"name": "correct", "passed": False, "detail": "no answer_text"}]}
+    passed = got.strip().strip("`").strip() == want
+    if got.startswith("```"):  # a fenced answer is refused (check lets a verifier choose)
+        passed = False
+    return {"checks": [{"name": "correct", "passed": passed, "detail": f"expected the note {key!r}"}]}
+'''
+
+
+def test_a_mutant_that_only_accepts_the_gold_in_another_form_does_not_reject_the_bundle(
+        tmp_path: Path, require_backend) -> None:  # noqa: ANN001
+    require_backend("bwrap")
+    from envgym import mutation_run
+    from envgym.bundle import load_bundle
+
+    root = make_witnessed_notes(tmp_path / "notes")
+    (root / "verifier.py").write_text(FENCE_REFUSED)
+    write_manifest(root, name="notes", category="notes", provenance={"agent": "llm", "model": "m", "seed": 0})
+    report = mutation_run.run_mutation(load_bundle(root), corruptions_per_task=5)
+    line = next(n for n, text in enumerate(FENCE_REFUSED.splitlines(), 1) if "startswith" in text)
+    guard = [r for r in report.results if r.kind == "if_false" and r.line == line]
+    assert guard and guard[0].changed and not guard[0].killed and guard[0].pays_wrong == 0, guard
+    assert report.passed, mutation_run.summary(report)
