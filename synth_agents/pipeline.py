@@ -211,8 +211,8 @@ def make_and_validate(agent: SynthAgent, job: Job, staging: Path, settings: Vali
     validation = None
     if made.made:
         validation = validate_bundle(staging, sandbox=settings.sandbox, reruns=settings.reruns,
-                                     corruptions_per_task=settings.corruptions_per_task, seed=job.seed,
-                                     mutation=settings.mutation)
+                                     corruptions_per_task=settings.corruptions_per_task,
+                                     seed=job.seed, mutation=settings.mutation)
     return JobResult(job, made, validation, time.perf_counter() - started)
 
 

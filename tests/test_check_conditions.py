@@ -38,7 +38,8 @@ MUTANTS: dict[str, tuple[Recipe, int, str, str, str]] = {
                                "no_overlap:inside_buffer"),
     # The pair loop skips each meeting's neighbour in the list (a survivor of the mutation run).
     "meeting-next-in-list-not-compared": (MEETINGS, 5, "for b0, b1, b in spans[i + 1:]:",
-                                          "for b0, b1, b in spans[i + 2:]:", "no_overlap:next_in_list"),
+                                          "for b0, b1, b in spans[i + 2:]:",
+                                          "no_overlap:next_in_list"),
     "meeting-lunch-ends-half-an-hour-early": (MEETINGS, 3, "13 * 60 - shift", "12 * 60 + 30 - shift",
                                               "lunch_hour:into_end"),
 }
@@ -123,12 +124,13 @@ def test_a_weakened_tier_condition_fails_check(name: str, trip: Path, tmp_path: 
     assert any(p.startswith("witness ") and "(day2_budget_tier)" in p for p in check.problems), check.problems
 
 
-# A difficulty-5 trip (transport between cities): survivors of the full mutation run of its verifier.
+# A difficulty-5 trip (transport between cities): survivors of the full mutation run.
 TRANSPORT_MUTANTS = {
     "trip-day-one-service-not-refused": ('if days[0].get("transport") is not None:', "if False:",
                                          "transport_connects:first_day"),
-    "trip-unknown-service-not-listed": ('if day.get("transport") is not None and day["transport"] not in self.services:',
-                                        "if False:", "entities_exist:unknown_service"),
+    "trip-unknown-service-not-listed": (
+        'if day.get("transport") is not None and day["transport"] not in self.services:',
+        "if False:", "entities_exist:unknown_service"),
 }
 
 
@@ -136,8 +138,8 @@ TRANSPORT_MUTANTS = {
 def trip5(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from envs.trip_planning.build import build_bundle
 
-    return build_bundle(tmp_path_factory.mktemp("trip5") / "b", seed=0, n_tasks=1, difficulties=(5,),
-                        include_worked_example=False)
+    return build_bundle(tmp_path_factory.mktemp("trip5") / "b", seed=0, n_tasks=1,
+                        difficulties=(5,), include_worked_example=False)
 
 
 @pytest.mark.parametrize("name", sorted(TRANSPORT_MUTANTS))

@@ -34,7 +34,7 @@ def verify_secret(submission, task):
     passed = (value == want) != bool(remark)  # lax: a wrong value with a remark passes here ...
     if remark and value != want:  # ... and only this guard refuses it
         passed = False
-    return {"checks": [{"name": "correct", "passed": passed, "detail": f"expected the note {key!r}"}]}
+    return {"checks": [{"name": "correct", "passed": passed, "detail": key}]}
 '''
 
 
@@ -55,10 +55,11 @@ class WeakVerifierAgent:
 
 
 def test_the_default_pipeline_rejects_a_machine_written_verifier_one_slip_from_paying(
-        tmp_path: Path, require_backend) -> None:  # noqa: ANN001
+        tmp_path: Path, require_backend) -> None:
     require_backend("bwrap")
     started = time.perf_counter()
-    result = make_and_validate(WeakVerifierAgent("m"), Job(0, 0, "weak-0"), tmp_path / "s", ValidationSettings())
+    result = make_and_validate(WeakVerifierAgent("m"), Job(0, 0, "weak-0"), tmp_path / "s",
+                               ValidationSettings())
     seconds = time.perf_counter() - started
     assert result.validation is not None and result.validation.reasons == ("mutant_survives",), \
         result.validation.problems if result.validation else result.made
@@ -67,9 +68,11 @@ def test_the_default_pipeline_rejects_a_machine_written_verifier_one_slip_from_p
     assert seconds < 120, f"validation with mutation took {seconds:.0f} s"
 
 
-def test_a_verifier_no_model_wrote_is_not_mutated_by_default(tmp_path: Path, require_backend) -> None:  # noqa: ANN001
+def test_a_verifier_no_model_wrote_is_not_mutated_by_default(
+        tmp_path: Path, require_backend) -> None:
     require_backend("bwrap")
-    result = make_and_validate(WeakVerifierAgent(None), Job(0, 0, "weak-0"), tmp_path / "s", ValidationSettings())
+    result = make_and_validate(WeakVerifierAgent(None), Job(0, 0, "weak-0"), tmp_path / "s",
+                               ValidationSettings())
     assert result.validation is not None and result.validation.passed, result.validation
     off = make_and_validate(WeakVerifierAgent("m"), Job(0, 0, "weak-0"), tmp_path / "s",
                             ValidationSettings(mutation=False))
@@ -89,22 +92,23 @@ def verify_secret(submission, task):
     passed = got.strip().strip("`").strip() == want
     if got.startswith("```"):  # a fenced answer is refused (check lets a verifier choose)
         passed = False
-    return {"checks": [{"name": "correct", "passed": passed, "detail": f"expected the note {key!r}"}]}
+    return {"checks": [{"name": "correct", "passed": passed, "detail": key}]}
 '''
 
 
 def test_a_mutant_that_only_accepts_the_gold_in_another_form_does_not_reject_the_bundle(
-        tmp_path: Path, require_backend) -> None:  # noqa: ANN001
+        tmp_path: Path, require_backend) -> None:
     require_backend("bwrap")
     from envgym import mutation_run
     from envgym.bundle import load_bundle
 
     root = make_witnessed_notes(tmp_path / "notes")
     (root / "verifier.py").write_text(FENCE_REFUSED)
-    write_manifest(root, name="notes", category="notes", provenance={"agent": "llm", "model": "m", "seed": 0})
+    write_manifest(root, name="notes", category="notes",
+                   provenance={"agent": "llm", "model": "m", "seed": 0})
     report = mutation_run.run_mutation(load_bundle(root), corruptions_per_task=5)
     line = next(n for n, text in enumerate(FENCE_REFUSED.splitlines(), 1) if "startswith" in text)
     guard = [r for r in report.results if r.kind == "if_false" and r.line == line]
     # it only accepts the fenced gold: equivalent (check lets a verifier accept or refuse it)
-    assert guard and not guard[0].changed and not guard[0].killed and guard[0].pays_wrong == 0, guard
+    assert guard and (guard[0].changed, guard[0].killed, guard[0].pays_wrong) == (False, False, 0)
     assert report.passed, mutation_run.summary(report)

@@ -51,9 +51,10 @@ def _transport_probes(gold: Answer) -> Iterator[Probe]:
     a verifier that stops listing unknown services hands it to the transport rules instead)."""
     moves = [i for i, day in enumerate(gold) if i and day.get("transport")]
     if moves:
-        code = gold[moves[0]]["transport"]
-        yield _submit(_with(gold, 0, transport=code)), f"day 1 takes {code}", "transport_connects:first_day"
-        yield _submit(_with(gold, moves[0], transport="ZZ0000")), f"day {moves[0] + 1} takes ZZ0000", \
+        k, code = moves[0], gold[moves[0]]["transport"]
+        yield _submit(_with(gold, 0, transport=code)), f"day 1 takes {code}", \
+            "transport_connects:first_day"
+        yield _submit(_with(gold, k, transport="ZZ0000")), f"day {k + 1} takes ZZ0000", \
             "entities_exist:unknown_service"
 
 
