@@ -13,6 +13,9 @@ the gold, corruptions of every witness).
   witness), makes a mutant cost about a second; the tests hold the two to the same answer;
 * it *changes behaviour* when some probe's verdict (passed, failed checks, fault) differs;
 * it *pays a wrong answer* when the original rejects a probe that the mutant accepts.
+The gold answer in another form (wrapped, fenced: ``gold_form``) is left out of both: check lets
+a verifier accept or refuse it, so a mutant that only changes that is equivalent (a fault on it
+still counts).
 
 The kill rate is killed / behaviour-changing (a mutant that changes nothing on any probe is
 counted as equivalent).  A surviving mutant that pays a wrong answer fails the bundle: check
@@ -259,6 +262,8 @@ def _judge(bundle: Bundle, mutant: Mutant, root: Path, stream: dict[str, list[di
         if reason is not None:
             why.append(f"{task.id}: {reason}")
         for probe, b, a in zip(stream[task.id], original[task.id], after):
+            if probe.role == "gold_form" and not a.error:  # the gold in another form: check lets a
+                continue  # verifier accept or refuse it, so a mutant's verdict on it is no change
             changed |= (b.passed, b.failed, b.error) != (a.passed, a.failed, a.error)
             if not b.passed and a.passed:
                 paid += 1

@@ -59,6 +59,7 @@ class ValidationSettings:
     sandbox: str = "bwrap"
     corruptions_per_task: int = 20
     reruns: int = 3
+    mutation: bool | None = None  # validate_bundle's: on for a machine-written verifier
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,8 @@ def make_and_validate(agent: SynthAgent, job: Job, staging: Path, settings: Vali
     validation = None
     if made.made:
         validation = validate_bundle(staging, sandbox=settings.sandbox, reruns=settings.reruns,
-                                     corruptions_per_task=settings.corruptions_per_task, seed=job.seed)
+                                     corruptions_per_task=settings.corruptions_per_task,
+                                     seed=job.seed, mutation=settings.mutation)
     return JobResult(job, made, validation, time.perf_counter() - started)
 
 

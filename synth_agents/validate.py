@@ -14,7 +14,10 @@ One call, :func:`validate_bundle`, runs these in order (1 and 2 stop it at the f
    comes from tool results (not from task metadata the agent never sees), and the verifier
    judges against the data (not against the metadata alone);
 6. the tool probe (:mod:`synth_agents.tool_probe`), in the isolation check's sandbox: every
-   tool callable with its schema.
+   tool callable with its schema;
+7. for a machine-written verifier (a model in the provenance), once 3-6 passed: verifier
+   mutation (:mod:`envgym.mutation_run`), a seeded sample of single mutants of verifier.py; one
+   that ``envgym check`` does not catch and that pays an answer the original rejects fails it.
 
 Near-duplicates need the other bundles of a run, so the pipeline checks them
 (:mod:`synth_agents.dedup`).  A bundle is valid when every task passes every check; the result
@@ -113,15 +116,15 @@ def state_hash(root: Path) -> str:
 
 
 def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task: int = 20, reruns: int = 3,
-                    seed: int = 0, limits: Limits | None = None, mutation: bool | None = False,
+                    seed: int = 0, limits: Limits | None = None, mutation: bool | None = None,
                     max_mutants: int = MAX_MUTANTS) -> ValidationResult:
     """Validate one bundle directory; never raises for anything the bundle's code does.
 
     ``mutation=True`` runs a seeded sample of ``max_mutants`` verifier mutants after the checks
     (envgym.mutation_run); a surviving mutant that pays a wrong answer fails the bundle.
-    ``mutation=None`` turns it on for a machine-written verifier (a model in the provenance) in
-    a real sandbox.  Off by default until the synthesis pipeline's callers and tests have been
-    measured with it (about a second per mutant per bundle on an idle machine).
+    ``mutation=None`` (the default, the pipeline's too) turns it on for a machine-written verifier
+    (a model in the provenance) in a real sandbox: a model's verifier is the one nobody reviewed.
+    ``False`` turns it off (a hand-written or generator-made verifier, or a quick look).
     """
     import time
 

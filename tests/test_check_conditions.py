@@ -36,6 +36,10 @@ MUTANTS: dict[str, tuple[Recipe, int, str, str, str]] = {
                                         "abs(claimed - total) > 0.05", "refund_total_correct:"),
     "meeting-buffer-ignored": (MEETINGS, 3, "a0 < b1 + buffer and b0 < a1 + buffer", "a0 < b1 and b0 < a1",
                                "no_overlap:inside_buffer"),
+    # The pair loop skips each meeting's neighbour in the list (a survivor of the mutation run).
+    "meeting-next-in-list-not-compared": (MEETINGS, 5, "for b0, b1, b in spans[i + 1:]:",
+                                          "for b0, b1, b in spans[i + 2:]:",
+                                          "no_overlap:next_in_list"),
     "meeting-lunch-ends-half-an-hour-early": (MEETINGS, 3, "13 * 60 - shift", "12 * 60 + 30 - shift",
                                               "lunch_hour:into_end"),
 }
@@ -118,3 +122,33 @@ def test_a_weakened_tier_condition_fails_check(name: str, trip: Path, tmp_path: 
     check = check_bundle(load_bundle(mutate(trip, tmp_path / "m", before, after)), **FAST).tasks[0]
     assert not check.passed
     assert any(p.startswith("witness ") and "(day2_budget_tier)" in p for p in check.problems), check.problems
+
+
+# A difficulty-5 trip (transport between cities): survivors of the full mutation run.
+TRANSPORT_MUTANTS = {
+    "trip-day-one-service-not-refused": ('if days[0].get("transport") is not None:', "if False:",
+                                         "transport_connects:first_day"),
+    "trip-unknown-service-not-listed": (
+        'if day.get("transport") is not None and day["transport"] not in self.services:',
+        "if False:", "entities_exist:unknown_service"),
+}
+
+
+@pytest.fixture(scope="module")
+def trip5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from envs.trip_planning.build import build_bundle
+
+    return build_bundle(tmp_path_factory.mktemp("trip5") / "b", seed=0, n_tasks=1,
+                        difficulties=(5,), include_worked_example=False)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPORT_MUTANTS))
+def test_a_weakened_transport_condition_fails_check(name: str, trip5: Path, tmp_path: Path) -> None:
+    before, after, tag = TRANSPORT_MUTANTS[name]
+    task = load_bundle(trip5).tasks[0]
+    assert any(f"[{tag}]" in w.note for w in task.witnesses), [w.note for w in task.witnesses]
+    assert check_bundle(load_bundle(trip5), **FAST).passed
+    check = check_bundle(load_bundle(mutate(trip5, tmp_path / "m", before, after)), **FAST).tasks[0]
+    assert not check.passed
+    rule = tag.split(":")[0]
+    assert any(p.startswith("witness ") and f"({rule})" in p for p in check.problems), check.problems

@@ -142,12 +142,13 @@ def test_synthesis_validation_mutates_a_machine_written_verifier(tmp_path: Path,
     reports: list[MutationReport] = []
     real = mutation_run.run_mutation
     monkeypatch.setattr(mutation_run, "run_mutation", lambda *a, **kw: reports.append(real(*a, **kw)) or reports[-1])
-    result = validate_bundle(root, reruns=1, corruptions_per_task=5, mutation=None)
+    result = validate_bundle(root, reruns=1, corruptions_per_task=5)  # on: a model wrote it
     assert result.passed, result.problems
     assert len(reports) == 1 and reports[0].mutants > 0 and reports[0].kill_rate == 1.0
 
     paying = MutantResult("d", "if_true", 4, "if test -> True", changed=True, killed=False, pays_wrong=2,
                           example="t: {}")
     monkeypatch.setattr(mutation_run, "run_mutation", lambda *a, **kw: MutationReport("notes", 1, 9, (paying,)))
-    assert validate_bundle(root, reruns=1, corruptions_per_task=5, mutation=None).reasons == ("mutant_survives",)
-    assert validate_bundle(root, reruns=1, corruptions_per_task=5).passed  # off by default
+    default = validate_bundle(root, reruns=1, corruptions_per_task=5)
+    assert default.reasons == ("mutant_survives",)
+    assert validate_bundle(root, reruns=1, corruptions_per_task=5, mutation=False).passed

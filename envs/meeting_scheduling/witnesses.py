@@ -66,8 +66,10 @@ def conditions(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iter
     Each meeting moved to every other start, tagged by the condition and edge the move breaks:
     starting before or ending after an attendee's working hours, touching the start or the end
     of lunch, closer to another meeting than the buffer without overlapping it, over an event's
-    start or end; and rooms one seat short or without the video a meeting needs.  A rule that
-    lost one of these conditions (or an edge moved by one slot) still rejects the other moves.
+    start or end, clashing with the next meeting in the answer's list or one further away (a pair
+    loop that skips neighbours still sees the others); and rooms one seat short or without the
+    video a meeting needs.  A rule that lost one of these conditions (or an edge moved by one
+    slot) still rejects the other moves.
     """
     meta = task["metadata"]
     rows: list[dict[str, str]] = json.loads(gold["answer_text"])["schedule"]
@@ -120,8 +122,17 @@ def _edges(world: World, meta: dict[str, Any], m: dict[str, Any], i: int, start:
             if start == e1 - GRID:
                 yield "no_conflicts:into_end"
     buffer = meta.get("buffer_min", 0)
+    clashes = set()  # how far apart in the list the meetings this move clashes with are
     for j, other in enumerate(meta["meetings"]):
-        if j != i and buffer:
-            o0, o1 = starts[j], starts[j] + other["duration_min"]
-            if 0 < start - o1 < buffer or 0 < o0 - end < buffer or start - o1 == 0 or o0 - end == 0:
-                yield "no_overlap:inside_buffer"
+        if j == i:
+            continue
+        o0, o1 = starts[j], starts[j] + other["duration_min"]
+        touching = start - o1 == 0 or o0 - end == 0
+        if buffer and (0 < start - o1 < buffer or 0 < o0 - end < buffer or touching):
+            yield "no_overlap:inside_buffer"
+        if start < o1 + buffer and o0 < end + buffer:
+            clashes.add(abs(i - j) == 1)
+    if clashes == {True}:  # only with neighbours: a pair loop that skips them accepts the move
+        yield "no_overlap:next_in_list"
+    if clashes == {False}:
+        yield "no_overlap:apart_in_list"

@@ -25,6 +25,7 @@ _MEALS = ("afternoon_restaurant", "evening_restaurant")
 
 
 def probes(world: World, spec: TripSpec, gold: Answer) -> Iterator[Probe]:
+    yield from _transport_probes(gold)
     c = spec.constraints
     if c.budget_tiers is not None:
         for n in c.budget_tiers.days:
@@ -42,6 +43,19 @@ def probes(world: World, spec: TripSpec, gold: Answer) -> Iterator[Probe]:
             if floor is not None:
                 yield from _nearest(gold, i, slot, table, lambda r, f=floor: round(f - r.rating, 3),
                                     f"{key}:nearest")
+
+
+def _transport_probes(gold: Answer) -> Iterator[Probe]:
+    """A service named on day 1 (the trip starts there: only the route rule looks at day 1), and
+    a travel day's service replaced by a code no service has (only the entities rule refuses it:
+    a verifier that stops listing unknown services hands it to the transport rules instead)."""
+    moves = [i for i, day in enumerate(gold) if i and day.get("transport")]
+    if moves:
+        k, code = moves[0], gold[moves[0]]["transport"]
+        yield _submit(_with(gold, 0, transport=code)), f"day 1 takes {code}", \
+            "transport_connects:first_day"
+        yield _submit(_with(gold, k, transport="ZZ0000")), f"day {k + 1} takes ZZ0000", \
+            "entities_exist:unknown_service"
 
 
 def _tier_probes(world: World, spec: TripSpec, gold: Answer, n: int) -> Iterator[Probe]:
