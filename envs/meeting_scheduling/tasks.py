@@ -1,9 +1,11 @@
 """Seeded scheduling tasks, graded 1 (easy) … 5 (hard); every parameter lands in ``metadata``.
 
-Difficulty adds meetings (1 → 3), attendees from more teams and time zones, video rooms,
+Difficulty adds meetings (1 → 3, then 6 at level 5), attendees from more teams and time zones, video rooms,
 lunch protection, buffers between meetings and a team representative to choose; from level 3
 the least constrained meeting is listed first, so earliest-slot-first placement is a trap.  A draw is
-kept only when the host solver (envs.meeting_scheduling.world) finds a schedule.
+kept only when the host solver (envs.meeting_scheduling.world) finds a schedule.  Level 5 has
+more start-time combinations than the exhaustive baseline's bound and is kept only when greedy
++ local repair fails it (envs.procedural_kit.baselines).
 """
 
 from __future__ import annotations

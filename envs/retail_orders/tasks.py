@@ -4,7 +4,9 @@ Odd difficulties are *baskets* (one product per category under stock, rating, br
 and budget rules: a product search over k categories), even ones are *returns* (order lines
 whose refund lands in a range: a subset sum over the lines the return policy allows).  Budgets
 and refund ranges are set from the enumerated solution space, so only a small, known share of
-candidates meets them (never none).
+candidates meets them (never none).  Level 5 baskets span all eight categories (more
+combinations than the exhaustive baseline's bound) with the budget at the cheapest valid
+basket, and are kept only when greedy + local repair fails them (envs.procedural_kit.baselines).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ SOLVER, VERIFIER, SUBMIT = "solve_retail", "verify_retail", "submit_result"
 # difficulty -> (categories, rating floor?, distinct brands?, weight cap?, exclude purchased?, budget quantile)
 BASKET = {1: (2, False, False, False, False, 0.5), 3: (3, True, True, True, False, 0.3),
           5: (8, True, True, True, True, 0.0)}
+# difficulty -> the quantile of the valid baskets' weights the weight cap sits at: lower at the
+# top level, where together with the cheapest-basket budget it leaves one-swap repair stuck
+WEIGHT_QUANTILE = {3: 0.5, 5: 0.125}
 # difficulty -> (one line per order?, exclude a category?, range width as a share of its floor)
 RETURNS = {2: (False, False, 0.1), 4: (True, True, 0.01)}
 MAX_COMBOS = 200_000
@@ -78,7 +83,8 @@ def _basket(world: World, rng: random.Random, difficulty: int) -> dict[str, Any]
     max_weight = None
     if weight and combos:
         weights = sorted(sum(p.weight_g for p in c) for c in combos)
-        max_weight = 100 * math.ceil(weights[len(weights) // (2 if difficulty < 5 else 8)] / 100)
+        cap = weights[int(WEIGHT_QUANTILE[difficulty] * len(weights))]
+        max_weight = 100 * math.ceil(cap / 100)
         combos = [c for c in combos if sum(p.weight_g for p in c) <= max_weight]
     if len(combos) < 3:
         return None

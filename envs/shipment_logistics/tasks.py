@@ -4,6 +4,8 @@ Difficulty adds shipments that compete for lane capacity (1 → 4: with several 
 cheapest routes of all of them never fit together), narrows the allowed modes and lowers the
 budget quantile (down to the cheapest capacity-feasible combination at levels 4 and 5): the budget sits at a low quantile of what capacity-feasible
 combinations of cheap routes cost, so only a small share of route sets meets it (never none).
+Level 5 has more route combinations than the exhaustive baseline's bound and is kept only when
+greedy + local repair fails it (envs.procedural_kit.baselines).
 """
 
 from __future__ import annotations
