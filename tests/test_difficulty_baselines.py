@@ -136,3 +136,15 @@ def test_top_level_tasks_defeat_the_stronger_baselines(family: str, tmp_path: Pa
             outcome = judged(lambda sub, t=task: episode.verify(sub, t), answers)
         defeated = {"greedy": False, "greedy+repair": False, "exhaustive": BEYOND}
         assert outcome == defeated, (seed, outcome)
+
+
+def test_the_kit_redraws_a_top_level_task_any_stronger_baseline_solves(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from envs.procedural_kit.build import UnsolvableTask, build_procedural_bundle
+    from envs.retail_orders.build import RECIPE
+
+    # level 1 made a "top level": greedy solves every level-1 basket, so no draw can be kept
+    recipe = replace(RECIPE, top_levels=(1,), max_draws=5)
+    with pytest.raises(UnsolvableTask, match="greedy solves it"):
+        build_procedural_bundle(recipe, tmp_path / "b", seed=0, n_tasks=1, difficulties=(1,))
