@@ -37,7 +37,7 @@ def test_database_is_deterministic(tmp_path: Path) -> None:
 
 def test_levels(bundle: Path) -> None:
     tasks = load_bundle(bundle).tasks
-    assert [len(t.metadata["meetings"]) for t in tasks] == [1, 1, 2, 3, 3]
+    assert [len(t.metadata["meetings"]) for t in tasks] == [1, 1, 2, 3, 6]
     assert [t.metadata["buffer_min"] for t in tasks] == [0, 0, 30, 30, 30]
     assert [t.metadata["protect_lunch"] for t in tasks] == [False, False, True, True, True]
     assert sum(bool(m["representative_team"]) for m in tasks[4].metadata["meetings"]) == 1

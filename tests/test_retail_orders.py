@@ -39,7 +39,7 @@ def test_bundle_tasks_cycle_difficulties_and_kinds(bundle: Path) -> None:
     tasks = load_bundle(bundle).tasks
     assert [t.difficulty for t in tasks] == [1, 2, 3, 4, 5]
     assert [t.metadata["kind"] for t in tasks] == ["basket", "returns", "basket", "returns", "basket"]
-    assert [len(t.metadata["categories"]) for t in tasks if t.metadata["kind"] == "basket"] == [2, 3, 4]
+    assert [len(t.metadata["categories"]) for t in tasks if t.metadata["kind"] == "basket"] == [2, 3, 8]
     assert tasks[3].metadata["one_per_order"] and tasks[3].metadata["exclude_category"]
 
 

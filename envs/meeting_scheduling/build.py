@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from envs.meeting_scheduling.baselines import baselines
+from envs.meeting_scheduling.tasks import TOP_LEVELS
 from envs.procedural_kit.build import build_procedural_bundle, category_recipe
 
 CATEGORY = "meeting scheduling"
 # difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
 # witnesses and difficulty"); the rest are draws where placing each meeting at its earliest
 # slot takes the only slot another meeting has, so only a search over start times succeeds.
-GREEDY_SHARE = {1: 1.0, 2: 1.0, 3: 0.8, 4: 0.5, 5: 0.15}
+GREEDY_SHARE = {1: 1.0, 2: 1.0, 3: 0.8, 4: 0.5, 5: 0.0}
 
 RECIPE = category_recipe(
     "envs.meeting_scheduling",
@@ -25,6 +27,8 @@ RECIPE = category_recipe(
                  "in the smallest free room, picking a team representative; 9 tools; difficulty 1-5."),
     baseline="greedy_schedule",
     greedy_share=GREEDY_SHARE,
+    stronger=baselines,
+    top_levels=TOP_LEVELS,
     max_draws=1500,  # a draw where greedy fails is rare at levels 3-4 (about 1 in 60-100)
 )
 

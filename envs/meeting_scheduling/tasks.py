@@ -1,18 +1,22 @@
 """Seeded scheduling tasks, graded 1 (easy) … 5 (hard); every parameter lands in ``metadata``.
 
-Difficulty adds meetings (1 → 3), attendees from more teams and time zones, video rooms,
+Difficulty adds meetings (1 → 3, then 6 at level 5), attendees from more teams and time zones, video rooms,
 lunch protection, buffers between meetings and a team representative to choose; from level 3
 the least constrained meeting is listed first, so earliest-slot-first placement is a trap.  A draw is
-kept only when the host solver (envs.meeting_scheduling.world) finds a schedule.
+kept only when the host solver (envs.meeting_scheduling.world) finds a schedule.  Level 5 has
+more start-time combinations than the exhaustive baseline's bound and is kept only when greedy
++ local repair fails it (envs.procedural_kit.baselines).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
 from envs.meeting_scheduling import data as db
 from envs.meeting_scheduling.world import DAY_END, GRID, World
+from envs.procedural_kit.baselines import EXHAUSTIVE_BOUND
 
 SOLVER, VERIFIER, SUBMIT = "solve_schedule", "verify_schedule", "submit_result"
 # difficulty -> (meetings, attendees range, durations, video share, lunch, buffer, representative)
@@ -21,8 +25,11 @@ LEVELS: dict[int, tuple[int, tuple[int, int], tuple[int, ...], float, bool, int,
     2: (1, (3, 3), (60,), 0.5, False, 0, False),
     3: (2, (2, 3), (60, 90), 0.5, True, 30, False),
     4: (3, (2, 3), (30, 60), 0.5, True, 30, False),
-    5: (3, (2, 3), (30, 60, 90), 0.5, True, 30, True),
+    5: (6, (2, 2), (30, 60), 0.5, True, 30, True),
 }
+# Levels whose tasks defeat the stronger baselines (envs.procedural_kit.baselines): beyond the
+# exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
+TOP_LEVELS = (5,)
 TOPICS = ("roadmap sync", "launch readiness", "budget review", "hiring debrief", "vendor pitch",
           "retro", "architecture deep dive", "quarterly planning", "user research readout")
 
@@ -53,8 +60,12 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
         # List the meeting with the most possible starts first: its earliest slot is then
         # likely to be one a later, tighter meeting needs, so placing meetings one by one at
         # their earliest slot fails and a search over start times is required.
-        meetings.sort(key=lambda m: -sum(world.place(meta, m, t) is not None
-                                         for t in range(0, DAY_END - m["duration_min"] + 1, GRID)))
+        starts = {id(m): sum(world.place(meta, m, t) is not None
+                             for t in range(0, DAY_END - m["duration_min"] + 1, GRID))
+                  for m in meetings}
+        if difficulty in TOP_LEVELS and math.prod(starts.values()) <= EXHAUSTIVE_BOUND:
+            return None  # the top level is beyond the exhaustive baseline's bound by definition
+        meetings.sort(key=lambda m: -starts[id(m)])
         for i, m in enumerate(meetings):
             m["id"] = f"M{i + 1}"
     if next(world.schedules(meta, limit=1), None) is None:

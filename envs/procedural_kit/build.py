@@ -13,7 +13,9 @@ is ours and trusted; envgym check re-runs it in the sandbox later):
 4. every check the gold verdict reports has a per-rule witness (envs.procedural_kit.witness),
    found among the category's candidates and verified here;
 5. where the recipe sets a greedy share, the greedy baseline's outcome matches the one drawn
-   for this task (so the recipe sets how many tasks need search).
+   for this task (so the recipe sets how many tasks need search);
+6. at the recipe's ``top_levels``, no stronger baseline (greedy + local repair, exhaustive search
+   within its bound; envs.procedural_kit.baselines) has an answer the verifier accepts.
 
 A proposal that fails any of these is thrown away and another is drawn (Seed-Thinking-v1.5
 §2.1: a generator paired with a verifier that "rigorously evaluates the generation
@@ -37,6 +39,7 @@ from typing import Any
 from envgym.bundle import write_manifest
 from envgym.cache import built_once, cache_root, source_digest
 from envgym.corrupt import corruptions
+from envs.procedural_kit.baselines import judged
 from envs.procedural_kit.witness import (
     Candidates,
     ConditionCandidates,
@@ -79,6 +82,10 @@ class Recipe:
     max_draws: int = MAX_DRAWS  # per task; raise it for categories whose hard draws rarely solve
     # per-condition and per-boundary probes (envs.procedural_kit.witness.ConditionCandidates)
     condition_candidates: ConditionCandidates | None = None
+    # (world, metadata) -> each stronger baseline's answer (envs.procedural_kit.baselines):
+    # a task of a level in ``top_levels`` is kept only when none of them passes its verifier.
+    stronger: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
+    top_levels: tuple[int, ...] = ()
 
 
 def category_recipe(package: str, **fields: Any) -> Recipe:
@@ -171,6 +178,12 @@ def _strict_task(episode: Episode, recipe: Recipe, world: Any, rng: random.Rando
         task = recipe.draw_task(world, rng, difficulty, index)
         if task is None:
             continue
+        beaten = None
+        if difficulty in recipe.top_levels:  # before the gold: the cheap reason to re-draw
+            beaten = _stronger_solves(episode, recipe, world, task)
+        if beaten is not None:
+            problems.append(f"{beaten} solves it")
+            continue
         gold, problem = _gold(episode, task)
         if problem is None:
             problem = _declared_problem(episode, task, gold)
@@ -205,6 +218,16 @@ def witnesses_for(episode: Episode, task: dict[str, Any], gold: dict[str, Any],
     rules = [c["name"] for c in episode.verify(gold, task)["checks"]]
     return find_witnesses(lambda sub: episode.verify(sub, task), rules,
                           itertools.chain(generic_candidates(), candidates))
+
+
+def _stronger_solves(episode: Episode, recipe: Recipe, world: Any,
+                     task: dict[str, Any]) -> str | None:
+    """The first stronger baseline whose answer the task's verifier accepts, or None."""
+    if recipe.stronger is None:
+        return None
+    answers = recipe.stronger(world, task["metadata"])
+    outcome = judged(lambda sub: episode.verify(sub, task), answers)
+    return next((name for name, solved in outcome.items() if solved is True), None)
 
 
 def baseline_solves(episode: Episode, task: dict[str, Any]) -> bool:

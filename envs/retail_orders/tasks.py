@@ -4,7 +4,9 @@ Odd difficulties are *baskets* (one product per category under stock, rating, br
 and budget rules: a product search over k categories), even ones are *returns* (order lines
 whose refund lands in a range: a subset sum over the lines the return policy allows).  Budgets
 and refund ranges are set from the enumerated solution space, so only a small, known share of
-candidates meets them (never none).
+candidates meets them (never none).  Level 5 baskets span all eight categories (more
+combinations than the exhaustive baseline's bound) with the budget at the cheapest valid
+basket, and are kept only when greedy + local repair fails them (envs.procedural_kit.baselines).
 """
 
 from __future__ import annotations
@@ -15,15 +17,22 @@ import random
 from datetime import date, timedelta
 from typing import Any
 
+from envs.procedural_kit.baselines import EXHAUSTIVE_BOUND
 from envs.retail_orders.world import CustomerRow, World
 
 SOLVER, VERIFIER, SUBMIT = "solve_retail", "verify_retail", "submit_result"
 # difficulty -> (categories, rating floor?, distinct brands?, weight cap?, exclude purchased?, budget quantile)
 BASKET = {1: (2, False, False, False, False, 0.5), 3: (3, True, True, True, False, 0.3),
-          5: (4, True, True, True, True, 0.15)}
+          5: (8, True, True, True, True, 0.0)}
+# difficulty -> the quantile of the valid baskets' weights the weight cap sits at: lower at the
+# top level, where together with the cheapest-basket budget it leaves one-swap repair stuck
+WEIGHT_QUANTILE = {3: 0.5, 5: 0.125}
 # difficulty -> (one line per order?, exclude a category?, range width as a share of its floor)
 RETURNS = {2: (False, False, 0.1), 4: (True, True, 0.01)}
 MAX_COMBOS = 200_000
+# Levels whose tasks defeat the stronger baselines (envs.procedural_kit.baselines): beyond the
+# exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
+TOP_LEVELS = (5,)
 
 
 def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> dict[str, Any] | None:
@@ -65,13 +74,17 @@ def _basket(world: World, rng: random.Random, difficulty: int) -> dict[str, Any]
     pools = [[p for p in world.by_category[c] if world.stock.get((p.sku, customer.region), 0) > 0
               and (min_rating is None or p.rating >= min_rating)
               and not (fresh and p.sku in world.purchased[customer.name])] for c in categories]
-    if any(not pool for pool in pools) or math.prod(len(p) for p in pools) > MAX_COMBOS:
+    size = math.prod(len(p) for p in pools)
+    if any(not pool for pool in pools) or size > MAX_COMBOS:
         return None
+    if difficulty in TOP_LEVELS and size <= EXHAUSTIVE_BOUND:
+        return None  # the top level is beyond the exhaustive baseline's bound by definition
     combos = [c for c in itertools.product(*pools) if not distinct or len({p.brand for p in c}) == k]
     max_weight = None
     if weight and combos:
         weights = sorted(sum(p.weight_g for p in c) for c in combos)
-        max_weight = 100 * math.ceil(weights[len(weights) // 2] / 100)
+        cap = weights[int(WEIGHT_QUANTILE[difficulty] * len(weights))]
+        max_weight = 100 * math.ceil(cap / 100)
         combos = [c for c in combos if sum(p.weight_g for p in c) <= max_weight]
     if len(combos) < 3:
         return None

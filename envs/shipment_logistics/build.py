@@ -10,12 +10,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from envs.procedural_kit.build import build_procedural_bundle, category_recipe
+from envs.shipment_logistics.baselines import baselines
+from envs.shipment_logistics.tasks import TOP_LEVELS
 
 CATEGORY = "shipment logistics"
 # difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
 # witnesses and difficulty"); the rest are draws where cheapest-route-first, in order, overloads
 # a lane or overruns the budget, so only a search over route combinations meets every rule.
-GREEDY_SHARE = {1: 1.0, 2: 0.6, 3: 0.4, 4: 0.2, 5: 0.1}
+GREEDY_SHARE = {1: 1.0, 2: 0.6, 3: 0.4, 4: 0.2, 5: 0.0}
 
 RECIPE = category_recipe(
     "envs.shipment_logistics",
@@ -26,6 +28,8 @@ RECIPE = category_recipe(
     baseline="greedy_routing",
     greedy_share=GREEDY_SHARE,
     max_draws=1500,
+    stronger=baselines,
+    top_levels=TOP_LEVELS,
 )
 
 

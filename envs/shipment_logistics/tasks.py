@@ -4,6 +4,8 @@ Difficulty adds shipments that compete for lane capacity (1 → 4: with several 
 cheapest routes of all of them never fit together), narrows the allowed modes and lowers the
 budget quantile (down to the cheapest capacity-feasible combination at levels 4 and 5): the budget sits at a low quantile of what capacity-feasible
 combinations of cheap routes cost, so only a small share of route sets meets it (never none).
+Level 5 has more route combinations than the exhaustive baseline's bound and is kept only when
+greedy + local repair fails it (envs.procedural_kit.baselines).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import random
 from typing import Any
 
+from envs.procedural_kit.baselines import EXHAUSTIVE_BOUND
 from envs.shipment_logistics.world import World, fits
 
 SOLVER, VERIFIER, SUBMIT = "solve_routing", "verify_routing", "submit_result"
@@ -25,6 +28,9 @@ LEVELS: dict[int, tuple[int, int, tuple[tuple[str, ...], ...], float]] = {
     4: (3, 5, (("rail", "truck"), ALL_MODES), 0.0),
     5: (4, 5, (("rail", "truck"), ALL_MODES), 0.0),
 }
+# Levels whose tasks defeat the stronger baselines (envs.procedural_kit.baselines): beyond the
+# exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
+TOP_LEVELS = (5,)
 PER_SHIPMENT = 8  # cheapest routes per shipment that the budget is computed over
 
 
@@ -47,6 +53,8 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
             options[s] = routes
     if len(options) < count:
         return None
+    if difficulty in TOP_LEVELS and math.prod(len(r) for r in options.values()) <= EXHAUSTIVE_BOUND:
+        return None  # the top level is beyond the exhaustive baseline's bound by definition
     pools = [routes[:PER_SHIPMENT] for routes in options.values()]
     if count > 1 and fits(tuple(pool[0] for pool in pools), world):
         return None  # the cheapest routes do not compete for a lane: no search needed
