@@ -48,14 +48,14 @@ def add(a: int, b: int) -> int:
     """
     return a + b
 '''
-_ADD_SOLUTION = '''
+_ADD_SOLUTION = """
 def solve(tools, task):
     tools.add(a=2, b=3)
-'''
-_ADD_VERIFIER = '''
+"""
+_ADD_VERIFIER = """
 def verify(submission, task):
     return {"checks": [{"name": "sum", "passed": submission.get("content") == "5", "detail": ""}]}
-'''
+"""
 
 
 def _add_bundle(root: Path) -> Path:
@@ -65,15 +65,28 @@ def _add_bundle(root: Path) -> Path:
     (root / "tools.py").write_text(_ADD_TOOLS)
     (root / "solution.py").write_text(_ADD_SOLUTION)
     (root / "verifier.py").write_text(_ADD_VERIFIER)
-    task = {"id": "add", "prompt": "What is 2 + 3?", "solution": "solve", "verifier": "verify",
-            "difficulty": 1, "submit_tool": None, "metadata": {}}
+    task = {
+        "id": "add",
+        "prompt": "What is 2 + 3?",
+        "solution": "solve",
+        "verifier": "verify",
+        "difficulty": 1,
+        "submit_tool": None,
+        "metadata": {},
+    }
     (root / "tasks.jsonl").write_text(json.dumps(task) + "\n")
-    write_manifest(root, name="bench-add", category="bench", provenance={"agent": "bench", "seed": 0})
+    write_manifest(
+        root, name="bench-add", category="bench", provenance={"agent": "bench", "seed": 0}
+    )
     return root
 
 
 def _action(i: int | str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    call = {"id": f"c{i}", "type": "function", "function": {"name": tool, "arguments": json.dumps(args)}}
+    call = {
+        "id": f"c{i}",
+        "type": "function",
+        "function": {"name": tool, "arguments": json.dumps(args)},
+    }
     return {"role": "assistant", "content": "", "tool_calls": [call]}
 
 
@@ -104,7 +117,8 @@ async def _mcp_us(bundle: Path, state: Path, tool: str, args: dict[str, Any], re
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "benchmarks.mcp_tool_server", str(bundle), str(state), tool]
+        command=sys.executable,
+        args=["-m", "benchmarks.mcp_tool_server", str(bundle), str(state), tool],
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -119,7 +133,9 @@ async def _mcp_us(bundle: Path, state: Path, tool: str, args: dict[str, Any], re
     return median(samples) / 1000.0
 
 
-def _paths(prefix: str, bundle: Bundle, state: Path, tool: str, args: dict[str, Any], repeat: int) -> dict[str, float]:
+def _paths(
+    prefix: str, bundle: Bundle, state: Path, tool: str, args: dict[str, Any], repeat: int
+) -> dict[str, float]:
     """Direct call, in-process step, sandboxed call and step, MCP call of one tool."""
     fn = _direct(bundle, state, tool)
     direct, inproc, overhead = [], [], []
@@ -137,11 +153,16 @@ def _paths(prefix: str, bundle: Bundle, state: Path, tool: str, args: dict[str, 
     env = BundleEnv(bundle, sandbox="bwrap", max_turns=10_000, max_tool_calls=10_000)
     try:
         env.reset(options={"task": 0})
-        sandboxed = repeated(lambda: median_us(lambda: env.sandbox.call_tool(tool, args), repeat=repeat), reps=REPS)
+        sandboxed = repeated(
+            lambda: median_us(lambda: env.sandbox.call_tool(tool, args), repeat=repeat), reps=REPS
+        )
         sandboxed_step = repeated(lambda: _env_step_us(env, repeat, tool, args), reps=REPS)
     finally:
         env.close()
-    mcp = repeated(lambda: asyncio.run(_mcp_us(bundle.root, state, tool, args, max(50, repeat // 4))), reps=REPS)
+    mcp = repeated(
+        lambda: asyncio.run(_mcp_us(bundle.root, state, tool, args, max(50, repeat // 4))),
+        reps=REPS,
+    )
     out: dict[str, float] = {}
     for name, spread in (
         ("direct_call_us", Spread.of(direct)),
@@ -159,8 +180,12 @@ def _paths(prefix: str, bundle: Bundle, state: Path, tool: str, args: dict[str, 
 def _long_episode(bundle: Bundle, steps: int) -> dict[str, float]:
     """Step cost early vs late in one long episode, with real token counting and a window."""
     env = BundleEnv(
-        bundle, sandbox="inprocess", tokenizer="smollm2", context_window=10**7,
-        max_turns=10**6, max_tool_calls=10**6,
+        bundle,
+        sandbox="inprocess",
+        tokenizer="smollm2",
+        context_window=10**7,
+        max_turns=10**6,
+        max_tool_calls=10**6,
     )
     early, late = [], []
     try:
@@ -177,7 +202,10 @@ def _long_episode(bundle: Bundle, steps: int) -> dict[str, float]:
             late.append(median(times[steps - 5 : steps + 5]))
     finally:
         env.close()
-    return {**Spread.of(early).metrics("long_episode_step1_ms"), **Spread.of(late).metrics(f"long_episode_step{steps}_ms")}
+    return {
+        **Spread.of(early).metrics("long_episode_step1_ms"),
+        **Spread.of(late).metrics(f"long_episode_step{steps}_ms"),
+    }
 
 
 def _resets(bundle: Bundle, quick: bool) -> dict[str, float]:
@@ -234,5 +262,7 @@ def run(quick: bool = False) -> BenchResult:
         "add_mcp_over_sandboxed_ratio": "how many sandboxed calls fit in one MCP stdio call",
         "long_episode_step1_ms": "with the SmolLM2 tokenizer counting the prompt",
     }
-    notes["add_direct_call_us"] = "median of per-repetition medians; _min/_max: lowest/highest repetition"
+    notes["add_direct_call_us"] = (
+        "median of per-repetition medians; _min/_max: lowest/highest repetition"
+    )
     return BenchResult(benchmark="env-step", metrics=metrics, units=units, notes=notes)

@@ -23,7 +23,6 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,7 +145,9 @@ def _episode(env: BundleEnv, task: int, level: _Level, barrier: threading.Barrie
         level.steps.append(time.perf_counter() - t)
         infra = INFRA_ERRORS & set(info.get("errors") or {})
         if infra:
-            problem = f"tool call failed: {sorted(infra)}: {str(env.history[-1].get('content'))[:200]}"
+            problem = (
+                f"tool call failed: {sorted(infra)}: {str(env.history[-1].get('content'))[:200]}"
+            )
             break
         if terminated or truncated:
             break
@@ -161,7 +162,10 @@ def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, fl
     """One (backend, N): make N envs, ``rounds`` lock-step episodes each, close them."""
     fds0, procs0 = _fds(), len(_descendants())
     sandbox, prestart = backend.removesuffix("-cold"), not backend.endswith("-cold")
-    make: Callable[[int], BundleEnv] = lambda _: BundleEnv(bundle, sandbox=sandbox, prestart=prestart)
+
+    def make(_: int) -> BundleEnv:
+        return BundleEnv(bundle, sandbox=sandbox, prestart=prestart)
+
     with ThreadPoolExecutor(min(n, 16)) as pool:
         envs = list(pool.map(make, range(n)))
     level = _Level()
@@ -243,7 +247,9 @@ def run(quick: bool = False) -> BenchResult:
     backends = tuple(os.environ.get("ENVGYM_SCALE_BACKENDS", ",".join(BACKENDS)).split(","))
     unknown = set(backends) - set(BACKENDS)
     if unknown:
-        raise ValueError(f"$ENVGYM_SCALE_BACKENDS: unknown backend(s) {sorted(unknown)}; known: {BACKENDS}")
+        raise ValueError(
+            f"$ENVGYM_SCALE_BACKENDS: unknown backend(s) {sorted(unknown)}; known: {BACKENDS}"
+        )
     bundle = load_bundle(default_bundle_dir())
     metrics: dict[str, float] = {}
     units: dict[str, str] = {}

@@ -49,11 +49,26 @@ from envs.swe.smith import smith, validate
 from envs.swe.validation import packaging_version
 
 # Small pure-Python packages whose sdists ship their tests (checked with pip download here).
-PACKAGES = (("inflection", "0.5.1"), ("toml", "0.10.2"), ("xmltodict", "1.0.4"), ("jmespath", "1.1.0"),
-            ("parse", "1.22.4"), ("ordered-set", "4.1.0"), ("decorator", "5.3.1"), ("itsdangerous", "2.2.0"),
-            ("idna", "3.20"), ("python-slugify", "9.2.0"), ("semver", "3.1.1"), ("pathspec", "1.1.1"),
-            ("more-itertools", "11.2.1"), ("boltons", "26.2.0"), ("funcy", "2.1"), ("packaging", "26.3"),
-            ("pyparsing", "3.3.3"), ("wcwidth", "0.9.4"))
+PACKAGES = (
+    ("inflection", "0.5.1"),
+    ("toml", "0.10.2"),
+    ("xmltodict", "1.0.4"),
+    ("jmespath", "1.1.0"),
+    ("parse", "1.22.4"),
+    ("ordered-set", "4.1.0"),
+    ("decorator", "5.3.1"),
+    ("itsdangerous", "2.2.0"),
+    ("idna", "3.20"),
+    ("python-slugify", "9.2.0"),
+    ("semver", "3.1.1"),
+    ("pathspec", "1.1.1"),
+    ("more-itertools", "11.2.1"),
+    ("boltons", "26.2.0"),
+    ("funcy", "2.1"),
+    ("packaging", "26.3"),
+    ("pyparsing", "3.3.3"),
+    ("wcwidth", "0.9.4"),
+)
 REPEATS = 2  # validate_instance's default: each side's suite runs twice
 
 
@@ -75,19 +90,28 @@ def run(quick: bool = False) -> BenchResult:
     notes: dict[str, str] = {}
     for backend in ("bwrap", *(("docker",) if not quick and _docker_up() else ())):
         suffix = "" if backend == "bwrap" else "_docker"
-        with tempfile.TemporaryDirectory(prefix="envgym-bench-swe-") as tmp, _cache(Path(tmp) / "cache"):
-            rows = [_setup(name, sdists[name], Path(tmp) / "repos", backend) for name, _ in packages]
+        with (
+            tempfile.TemporaryDirectory(prefix="envgym-bench-swe-") as tmp,
+            _cache(Path(tmp) / "cache"),
+        ):
+            rows = [
+                _setup(name, sdists[name], Path(tmp) / "repos", backend) for name, _ in packages
+            ]
             _print_rows(console, backend, rows)
             good = [r for r in rows if r.ok]
             metrics[f"setup_success_rate{suffix}"] = len(good) / len(rows)
             units[f"setup_success_rate{suffix}"] = "ratio"
-            notes[f"setup_success_rate{suffix}"] = f"target >= 0.9; {len(good)}/{len(rows)} sdists, {backend}"
+            notes[f"setup_success_rate{suffix}"] = (
+                f"target >= 0.9; {len(good)}/{len(rows)} sdists, {backend}"
+            )
             metrics[f"setup_mean_s{suffix}"] = statistics.mean(r.seconds for r in rows)
             units[f"setup_mean_s{suffix}"] = "s"
             for row in rows:
                 key = f"setup.{row.package}{suffix}"
                 metrics[key], units[key] = float(row.ok), "ok"
-                notes[key] = f"{row.seconds:.0f} s" + (f"; {row.reason[:160]}" if row.reason else "")
+                notes[key] = f"{row.seconds:.0f} s" + (
+                    f"; {row.reason[:160]}" if row.reason else ""
+                )
             timing = _validation(good[:1] if quick else good[:3], Path(tmp), backend, console)
             for key, (value, unit, note) in timing.items():
                 metrics[key + suffix], units[key + suffix], notes[key + suffix] = value, unit, note
@@ -123,13 +147,39 @@ def _sdist(name: str, version: str) -> Path | str:
     folder = cache_root() / "swe" / "bench-sdists"
     folder.mkdir(parents=True, exist_ok=True)
     stem = name.replace("-", "_").lower()
-    found = [p for p in folder.iterdir() if p.name.lower().replace("-", "_").startswith(f"{stem}_{version}.")]
+    found = [
+        p
+        for p in folder.iterdir()
+        if p.name.lower().replace("-", "_").startswith(f"{stem}_{version}.")
+    ]
     if found:
         return found[0]
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
-                           "--dest", str(folder), f"{name}=={version}"], capture_output=True, text=True, timeout=600)
-    found = [p for p in folder.iterdir() if p.name.lower().replace("-", "_").startswith(f"{stem}_{version}.")]
-    return found[0] if found else f"pip download failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            "--dest",
+            str(folder),
+            f"{name}=={version}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    found = [
+        p
+        for p in folder.iterdir()
+        if p.name.lower().replace("-", "_").startswith(f"{stem}_{version}.")
+    ]
+    return (
+        found[0] if found else f"pip download failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    )
 
 
 def _repository(sdist: Path, into: Path) -> Path:
@@ -142,8 +192,11 @@ def _repository(sdist: Path, into: Path) -> Path:
     git(["init", "--quiet"], cwd=repo)
     git(["add", "-A", "-f"], cwd=repo)
     fixed = "2024-01-01T00:00:00+00:00"
-    git(["commit", "--quiet", "-m", f"sdist {sdist.name}"], cwd=repo,
-        env={"GIT_AUTHOR_DATE": fixed, "GIT_COMMITTER_DATE": fixed})
+    git(
+        ["commit", "--quiet", "-m", f"sdist {sdist.name}"],
+        cwd=repo,
+        env={"GIT_AUTHOR_DATE": fixed, "GIT_COMMITTER_DATE": fixed},
+    )
     return repo
 
 
@@ -154,7 +207,9 @@ def _setup(name: str, sdist: Path | str, root: Path, backend: str) -> SetupRow:
     started = time.perf_counter()
     result = ensure_env(repo, repo_key=str(repo), version=packaging_version(repo), backend=backend)
     took = time.perf_counter() - started
-    partial = next((n for n in result.recipe.notes if n.startswith("accepted with collection errors")), "")
+    partial = next(
+        (n for n in result.recipe.notes if n.startswith("accepted with collection errors")), ""
+    )
     return SetupRow(name, result.ok, took, result.reason or partial, repo)
 
 
@@ -163,12 +218,15 @@ def _print_rows(console: Console, backend: str, rows: list[SetupRow]) -> None:
     for column in ("package", "status", "s", "reason"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row.package, "ok" if row.ok else "FAILED", f"{row.seconds:.0f}", row.reason[:200])
+        table.add_row(
+            row.package, "ok" if row.ok else "FAILED", f"{row.seconds:.0f}", row.reason[:200]
+        )
     console.print(table)
 
 
-def _validation(rows: list[SetupRow], tmp: Path, backend: str,
-                console: Console) -> dict[str, tuple[float, str, str]]:
+def _validation(
+    rows: list[SetupRow], tmp: Path, backend: str, console: Console
+) -> dict[str, tuple[float, str, str]]:
     """Synthesize one instance per repository, then time cold, warm and raw."""
     cold, warm, raw, made = [], [], [], []
     started = time.perf_counter()
@@ -177,25 +235,43 @@ def _validation(rows: list[SetupRow], tmp: Path, backend: str,
         result = smith(row.repo, n=1, seed=0, backend=backend, workdir=tmp / "smith" / row.package)
         made += list(result.instances)
         if not result.instances:
-            console.print(f"[yellow]smith made no instance from {row.package}: {result.rejected[-1:]}")
+            console.print(
+                f"[yellow]smith made no instance from {row.package}: {result.rejected[-1:]}"
+            )
     smith_s = time.perf_counter() - started
     for instance in made:
         # A fresh version is a fresh environment key: the first validation builds the env.
-        cold.append(_timed_validation(replace(instance, version=instance.version + "-cold"), backend))
+        cold.append(
+            _timed_validation(replace(instance, version=instance.version + "-cold"), backend)
+        )
         warm.append(_timed_validation(instance, backend))
-        env = ensure_env(Path(instance.repo), repo_key=instance.repo, version=instance.version, backend=backend).env
+        env = ensure_env(
+            Path(instance.repo), repo_key=instance.repo, version=instance.version, backend=backend
+        ).env
         assert env is not None
         raw.append(_raw_tests(instance, env, tmp / "raw"))
     if not made:
         return {"smith_instances": (0.0, "count", "no instance to time validation with")}
     ratio = statistics.mean(warm) / statistics.mean(raw)
     return {
-        "validation_time_ratio": (ratio, "ratio", f"target <= 1.5; warm validate_instance / raw pytest, "
-                                  f"{2 * REPEATS} suite runs each, {len(made)} instance(s)"),
+        "validation_time_ratio": (
+            ratio,
+            "ratio",
+            f"target <= 1.5; warm validate_instance / raw pytest, "
+            f"{2 * REPEATS} suite runs each, {len(made)} instance(s)",
+        ),
         "validation_warm_s": (statistics.mean(warm), "s", "per instance, environment cached"),
-        "validation_cold_s": (statistics.mean(cold), "s", "per instance, first: builds the environment"),
+        "validation_cold_s": (
+            statistics.mean(cold),
+            "s",
+            "per instance, first: builds the environment",
+        ),
         "raw_tests_s": (statistics.mean(raw), "s", "baseline: the same pytest runs, host, no jail"),
-        "smith_instances": (float(len(made)), "count", ", ".join(i.instance_id for i in made)[:200]),
+        "smith_instances": (
+            float(len(made)),
+            "count",
+            ", ".join(i.instance_id for i in made)[:200],
+        ),
         "smith_s": (smith_s, "s", "synthesis incl. setup, trace, mutants, validation"),
     }
 
@@ -220,16 +296,32 @@ def _raw_tests(instance: SweInstance, env: PythonEnv, scratch: Path) -> float:
     for entry in env.recipe.env.get("PYTHONPATH", "").split(":"):
         if entry:
             paths.append(entry if entry.startswith("/") else str(workspace / entry))
-    run_env = {"PATH": f"{env.venv / 'bin'}:/usr/bin:/bin", "VIRTUAL_ENV": str(env.venv), "HOME": str(scratch),
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUTF8": "1", "LANG": "C.UTF-8",
-               **{k: v for k, v in env.recipe.env.items() if k != "PYTHONPATH"},
-               "PYTHONPATH": ":".join([str(workspace), *paths])}
-    argv = [*env.recipe.test_command, "-p", "no:cacheprovider", "-o", "junit_family=xunit2",
-            f"--junitxml={scratch / 'raw-report.xml'}", "--continue-on-collection-errors", "-q"]
+    run_env = {
+        "PATH": f"{env.venv / 'bin'}:/usr/bin:/bin",
+        "VIRTUAL_ENV": str(env.venv),
+        "HOME": str(scratch),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUTF8": "1",
+        "LANG": "C.UTF-8",
+        **{k: v for k, v in env.recipe.env.items() if k != "PYTHONPATH"},
+        "PYTHONPATH": ":".join([str(workspace), *paths]),
+    }
+    argv = [
+        *env.recipe.test_command,
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "junit_family=xunit2",
+        f"--junitxml={scratch / 'raw-report.xml'}",
+        "--continue-on-collection-errors",
+        "-q",
+    ]
     total = 0.0
     for side in ("base", "gold"):
         if side == "gold" and not apply_patch(workspace, instance.patch).ok:
-            raise RuntimeError(f"{instance.instance_id}: gold patch does not apply on the raw checkout")
+            raise RuntimeError(
+                f"{instance.instance_id}: gold patch does not apply on the raw checkout"
+            )
         for _ in range(REPEATS):
             started = time.perf_counter()
             subprocess.run(argv, cwd=workspace, env=run_env, capture_output=True, timeout=900)

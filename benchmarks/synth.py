@@ -46,8 +46,13 @@ def _throughput(out: Path, per_category: int, workers: int) -> tuple[float, int,
     started = time.perf_counter()
     try:
         for i, category in enumerate(CATEGORIES):
-            summary = run_synthesis(ProceduralAgent(category.name), n=per_category, seed=1000 * i,
-                                    recorder=SynthRecorder(out / category.slug, store), workers=workers)
+            summary = run_synthesis(
+                ProceduralAgent(category.name),
+                n=per_category,
+                seed=1000 * i,
+                recorder=SynthRecorder(out / category.slug, store),
+                workers=workers,
+            )
             validated += summary.validated
             made += summary.made
     finally:
@@ -70,11 +75,19 @@ async def _tokens(root: Path, k: int, tokenizer: object) -> dict[str, object]:
     finally:
         await policy.aclose()
     agree = all((r.decision == "keep") == any(p for p, _ in full[r.task_id]) for r in early)
-    agree_drop = all((r.decision == "keep") == (0 < sum(p for p, _ in full[r.task_id]) < k) for r in drop)
-    return {"early": sum(r.tokens for r in early), "drop": sum(r.tokens for r in drop),
-            "full": sum(t for runs in full.values() for _, t in runs), "agree": agree and agree_drop,
-            "episodes_early": sum(r.n + r.errors for r in early), "episodes_full": sum(len(v) for v in full.values()),
-            "kept": sum(r.kept for r in early), "tasks": len(early)}
+    agree_drop = all(
+        (r.decision == "keep") == (0 < sum(p for p, _ in full[r.task_id]) < k) for r in drop
+    )
+    return {
+        "early": sum(r.tokens for r in early),
+        "drop": sum(r.tokens for r in drop),
+        "full": sum(t for runs in full.values() for _, t in runs),
+        "agree": agree and agree_drop,
+        "episodes_early": sum(r.n + r.errors for r in early),
+        "episodes_full": sum(len(v) for v in full.values()),
+        "kept": sum(r.kept for r in early),
+        "tasks": len(early),
+    }
 
 
 def run(quick: bool = False) -> BenchResult:
@@ -85,11 +98,17 @@ def run(quick: bool = False) -> BenchResult:
         rate_1, _, _ = _throughput(out / "one", max(1, per_category // 3), workers=1)
         tokenizer = smollm2_tokenizer()
         totals: dict[str, float] = {}
-        roots = [out / "two" / c.slug / "bundles" / f"{c.slug}-{1000 * i}" for i, c in enumerate(CATEGORIES)]
+        roots = [
+            out / "two" / c.slug / "bundles" / f"{c.slug}-{1000 * i}"
+            for i, c in enumerate(CATEGORIES)
+        ]
         for root in roots:
             for key, value in asyncio.run(_tokens(root, k, tokenizer)).items():
-                totals[key] = totals.get(key, 0) + float(value) if key != "agree" else float(
-                    totals.get(key, 1.0) and value)
+                totals[key] = (
+                    totals.get(key, 0) + float(value)
+                    if key != "agree"
+                    else float(totals.get(key, 1.0) and value)
+                )
     metrics = {
         "bundles_per_min": rate,
         "bundles_per_min_1worker": rate_1,
@@ -103,13 +122,23 @@ def run(quick: bool = False) -> BenchResult:
         "episodes_early_stop": totals["episodes_early"],
         "episodes_full": totals["episodes_full"],
     }
-    units = {"bundles_per_min": "bundles/min", "bundles_per_min_1worker": "bundles/min", "worker_speedup": "ratio",
-             "validated_share": "ratio", "early_stop_token_fraction": "ratio",
-             "early_stop_token_fraction_drop_always": "ratio", "filter_decisions_agree": "bool",
-             "filter_tasks": "tasks", "filter_kept": "tasks", "episodes_early_stop": "episodes",
-             "episodes_full": "episodes"}
-    notes = {"bundles_per_min": f"target ≥ 100 on 2 cores; {4 * per_category} bundles × 3 tasks, 2 workers",
-             "early_stop_token_fraction": f"target ≤ 0.25; keep pass@{k} > 0, SlipPolicy(slip={SLIP}) vs {k} full rollouts",
-             "early_stop_token_fraction_drop_always": "also dropping always-solved tasks (AM-Thinking, LongCat)",
-             "filter_decisions_agree": "1 = early stopping decided every task as the full rollouts do"}
+    units = {
+        "bundles_per_min": "bundles/min",
+        "bundles_per_min_1worker": "bundles/min",
+        "worker_speedup": "ratio",
+        "validated_share": "ratio",
+        "early_stop_token_fraction": "ratio",
+        "early_stop_token_fraction_drop_always": "ratio",
+        "filter_decisions_agree": "bool",
+        "filter_tasks": "tasks",
+        "filter_kept": "tasks",
+        "episodes_early_stop": "episodes",
+        "episodes_full": "episodes",
+    }
+    notes = {
+        "bundles_per_min": f"target ≥ 100 on 2 cores; {4 * per_category} bundles × 3 tasks, 2 workers",
+        "early_stop_token_fraction": f"target ≤ 0.25; keep pass@{k} > 0, SlipPolicy(slip={SLIP}) vs {k} full rollouts",
+        "early_stop_token_fraction_drop_always": "also dropping always-solved tasks (AM-Thinking, LongCat)",
+        "filter_decisions_agree": "1 = early stopping decided every task as the full rollouts do",
+    }
     return BenchResult(benchmark="synth", metrics=metrics, units=units, notes=notes)

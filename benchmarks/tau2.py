@@ -99,33 +99,65 @@ def tau2_keys(quick: bool, mode: str = "auto") -> tuple[dict[str, float], str, s
     inproc, through, trip = [], [], []
     try:
         for _ in range(REPS):
-            inproc.append(float(link.call({"op": "inprocess_us", "domain": DOMAIN, "task": task_id, "call": call, "n": n})))
+            inproc.append(
+                float(
+                    link.call(
+                        {
+                            "op": "inprocess_us",
+                            "domain": DOMAIN,
+                            "task": task_id,
+                            "call": call,
+                            "n": n,
+                        }
+                    )
+                )
+            )
             env.reset(options={"task": task_id})
             through.append(_step_us(env, call, n))
             trip.append(_roundtrip_us(link, n))
     finally:
         env.close()
     a, b, c = (statistics.median(x) for x in (inproc, through, trip))
-    keys = {"tau2_inprocess_us": a, "envgym_tau2_us": b, "tau2_link_roundtrip_us": c, "envgym_over_inprocess_ratio": b / a}
+    keys = {
+        "tau2_inprocess_us": a,
+        "envgym_tau2_us": b,
+        "tau2_link_roundtrip_us": c,
+        "envgym_over_inprocess_ratio": b / a,
+    }
     return keys, link.mode, call["name"]
 
 
 def run(quick: bool = False) -> BenchResult:
     keys, mode, tool = tau2_keys(quick)
-    bare, via = (statistics.median(x) for x in zip(*(_mcp(50 if quick else 300) for _ in range(REPS))))
+    bare, via = (
+        statistics.median(x) for x in zip(*(_mcp(50 if quick else 300) for _ in range(REPS)))
+    )
     return BenchResult(
         benchmark="tau2",
-        metrics={**keys, "mcp_bare_us": bare, "mcp_envgym_us": via, "mcp_envgym_over_bare_ratio": via / bare},
-        units={"tau2_inprocess_us": "µs", "envgym_tau2_us": "µs", "tau2_link_roundtrip_us": "µs",
-               "envgym_over_inprocess_ratio": "×", "mcp_bare_us": "µs", "mcp_envgym_us": "µs",
-               "mcp_envgym_over_bare_ratio": "×"},  # fmt: skip
-        notes={"tau2_inprocess_us": f"{DOMAIN} {tool}: Environment.get_response in τ²'s process",
-               "envgym_tau2_us": f"Tau2Env.step with that call, link mode {mode}",
-               "tau2_link_roundtrip_us": "an empty request to τ² (the worker pipe in worker mode)",
-               "envgym_over_inprocess_ratio": "target ≤ 2",
-               "mcp_bare_us": "add(2, 3), bare mcp ClientSession over stdio",
-               "mcp_envgym_us": "the same call through envgym.mcp.McpToolset",
-               "mcp_envgym_over_bare_ratio": "target ≤ 1.2"},  # fmt: skip
+        metrics={
+            **keys,
+            "mcp_bare_us": bare,
+            "mcp_envgym_us": via,
+            "mcp_envgym_over_bare_ratio": via / bare,
+        },
+        units={
+            "tau2_inprocess_us": "µs",
+            "envgym_tau2_us": "µs",
+            "tau2_link_roundtrip_us": "µs",
+            "envgym_over_inprocess_ratio": "×",
+            "mcp_bare_us": "µs",
+            "mcp_envgym_us": "µs",
+            "mcp_envgym_over_bare_ratio": "×",
+        },  # fmt: skip
+        notes={
+            "tau2_inprocess_us": f"{DOMAIN} {tool}: Environment.get_response in τ²'s process",
+            "envgym_tau2_us": f"Tau2Env.step with that call, link mode {mode}",
+            "tau2_link_roundtrip_us": "an empty request to τ² (the worker pipe in worker mode)",
+            "envgym_over_inprocess_ratio": "target ≤ 2",
+            "mcp_bare_us": "add(2, 3), bare mcp ClientSession over stdio",
+            "mcp_envgym_us": "the same call through envgym.mcp.McpToolset",
+            "mcp_envgym_over_bare_ratio": "target ≤ 1.2",
+        },  # fmt: skip
     )
 
 

@@ -74,8 +74,9 @@ def _child_run(variant: str, rows: int, tokens: int) -> dict[str, float]:
         def logprobs(
             self, batch: TrainBatch, *, temperature: float, with_entropy: bool = False
         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-            logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                use_cache=False).logits  # [B, T, V]
+            logits = self.model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+            ).logits  # [B, T, V]
             logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
             logp = logp_all.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) * batch.mask
             entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
@@ -84,14 +85,16 @@ def _child_run(variant: str, rows: int, tokens: int) -> dict[str, float]:
     torch.manual_seed(0)
     model = embedded.load_model("float32")
     model.train(False)
-    config = config_from_dict({
-        "envs": [{"id": "bench"}],
-        "rollout": {"group_size": 2, "prompts": rows // 2},
-        "optimizer": {"lr": 1e-6},
-        # naive / chunked_onebatch: the whole batch at once; efficient: microbatches
-        "micro_tokens": EFFICIENT_MICRO_TOKENS if variant == "efficient" else rows * tokens,
-        "minibatches": 1,
-    })
+    config = config_from_dict(
+        {
+            "envs": [{"id": "bench"}],
+            "rollout": {"group_size": 2, "prompts": rows // 2},
+            "optimizer": {"lr": 1e-6},
+            # naive / chunked_onebatch: the whole batch at once; efficient: microbatches
+            "micro_tokens": EFFICIENT_MICRO_TOKENS if variant == "efficient" else rows * tokens,
+            "minibatches": 1,
+        }
+    )
     cls = NaivePolicy if variant == "naive" else Policy
     policy = cls(model, chunk_size=config.chunk_size)
     update = Update(config, policy, None, pad_id=int(model.config.eos_token_id or 0))
@@ -101,12 +104,20 @@ def _child_run(variant: str, rows: int, tokens: int) -> dict[str, float]:
     for b in range(rows):
         ids = torch.randint(0, vocab, (tokens,), generator=gen).tolist()
         mask = [0] * PROMPT_TOKENS + [1] * (tokens - PROMPT_TOKENS)
-        samples.append(Sample(
-            token_ids=ids, loss_mask=mask,
-            engine_logp=[-8.0 if m else 0.0 for m in mask], kept=[None] * tokens, routes=None,
-            advantage=1.0 if b % 2 else -1.0, reward=float(b % 2), group=b // 2,
-            task_id=f"bench{b // 2}", policy_version=0,
-        ))
+        samples.append(
+            Sample(
+                token_ids=ids,
+                loss_mask=mask,
+                engine_logp=[-8.0 if m else 0.0 for m in mask],
+                kept=[None] * tokens,
+                routes=None,
+                advantage=1.0 if b % 2 else -1.0,
+                reward=float(b % 2),
+                group=b // 2,
+                task_id=f"bench{b // 2}",
+                policy_version=0,
+            )
+        )
     load_rss = _rss_gib(os.getpid())
     t0 = time.perf_counter()
     metrics, skipped = update.run(samples, step=0)
@@ -114,13 +125,27 @@ def _child_run(variant: str, rows: int, tokens: int) -> dict[str, float]:
     if skipped is not None:
         raise RuntimeError(f"the update was skipped: {skipped}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB → GiB
-    return {"step_s": step_s, "peak_rss_gib": peak, "load_rss_gib": load_rss,
-            "loss": float(metrics["loss"]), "entropy": float(metrics["entropy"])}
+    return {
+        "step_s": step_s,
+        "peak_rss_gib": peak,
+        "load_rss_gib": load_rss,
+        "loss": float(metrics["loss"]),
+        "entropy": float(metrics["entropy"]),
+    }
 
 
 def _spawn(variant: str, rows: int, tokens: int, cap_gib: float) -> dict[str, float]:
-    cmd = [sys.executable, "-m", "benchmarks.train", "--child", variant,
-           "--rows", str(rows), "--tokens", str(tokens)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.train",
+        "--child",
+        variant,
+        "--rows",
+        str(rows),
+        "--tokens",
+        str(tokens),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watched = 0.0
     while proc.poll() is None:
@@ -163,8 +188,9 @@ def run(quick: bool = False) -> BenchResult:
     units = {k: "GiB" for k in metrics if k.endswith("_gib")}
     units.update({k: "s" for k in metrics if k.endswith("_s")})
     units.update({k: "ratio" for k in metrics if "ratio" in k})
-    units.update(loss_abs_diff="nats", entropy_abs_diff="nats", rows="rows",
-                 tokens_per_row="tokens")
+    units.update(
+        loss_abs_diff="nats", entropy_abs_diff="nats", rows="rows", tokens_per_row="tokens"
+    )
     return BenchResult(
         benchmark="train",
         metrics=metrics,

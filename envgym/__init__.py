@@ -1,8 +1,8 @@
 """envgym: synthesized tool-use environments for agentic RL.
 
-    import envgym
-    env = envgym.make("trip-planning-v0")
-    obs, info = env.reset(seed=0)
+import envgym
+env = envgym.make("trip-planning-v0")
+obs, info = env.reset(seed=0)
 """
 
 from envgym.bundle import Bundle, BundleError, Task, load_bundle

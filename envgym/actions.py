@@ -124,7 +124,9 @@ def _well_formed(action: Any) -> NormalizedAction | None:
     if type(action) is not dict or action.get("role", "assistant") != "assistant":
         return None
     content, reasoning = action.get("content"), action.get("reasoning_content")
-    if (content is not None and type(content) is not str) or (reasoning is not None and type(reasoning) is not str):
+    if (content is not None and type(content) is not str) or (
+        reasoning is not None and type(reasoning) is not str
+    ):
         return None
     raw_calls = action.get("tool_calls")
     if raw_calls is None:
@@ -153,7 +155,9 @@ def _well_formed(action: Any) -> NormalizedAction | None:
             return None
         seen.add(call_id)
         calls.append(ToolCall(call_id, name, arguments, text))
-        entries.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
+        entries.append(
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+        )
     message: AssistantMessage = {"role": "assistant", "content": content}  # as assistant_message
     if reasoning is not None:
         message["reasoning_content"] = reasoning
@@ -197,7 +201,8 @@ def _repair(action: Any) -> NormalizedAction:
     elif isinstance(raw_calls, (str, bytes)) or not isinstance(raw_calls, Sequence):
         problems.append(
             ActionProblem(
-                "bad_message", f"'tool_calls' must be a list of calls, not {describe_type(raw_calls)}"
+                "bad_message",
+                f"'tool_calls' must be a list of calls, not {describe_type(raw_calls)}",
             )
         )
         raw_calls = []
@@ -237,7 +242,9 @@ def _text_field(value: Any, field: str, problems: list[ActionProblem]) -> str | 
     ):
         return "".join(p["text"] for p in value)
     problems.append(
-        ActionProblem("bad_message", f"'{field}' must be a string or null, not {describe_type(value)}")
+        ActionProblem(
+            "bad_message", f"'{field}' must be a string or null, not {describe_type(value)}"
+        )
     )
     return None
 
@@ -308,7 +315,9 @@ def normalize_call(
         return fail(kind, f"{label}: arguments are not valid JSON: {detail}")
     if kind is not None or args is None:
         return fail("not_an_object", f"{label}: arguments must be a JSON object, got {detail}")
-    return ToolCall(call_id, name, args, raw_args if isinstance(raw_args, str) and raw_args.strip() else None), None
+    return ToolCall(
+        call_id, name, args, raw_args if isinstance(raw_args, str) and raw_args.strip() else None
+    ), None
 
 
 def unique_call_ids(action: NormalizedAction, taken: set[str], suffix: str) -> NormalizedAction:

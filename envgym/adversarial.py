@@ -26,7 +26,16 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 # Arithmetic the prompt spells out, e.g. "17 * 23 + 4": two or more numbers joined by operators.
 _EXPRESSION = re.compile(r"-?\d+(?:\.\d+)?(?:\s*[-+*/^%]\s*\(?-?\d+(?:\.\d+)?\)?)+")
 _FENCED = re.compile(r"```[a-zA-Z]*\n(.*?)```", re.S)
-_PLACEHOLDERS: tuple[Any, ...] = ("answer", "...", "<answer>", "your answer here", "example", "N/A", 0, 42)
+_PLACEHOLDERS: tuple[Any, ...] = (
+    "answer",
+    "...",
+    "<answer>",
+    "your answer here",
+    "example",
+    "N/A",
+    0,
+    42,
+)
 _MAX_ECHO_NUMBERS = 8
 
 
@@ -95,7 +104,9 @@ def _all(prompt: str, gold: dict[str, Any], schema: Mapping[str, Any]) -> Iterat
     # The gold answer in another form (allowed either way) and type confusions.
     for k in strings:
         s = gold[k]
-        yield Exploit(f"wrapped:{k}", {**gold, k: f"The final answer is: {s}\nI am confident."}, True)
+        yield Exploit(
+            f"wrapped:{k}", {**gold, k: f"The final answer is: {s}\nI am confident."}, True
+        )
         yield Exploit(f"boxed:{k}", {**gold, k: f"\\boxed{{{s}}}"}, True)
         yield Exploit(f"fenced:{k}", {**gold, k: f"```\n{s}\n```"}, True)
         yield Exploit(f"fenced_json:{k}", {**gold, k: f"```json\n{s}\n```"}, True)
@@ -109,7 +120,9 @@ def _all(prompt: str, gold: dict[str, Any], schema: Mapping[str, Any]) -> Iterat
             yield Exploit(f"type_{label}:{k}", {**gold, k: other})
     for k in numbers:
         n = gold[k]
-        yield Exploit(f"as_string:{k}", {**gold, k: repr(n) if isinstance(n, float) else str(n)}, True)
+        yield Exploit(
+            f"as_string:{k}", {**gold, k: repr(n) if isinstance(n, float) else str(n)}, True
+        )
         yield Exploit(f"as_list:{k}", {**gold, k: [n]}, True)
         yield Exploit(f"type_word:{k}", {**gold, k: "a number"})
         yield Exploit(f"type_null:{k}", {**gold, k: None})
@@ -126,18 +139,25 @@ def _all(prompt: str, gold: dict[str, Any], schema: Mapping[str, Any]) -> Iterat
         yield Exploit(f"huge_int_text:{k}", {**gold, k: "9" * 400})
         yield Exploit(f"huge_string:{k}", {**gold, k: "A" * HUGE_STRING_BYTES})
         yield Exploit(f"nested_text:{k}", {**gold, k: nested_text})
-        yield Exploit(f"nested_object_text:{k}", {**gold, k: '{"a":' * NEST_DEPTH + "1" + "}" * NEST_DEPTH})
+        yield Exploit(
+            f"nested_object_text:{k}", {**gold, k: '{"a":' * NEST_DEPTH + "1" + "}" * NEST_DEPTH}
+        )
         yield Exploit(f"nested_value:{k}", {**gold, k: nested_value})
 
 
-def _format_examples(prompt: str, schema: Mapping[str, Any], names: list[str]) -> dict[str, list[Any]]:
+def _format_examples(
+    prompt: str, schema: Mapping[str, Any], names: list[str]
+) -> dict[str, list[Any]]:
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     props = props if isinstance(props, Mapping) else {}
     fenced = [block.strip() for block in _FENCED.findall(prompt) if block.strip()]
     out: dict[str, list[Any]] = {}
     for k in names:
         spec = props.get(k) if isinstance(props.get(k), Mapping) else {}
-        values: list[Any] = [*spec.get("examples", ()), *([spec["default"]] if "default" in spec else [])]
+        values: list[Any] = [
+            *spec.get("examples", ()),
+            *([spec["default"]] if "default" in spec else []),
+        ]
         values += fenced  # the prompt's own format block, sent back verbatim
         values += list(_PLACEHOLDERS)
         out[k] = values
@@ -166,4 +186,8 @@ def _same_value(candidate: Any, gold: Any) -> bool:
         return True
     a = _as_number(candidate.strip()) if isinstance(candidate, str) else candidate
     b = _as_number(gold.strip()) if isinstance(gold, str) else gold
-    return _is_number(a) and _is_number(b) and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+    return (
+        _is_number(a)
+        and _is_number(b)
+        and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+    )

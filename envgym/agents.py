@@ -62,7 +62,10 @@ class RandomAgent:
         if roll < 0.15:
             return {"role": "assistant", "tool_calls": [_call(self._n, "no_such_tool", {})]}
         if roll < 0.20:
-            return {"role": "assistant", "tool_calls": [_call(self._n, tools[0]["name"], "{bad json")]}
+            return {
+                "role": "assistant",
+                "tool_calls": [_call(self._n, tools[0]["name"], "{bad json")],
+            }
         tool = self.rng.choice(tools)
         if roll > 1 - self.submit_probability:
             submit = [t for t in tools if t["name"].startswith("submit")]
@@ -72,7 +75,11 @@ class RandomAgent:
             for name, prop in tool["parameters"].get("properties", {}).items()
             if self.rng.random() < 0.9  # sometimes leave one out
         }
-        return {"role": "assistant", "content": "", "tool_calls": [_call(self._n, tool["name"], args)]}
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [_call(self._n, tool["name"], args)],
+        }
 
     def _value(self, prop: dict[str, Any], seen: list[str]) -> Any:
         kind = prop.get("type")
@@ -97,7 +104,13 @@ def _strings(messages: list[dict[str, Any]]) -> list[str]:
             data = json.loads(content)
         except json.JSONDecodeError:
             continue
-        items = data if isinstance(data, list) else list(data.values()) if isinstance(data, dict) else []
+        items = (
+            data
+            if isinstance(data, list)
+            else list(data.values())
+            if isinstance(data, dict)
+            else []
+        )
         out.extend(x for x in items if isinstance(x, str))
     return out[:50]
 
@@ -113,7 +126,9 @@ class EpisodeResult:
     errors: dict[str, int]
 
 
-def run_episode(env: Env, agent: Agent, *, seed: int | None = None, task: str | int | None = None) -> EpisodeResult:
+def run_episode(
+    env: Env, agent: Agent, *, seed: int | None = None, task: str | int | None = None
+) -> EpisodeResult:
     """Play one episode to its end (the env's budgets bound it)."""
     options = {"task": task} if task is not None else None
     obs, info = env.reset(seed=seed, options=options)

@@ -46,7 +46,12 @@ def run_benchmark(name: str, *, as_json: bool, quick: bool, console: Console) ->
         raise KeyError(f"no benchmark {name!r}; available: {', '.join(sorted(eps)) or 'none'}")
     result: BenchResult = eps[name].load()(quick=quick)  # type: ignore[attr-defined]
     if as_json:
-        payload = {"benchmark": result.benchmark, "metrics": result.metrics, "units": result.units, "machine": machine()}
+        payload = {
+            "benchmark": result.benchmark,
+            "metrics": result.metrics,
+            "units": result.units,
+            "machine": machine(),
+        }
         sys.stdout.write(json.dumps(payload) + "\n")
     else:
         table = Table(title=f"envgym bench {result.benchmark}")

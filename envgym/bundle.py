@@ -43,8 +43,21 @@ CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 STATE_DIR = "state"
 
 
-__all__ = ["Bundle", "BundleError", "BundleLimits", "Manifest", "Provenance", "Task", "Witness",
-           "bundle_files", "hash_bundle", "load_bundle", "parse_python", "schema", "write_manifest"]
+__all__ = [
+    "Bundle",
+    "BundleError",
+    "BundleLimits",
+    "Manifest",
+    "Provenance",
+    "Task",
+    "Witness",
+    "bundle_files",
+    "hash_bundle",
+    "load_bundle",
+    "parse_python",
+    "schema",
+    "write_manifest",
+]
 
 
 @dataclass(frozen=True)
@@ -169,19 +182,24 @@ def bundle_files(root: Path, limits: BundleLimits | None = None) -> list[str]:
     fd = _root_fd(Path(root))
     try:
         # bytecode caches are not content: listed (a link named __pycache__ is refused), not entered
-        for entry in walk(fd, limits, lambda rel: named.get(rel, "file_bytes"),
-                          skip=frozenset({"__pycache__"})):
+        for entry in walk(
+            fd, limits, lambda rel: named.get(rel, "file_bytes"), skip=frozenset({"__pycache__"})
+        ):
             if entry.is_dir:
                 continue
             total += entry.size
             if total > limits.bundle_bytes:
-                raise BundleError(entry.rel, f"the bundle's files add up to too many bytes "
-                                             f"{knob(limits, 'bundle_bytes')}")
+                raise BundleError(
+                    entry.rel,
+                    f"the bundle's files add up to too many bytes {knob(limits, 'bundle_bytes')}",
+                )
             if entry.rel.startswith(STATE_DIR + "/"):
                 state += entry.size
                 if state > limits.state_bytes:
-                    raise BundleError(entry.rel, f"{STATE_DIR}/ holds too many bytes "
-                                                 f"{knob(limits, 'state_bytes')}")
+                    raise BundleError(
+                        entry.rel,
+                        f"{STATE_DIR}/ holds too many bytes {knob(limits, 'state_bytes')}",
+                    )
             found.append(entry.rel)
     finally:
         os.close(fd)
@@ -269,8 +287,10 @@ def load_bundle(
                 "re-hash with envgym.bundle.write_manifest after editing",
                 field="content_hash",
             )
-    functions = {name: defined_functions(_read(root, name, limits, "code_bytes"), name)
-                 for name in CODE_FILES}
+    functions = {
+        name: defined_functions(_read(root, name, limits, "code_bytes"), name)
+        for name in CODE_FILES
+    }
     tasks = _load_tasks(root, functions, limits)
     return Bundle(root=root, manifest=manifest, tasks=tasks)
 
@@ -359,7 +379,9 @@ def _load_tasks(
         try:
             _validate(data, "task", TASKS)
         except BundleError as exc:
-            raise BundleError(TASKS, str(exc).split(": ", 2)[-1], field=f"{where}.{exc.field}") from None
+            raise BundleError(
+                TASKS, str(exc).split(": ", 2)[-1], field=f"{where}.{exc.field}"
+            ) from None
         task = Task(
             id=data["id"],
             prompt=data["prompt"],
@@ -369,19 +391,31 @@ def _load_tasks(
             submit_tool=data.get("submit_tool", "submit_result"),
             system_prompt=data.get("system_prompt"),
             metadata=data.get("metadata", {}),
-            witnesses=tuple(Witness(w["rule"], w["submission"], w.get("note", ""))
-                            for w in data.get("witnesses", ())),
+            witnesses=tuple(
+                Witness(w["rule"], w["submission"], w.get("note", ""))
+                for w in data.get("witnesses", ())
+            ),
             baseline=data.get("baseline"),
         )
         if task.id in seen:
             raise BundleError(TASKS, f"duplicate task id {task.id!r}", field=f"{where}.id")
         seen.add(task.id)
-        for key, file in (("solution", "solution.py"), ("verifier", "verifier.py"), ("baseline", "solution.py")):
+        for key, file in (
+            ("solution", "solution.py"),
+            ("verifier", "verifier.py"),
+            ("baseline", "solution.py"),
+        ):
             fn = getattr(task, key)
             if fn is not None and fn not in functions[file]:
-                raise BundleError(TASKS, f"{file} defines no function {fn!r}", field=f"{where}.{key}")
+                raise BundleError(
+                    TASKS, f"{file} defines no function {fn!r}", field=f"{where}.{key}"
+                )
         if task.submit_tool is not None and task.submit_tool not in functions["tools.py"]:
-            raise BundleError(TASKS, f"tools.py defines no tool {task.submit_tool!r}", field=f"{where}.submit_tool")
+            raise BundleError(
+                TASKS,
+                f"tools.py defines no tool {task.submit_tool!r}",
+                field=f"{where}.submit_tool",
+            )
         tasks.append(task)
     if not tasks:
         raise BundleError(TASKS, "the bundle has no tasks")

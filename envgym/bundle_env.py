@@ -41,7 +41,9 @@ class Budgets:
     time_budget_s: float | None = None
     context_window: int | None = None  # tokens of the rendered prompt
 
-    def exhausted(self, *, turns: int, tool_calls: int, started: float, prompt_tokens: Callable[[], int]) -> list[str]:
+    def exhausted(
+        self, *, turns: int, tool_calls: int, started: float, prompt_tokens: Callable[[], int]
+    ) -> list[str]:
         """The budgets an episode has used up (``started``: its ``time.monotonic()`` start;
         ``prompt_tokens`` is only counted when there is a window)."""
         reasons = []
@@ -239,9 +241,14 @@ class BundleEnv(Env):
         try:
             if bounded:
                 self.sandbox.limits = replace(limits, call_timeout_s=left)
-            return run_tool(self.sandbox, self.tools, call.name, call.arguments, output_cap=self.output_cap)
+            return run_tool(
+                self.sandbox, self.tools, call.name, call.arguments, output_cap=self.output_cap
+            )
         except Exception as err:  # noqa: BLE001 - step never raises on agent input; counted
-            return ToolResult(content=f"Error: {call.name} could not be run ({type(err).__name__})", error="internal_error")
+            return ToolResult(
+                content=f"Error: {call.name} could not be run ({type(err).__name__})",
+                error="internal_error",
+            )
         finally:
             if bounded:
                 self.sandbox.limits = limits
@@ -267,7 +274,9 @@ class BundleEnv(Env):
         outcome = self.sandbox.verify(self.task.verifier, submission, self.task.to_dict())
         if not outcome.ok:
             self.episode.errors["verifier_error"] += 1
-            return Verdict.failure("verifier_error", outcome_to_result("verifier", outcome, output_cap=2000).content)
+            return Verdict.failure(
+                "verifier_error", outcome_to_result("verifier", outcome, output_cap=2000).content
+            )
         return Verdict.from_report(outcome.value)
 
     def _out_of_budget(self) -> bool:
@@ -286,7 +295,9 @@ class BundleEnv(Env):
     def _info(self, *, reward_components: dict[str, float]) -> dict[str, Any]:
         info = self.episode.info(self.view, reward_components)
         if self.counter is not None:
-            info["tokens"] = {"prompt": self.counter.count(self.view.rendered, self.tools.schemas())}
+            info["tokens"] = {
+                "prompt": self.counter.count(self.view.rendered, self.tools.schemas())
+            }
         return info
 
     # -- helpers for scripted agents and checks -------------------------------------------
@@ -296,7 +307,9 @@ class BundleEnv(Env):
             raise RuntimeError("call reset() first")
         try:
             self.sandbox.reset(self._dirs.scratch("gold"))
-            solved = self.sandbox.solve(self.task.solution, self.task.to_dict(), self.task.submit_tool)
+            solved = self.sandbox.solve(
+                self.task.solution, self.task.to_dict(), self.task.submit_tool
+            )
         finally:
             self.sandbox.reset(self._state_path)
         if not solved.outcome.ok:

@@ -40,11 +40,15 @@ def source_digest(root: Path, paths: Iterable[Path], *extra: str) -> str:
     """A sha256 over ``extra`` and each file's path (relative to ``root``) and bytes, in order."""
     digest = hashlib.sha256("\0".join(extra).encode())
     for path in paths:
-        digest.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        digest.update(
+            b"\0" + path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes()
+        )
     return digest.hexdigest()
 
 
-def built_once(final: Path, build: Callable[[Path], None], *, marker: str = "manifest.json") -> Path:
+def built_once(
+    final: Path, build: Callable[[Path], None], *, marker: str = "manifest.json"
+) -> Path:
     """Return ``final``, calling ``build(folder)`` to create it first when it is not built yet.
 
     ``build`` gets an empty folder to fill; it must write ``marker`` there last, or not at all

@@ -89,8 +89,13 @@ class TaskCheck:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "rejection_rate": self.rejection_rate, "rule_coverage": self.rule_coverage,
-                "required_rules": list(self.required_rules), "passed": self.passed}
+        return {
+            **asdict(self),
+            "rejection_rate": self.rejection_rate,
+            "rule_coverage": self.rule_coverage,
+            "required_rules": list(self.required_rules),
+            "passed": self.passed,
+        }
 
 
 @dataclass(frozen=True)
@@ -109,12 +114,17 @@ class CheckReport:
         for t in self.tasks:
             if t.baseline_solved is not None:
                 levels.setdefault(t.difficulty, []).append(t.baseline_solved)
-        by = {str(d): {"tasks": len(v), "solved": sum(v), "rate": sum(v) / len(v)} for d, v in sorted(levels.items())}
+        by = {
+            str(d): {"tasks": len(v), "solved": sum(v), "rate": sum(v) / len(v)}
+            for d, v in sorted(levels.items())
+        }
         rates = [row["rate"] for row in by.values()]
         return {
             "by_difficulty": by,
             # "Falls with level": never rises from one level to the next, and the top is below the bottom.
-            "falls_with_level": len(rates) > 1 and all(b <= a for a, b in zip(rates, rates[1:])) and rates[-1] < rates[0],
+            "falls_with_level": len(rates) > 1
+            and all(b <= a for a, b in zip(rates, rates[1:]))
+            and rates[-1] < rates[0],
             "top_level_rate": rates[-1] if rates else None,
         }
 
@@ -126,8 +136,10 @@ class CheckReport:
             "content_hash": self.content_hash,
             "passed": self.passed,
             "rule_coverage": covered / rules if rules else 0.0,
-            "exploits": {"tried": sum(t.exploits_tried for t in self.tasks),
-                         "failed": sum(len(t.exploits_failed) for t in self.tasks)},
+            "exploits": {
+                "tried": sum(t.exploits_tried for t in self.tasks),
+                "failed": sum(len(t.exploits_failed) for t in self.tasks),
+            },
             "verifier_errors": sum(t.verifier_errors for t in self.tasks),
             "baseline": self.baseline(),
             "tasks": [t.to_dict() for t in self.tasks],
@@ -214,14 +226,18 @@ def check_task(
         problems.append("gold rejected: " + "; ".join(f"{c.name}: {c.detail}" for c in failed[:3]))
     reruns_agree = len(runs) == max(1, reruns) and len({(s, v.passed) for s, v in runs}) == 1
     rules = tuple(c.name for c in runs[-1][1].checks) if gold_passed else ()
-    declared, declared_problem = declared_rules(task.metadata, tuple(w.rule for w in task.witnesses))
+    declared, declared_problem = declared_rules(
+        task.metadata, tuple(w.rule for w in task.witnesses)
+    )
     if declared_problem is not None:
         problems.append(declared_problem)
     if gold_passed:
         for rule in declared:
             if rule not in rules:
-                problems.append(f"rule {rule!r} is declared by the task but the gold verdict does not "
-                                "report it (the verifier does not check it)")
+                problems.append(
+                    f"rule {rule!r} is declared by the task but the gold verdict does not "
+                    "report it (the verifier does not check it)"
+                )
 
     # Against the state the gold run left: only the answer differs from the gold.
     tried = rejected = 0
@@ -247,7 +263,9 @@ def check_task(
             if verdict.passed and not ex.gold_form:
                 ex_failed.append(ex.name)
         if ex_failed:
-            problems.append(f"verifier accepted {len(ex_failed)} exploits: " + ", ".join(ex_failed[:5]))
+            problems.append(
+                f"verifier accepted {len(ex_failed)} exploits: " + ", ".join(ex_failed[:5])
+            )
 
     # Per-rule witnesses, each on fresh state.
     covered: set[str] = set()
@@ -262,7 +280,9 @@ def check_task(
         elif verdict.passed:
             problems.append(f"witness {i} ({w.rule}): accepted, so the rule is not enforced")
         elif verdict.failed_names != {w.rule}:
-            problems.append(f"witness {i} ({w.rule}): fails {sorted(verdict.failed_names)}, not only {w.rule}")
+            problems.append(
+                f"witness {i} ({w.rule}): fails {sorted(verdict.failed_names)}, not only {w.rule}"
+            )
         else:
             covered.add(w.rule)
             valid += 1
@@ -283,8 +303,11 @@ def check_task(
     if task.baseline is not None:
         runner.fresh_state()
         attempt = runner.solve(task, task.baseline)
-        baseline_solved = bool(attempt.outcome.ok and attempt.submission is not None
-                               and verify(attempt.submission, "baseline").passed)
+        baseline_solved = bool(
+            attempt.outcome.ok
+            and attempt.submission is not None
+            and verify(attempt.submission, "baseline").passed
+        )
     if errors:
         problems.append(f"verifier broke on {len(errors)} submissions: " + "; ".join(errors[:3]))
     return TaskCheck(
@@ -328,21 +351,35 @@ def check_bundle(
     ``derive_witnesses=False`` counts declared witnesses only (synthesis validation: a bundle
     must bring its own); ``adversarial=False`` skips the generic exploits.
     """
-    box = sandbox if isinstance(sandbox, Sandbox) else open_sandbox(bundle.root, backend=sandbox, limits=limits)
+    box = (
+        sandbox
+        if isinstance(sandbox, Sandbox)
+        else open_sandbox(bundle.root, backend=sandbox, limits=limits)
+    )
     runner = CheckRunner(bundle, box)
     rng = random.Random(seed)
     try:
         box.describe_tools()  # a tools.py that does not import fails here, naming the file
         results = tuple(
-            check_task(runner, t, n_corruptions=corruptions_per_task, reruns=reruns, rng=rng,
-                       min_rejection=min_rejection, derive_witnesses=derive_witnesses, adversarial=adversarial)
+            check_task(
+                runner,
+                t,
+                n_corruptions=corruptions_per_task,
+                reruns=reruns,
+                rng=rng,
+                min_rejection=min_rejection,
+                derive_witnesses=derive_witnesses,
+                adversarial=adversarial,
+            )
             for t in bundle.tasks
         )
     finally:
         runner.close()
         if not isinstance(sandbox, Sandbox):
             box.close()
-    return CheckReport(bundle=bundle.manifest.name, content_hash=bundle.manifest.content_hash, tasks=results)
+    return CheckReport(
+        bundle=bundle.manifest.name, content_hash=bundle.manifest.content_hash, tasks=results
+    )
 
 
 _Runner = CheckRunner  # the old private name, kept for callers written before it was public

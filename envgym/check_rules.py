@@ -22,7 +22,9 @@ MAX_RULES = 200  # a task with more rules than this is not a task a model can be
 MAX_RULE_CHARS = 100
 
 
-def declared_rules(metadata: Mapping[str, Any], witness_rules: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+def declared_rules(
+    metadata: Mapping[str, Any], witness_rules: tuple[str, ...]
+) -> tuple[tuple[str, ...], str | None]:
     """The task's declared rules, in order (metadata first, then witness rules), and a problem.
 
     The metadata field is hostile input like the rest of a bundle: anything but a bounded list of

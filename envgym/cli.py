@@ -15,11 +15,15 @@ from rich.table import Table
 from envgym import registry
 from envgym.bundle import Bundle, BundleError, load_bundle
 
-app = typer.Typer(help="envgym: synthesized tool-use environments for agentic RL.", no_args_is_help=True)
+app = typer.Typer(
+    help="envgym: synthesized tool-use environments for agentic RL.", no_args_is_help=True
+)
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-SandboxOpt = typer.Option("bwrap", "--sandbox", help="bwrap | docker | inprocess (trusted bundles only)")
+SandboxOpt = typer.Option(
+    "bwrap", "--sandbox", help="bwrap | docker | inprocess (trusted bundles only)"
+)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -66,7 +70,10 @@ def list_envs() -> None:
 
 
 @app.command()
-def show(target: str = typer.Argument(..., help="environment id or bundle directory"), sandbox: str = SandboxOpt) -> None:
+def show(
+    target: str = typer.Argument(..., help="environment id or bundle directory"),
+    sandbox: str = SandboxOpt,
+) -> None:
     """Show an environment: manifest, tools and tasks."""
     from envgym.sandbox import open_sandbox
 
@@ -88,7 +95,12 @@ def show(target: str = typer.Argument(..., help="environment id or bundle direct
     for col in ("id", "difficulty", "submit tool", "prompt"):
         tasks.add_column(col)
     for task in bundle.tasks:
-        tasks.add_row(_safe(task.id), str(task.difficulty), _safe(task.submit_tool), _safe(task.prompt[:90]) + "…")
+        tasks.add_row(
+            _safe(task.id),
+            str(task.difficulty),
+            _safe(task.submit_tool),
+            _safe(task.prompt[:90]) + "…",
+        )
     console.print(tasks)
 
 
@@ -99,8 +111,12 @@ def check(
     corruptions: int = typer.Option(20, help="single-field corruptions tried per task"),
     reruns: int = typer.Option(3, help="gold-solution reruns that must agree"),
     sandbox: str = SandboxOpt,
-    mutation: bool = typer.Option(False, "--mutation", help="also run every mutant of the verifier (docs/CHECK.md)"),
-    max_mutants: int = typer.Option(0, help="with --mutation: a seeded sample of this many mutants (0: all)"),
+    mutation: bool = typer.Option(
+        False, "--mutation", help="also run every mutant of the verifier (docs/CHECK.md)"
+    ),
+    max_mutants: int = typer.Option(
+        0, help="with --mutation: a seeded sample of this many mutants (0: all)"
+    ),
 ) -> None:
     """Validate a bundle: gold passes, no-op fails, corruptions rejected, reruns agree."""
     from envgym.check import check_bundle
@@ -111,11 +127,19 @@ def check(
     handler = check_handler(target)
     if handler is not None:
         given = {"sandbox": sandbox, "reruns": reruns}
-        raise typer.Exit(handler.run(target, as_json=as_json, console=console,
-                                     **{k: v for k, v in given.items() if k in handler.options}))
+        raise typer.Exit(
+            handler.run(
+                target,
+                as_json=as_json,
+                console=console,
+                **{k: v for k, v in given.items() if k in handler.options},
+            )
+        )
     bundle = _load(target)
     try:  # the check reads state/ into memory again: within the same limits, or a clear error
-        report = check_bundle(bundle, sandbox=sandbox, corruptions_per_task=corruptions, reruns=reruns)
+        report = check_bundle(
+            bundle, sandbox=sandbox, corruptions_per_task=corruptions, reruns=reruns
+        )
     except BundleError as exc:
         _fail(str(exc))
     mutated = None
@@ -126,12 +150,19 @@ def check(
             _fail(f"--max-mutants must be 0 (all) or more, got {max_mutants}")
 
         try:
-            mutated = run_mutation(bundle, sandbox=sandbox, corruptions_per_task=corruptions,
-                                   max_mutants=max_mutants or None)
+            mutated = run_mutation(
+                bundle,
+                sandbox=sandbox,
+                corruptions_per_task=corruptions,
+                max_mutants=max_mutants or None,
+            )
         except ValueError as exc:
             _fail(str(exc))
     if as_json:
-        sys.stdout.write(json.dumps({**report.to_dict(), **({"mutation": mutated.to_dict()} if mutated else {})}) + "\n")
+        sys.stdout.write(
+            json.dumps({**report.to_dict(), **({"mutation": mutated.to_dict()} if mutated else {})})
+            + "\n"
+        )
     else:
         print_check(report)
         if mutated is not None:
@@ -144,8 +175,18 @@ def print_check(report: object) -> None:
 
     assert isinstance(report, CheckReport)
     table = Table(title=f"envgym check {report.bundle}")
-    for col in ("task", "diff", "gold", "no-op rejected", "corruptions rejected", "reruns agree", "calls",
-                "rules covered", "exploits rejected", "problems"):
+    for col in (
+        "task",
+        "diff",
+        "gold",
+        "no-op rejected",
+        "corruptions rejected",
+        "reruns agree",
+        "calls",
+        "rules covered",
+        "exploits rejected",
+        "problems",
+    ):
         table.add_column(col)
     mark = {True: "[green]✓[/]", False: "[red]✗[/]"}
     for t in report.tasks:
@@ -163,7 +204,9 @@ def print_check(report: object) -> None:
         )
     console.print(table)
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
-    console.print(f"{verdict}: {sum(t.passed for t in report.tasks)}/{len(report.tasks)} tasks pass")
+    console.print(
+        f"{verdict}: {sum(t.passed for t in report.tasks)}/{len(report.tasks)} tasks pass"
+    )
 
 
 @app.command()
@@ -215,7 +258,9 @@ def demo(
         False, "--quick", help="every step at its smallest size: the same paths in a few minutes"
     ),
     swe: bool = typer.Option(
-        True, "--swe/--no-swe", help="mine, validate and check SWE instances from a small repository"
+        True,
+        "--swe/--no-swe",
+        help="mine, validate and check SWE instances from a small repository",
     ),
 ) -> None:
     """The README demo: build, check, play, evaluate, synthesize (bundles and SWE instances),
@@ -224,7 +269,11 @@ def demo(
 
     raise typer.Exit(
         run_demo(
-            console=console, random_episodes=episodes, sandbox=sandbox, training=train, quick=quick,
+            console=console,
+            random_episodes=episodes,
+            sandbox=sandbox,
+            training=train,
+            quick=quick,
             swe=swe,
         )
     )

@@ -59,7 +59,9 @@ class AssistantSpace(gym.Space[Action]):
         super().__init__(shape=None, dtype=None)
 
     def contains(self, x: Any) -> bool:
-        return isinstance(x, str) or (isinstance(x, dict) and x.get("role", "assistant") == "assistant")
+        return isinstance(x, str) or (
+            isinstance(x, dict) and x.get("role", "assistant") == "assistant"
+        )
 
     def sample(self, mask: Any = None, probability: Any = None) -> Action:
         return {"role": "assistant", "content": ""}

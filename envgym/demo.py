@@ -122,19 +122,25 @@ def run_demo(
     ok = report.passed and all(r.reward == 1.0 for r in scripted)
     console.print(f"  ({time.perf_counter() - t0:.0f} s so far)")
     for step, evaluation in enumerate(evaluations, start=4):
-        ok = _timed(
-            console, lambda s=step, e=evaluation: demo_evaluation(console, e, sandbox, step=s)
-        ) and ok
+        ok = (
+            _timed(
+                console, lambda s=step, e=evaluation: demo_evaluation(console, e, sandbox, step=s)
+            )
+            and ok
+        )
     if synthesis:
         step, size = 4 + len(evaluations), 1 if quick else 2
-        ok = _timed(
-            console, lambda: demo_synthesis(console, sandbox, step=step, size=size)
-        ) and ok
+        ok = _timed(console, lambda: demo_synthesis(console, sandbox, step=step, size=size)) and ok
     step = 6 + len(evaluations)
     if swe:
         from envgym.demo_swe import demo_swe
 
-        ok = _timed(console, lambda s=step: demo_swe(console, _demo_dir(), sandbox, step=s, quick=quick)) and ok
+        ok = (
+            _timed(
+                console, lambda s=step: demo_swe(console, _demo_dir(), sandbox, step=s, quick=quick)
+            )
+            and ok
+        )
         step += 1
     if training:
         from envgym.demo_train import DemoTraining, demo_training
@@ -155,7 +161,9 @@ def _timed(console: Console, step: Callable[[], bool]) -> bool:
     return ok
 
 
-def demo_evaluation(console: Console, spec: DemoEval, sandbox: str = "bwrap", *, step: int = 4) -> bool:
+def demo_evaluation(
+    console: Console, spec: DemoEval, sandbox: str = "bwrap", *, step: int = 4
+) -> bool:
     """Evaluate, print the summary, write the HTML report; False if it could not run."""
     from envgym.commands.eval import print_summary
     from envgym.evaluate import EvalConfig, EvalError, ModelSpecError, evaluate, model_ref
@@ -216,11 +224,29 @@ def demo_synthesis(
     )
     try:
         synth_command(
-            category=SYNTH_CATEGORY, n=size, out=synth_out, agent="procedural", model="smollm2", seed=0,
-            tasks_per_bundle=2, difficulties="1,2", workers=1, filter_k=size, filter_model="smollm2",
-            drop_always_solved=False, filter_concurrency=4, filter_max_turns=3, filter_episode_tokens=288,
-            filter_max_tokens=96, max_rounds=1, max_levels=0, max_tokens=256, temperature=0.7,
-            sandbox=sandbox, db=f"sqlite:///{out / 'demo.db'}", as_json=False,
+            category=SYNTH_CATEGORY,
+            n=size,
+            out=synth_out,
+            agent="procedural",
+            model="smollm2",
+            seed=0,
+            tasks_per_bundle=2,
+            difficulties="1,2",
+            workers=1,
+            filter_k=size,
+            filter_model="smollm2",
+            drop_always_solved=False,
+            filter_concurrency=4,
+            filter_max_turns=3,
+            filter_episode_tokens=288,
+            filter_max_tokens=96,
+            max_rounds=1,
+            max_levels=0,
+            max_tokens=256,
+            temperature=0.7,
+            sandbox=sandbox,
+            db=f"sqlite:///{out / 'demo.db'}",
+            as_json=False,
         )
     except typer.Exit as exc:
         if exc.exit_code:

@@ -16,7 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 
-def demo_swe(console: Console, out: Path, sandbox: str = "bwrap", *, step: int = 8, quick: bool = False) -> bool:
+def demo_swe(
+    console: Console, out: Path, sandbox: str = "bwrap", *, step: int = 8, quick: bool = False
+) -> bool:
     """False when nothing was accepted or an accepted instance fails its check."""
     from envs.swe.check import check_instances
     from envs.swe.demo_repo import make_demo_repo
@@ -27,9 +29,13 @@ def demo_swe(console: Console, out: Path, sandbox: str = "bwrap", *, step: int =
                  "envgym check swe:instances.jsonl")  # fmt: skip
     repo = make_demo_repo(out / "swe" / "wordstat")
     synth_out = out / "swe" / "synth"
-    shutil.rmtree(synth_out, ignore_errors=True)  # the repository is new each run: so is its journal
+    shutil.rmtree(
+        synth_out, ignore_errors=True
+    )  # the repository is new each run: so is its journal
     try:
-        synthesis = SweSynthesis(synth_out, SweSynthConfig(repo=str(repo), max_candidates=candidates, sandbox=sandbox))
+        synthesis = SweSynthesis(
+            synth_out, SweSynthConfig(repo=str(repo), max_candidates=candidates, sandbox=sandbox)
+        )
         payload = synthesis.run(lambda done, total, current: console.print(f"  candidate {done + 1}/{total}: {current}")
                                 if current else None)  # fmt: skip
     except (ValueError, RuntimeError, OSError) as exc:
@@ -57,5 +63,7 @@ def demo_swe(console: Console, out: Path, sandbox: str = "bwrap", *, step: int =
                        " ".join(f"{g.reward:g}" for g in item.gold), f"{item.empty.reward:g}" if item.empty else "-",
                        f"{tried - len(rewarded)}/{tried}", "yes" if item.passed else "NO")  # fmt: skip
     console.print(checks)
-    console.print(f"instances: {payload['instances']}  (export: envgym swe export --format harbor …)")
+    console.print(
+        f"instances: {payload['instances']}  (export: envgym swe export --format harbor …)"
+    )
     return report.passed

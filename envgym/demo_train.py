@@ -41,8 +41,15 @@ class DemoTraining:
     def quick(cls) -> DemoTraining:
         """The smallest step that still runs every stage (``envgym demo --quick``, the tests):
         11 training tasks, 2 SFT epochs, one GRPO step on 2 groups of 2."""
-        return cls(train_per_generator=1, sft_epochs=2, grpo_steps=1, group_size=2, prompts=2,
-                   max_tokens=128, max_turns=2)
+        return cls(
+            train_per_generator=1,
+            sft_epochs=2,
+            grpo_steps=1,
+            group_size=2,
+            prompts=2,
+            max_tokens=128,
+            max_turns=2,
+        )
 
 
 def build_bundles(out: Path, spec: DemoTraining) -> tuple[Path, Path]:
@@ -50,18 +57,20 @@ def build_bundles(out: Path, spec: DemoTraining) -> tuple[Path, Path]:
     from envs.code_interpreter.build import build_bundle
 
     made = []
-    for name, seed, per in (("train", spec.train_seed, spec.train_per_generator),
-                            ("heldout", spec.heldout_seed, spec.heldout_per_generator)):
+    for name, seed, per in (
+        ("train", spec.train_seed, spec.train_per_generator),
+        ("heldout", spec.heldout_seed, spec.heldout_per_generator),
+    ):
         root = out / "bundles" / f"math1-{name}"
         if not (root / "manifest.json").is_file():
-            build_bundle(root, families=("math",), seed=seed, per_generator=per,
-                         difficulties=(1,))
+            build_bundle(root, families=("math",), seed=seed, per_generator=per, difficulties=(1,))
         made.append(root)
     return made[0], made[1]
 
 
-def heldout_pass(heldout: Path, model: str, spec: DemoTraining, sandbox: str, out: Path,
-                 console: Console) -> tuple[float, float, float]:
+def heldout_pass(
+    heldout: Path, model: str, spec: DemoTraining, sandbox: str, out: Path, console: Console
+) -> tuple[float, float, float]:
     """Greedy pass@1 on every held-out task: ``(value, 95% low, 95% high)``."""
     from envgym.evaluate import EvalConfig, evaluate, model_ref
     from envgym.policy import SamplingParams
@@ -69,20 +78,30 @@ def heldout_pass(heldout: Path, model: str, spec: DemoTraining, sandbox: str, ou
     from envgym.store import Store
 
     config = EvalConfig(
-        k=1, concurrency=16, sandbox=sandbox,
+        k=1,
+        concurrency=16,
+        sandbox=sandbox,
         params=SamplingParams(temperature=0.0, max_tokens=spec.max_tokens),
         budget=Budget(max_turns=spec.max_turns, max_tokens=spec.max_turns * spec.max_tokens),
     )
     with Store(f"sqlite:///{out / 'train.db'}") as store:
         run = evaluate(str(heldout), model_ref(model), config, store=store)
     p = run.summary.pass_at_k[1]
-    console.print(f"  held-out pass@1 of {Path(model).name}: {p.value:.3f} "
-                  f"[{p.low:.3f}, {p.high:.3f}] ({run.summary.tasks} tasks)")
+    console.print(
+        f"  held-out pass@1 of {Path(model).name}: {p.value:.3f} "
+        f"[{p.low:.3f}, {p.high:.3f}] ({run.summary.tasks} tasks)"
+    )
     return p.value, p.low, p.high
 
 
-def demo_training(console: Console, sandbox: str = "bwrap", *, step: int = 8,
-                  spec: DemoTraining | None = None, out: Path | None = None) -> bool:
+def demo_training(
+    console: Console,
+    sandbox: str = "bwrap",
+    *,
+    step: int = 8,
+    spec: DemoTraining | None = None,
+    out: Path | None = None,
+) -> bool:
     """Cold start + a few GRPO steps; False when a stage could not run."""
     from trainer.config import config_from_dict
     from trainer.loop import Trainer
@@ -95,52 +114,85 @@ def demo_training(console: Console, sandbox: str = "bwrap", *, step: int = 8,
 
         out = _demo_dir() / "train"
     out.mkdir(parents=True, exist_ok=True)
-    console.rule(f"[bold]{step}. cold start (envgym sft) and {spec.grpo_steps} GRPO steps "
-                 "(envgym train) on code-interpreter math")
+    console.rule(
+        f"[bold]{step}. cold start (envgym sft) and {spec.grpo_steps} GRPO steps "
+        "(envgym train) on code-interpreter math"
+    )
     t0 = time.perf_counter()
     train, heldout = build_bundles(out, spec)
     console.print(f"  bundles: {train} (training), {heldout} (held out)")
     rows: list[tuple[str, tuple[float, float, float], float]] = []
     try:
         t = time.perf_counter()
-        rows.append(("SmolLM2-135M-Instruct (base)",
-                     heldout_pass(heldout, "smollm2", spec, sandbox, out, console),
-                     time.perf_counter() - t))
+        rows.append(
+            (
+                "SmolLM2-135M-Instruct (base)",
+                heldout_pass(heldout, "smollm2", spec, sandbox, out, console),
+                time.perf_counter() - t,
+            )
+        )
         t = time.perf_counter()
         sft_out = out / "sft"
-        run_sft(SFTRunConfig(
-            train=(str(train),), out=str(sft_out), held_out_bundles=(str(heldout),),
-            max_turn_tokens=spec.max_tokens, env=EnvOptions(sandbox=sandbox),
-            sft=SFTConfig(epochs=spec.sft_epochs, lr=spec.sft_lr, batch_tokens=2048),
-        ))
-        rows.append(("after cold start (SFT)",
-                     heldout_pass(heldout, str(sft_out), spec, sandbox, out, console),
-                     time.perf_counter() - t))
+        run_sft(
+            SFTRunConfig(
+                train=(str(train),),
+                out=str(sft_out),
+                held_out_bundles=(str(heldout),),
+                max_turn_tokens=spec.max_tokens,
+                env=EnvOptions(sandbox=sandbox),
+                sft=SFTConfig(epochs=spec.sft_epochs, lr=spec.sft_lr, batch_tokens=2048),
+            )
+        )
+        rows.append(
+            (
+                "after cold start (SFT)",
+                heldout_pass(heldout, str(sft_out), spec, sandbox, out, console),
+                time.perf_counter() - t,
+            )
+        )
         t = time.perf_counter()
         grpo = out / "grpo"
-        config = config_from_dict({
-            "model": {"path": str(sft_out)},
-            "envs": [{"id": str(train), "sandbox": sandbox}],
-            "rollout": {"group_size": spec.group_size, "prompts": spec.prompts,
-                        "temperature": 0.8, "max_tokens": spec.max_tokens,
-                        "episode_tokens": spec.max_turns * spec.max_tokens,
-                        "max_turns": spec.max_turns, "concurrency": 16},
-            "optimizer": {"lr": spec.grpo_lr},
-            "steps": spec.grpo_steps, "minibatches": 2, "old_logprobs": "engine",
-            "dynamic_sampling": {"max_refills": 1},
-            "checkpoint": {"dir": str(grpo / "checkpoints"), "resume": False,
-                           "export": str(grpo / "policy")},
-            "metrics": {"dir": str(grpo / "metrics"), "tensorboard": False},
-        })
+        config = config_from_dict(
+            {
+                "model": {"path": str(sft_out)},
+                "envs": [{"id": str(train), "sandbox": sandbox}],
+                "rollout": {
+                    "group_size": spec.group_size,
+                    "prompts": spec.prompts,
+                    "temperature": 0.8,
+                    "max_tokens": spec.max_tokens,
+                    "episode_tokens": spec.max_turns * spec.max_tokens,
+                    "max_turns": spec.max_turns,
+                    "concurrency": 16,
+                },
+                "optimizer": {"lr": spec.grpo_lr},
+                "steps": spec.grpo_steps,
+                "minibatches": 2,
+                "old_logprobs": "engine",
+                "dynamic_sampling": {"max_refills": 1},
+                "checkpoint": {
+                    "dir": str(grpo / "checkpoints"),
+                    "resume": False,
+                    "export": str(grpo / "policy"),
+                },
+                "metrics": {"dir": str(grpo / "metrics"), "tensorboard": False},
+            }
+        )
         reports = Trainer(config, on_phase=lambda p: console.print(f"  {p}")).run()
         for r in reports:
             m = r.metrics
-            console.print(f"  GRPO step {r.step}: reward {m.get('reward_mean', float('nan')):.3f}"
-                          f"  groups kept {m.get('groups_kept', 0):.0f}"
-                          f"  {r.skipped or ''}")
-        rows.append((f"after {spec.grpo_steps} GRPO steps",
-                     heldout_pass(heldout, str(grpo / "policy"), spec, sandbox, out, console),
-                     time.perf_counter() - t))
+            console.print(
+                f"  GRPO step {r.step}: reward {m.get('reward_mean', float('nan')):.3f}"
+                f"  groups kept {m.get('groups_kept', 0):.0f}"
+                f"  {r.skipped or ''}"
+            )
+        rows.append(
+            (
+                f"after {spec.grpo_steps} GRPO steps",
+                heldout_pass(heldout, str(grpo / "policy"), spec, sandbox, out, console),
+                time.perf_counter() - t,
+            )
+        )
     except (ValueError, OSError, RuntimeError) as exc:
         console.print(f"[bold red]training step failed:[/] {exc}")
         return False
@@ -150,6 +202,8 @@ def demo_training(console: Console, sandbox: str = "bwrap", *, step: int = 8,
     for name, (value, low, high), secs in rows:
         table.add_row(name, f"{value:.3f}", f"[{low:.3f}, {high:.3f}]", f"{secs:.0f}")
     console.print(table)
-    console.print(f"training curves: [bold]{grpo / 'metrics' / 'curves.png'}[/]  "
-                  f"({time.perf_counter() - t0:.0f} s in all)")
+    console.print(
+        f"training curves: [bold]{grpo / 'metrics' / 'curves.png'}[/]  "
+        f"({time.perf_counter() - t0:.0f} s in all)"
+    )
     return (grpo / "metrics" / "curves.png").is_file()

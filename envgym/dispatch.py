@@ -110,7 +110,14 @@ class _FastCheck:
 
     @classmethod
     def build(cls, schema: Mapping[str, Any]) -> _FastCheck | None:
-        if set(schema) - {"type", "properties", "required", "additionalProperties", "title", "description"}:
+        if set(schema) - {
+            "type",
+            "properties",
+            "required",
+            "additionalProperties",
+            "title",
+            "description",
+        }:
             return None
         if schema.get("type") != "object" or schema.get("additionalProperties", True) is not False:
             return None
@@ -178,15 +185,19 @@ class ToolTable:
         except RecursionError:  # a schema recursing on itself; depth alone is checked above
             return f"invalid arguments for {name}: they could not be checked (too deeply nested)"
         except ValidationTimeout:  # a schema that branches exponentially through its own $refs
-            return (f"invalid arguments for {name}: checking them against the tool's schema took "
-                    f"over {VALIDATION_DEADLINE_S:g} s; send smaller or simpler arguments")
+            return (
+                f"invalid arguments for {name}: checking them against the tool's schema took "
+                f"over {VALIDATION_DEADLINE_S:g} s; send smaller or simpler arguments"
+            )
         except (Unresolvable, UnknownType, TypeError, ValueError) as err:  # past the load's checks
             kind = type(err).__name__
             return f"invalid arguments for {name}: the tool's schema cannot check them ({kind})"
         if not problems:
             return None
         # Sorted by where and what, never by str(error): that pretty-prints the whole instance.
-        problems.sort(key=lambda e: ([str(p) for p in e.absolute_path], str(e.validator), e.message))
+        problems.sort(
+            key=lambda e: ([str(p) for p in e.absolute_path], str(e.validator), e.message)
+        )
         lines = []
         for err in problems[:5]:
             where = ".".join(str(p) for p in err.absolute_path)
@@ -237,7 +248,8 @@ def outcome_to_result(name: str, outcome: CallOutcome, *, output_cap: int) -> To
         return ToolResult(
             content=(
                 f"Error: the result of {name} is {len(text)} characters, over the {output_cap}-character "
-                "limit; narrow the request. Beginning of the result:\n" + text[: min(1000, output_cap)]
+                "limit; narrow the request. Beginning of the result:\n"
+                + text[: min(1000, output_cap)]
             ),
             error="output_too_large",
         )

@@ -131,7 +131,11 @@ def decode_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None, Probl
         except json.JSONDecodeError as err:
             return None, json_error(err), "bad_json"
         except (RecursionError, ValueError) as err:  # absurd nesting; int-size limits; NaN
-            return None, f"cannot be decoded ({shorten(str(err)) or type(err).__name__})", "bad_json"
+            return (
+                None,
+                f"cannot be decoded ({shorten(str(err)) or type(err).__name__})",
+                "bad_json",
+            )
         if isinstance(value, dict):
             return value, None, None  # json.loads already gives plain JSON: no round trip
     else:

@@ -20,10 +20,23 @@ from dataclasses import dataclass
 MAX_MUTANTS = 2000  # a verifier with more mutation points is sampled, not enumerated
 
 _FLIP: dict[type[ast.cmpop], type[ast.cmpop]] = {
-    ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
-    ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+    ast.Lt: ast.GtE,
+    ast.GtE: ast.Lt,
+    ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
 }
-_SHIFT: dict[type[ast.cmpop], type[ast.cmpop]] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
+_SHIFT: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+}
 # Calls whose statement records a verdict: dropping the statement stops recording that failure.
 _RECORDING = {"append", "setdefault", "extend", "add", "update"}
 
@@ -120,8 +133,11 @@ def _sites(tree: ast.Module) -> Iterator[tuple[Path_, str, str, int]]:
         elif isinstance(node, ast.Constant) and _number(node.value):
             yield path, "constant:up", f"{node.value!r} changed up", line
             yield path, "constant:down", f"{node.value!r} changed down", line
-        elif isinstance(node, ast.Return) and isinstance(node.value, (ast.List, ast.Dict)) and (
-                node.value.elts if isinstance(node.value, ast.List) else node.value.keys):
+        elif (
+            isinstance(node, ast.Return)
+            and isinstance(node.value, (ast.List, ast.Dict))
+            and (node.value.elts if isinstance(node.value, ast.List) else node.value.keys)
+        ):
             yield path, "return_empty", "returns an empty container", line
 
 
@@ -133,7 +149,11 @@ def _records(node: ast.stmt) -> bool:
     """A statement that records a failure: ``out.setdefault(k, []).append(...)``, ``out[k] = [...]``."""
     if isinstance(node, ast.Expr):
         call = node.value
-        return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _RECORDING
+        return (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr in _RECORDING
+        )
     if isinstance(node, ast.Assign):
         return any(isinstance(t, ast.Subscript) for t in node.targets)
     return isinstance(node, ast.AugAssign)
@@ -161,6 +181,10 @@ def _apply(node: ast.AST, kind: str) -> bool:
             node.value = value * 10 if arg == "up" else value / 10
         return True
     if base == "return_empty" and isinstance(node, ast.Return):
-        node.value = ast.List(elts=[], ctx=ast.Load()) if isinstance(node.value, ast.List) else ast.Dict(keys=[], values=[])
+        node.value = (
+            ast.List(elts=[], ctx=ast.Load())
+            if isinstance(node.value, ast.List)
+            else ast.Dict(keys=[], values=[])
+        )
         return True
     return False

@@ -104,14 +104,22 @@ class MutationReport:
         return not self.paying_survivors
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bundle": self.bundle, "mutants": self.mutants, "probes": self.probes,
-                "behaviour_changing": self.changed, "killed": self.killed, "kill_rate": self.kill_rate,
-                "passed": self.passed, "paying_survivors": [asdict(r) for r in self.paying_survivors],
-                "survivors": [asdict(r) for r in self.results if r.changed and not r.killed]}
+        return {
+            "bundle": self.bundle,
+            "mutants": self.mutants,
+            "probes": self.probes,
+            "behaviour_changing": self.changed,
+            "killed": self.killed,
+            "kill_rate": self.kill_rate,
+            "passed": self.passed,
+            "paying_survivors": [asdict(r) for r in self.paying_survivors],
+            "survivors": [asdict(r) for r in self.results if r.changed and not r.killed],
+        }
 
 
-def probes_for(bundle: Bundle, gold: dict[str, dict[str, Any]], seed: int,
-               corruptions_per_task: int) -> dict[str, list[Probe]]:
+def probes_for(
+    bundle: Bundle, gold: dict[str, dict[str, Any]], seed: int, corruptions_per_task: int
+) -> dict[str, list[Probe]]:
     """Each task's probes: what envgym check submits (the gold, the no-op and blank answers, the
     witnesses, its corruptions drawn as it draws them, the exploits), then the extra stream."""
     check_rng, extra_rng = random.Random(seed), random.Random(f"mutation:{seed}")
@@ -123,7 +131,10 @@ def probes_for(bundle: Bundle, gold: dict[str, dict[str, Any]], seed: int,
         probes = [Probe(g, "gold"), Probe({}, "noop"), Probe({k: "" for k in g}, "noop")]
         probes += [Probe(dict(w.submission), "witness", w.rule) for w in task.witnesses]
         probes += [Probe(c, "corruption") for c in corruptions(g, corruptions_per_task, check_rng)]
-        probes += [Probe(e.submission, "gold_form" if e.gold_form else "exploit") for e in exploits(task.prompt, g)]
+        probes += [
+            Probe(e.submission, "gold_form" if e.gold_form else "exploit")
+            for e in exploits(task.prompt, g)
+        ]
         stream = corruptions(g, GOLD_CORRUPTIONS, extra_rng)
         for w in task.witnesses:
             stream += corruptions(dict(w.submission), WITNESS_CORRUPTIONS, extra_rng)
@@ -132,7 +143,9 @@ def probes_for(bundle: Bundle, gold: dict[str, dict[str, Any]], seed: int,
     return out
 
 
-def _outcomes(runner: CheckRunner, bundle: Bundle, probes: dict[str, list[Probe]]) -> dict[str, list[Outcome]]:
+def _outcomes(
+    runner: CheckRunner, bundle: Bundle, probes: dict[str, list[Probe]]
+) -> dict[str, list[Outcome]]:
     out: dict[str, list[Outcome]] = {}
     for task in bundle.tasks:
         if task.id not in probes:
@@ -140,8 +153,10 @@ def _outcomes(runner: CheckRunner, bundle: Bundle, probes: dict[str, list[Probe]
         runner.fresh_state()
         runner.solve(task, task.solution)  # the state the gold run leaves, as check judges on it
         verdicts = [runner.verify(task, p.submission) for p in probes[task.id]]
-        out[task.id] = [Outcome(v.passed, v.failed_names, tuple(c.name for c in v.checks), v.error is not None)
-                        for v in verdicts]
+        out[task.id] = [
+            Outcome(v.passed, v.failed_names, tuple(c.name for c in v.checks), v.error is not None)
+            for v in verdicts
+        ]
     return out
 
 
@@ -205,7 +220,9 @@ def run_mutation(
     Raises ``ValueError`` for the ``inprocess`` backend: mutants run in a sandbox, never on the host.
     """
     if sandbox == "inprocess":
-        raise ValueError("verifier mutants run only in a sandbox (bwrap or docker), never in-process")
+        raise ValueError(
+            "verifier mutants run only in a sandbox (bwrap or docker), never in-process"
+        )
     source = (bundle.root / "verifier.py").read_text(encoding="utf-8")
     chosen = [m for m in mutants(source) if only is None or only(m)]
     if max_mutants is not None and len(chosen) > max_mutants:
@@ -224,28 +241,61 @@ def run_mutation(
         for i, mutant in enumerate(chosen):
             if progress is not None:
                 progress(i, len(chosen))
-            results.append(_judge(bundle, mutant, Path(scratch) / f"m{i}", stream, original,
-                                  sandbox=sandbox, limits=limits, corruptions_per_task=corruptions_per_task,
-                                  seed=seed))
-    return MutationReport(bundle=bundle.manifest.name, mutants=len(chosen),
-                          probes=sum(len(v) for v in stream.values()), results=tuple(results))
+            results.append(
+                _judge(
+                    bundle,
+                    mutant,
+                    Path(scratch) / f"m{i}",
+                    stream,
+                    original,
+                    sandbox=sandbox,
+                    limits=limits,
+                    corruptions_per_task=corruptions_per_task,
+                    seed=seed,
+                )
+            )
+    return MutationReport(
+        bundle=bundle.manifest.name,
+        mutants=len(chosen),
+        probes=sum(len(v) for v in stream.values()),
+        results=tuple(results),
+    )
 
 
-def _judge(bundle: Bundle, mutant: Mutant, root: Path, stream: dict[str, list[dict[str, Any]]],
-           original: dict[str, list[Outcome]], *, sandbox: str, limits: Limits | None,
-           corruptions_per_task: int, seed: int) -> MutantResult:
+def _judge(
+    bundle: Bundle,
+    mutant: Mutant,
+    root: Path,
+    stream: dict[str, list[dict[str, Any]]],
+    original: dict[str, list[Outcome]],
+    *,
+    sandbox: str,
+    limits: Limits | None,
+    corruptions_per_task: int,
+    seed: int,
+) -> MutantResult:
     shutil.copytree(bundle.root, root, symlinks=False)
     (root / "verifier.py").write_text(mutant.source, encoding="utf-8")
     m = bundle.manifest
     provenance = json.loads((root / "manifest.json").read_text(encoding="utf-8"))["provenance"]
-    write_manifest(root, name=m.name, category=m.category, provenance=provenance, description=m.description)
+    write_manifest(
+        root, name=m.name, category=m.category, provenance=provenance, description=m.description
+    )
     try:
         copy = load_bundle(root)
         box = open_sandbox(root, backend=sandbox, limits=limits)
     except Exception as exc:  # noqa: BLE001 - a mutant that does not even load is killed by loading
         shutil.rmtree(root, ignore_errors=True)
-        return MutantResult(mutant.id, mutant.kind, mutant.line, mutant.description, True, True, 0,
-                            problems=(f"does not load: {type(exc).__name__}",))
+        return MutantResult(
+            mutant.id,
+            mutant.kind,
+            mutant.line,
+            mutant.description,
+            True,
+            True,
+            0,
+            problems=(f"does not load: {type(exc).__name__}",),
+        )
     runner = CheckRunner(copy, box)
     try:
         seen = _outcomes(runner, copy, stream)
@@ -267,18 +317,33 @@ def _judge(bundle: Bundle, mutant: Mutant, root: Path, stream: dict[str, list[di
             changed |= (b.passed, b.failed, b.error) != (a.passed, a.failed, a.error)
             if not b.passed and a.passed:
                 paid += 1
-                example = example or f"{task.id} ({probe.role}): {json.dumps(probe.submission)[:160]}"
+                example = (
+                    example or f"{task.id} ({probe.role}): {json.dumps(probe.submission)[:160]}"
+                )
     killed = bool(why)
-    return MutantResult(mutant.id, mutant.kind, mutant.line, mutant.description, changed or killed, killed,
-                        paid, example, tuple(why[:3]))
+    return MutantResult(
+        mutant.id,
+        mutant.kind,
+        mutant.line,
+        mutant.description,
+        changed or killed,
+        killed,
+        paid,
+        example,
+        tuple(why[:3]),
+    )
 
 
 def summary(report: MutationReport) -> str:
     """One line for ``envgym check --mutation``, then one per paying survivor (at most five)."""
-    head = (f"mutation: {report.mutants} mutants, {report.changed} change behaviour on {report.probes} probes, "
-            f"{report.killed} killed ({report.kill_rate:.1%}); "
-            f"{len(report.paying_survivors)} surviving mutants pay wrong answers")
+    head = (
+        f"mutation: {report.mutants} mutants, {report.changed} change behaviour on {report.probes} probes, "
+        f"{report.killed} killed ({report.kill_rate:.1%}); "
+        f"{len(report.paying_survivors)} surviving mutants pay wrong answers"
+    )
     lines = [head]
     for r in report.paying_survivors[:5]:
-        lines.append(f"  line {r.line} {r.description} ({r.kind}) pays {r.pays_wrong}: {r.example[:120]}")
+        lines.append(
+            f"  line {r.line} {r.description} ({r.kind}) pays {r.pays_wrong}: {r.example[:120]}"
+        )
     return "\n".join(lines)

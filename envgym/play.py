@@ -68,8 +68,10 @@ def play_episode(env: Env, *, task: str | int, console: Console) -> float:
         if line.strip() == ":tools":
             for tool in obs["tools"]:
                 fn = tool["function"]
-                console.print(f"[cyan]{fn['name']}[/]({', '.join(fn['parameters'].get('properties', {}))}) — "
-                              f"{fn['description'].splitlines()[0] if fn['description'] else ''}")
+                console.print(
+                    f"[cyan]{fn['name']}[/]({', '.join(fn['parameters'].get('properties', {}))}) — "
+                    f"{fn['description'].splitlines()[0] if fn['description'] else ''}"
+                )
             continue
         parsed = parse_command(line)
         if isinstance(parsed, str):
@@ -77,15 +79,28 @@ def play_episode(env: Env, *, task: str | int, console: Console) -> float:
             continue
         n += 1
         name, args = parsed
-        call = {"id": f"human_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        call = {
+            "id": f"human_{n}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
         before = len(obs["messages"])
-        obs, reward, terminated, truncated, info = env.step({"role": "assistant", "content": "", "tool_calls": [call]})
+        obs, reward, terminated, truncated, info = env.step(
+            {"role": "assistant", "content": "", "tool_calls": [call]}
+        )
         for message in obs["messages"][before + 1 :]:
-            console.print(Panel(str(message.get("content")), title=f"{message['role']} {message.get('name', '')}"))
+            console.print(
+                Panel(
+                    str(message.get("content")),
+                    title=f"{message['role']} {message.get('name', '')}",
+                )
+            )
         if terminated or truncated:
             report = info.get("report", {})
             for c in report.get("checks", []):
                 mark = "[green]✓[/]" if c["passed"] else "[red]✗[/]"
                 console.print(f"{mark} {c['name']} {c['detail']}")
-            console.print(f"[bold]episode over[/]: reward {reward} ({'submitted' if terminated else info.get('truncated_by')})")
+            console.print(
+                f"[bold]episode over[/]: reward {reward} ({'submitted' if terminated else info.get('truncated_by')})"
+            )
             return reward

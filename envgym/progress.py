@@ -12,7 +12,6 @@ import sys
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.table import Table
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -22,10 +21,15 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 
 
-def progress_bar(console: Console, *, before: Sequence[ProgressColumn | str] = (),
-                 after: Sequence[ProgressColumn | str] = ()) -> Progress:
+def progress_bar(
+    console: Console,
+    *,
+    before: Sequence[ProgressColumn | str] = (),
+    after: Sequence[ProgressColumn | str] = (),
+) -> Progress:
     """A non-transient :class:`rich.progress.Progress` with the shared columns."""
     return Progress(
         *before,

@@ -72,7 +72,9 @@ _discovered = False
 def _parse_id(env_id: str) -> tuple[str, int]:
     match = _ID.match(env_id)
     if match is None:
-        raise ValueError(f"environment id {env_id!r} must look like 'name-v0' (lowercase, versioned)")
+        raise ValueError(
+            f"environment id {env_id!r} must look like 'name-v0' (lowercase, versioned)"
+        )
     return match["name"], int(match["version"])
 
 
@@ -118,12 +120,22 @@ def register_bundle(
         return BundleEnv(bundle_dir(), **kw)
 
     return register(
-        env_id, entry_point, description=description, kwargs=kwargs, override=override, bundle_dir=bundle_dir
+        env_id,
+        entry_point,
+        description=description,
+        kwargs=kwargs,
+        override=override,
+        bundle_dir=bundle_dir,
     )
 
 
-def register_check(name: str, matches: Callable[[str], bool], run: Callable[..., int], *,
-                   options: tuple[str, ...] = ()) -> CheckHandler:
+def register_check(
+    name: str,
+    matches: Callable[[str], bool],
+    run: Callable[..., int],
+    *,
+    options: tuple[str, ...] = (),
+) -> CheckHandler:
     """Register a family's own ``envgym check`` (the name identifies it; registering again replaces)."""
     handler = CheckHandler(name, matches, run, tuple(options))
     _checks[name] = handler
@@ -135,7 +147,9 @@ def check_handler(target: str) -> CheckHandler | None:
     discover()
     claimed = [h for h in _checks.values() if h.matches(str(target))]
     if len(claimed) > 1:  # two families claiming one target is a plugin bug, not a user error
-        raise ValueError(f"{target!r} is claimed by several checks: {', '.join(h.name for h in claimed)}")
+        raise ValueError(
+            f"{target!r} is claimed by several checks: {', '.join(h.name for h in claimed)}"
+        )
     return claimed[0] if claimed else None
 
 
@@ -160,7 +174,9 @@ def discover() -> None:
         try:
             ep.load()()
         except Exception as exc:  # a third-party plugin must not break envgym
-            log.warning("envgym: could not load environments from %s (%s): %s", ep.name, ep.value, exc)
+            log.warning(
+                "envgym: could not load environments from %s (%s): %s", ep.name, ep.value, exc
+            )
 
 
 def specs() -> list[EnvSpec]:

@@ -74,11 +74,13 @@ class PristineState:
                         try:
                             view = memoryview(entry.data)
                             while view:
-                                view = view[os.write(fd, view):]
+                                view = view[os.write(fd, view) :]
                         finally:
                             os.close(fd)
                 except FileExistsError as exc:
-                    raise StateRefreshError(f"{entry.rel} reappeared while the state was refilled") from exc
+                    raise StateRefreshError(
+                        f"{entry.rel} reappeared while the state was refilled"
+                    ) from exc
                 finally:
                     if dir_fd != root_fd:
                         os.close(dir_fd)
@@ -136,14 +138,20 @@ def _chown_fd_tree(dir_fd: int, uid: int, gid: int) -> None:
         try:
             info = os.stat(entry.name, dir_fd=dir_fd, follow_symlinks=False)
             if stat.S_ISDIR(info.st_mode):
-                sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                sub = os.open(
+                    entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd
+                )
                 try:
                     _chown_fd_tree(sub, uid, gid)
                 finally:
                     os.close(sub)
             elif stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
                 # O_NONBLOCK: a file swapped for a FIFO must not hang the host.
-                fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
+                fd = os.open(
+                    entry.name,
+                    os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY,
+                    dir_fd=dir_fd,
+                )
                 try:
                     now = os.fstat(fd)
                     if stat.S_ISREG(now.st_mode) and now.st_nlink == 1:
@@ -192,7 +200,9 @@ class EpisodeDirs:
     def _box(self, name: str) -> BoundedDir:
         box = self._boxes.get(name)
         if box is None:
-            box = self._boxes[name] = BoundedDir(self.size_bytes, base=self.root, prefix=f"envgym-{name}-", mode=0o755)
+            box = self._boxes[name] = BoundedDir(
+                self.size_bytes, base=self.root, prefix=f"envgym-{name}-", mode=0o755
+            )
         return box
 
     def refill(self, *, fresh_filesystem: bool = True) -> Path:

@@ -88,7 +88,9 @@ def _message_key(message: Mapping[str, Any]) -> tuple[Any, ...] | None:
     try:
         calls = message.get("tool_calls")
         calls_key = (
-            tuple((c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls) if calls else calls
+            tuple((c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls)
+            if calls
+            else calls
         )
         key = (
             tuple(message),
@@ -109,7 +111,9 @@ class _Tally:
     """Σ cost(message): the previous call's prefix sums are reused while the messages are the
     same objects, and each distinct message's cost is remembered (bounded)."""
 
-    def __init__(self, cost: Callable[[Mapping[str, Any], bool], int], limit: int = 1 << 16) -> None:
+    def __init__(
+        self, cost: Callable[[Mapping[str, Any], bool], int], limit: int = 1 << 16
+    ) -> None:
         self._cost = cost  # (message, is_first) -> cost
         self._limit = limit
         self._known: dict[tuple[Any, ...], int] = {}
@@ -284,7 +288,9 @@ class HFTokenCounter:
                 self._anchor_text = self._render_alone([], gen=False)
             except Exception:  # noqa: BLE001 - then every message is counted as plain text
                 self._anchor_text = None
-        self._generation = self._tokens(self._after_anchor(gen=True)) if add_generation_prompt else 0
+        self._generation = (
+            self._tokens(self._after_anchor(gen=True)) if add_generation_prompt else 0
+        )
 
     def count(self, messages: Messages, tools: Tools = ()) -> int:
         if not messages and not tools:
@@ -302,7 +308,9 @@ class HFTokenCounter:
     def _render_alone(self, messages: list[dict[str, Any]], *, gen: bool, tools: Tools = ()) -> str:
         return self._apply_with([_ANCHOR, *messages], tools, gen)
 
-    def _after_anchor(self, *, gen: bool, messages: Sequence[Mapping[str, Any]] = (), tools: Tools = ()) -> str:
+    def _after_anchor(
+        self, *, gen: bool, messages: Sequence[Mapping[str, Any]] = (), tools: Tools = ()
+    ) -> str:
         """The text the template adds after the anchor system message, or "" if it does not
         simply append (then the caller falls back to plain text)."""
         if self._anchor_text is None:
@@ -311,7 +319,7 @@ class HFTokenCounter:
             text = self._render_alone([self._prepare(m) for m in messages], gen=gen, tools=tools)
         except Exception:  # noqa: BLE001 - templates raise anything
             return ""
-        return text[len(self._anchor_text):] if text.startswith(self._anchor_text) else ""
+        return text[len(self._anchor_text) :] if text.startswith(self._anchor_text) else ""
 
     def _message_tokens(self, message: Mapping[str, Any], first: bool) -> int:
         if not self.support.template:
@@ -321,7 +329,9 @@ class HFTokenCounter:
                 return self._tokens(self._apply_with([self._prepare(message)], (), False))
             except Exception:  # noqa: BLE001 - templates raise anything
                 return self._tokens(render_plain([message]) + "\n")
-        return self._tokens(self._after_anchor(gen=False, messages=[message]) or render_plain([message]) + "\n")
+        return self._tokens(
+            self._after_anchor(gen=False, messages=[message]) or render_plain([message]) + "\n"
+        )
 
     def _tools_tokens(self, tools: Tools) -> int:
         if self.support.tools and self._anchor_text is not None:

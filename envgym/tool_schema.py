@@ -29,7 +29,9 @@ from envgym.sandbox.base import ToolSpec
 __all__ = ["ToolSchemaError", "argument_coercer", "function_schema", "public_tools", "type_schema"]
 
 _SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
-_SECTION = re.compile(r"^(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?)\s*:\s*$")
+_SECTION = re.compile(
+    r"^(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?)\s*:\s*$"
+)
 _ARG_SECTIONS = {"Args", "Arguments", "Parameters", "Params"}
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
@@ -64,12 +66,21 @@ def type_schema(tp: Any) -> dict[str, Any]:
     if origin is dict:
         if args and args[0] is not str:
             raise TypeError(f"dict keys must be str (JSON objects), not {_name(args[0])}")
-        return {"type": "object", "additionalProperties": type_schema(args[1])} if args else {"type": "object"}
+        return (
+            {"type": "object", "additionalProperties": type_schema(args[1])}
+            if args
+            else {"type": "object"}
+        )
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return {"type": "array", "items": type_schema(args[0])}
         items = [type_schema(a) for a in args]
-        return {"type": "array", "prefixItems": items, "minItems": len(items), "maxItems": len(items)}
+        return {
+            "type": "array",
+            "prefixItems": items,
+            "minItems": len(items),
+            "maxItems": len(items),
+        }
     if tp is tuple:
         return {"type": "array"}
     raise TypeError(f"unsupported type {_name(tp)}")
@@ -167,7 +178,9 @@ def function_schema(fn: Callable[..., Any]) -> ToolSpec:
     for param in signature.parameters.values():
         where = f"tool {name}, parameter {param.name!r}"
         if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            raise ToolSchemaError(f"{where}: *args, **kwargs and positional-only parameters cannot be tool arguments")
+            raise ToolSchemaError(
+                f"{where}: *args, **kwargs and positional-only parameters cannot be tool arguments"
+            )
         if param.name not in hints:
             raise ToolSchemaError(f"{where}: missing type hint")
         try:
@@ -181,7 +194,12 @@ def function_schema(fn: Callable[..., Any]) -> ToolSpec:
         properties[param.name] = schema
         if param.default is param.empty:
             required.append(param.name)
-    parameters = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    parameters = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
     return ToolSpec(name=name, description=description, parameters=parameters)
 
 
@@ -221,7 +239,8 @@ def argument_coercer(fn: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[
 
     def coerce(arguments: dict[str, Any]) -> dict[str, Any]:
         return {
-            k: converters[k](v) if k in converters and v is not None else v for k, v in arguments.items()
+            k: converters[k](v) if k in converters and v is not None else v
+            for k, v in arguments.items()
         }
 
     return coerce

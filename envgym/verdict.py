@@ -42,7 +42,9 @@ class Verdict:
         return {
             "passed": self.passed,
             "score": self.score,
-            "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in self.checks],
+            "checks": [
+                {"name": c.name, "passed": c.passed, "detail": c.detail} for c in self.checks
+            ],
         }
 
     @property
@@ -56,18 +58,27 @@ class Verdict:
     @classmethod
     def broken(cls, name: str, detail: str) -> Verdict:
         """The verifier did not produce a usable report (``error`` is set)."""
-        return cls(checks=(Check(name=name, passed=False, detail=detail),), error=f"{name}: {detail}")
+        return cls(
+            checks=(Check(name=name, passed=False, detail=detail),), error=f"{name}: {detail}"
+        )
 
     @classmethod
     def from_report(cls, report: Any) -> Verdict:
         """Parse a verifier's return value; a malformed report is itself a failed check."""
         if not isinstance(report, Mapping) or not isinstance(report.get("checks"), list):
-            return cls.broken("verifier_output", f"verifier returned {type(report).__name__}, not {{'checks': [...]}}")
+            return cls.broken(
+                "verifier_output",
+                f"verifier returned {type(report).__name__}, not {{'checks': [...]}}",
+            )
         checks = []
         for i, item in enumerate(report["checks"]):
             if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
-                return cls.broken("verifier_output", f"check {i} is not {{'name': str, 'passed': bool}}")
-            checks.append(Check(str(item["name"]), item.get("passed") is True, str(item.get("detail", ""))))
+                return cls.broken(
+                    "verifier_output", f"check {i} is not {{'name': str, 'passed': bool}}"
+                )
+            checks.append(
+                Check(str(item["name"]), item.get("passed") is True, str(item.get("detail", "")))
+            )
         if not checks:
             return cls.broken("verifier_output", "verifier returned no checks")
         return cls(checks=tuple(checks))

@@ -45,12 +45,24 @@ def measure(family: str, seed: int, n_tasks: int, bound: int) -> list[dict[str, 
         tasks = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
         with LocalBundle(out).episode() as episode:
             for task in tasks:
-                outcome = {} if host is None else judged(
-                    lambda sub, t=task: episode.verify(sub, t),
-                    host.baselines(world, task["metadata"], bound))
-                rows.append({"family": family, "seed": seed, "task": task["id"],
-                             "level": task["difficulty"],
-                             "bundle greedy": baseline_solves(episode, task), **outcome})
+                outcome = (
+                    {}
+                    if host is None
+                    else judged(
+                        lambda sub, t=task: episode.verify(sub, t),
+                        host.baselines(world, task["metadata"], bound),
+                    )
+                )
+                rows.append(
+                    {
+                        "family": family,
+                        "seed": seed,
+                        "task": task["id"],
+                        "level": task["difficulty"],
+                        "bundle greedy": baseline_solves(episode, task),
+                        **outcome,
+                    }
+                )
     return rows
 
 
@@ -58,12 +70,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[(row["family"], row["level"])].append(row)
-    lines = ["| family | level | N | " + " | ".join(COLUMNS) + " | beyond bound |",
-             "|---|---|---|" + "---|" * (len(COLUMNS) + 1)]
+    lines = [
+        "| family | level | N | " + " | ".join(COLUMNS) + " | beyond bound |",
+        "|---|---|---|" + "---|" * (len(COLUMNS) + 1),
+    ]
     for (family, level), group in sorted(groups.items()):
         n = len(group)
-        cells = [f"{sum(r[c] is True for r in group)}/{n}" if c in group[0] else "n/a"
-                 for c in COLUMNS]
+        cells = [
+            f"{sum(r[c] is True for r in group)}/{n}" if c in group[0] else "n/a" for c in COLUMNS
+        ]
         beyond = sum(r.get("exhaustive") == BEYOND for r in group)
         cells.append(f"{beyond}/{n}" if "exhaustive" in group[0] else "n/a")
         lines.append(f"| {family} | {level} | {n} | " + " | ".join(cells) + " |")
@@ -72,20 +87,29 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", nargs="+", default=list(FAMILIES),
-                        choices=FAMILIES + GREEDY_ONLY)
+    parser.add_argument(
+        "--families", nargs="+", default=list(FAMILIES), choices=FAMILIES + GREEDY_ONLY
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
     parser.add_argument("--tasks", type=int, default=25, help="tasks per seed (levels 1-5 in turn)")
-    parser.add_argument("--bound", type=int, default=EXHAUSTIVE_BOUND,
-                        help="combinations the exhaustive search may enumerate")
+    parser.add_argument(
+        "--bound",
+        type=int,
+        default=EXHAUSTIVE_BOUND,
+        help="combinations the exhaustive search may enumerate",
+    )
     parser.add_argument("--json", action="store_true", help="print every row as JSON")
     parser.add_argument("--table", type=Path, help="print the table of a --json output file")
     args = parser.parse_args(argv)
     if args.table is not None:
         print(table(json.loads(args.table.read_text())))
         return 0
-    rows = [row for family in args.families for seed in args.seeds
-            for row in measure(family, seed, args.tasks, args.bound)]
+    rows = [
+        row
+        for family in args.families
+        for seed in args.seeds
+        for row in measure(family, seed, args.tasks, args.bound)
+    ]
     print(json.dumps(rows, indent=1) if args.json else table(rows))
     return 0
 

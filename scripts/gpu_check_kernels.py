@@ -80,8 +80,10 @@ def compare_timings(
 
 def _print_times(report: Report, what: str, res: dict[str, tuple[float, float]], base: str) -> None:
     ref = res[base][0]
-    parts = [f"{name} {ms:.2f} ms ({ms / ref:.2f}x {base}, peak {mib:.0f} MiB)"
-             for name, (ms, mib) in res.items()]
+    parts = [
+        f"{name} {ms:.2f} ms ({ms / ref:.2f}x {base}, peak {mib:.0f} MiB)"
+        for name, (ms, mib) in res.items()
+    ]
     report.line("TIME", what, "; ".join(parts))
 
 
@@ -101,19 +103,32 @@ def _logprob_case(
     kept[:, 1] = kept[:, 2]  # a repeated id counts once
     kept[:, 0] = targets
     case = {
-        "hidden": hidden.to(dtype), "weight": weight.to(dtype), "targets": targets,
-        "kept_ids": kept, "kept_rows": torch.rand(n, generator=g) < 0.5,
-        "a": torch.randn(n, generator=g), "b": torch.randn(n, generator=g),
+        "hidden": hidden.to(dtype),
+        "weight": weight.to(dtype),
+        "targets": targets,
+        "kept_ids": kept,
+        "kept_rows": torch.rand(n, generator=g) < 0.5,
+        "a": torch.randn(n, generator=g),
+        "b": torch.randn(n, generator=g),
     }
     return {key: t.to(device) for key, t in case.items()}
 
 
-def _logprob_grads(fn: Callable[..., Any], case: dict[str, Any], dtype: torch.dtype,
-                   **kw: Any) -> tuple[Tensor, ...]:
+def _logprob_grads(
+    fn: Callable[..., Any], case: dict[str, Any], dtype: torch.dtype, **kw: Any
+) -> tuple[Tensor, ...]:
     hidden = case["hidden"].detach().to(dtype).requires_grad_()
     weight = case["weight"].detach().to(dtype).requires_grad_()
-    logp, ent = fn(hidden, weight, case["targets"], kept_ids=case["kept_ids"],
-                   kept_rows=case["kept_rows"], temperature=0.8, with_entropy=True, **kw)
+    logp, ent = fn(
+        hidden,
+        weight,
+        case["targets"],
+        kept_ids=case["kept_ids"],
+        kept_rows=case["kept_rows"],
+        temperature=0.8,
+        with_entropy=True,
+        **kw,
+    )
     loss = (logp * case["a"].to(logp.dtype)).sum() + (ent * case["b"].to(ent.dtype)).sum()
     loss.backward()
     return logp.detach(), ent.detach(), hidden.grad, weight.grad
@@ -127,19 +142,27 @@ def check_logprob(sizes: Sizes, dtype: torch.dtype, device: torch.device) -> str
     out = []
     for backend in ("triton", "torch"):
         got = _logprob_grads(selected_logprobs, case, dtype, backend=backend)
-        errs = [_err(got[0], ref[0]), _err(got[1], ref[1]), _rel(got[2], ref[2]),
-                _rel(got[3], ref[3])]
+        errs = [
+            _err(got[0], ref[0]),
+            _err(got[1], ref[1]),
+            _rel(got[2], ref[2]),
+            _rel(got[3], ref[3]),
+        ]
         tol = (TOL_VALUE[dtype], TOL_VALUE[dtype], TOL_GRAD[dtype], TOL_GRAD[dtype])
-        detail = (f"{backend}: |dlogp| {errs[0]:.1e} |dH| {errs[1]:.1e} "
-                  f"dh {errs[2]:.1e} dW {errs[3]:.1e}")
+        detail = (
+            f"{backend}: |dlogp| {errs[0]:.1e} |dH| {errs[1]:.1e} dh {errs[2]:.1e} dW {errs[3]:.1e}"
+        )
         if got[2].dtype != dtype or got[3].dtype != dtype:
             raise Failed(f"{backend}: gradients in {got[2].dtype}/{got[3].dtype}, not {dtype}")
         if not all(math.isfinite(e) and e <= t for e, t in zip(errs, tol, strict=True)):
             raise Failed(f"{detail} over the tolerances {tol}")
         out.append(detail)
-    return (f"N={sizes.tokens} V={sizes.vocab} H={sizes.hidden}, half the rows kept "
-            f"(K={sizes.kept}), T=0.8, logp+entropy; vs float64: " + "; ".join(out)
-            + f" (tol values {TOL_VALUE[dtype]:g}, grads {TOL_GRAD[dtype]:g} of max)")
+    return (
+        f"N={sizes.tokens} V={sizes.vocab} H={sizes.hidden}, half the rows kept "
+        f"(K={sizes.kept}), T=0.8, logp+entropy; vs float64: "
+        + "; ".join(out)
+        + f" (tol values {TOL_VALUE[dtype]:g}, grads {TOL_GRAD[dtype]:g} of max)"
+    )
 
 
 def time_logprob(report: Report, sizes: Sizes, dtype: torch.dtype, device: torch.device) -> None:
@@ -155,19 +178,30 @@ def time_logprob(report: Report, sizes: Sizes, dtype: torch.dtype, device: torch
             weight = case["weight"].detach().requires_grad_()
             logp, _ = fn(hidden, weight, case["targets"], **kw)
             logp.sum().backward()
+
         return run
 
-    res = compare_timings({
-        "triton": variant(selected_logprobs, backend="triton"),
-        "torch-chunked": variant(selected_logprobs, backend="torch"),
-        "torch-naive": variant(naive_selected_logprobs),
-    }, device, sizes.reps)
-    _print_times(report, f"logprob {str(dtype).removeprefix('torch.')} fwd+bwd "
-                 f"N={sizes.tokens} V={sizes.vocab} H={sizes.hidden}", res, "torch-naive")
+    res = compare_timings(
+        {
+            "triton": variant(selected_logprobs, backend="triton"),
+            "torch-chunked": variant(selected_logprobs, backend="torch"),
+            "torch-naive": variant(naive_selected_logprobs),
+        },
+        device,
+        sizes.reps,
+    )
+    _print_times(
+        report,
+        f"logprob {str(dtype).removeprefix('torch.')} fwd+bwd "
+        f"N={sizes.tokens} V={sizes.vocab} H={sizes.hidden}",
+        res,
+        "torch-naive",
+    )
 
 
-def _moe_case(sizes: Sizes, dtype: torch.dtype, device: torch.device, *, seed: int = 0
-              ) -> dict[str, Tensor]:
+def _moe_case(
+    sizes: Sizes, dtype: torch.dtype, device: torch.device, *, seed: int = 0
+) -> dict[str, Tensor]:
     from kernels.moe import route
 
     n, d, f, e = sizes.moe_tokens, sizes.moe_dim, sizes.moe_ffn, sizes.moe_experts
@@ -180,7 +214,8 @@ def _moe_case(sizes: Sizes, dtype: torch.dtype, device: torch.device, *, seed: i
         "w1": torch.randn(e, f, d, generator=g) / math.sqrt(d),
         "w3": torch.randn(e, f, d, generator=g) / math.sqrt(d),
         "w2": torch.randn(e, d, f, generator=g) / math.sqrt(f),
-        "gates": gates, "r": torch.randn(n, d, generator=g),
+        "gates": gates,
+        "r": torch.randn(n, d, generator=g),
     }
     out = {key: t.to(dtype).to(device) for key, t in case.items()}
     out["experts"] = experts.to(device)
@@ -192,8 +227,15 @@ def _moe_grads(case: dict[str, Tensor], dtype: torch.dtype, impl: str) -> list[T
 
     names = ("x", "gates", "w1", "w3", "w2")
     leaves = {k: case[k].detach().to(dtype).requires_grad_() for k in names}
-    y = moe_experts(leaves["x"], case["experts"], leaves["gates"], leaves["w1"], leaves["w3"],
-                    leaves["w2"], impl=impl)  # type: ignore[arg-type]
+    y = moe_experts(
+        leaves["x"],
+        case["experts"],
+        leaves["gates"],
+        leaves["w1"],
+        leaves["w3"],
+        leaves["w2"],
+        impl=impl,
+    )  # type: ignore[arg-type]
     (y * case["r"].to(dtype)).sum().backward()
     return [y.detach()] + [leaves[k].grad for k in names]  # type: ignore[misc]
 
@@ -206,19 +248,34 @@ def check_moe(sizes: Sizes, dtype: torch.dtype, device: torch.device) -> str:
     for impl in ("triton", "grouped"):
         got = _moe_grads(case, dtype, impl)
         errs = [_rel(a, b) for a, b in zip(got, ref, strict=True)]
-        parts.append(f"{impl}: " + " ".join(f"{n} {e:.1e}" for n, e in zip(names, errs,
-                                                                           strict=True)))
+        parts.append(
+            f"{impl}: " + " ".join(f"{n} {e:.1e}" for n, e in zip(names, errs, strict=True))
+        )
         if impl == "triton" and not all(math.isfinite(e) and e <= TOL_MOE[dtype] for e in errs):
             raise Failed(f"{parts[-1]} over the tolerance {TOL_MOE[dtype]:g}")
-    return (f"N={sizes.moe_tokens} D={sizes.moe_dim} F={sizes.moe_ffn} E={sizes.moe_experts} "
-            f"top-2, one expert empty; max|d|/max|ref| vs float64 loop: " + "; ".join(parts)
-            + f" (tol {TOL_MOE[dtype]:g}, triton only)")
+    return (
+        f"N={sizes.moe_tokens} D={sizes.moe_dim} F={sizes.moe_ffn} E={sizes.moe_experts} "
+        f"top-2, one expert empty; max|d|/max|ref| vs float64 loop: "
+        + "; ".join(parts)
+        + f" (tol {TOL_MOE[dtype]:g}, triton only)"
+    )
 
 
 def time_moe(report: Report, sizes: Sizes, dtype: torch.dtype, device: torch.device) -> None:
     case = _moe_case(sizes, dtype, device, seed=1)
-    res = compare_timings({impl: lambda impl=impl: _moe_grads(case, dtype, impl)
-                           for impl in ("triton", "grouped", "loop")}, device, sizes.reps)
-    _print_times(report, f"moe {str(dtype).removeprefix('torch.')} fwd+bwd "
-                 f"N={sizes.moe_tokens} D={sizes.moe_dim} F={sizes.moe_ffn} "
-                 f"E={sizes.moe_experts}", res, "loop")
+    res = compare_timings(
+        {
+            impl: lambda impl=impl: _moe_grads(case, dtype, impl)
+            for impl in ("triton", "grouped", "loop")
+        },
+        device,
+        sizes.reps,
+    )
+    _print_times(
+        report,
+        f"moe {str(dtype).removeprefix('torch.')} fwd+bwd "
+        f"N={sizes.moe_tokens} D={sizes.moe_dim} F={sizes.moe_ffn} "
+        f"E={sizes.moe_experts}",
+        res,
+        "loop",
+    )

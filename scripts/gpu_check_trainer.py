@@ -47,20 +47,34 @@ def _samples(sizes: Sizes, vocab: int) -> list[Any]:
         for t in range(sizes.prompt, len(ids), 2):
             others = torch.randint(3, vocab, (19,), generator=g).tolist()
             kept[t] = encode_kept(sorted({ids[t], *others}))
-        out.append(Sample(
-            token_ids=ids, loss_mask=mask, engine_logp=[-3.0 if m else 0.0 for m in mask],
-            kept=kept, routes=None, advantage=reward - mean, reward=reward, group=0,
-            task_id=f"t{i}", policy_version=0,
-        ))
+        out.append(
+            Sample(
+                token_ids=ids,
+                loss_mask=mask,
+                engine_logp=[-3.0 if m else 0.0 for m in mask],
+                kept=kept,
+                routes=None,
+                advantage=reward - mean,
+                reward=reward,
+                group=0,
+                task_id=f"t{i}",
+                policy_version=0,
+            )
+        )
     return out
 
 
 def trainer_config(sizes: Sizes, **extra: Any) -> Any:
     from trainer.config import config_from_dict
 
-    data = {"envs": [{"id": "gpu-check"}], "rollout": {"group_size": sizes.samples, "prompts": 1,
-            "temperature": 0.8}, "optimizer": {"lr": LR}, "minibatches": 2,
-            "micro_tokens": sizes.samples * sizes.seq // 4, **extra}
+    data = {
+        "envs": [{"id": "gpu-check"}],
+        "rollout": {"group_size": sizes.samples, "prompts": 1, "temperature": 0.8},
+        "optimizer": {"lr": LR},
+        "minibatches": 2,
+        "micro_tokens": sizes.samples * sizes.seq // 4,
+        **extra,
+    }
     return config_from_dict(data)
 
 
@@ -74,8 +88,9 @@ def _snapshot(model: Any) -> dict[str, Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _grpo(model: Any, sizes: Sizes, *, samples: list[Any] | None = None,
-          **extra: Any) -> tuple[dict[str, float], tuple[int, int, float], float, Any]:
+def _grpo(
+    model: Any, sizes: Sizes, *, samples: list[Any] | None = None, **extra: Any
+) -> tuple[dict[str, float], tuple[int, int, float], float, Any]:
     """The trainer's own update path: ``Update`` collates each microbatch onto the model's
     device (nothing here moves a tensor for it)."""
     from trainer.policy import Policy
@@ -95,17 +110,20 @@ def _grpo(model: Any, sizes: Sizes, *, samples: list[Any] | None = None,
     return metrics, _changed(before, model), seconds, update
 
 
-def _grpo_detail(metrics: dict[str, float], changed: tuple[int, int, float], seconds: float,
-                 sizes: Sizes) -> str:
+def _grpo_detail(
+    metrics: dict[str, float], changed: tuple[int, int, float], seconds: float, sizes: Sizes
+) -> str:
     n_changed, n_all, biggest = changed
     loss = metrics.get("loss", math.nan)
     if not math.isfinite(loss) or metrics.get("optimizer_steps") != 2.0:
         raise Failed(f"loss {loss}, optimizer steps {metrics.get('optimizer_steps')} (want 2)")
     if n_changed == 0:
         raise Failed("no weight changed")
-    return (f"{sizes.samples} samples x {sizes.seq} tokens, 2 minibatches: loss {loss:.4g}, "
-            f"grad_norm {metrics['grad_norm']:.3g}, entropy {metrics['entropy']:.3f}, "
-            f"{n_changed}/{n_all} tensors changed (max |dw| {biggest:.2e}), {seconds:.2f} s")
+    return (
+        f"{sizes.samples} samples x {sizes.seq} tokens, 2 minibatches: loss {loss:.4g}, "
+        f"grad_norm {metrics['grad_norm']:.3g}, entropy {metrics['entropy']:.3f}, "
+        f"{n_changed}/{n_all} tensors changed (max |dw| {biggest:.2e}), {seconds:.2f} s"
+    )
 
 
 def check_grpo_dense(sizes: Sizes, device: torch.device, keep: dict[str, Any]) -> str:
@@ -117,7 +135,9 @@ def check_grpo_dense(sizes: Sizes, device: torch.device, keep: dict[str, Any]) -
     keep["dense"] = model  # the weight-sync check serves this trained model
     return _grpo_detail(metrics, changed, seconds, sizes) + (
         f", peak {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
-        if device.type == "cuda" else "")
+        if device.type == "cuda"
+        else ""
+    )
 
 
 def check_grpo_moe(sizes: Sizes, device: torch.device) -> str:
@@ -159,9 +179,11 @@ def check_grpo_moe(sizes: Sizes, device: torch.device) -> str:
             after.append(routing_flip_rate(routes, now, batch.mask > 0))
     routers = [k for k in update.policy.model.state_dict() if "gate.weight" in k]
     detail = _grpo_detail(metrics, changed, seconds, sizes)
-    return (f"Mixtral {sizes.moe_layers} layers x 4 experts top-2 (upcycled, noise 0.1), "
-            f"{len(routers)} routers, experts on kernels.moe: {detail}; routing_flip_rate "
-            f"{flip} under replay, {statistics.fmean(after):.2e} after the update (info)")
+    return (
+        f"Mixtral {sizes.moe_layers} layers x 4 experts top-2 (upcycled, noise 0.1), "
+        f"{len(routers)} routers, experts on kernels.moe: {detail}; routing_flip_rate "
+        f"{flip} under replay, {statistics.fmean(after):.2e} after the update (info)"
+    )
 
 
 def _policy(model: Any) -> Any:

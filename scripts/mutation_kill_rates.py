@@ -38,8 +38,11 @@ def main(argv: list[str]) -> None:
         with tempfile.TemporaryDirectory() as scratch:
             root = build(family, Path(scratch) / "b")
             report = run_mutation(load_bundle(root), max_mutants=n, seed=1).to_dict()
-        report |= {"family": family, "seconds": round(time.time() - started),
-                   "survivor_kinds": Counter(s["kind"] for s in report["survivors"])}
+        report |= {
+            "family": family,
+            "seconds": round(time.time() - started),
+            "survivor_kinds": Counter(s["kind"] for s in report["survivors"]),
+        }
         print(json.dumps(report), flush=True)
 
 

@@ -34,12 +34,16 @@ def main() -> None:
     rng = random.Random(0)
     words = [w for p in packages for w in p.summary.lower().split() if w.isalpha() and len(w) > 3]
     queries = [" ".join(rng.sample(words, rng.randint(1, 3))) for _ in range(300)]
-    print(f"{len(ids)} documents, {sum(map(len, texts)) / 2**20:.1f} MiB of text, {len(queries)} queries")
+    print(
+        f"{len(ids)} documents, {sum(map(len, texts)) / 2**20:.1f} MiB of text, {len(queries)} queries"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name, fn in (("bm25s", bm25s_run), ("tantivy", tantivy_run)):
             build_s, mib, lat = fn(Path(tmp) / name, ids, texts, queries)
-            print(f"{name:8s} build {build_s:6.2f} s  index {mib:6.1f} MiB  "
-                  f"p50 {statistics.median(lat):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms")
+            print(
+                f"{name:8s} build {build_s:6.2f} s  index {mib:6.1f} MiB  "
+                f"p50 {statistics.median(lat):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms"
+            )
 
 
 def bm25s_run(folder: Path, ids: list[str], texts: list[str], queries: list[str]):

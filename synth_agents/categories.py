@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-Builder = Callable[[Path, int, int, Sequence[int]], Path]  # (out, seed, n_tasks, difficulties) -> out
+Builder = Callable[
+    [Path, int, int, Sequence[int]], Path
+]  # (out, seed, n_tasks, difficulties) -> out
 
 
 class UnknownCategory(ValueError):
@@ -33,13 +35,19 @@ class ProceduralCategory:
 def _trip(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
     from envs.trip_planning.build import build_bundle
 
-    return build_bundle(out, seed=seed, n_tasks=n_tasks, difficulties=tuple(difficulties),
-                        include_worked_example=False)
+    return build_bundle(
+        out,
+        seed=seed,
+        n_tasks=n_tasks,
+        difficulties=tuple(difficulties),
+        include_worked_example=False,
+    )
 
 
 def _kit(package: str) -> Builder:
     """The builder of a procedural-kit category (``<package>.build.build_bundle``), imported
     only when called: building one category should not import the others."""
+
     def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
         module = importlib.import_module(f"{package}.build")
         return module.build_bundle(out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
@@ -48,21 +56,34 @@ def _kit(package: str) -> Builder:
 
 
 CATEGORIES: tuple[ProceduralCategory, ...] = (
-    ProceduralCategory("trip planning", "trip-planning", ("trip", "travel", "travel itinerary", "itinerary"),
-                       "multi-day itineraries over cities, hotels, restaurants, attractions, weather, transport",
-                       _trip),
-    ProceduralCategory("retail orders", "retail-orders", ("retail", "orders", "returns", "retail orders and returns",
-                                                          "shopping", "store"),
-                       "baskets under stock/brand/weight/budget rules; returns whose refund lands in a range",
-                       _kit("envs.retail_orders")),
-    ProceduralCategory("meeting scheduling", "meeting-scheduling",
-                       ("meetings", "scheduling", "calendar", "calendars", "meeting scheduling across calendars"),
-                       "meetings in order across time zones, events, lunch, buffers, rooms, representatives",
-                       _kit("envs.meeting_scheduling")),
-    ProceduralCategory("shipment logistics", "shipment-logistics",
-                       ("logistics", "shipping", "shipments", "routing", "freight"),
-                       "routes through a hub network under deadlines, hazmat, modes, capacities, budget",
-                       _kit("envs.shipment_logistics")),
+    ProceduralCategory(
+        "trip planning",
+        "trip-planning",
+        ("trip", "travel", "travel itinerary", "itinerary"),
+        "multi-day itineraries over cities, hotels, restaurants, attractions, weather, transport",
+        _trip,
+    ),
+    ProceduralCategory(
+        "retail orders",
+        "retail-orders",
+        ("retail", "orders", "returns", "retail orders and returns", "shopping", "store"),
+        "baskets under stock/brand/weight/budget rules; returns whose refund lands in a range",
+        _kit("envs.retail_orders"),
+    ),
+    ProceduralCategory(
+        "meeting scheduling",
+        "meeting-scheduling",
+        ("meetings", "scheduling", "calendar", "calendars", "meeting scheduling across calendars"),
+        "meetings in order across time zones, events, lunch, buffers, rooms, representatives",
+        _kit("envs.meeting_scheduling"),
+    ),
+    ProceduralCategory(
+        "shipment logistics",
+        "shipment-logistics",
+        ("logistics", "shipping", "shipments", "routing", "freight"),
+        "routes through a hub network under deadlines, hazmat, modes, capacities, budget",
+        _kit("envs.shipment_logistics"),
+    ),
 )
 
 
@@ -86,5 +107,7 @@ def find_category(name: str) -> ProceduralCategory:
         for candidate in (c.name, *c.aliases):
             if key == candidate or key.replace(" ", "") == candidate.replace(" ", ""):
                 return c
-    raise UnknownCategory(f"no procedural category matches {name!r}; known procedural categories: {listing} "
-                          "(use --agent llm for any other category)")
+    raise UnknownCategory(
+        f"no procedural category matches {name!r}; known procedural categories: {listing} "
+        "(use --agent llm for any other category)"
+    )

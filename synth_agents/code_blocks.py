@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 # An opening fence starts a line; the closing fence is a line holding only ``` (or the text ends).
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*([\w-]*)[^\n]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)",
-                    re.DOTALL | re.MULTILINE)
+_FENCE = re.compile(
+    r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*([\w-]*)[^\n]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)",
+    re.DOTALL | re.MULTILINE,
+)
 ALLOWED_TOOL_IMPORTS = frozenset(sys.stdlib_module_names) | {"envgym", "envgym.runtime"}
 
 
@@ -32,11 +34,20 @@ class Block:
 
 
 def blocks(text: str) -> list[Block]:
-    return [Block(m.group(1).lower(), m.group(2).lower(), m.group(3).strip("\n")) for m in _FENCE.finditer(text or "")]
+    return [
+        Block(m.group(1).lower(), m.group(2).lower(), m.group(3).strip("\n"))
+        for m in _FENCE.finditer(text or "")
+    ]
 
 
-def pick(found: list[Block], label: str, *, lang: str = "python", needle: str = "",
-         labelled_only: bool = False) -> Block | None:
+def pick(
+    found: list[Block],
+    label: str,
+    *,
+    lang: str = "python",
+    needle: str = "",
+    labelled_only: bool = False,
+) -> Block | None:
     """The block labelled ``label``; else (unless ``labelled_only``) the first ``lang`` block
     containing ``needle``."""
     for b in found:
@@ -71,8 +82,11 @@ def pick_distinct(found: list[Block], roles: dict[str, str]) -> dict[str, Block 
     numbered = list(enumerate(found))
     for role in roles:
         take(role, numbered, lambda b, r=role: b.label == r)
-    spare = [(i, b) for i, b in numbered if b.label in ("", "py", "python")
-             and b.lang in ("python", "py", "") and "def " in b.code]
+    spare = [
+        (i, b)
+        for i, b in numbered
+        if b.label in ("", "py", "python") and b.lang in ("python", "py", "") and "def " in b.code
+    ]
     for role, fn in roles.items():  # by the function a spare block defines
         if chosen[role] is None:
             take(role, spare, lambda b, f=fn: any(x.name == f for x in functions(b.code)))
@@ -87,9 +101,16 @@ _SQL_START = re.compile(r"^\s*(create|insert|drop|begin|pragma|replace|update)\b
 
 def as_sql(block: Block) -> str | None:
     """The block as an SQL script when it is one (a ```sql block, or SQL in a python block)."""
-    lines = [x for x in block.code.splitlines() if x.strip() and not x.strip().startswith(("#", "--"))]
-    if block.lang == "sql" or (lines and _SQL_START.match(lines[0]) and parse_problem(block.code, "x") is not None):
-        return "\n".join("--" + x.strip()[1:] if x.strip().startswith("#") else x for x in block.code.splitlines())
+    lines = [
+        x for x in block.code.splitlines() if x.strip() and not x.strip().startswith(("#", "--"))
+    ]
+    if block.lang == "sql" or (
+        lines and _SQL_START.match(lines[0]) and parse_problem(block.code, "x") is not None
+    ):
+        return "\n".join(
+            "--" + x.strip()[1:] if x.strip().startswith("#") else x
+            for x in block.code.splitlines()
+        )
     return None
 
 
@@ -117,12 +138,19 @@ def tools_problems(code: str) -> list[str]:
     out = []
     tree = ast.parse(code)
     for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
         for name in names:
             if name.split(".")[0] not in ALLOWED_TOOL_IMPORTS and name not in ALLOWED_TOOL_IMPORTS:
-                out.append(f"tools.py line {node.lineno}: imports {name!r}; tools may import only the standard "
-                           "library and envgym.runtime")
+                out.append(
+                    f"tools.py line {node.lineno}: imports {name!r}; tools may import only the standard "
+                    "library and envgym.runtime"
+                )
     public = [f for f in functions(code) if not f.name.startswith("_")]
     if not public:
         out.append("tools.py defines no public function (a tool is a top-level function)")
@@ -130,7 +158,9 @@ def tools_problems(code: str) -> list[str]:
         args = f.args
         for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             if a.annotation is None:
-                out.append(f"tool {f.name}: parameter {a.arg!r} needs a type hint (str, int, float, bool, list, dict)")
+                out.append(
+                    f"tool {f.name}: parameter {a.arg!r} needs a type hint (str, int, float, bool, list, dict)"
+                )
         if args.vararg or args.kwarg:
             out.append(f"tool {f.name}: *args/**kwargs cannot be described to a model")
     return out
@@ -149,16 +179,20 @@ def task_json(found: list[Block]) -> tuple[dict[str, Any] | None, str]:
     """The task object (prompt + metadata) from a ```json task``` block, or why not."""
     block = pick(found, "task", lang="json", needle="prompt")
     if block is None:
-        return None, "no ```json task``` block with a \"prompt\""
+        return None, 'no ```json task``` block with a "prompt"'
     try:
         data = json.loads(block.code)
     except json.JSONDecodeError as exc:
         return None, f"the task block is not JSON: {exc.msg} (line {exc.lineno})"
-    if not isinstance(data, dict) or not isinstance(data.get("prompt"), str) or not data["prompt"].strip():
-        return None, "the task JSON needs a non-empty string \"prompt\""
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("prompt"), str)
+        or not data["prompt"].strip()
+    ):
+        return None, 'the task JSON needs a non-empty string "prompt"'
     meta = data.get("metadata", {})
     if not isinstance(meta, dict):
-        return None, "the task's \"metadata\" must be a JSON object"
+        return None, 'the task\'s "metadata" must be a JSON object'
     return {"prompt": data["prompt"].strip(), "metadata": meta}, ""
 
 
@@ -180,9 +214,21 @@ def witnesses_json(found: list[Block]) -> tuple[list[dict[str, Any]] | None, str
         return None, "the witnesses block must be a non-empty JSON list"
     out = []
     for i, w in enumerate(data):
-        if not isinstance(w, dict) or not isinstance(w.get("rule"), str) or not w["rule"].strip() \
-                or not isinstance(w.get("submission"), dict):
-            return None, (f"witness {i} needs a string \"rule\" (a check name) and an object \"submission\" "
-                          "(the arguments of submit_result)")
-        out.append({"rule": w["rule"].strip(), "submission": w["submission"], "note": str(w.get("note", ""))[:500]})
+        if (
+            not isinstance(w, dict)
+            or not isinstance(w.get("rule"), str)
+            or not w["rule"].strip()
+            or not isinstance(w.get("submission"), dict)
+        ):
+            return None, (
+                f'witness {i} needs a string "rule" (a check name) and an object "submission" '
+                "(the arguments of submit_result)"
+            )
+        out.append(
+            {
+                "rule": w["rule"].strip(),
+                "submission": w["submission"],
+                "note": str(w.get("note", ""))[:500],
+            }
+        )
     return out, ""

@@ -53,7 +53,9 @@ class NearDuplicateIndex:
     threshold: float = THRESHOLD
     entries: dict[str, list[Entry]] = field(default_factory=dict)  # by category
 
-    def find(self, category: str, prompt: str, state_hash: str, metadata: object) -> tuple[str, float] | None:
+    def find(
+        self, category: str, prompt: str, state_hash: str, metadata: object
+    ) -> tuple[str, float] | None:
         """The first indexed task this one near-duplicates, with its similarity."""
         grams = shingles(prompt)
         normalized = " ".join(_WORD.findall(prompt.lower()))

@@ -45,7 +45,11 @@ class FilterSummary:
         return self.tokens / self.full_tokens_estimate if self.full_tokens_estimate else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "decisions": dict(self.decisions), "token_fraction": self.token_fraction}
+        return {
+            **asdict(self),
+            "decisions": dict(self.decisions),
+            "token_fraction": self.token_fraction,
+        }
 
 
 def model_policy_factory(model: str, sandbox: str) -> PolicyFactory:
@@ -65,17 +69,33 @@ def model_policy_factory(model: str, sandbox: str) -> PolicyFactory:
     return make
 
 
-def filter_run(recorder: SynthRecorder, records: list[dict[str, Any]], *, model: str, factory: PolicyFactory,
-               config: FilterConfig, progress: Callable[[int, int], None] | None = None) -> FilterSummary:
+def filter_run(
+    recorder: SynthRecorder,
+    records: list[dict[str, Any]],
+    *,
+    model: str,
+    factory: PolicyFactory,
+    config: FilterConfig,
+    progress: Callable[[int, int], None] | None = None,
+) -> FilterSummary:
     """Filter every kept task of ``records``; returns the summary over all of them (resumed too)."""
-    summary = FilterSummary(model, config.k, config.drop_always_solved, derived_budget=config.derive_budget,
-                            budget_rule=budget_rule(config))
+    summary = FilterSummary(
+        model,
+        config.k,
+        config.drop_always_solved,
+        derived_budget=config.derive_budget,
+        budget_rule=budget_rule(config),
+    )
     work: list[tuple[Path, str, list[str], dict[str, int]]] = []
     for record in records:
         if record.get("status") != "kept":
             continue
         digest = record["content_hash"]
-        todo = [t for t in record["tasks"] if recorder.filter_result(_key(digest, t, model, config)) is None]
+        todo = [
+            t
+            for t in record["tasks"]
+            if recorder.filter_result(_key(digest, t, model, config)) is None
+        ]
         if todo:
             work.append((recorder.final(record), digest, todo, gold_calls(record)))
     total = sum(len(r.get("tasks", [])) for r in records if r.get("status") == "kept")
@@ -98,8 +118,14 @@ def filter_run(recorder: SynthRecorder, records: list[dict[str, Any]], *, model:
                 policy = await asyncio.to_thread(factory, root)
                 if policy not in policies:
                     policies.append(policy)
-                await filter_bundle(load_bundle(root), policy, config, task_ids=todo, gold_calls=calls,
-                                    on_result=lambda r, d=digest: commit(d, r))
+                await filter_bundle(
+                    load_bundle(root),
+                    policy,
+                    config,
+                    task_ids=todo,
+                    gold_calls=calls,
+                    on_result=lambda r, d=digest: commit(d, r),
+                )
         finally:
             for policy in policies:
                 await policy.aclose()
@@ -119,21 +145,29 @@ def filter_run(recorder: SynthRecorder, records: list[dict[str, Any]], *, model:
             summary.decisions[result["decision"]] += 1
             summary.tokens += int(result["tokens"])
             summary.full_tokens_estimate += int(result["full_tokens_estimate"])
-            summary.longest_gold_calls = max(summary.longest_gold_calls, int(result.get("gold_calls", 0)))
+            summary.longest_gold_calls = max(
+                summary.longest_gold_calls, int(result.get("gold_calls", 0))
+            )
             summary.max_turns = max(summary.max_turns, int(result.get("max_turns", 0)))
             summary.max_tokens = max(summary.max_tokens, int(result.get("max_tokens", 0)))
-            rates.setdefault(str(result.get("declared_difficulty", 0)), []).append(float(result["pass_rate"]))
-    summary.by_declared_difficulty = {level: {"tasks": len(r), "pass_rate": round(sum(r) / len(r), 4)}
-                                      for level, r in sorted(rates.items())}
+            rates.setdefault(str(result.get("declared_difficulty", 0)), []).append(
+                float(result["pass_rate"])
+            )
+    summary.by_declared_difficulty = {
+        level: {"tasks": len(r), "pass_rate": round(sum(r) / len(r), 4)}
+        for level, r in sorted(rates.items())
+    }
     return summary
 
 
 def budget_rule(config: FilterConfig) -> str:
     if not config.derive_budget:
         return "fixed by --filter-max-turns / --filter-episode-tokens"
-    return (f"derived per bundle from its longest gold solution: {config.headroom:g} × calls + {config.slack_turns} "
-            f"turns, {config.headroom:g} × calls × {config.tokens_per_call} sampled tokens (at least "
-            f"{config.budget.max_turns} turns, {config.budget.max_tokens} tokens)")
+    return (
+        f"derived per bundle from its longest gold solution: {config.headroom:g} × calls + {config.slack_turns} "
+        f"turns, {config.headroom:g} × calls × {config.tokens_per_call} sampled tokens (at least "
+        f"{config.budget.max_turns} turns, {config.budget.max_tokens} tokens)"
+    )
 
 
 def gold_calls(record: dict[str, Any]) -> dict[str, int]:

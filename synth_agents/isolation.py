@@ -33,7 +33,7 @@ from envgym.state import EpisodeDirs
 
 DENIED = "the solution touched the episode state directly"
 
-_GUARD = r'''
+_GUARD = r"""
 import builtins, io, os, sqlite3, sys
 _rt = sys.modules["envgym.runtime"]
 _here = __file__
@@ -62,7 +62,7 @@ builtins.open = _guard(builtins.open, "open")
 io.open = _guard(io.open, "io.open")
 for _name in ("open", "listdir", "scandir", "stat", "walk"):
     setattr(os, _name, _guard(getattr(os, _name), "os." + _name))
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,9 @@ class IsolationResult:
     skipped: bool = False
     detail: str = ""
     calls: tuple[tuple[str, dict[str, Any]], ...] = ()  # the gold's tool calls, for the tool probe
-    submission: dict[str, Any] | None = None  # the gold's submission (provenance checks compare with it)
+    submission: dict[str, Any] | None = (
+        None  # the gold's submission (provenance checks compare with it)
+    )
 
 
 def guarded_copy(bundle: Bundle, into: Path) -> Path:
@@ -81,7 +83,9 @@ def guarded_copy(bundle: Bundle, into: Path) -> Path:
     for name in ("tools.py", "verifier.py"):
         shutil.copyfile(bundle.root / name, into / name)
     guard = _GUARD.replace("__DENIED__", repr(DENIED))
-    prelude = f"exec(compile({guard!r}, '<envgym-isolation-guard>', 'exec'), {{'__file__': __file__}})\n"
+    prelude = (
+        f"exec(compile({guard!r}, '<envgym-isolation-guard>', 'exec'), {{'__file__': __file__}})\n"
+    )
     source = (bundle.root / "solution.py").read_text()
     lines = source.splitlines(keepends=True)
     at = _after_header(source)
@@ -97,8 +101,12 @@ def _after_header(source: str) -> int:
         return 0  # the load fails either way; the static rules report it
     end = 0
     for i, node in enumerate(body):
-        docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+        docstring = (
+            i == 0
+            and isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
             and isinstance(node.value.value, str)
+        )
         if docstring or (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
             end = node.end_lineno or end
         else:
@@ -114,7 +122,9 @@ class GuardedRun:
         self._scratch = Path(tempfile.mkdtemp(prefix="envgym-isolation-"))
         self._dirs = self.dirs = EpisodeDirs(bundle.state_dir)
         try:
-            self.box = open_sandbox(guarded_copy(bundle, self._scratch / "code"), backend=sandbox, limits=limits)
+            self.box = open_sandbox(
+                guarded_copy(bundle, self._scratch / "code"), backend=sandbox, limits=limits
+            )
         except BaseException:
             self.close()
             raise
@@ -130,13 +140,17 @@ class GuardedRun:
             calls = tuple((name, dict(args)) for name, args in solved.calls)
             message = solved.outcome.message
             if solved.outcome.ok:
-                out.append(IsolationResult(task.id, ok=True, calls=calls, submission=solved.submission))
+                out.append(
+                    IsolationResult(task.id, ok=True, calls=calls, submission=solved.submission)
+                )
             elif DENIED in message:
                 line = next((x for x in message.splitlines() if DENIED in x), DENIED)
                 out.append(IsolationResult(task.id, ok=False, detail=line.strip(), calls=calls))
             else:  # failed for another reason: envgym check reports that one
                 last = message.strip().splitlines()[-1][:200] if message.strip() else "no message"
-                out.append(IsolationResult(task.id, ok=True, detail="gold failed: " + last, calls=calls))
+                out.append(
+                    IsolationResult(task.id, ok=True, detail="gold failed: " + last, calls=calls)
+                )
         return out
 
     def close(self) -> None:
@@ -153,10 +167,14 @@ class GuardedRun:
         self.close()
 
 
-def check_isolation(bundle: Bundle, *, sandbox: str = "bwrap", limits: Limits | None = None) -> list[IsolationResult]:
+def check_isolation(
+    bundle: Bundle, *, sandbox: str = "bwrap", limits: Limits | None = None
+) -> list[IsolationResult]:
     """Run every task's gold solution under the guard; one result per task."""
     if sandbox == "inprocess":
-        return [IsolationResult(t.id, ok=True, skipped=True, detail="skipped: inprocess backend")
-                for t in bundle.tasks]
+        return [
+            IsolationResult(t.id, ok=True, skipped=True, detail="skipped: inprocess backend")
+            for t in bundle.tasks
+        ]
     with GuardedRun(bundle, sandbox=sandbox, limits=limits) as run:
         return run.solve_all()

@@ -69,7 +69,7 @@ class Journal:
             try:
                 view = memoryview(line)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -20,11 +20,15 @@ from typing import Any
 def scoped(code: str, entry: str, name: str, params: tuple[str, str]) -> str:
     """``code`` wrapped as ``_<name>_scope()`` returning ``entry``, plus ``def <name>(*params)``."""
     tree = ast.parse(code)
-    body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
+    body = [
+        n for n in tree.body if not (isinstance(n, ast.ImportFrom) and n.module == "__future__")
+    ]
     inner = ast.unparse(ast.Module(body=body, type_ignores=[])) or "pass"
     a, b = params
-    return (f"def _{name}_scope():\n{textwrap.indent(inner, '    ')}\n    return {entry}\n\n\n"
-            f"def {name}({a}, {b}):\n    return _{name}_scope()({a}, {b})\n")
+    return (
+        f"def _{name}_scope():\n{textwrap.indent(inner, '    ')}\n    return {entry}\n\n\n"
+        f"def {name}({a}, {b}):\n    return _{name}_scope()({a}, {b})\n"
+    )
 
 
 @dataclass

@@ -51,11 +51,22 @@ from synth_agents.search import SearchBackend, default_search
 from synth_agents.workbench import Workbench
 
 T = TypeVar("T")
-_SQL_RUNNER = "import sqlite3\ncon = sqlite3.connect('db.sqlite')\ncon.executescript(%s)\ncon.commit()\n"
-SEARCH_TOOL = {"type": "function", "function": {
-    "name": "search", "description": "Search reference notes (offline corpus) for facts about a domain.",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "keywords"}},
-                   "required": ["query"], "additionalProperties": False}}}
+_SQL_RUNNER = (
+    "import sqlite3\ncon = sqlite3.connect('db.sqlite')\ncon.executescript(%s)\ncon.commit()\n"
+)
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search reference notes (offline corpus) for facts about a domain.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "keywords"}},
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 class StageFailed(Exception):
@@ -71,7 +82,9 @@ class LLMConfig:
     max_levels: int = 2  # difficulty raises after the first task
     max_tool_turns: int = 4  # tool calls per reply before the agent asks for the answer
     sandbox: str = "bwrap"
-    params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=1024))
+    params: SamplingParams = field(
+        default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=1024)
+    )
     transcript_chars: int = 1500  # kept per message in the job record
     require_witnesses: bool = True  # per-rule witnesses (docs/CHECK.md) or no task
 
@@ -93,8 +106,15 @@ def category_problem(category: str) -> str | None:
 class LLMAgent:
     """Synthesizes one bundle per job with ``policy``; ``make`` is safe to call repeatedly."""
 
-    def __init__(self, category: str, policy: Policy, *, model: str, config: LLMConfig = LLMConfig(),
-                 search: SearchBackend | None = None) -> None:
+    def __init__(
+        self,
+        category: str,
+        policy: Policy,
+        *,
+        model: str,
+        config: LLMConfig = LLMConfig(),
+        search: SearchBackend | None = None,
+    ) -> None:
         self.category = category.strip()
         self.policy = policy
         self.model = model
@@ -105,7 +125,9 @@ class LLMAgent:
         self.slug = "llm-" + (re.sub(r"[^a-z0-9-]", "", words)[:40].strip("-") or "category")
         self.name = f"llm:{model}"
         self._loop = asyncio.new_event_loop()  # one loop for the policy's whole life
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="envgym-llm-agent")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="envgym-llm-agent"
+        )
         self._thread.start()
 
     @classmethod
@@ -176,14 +198,22 @@ class _Run:
         self.levels_dropped: list[int] = []  # agreed once, then broken by a later level's tools
 
     def info(self) -> dict[str, Any]:
-        return {"model": self.agent.model, "turns": self.turns, "tool_calls": self.tool_calls,
-                "stage_rounds": self.stage_rounds, "levels_passed": self.levels_passed,
-                "levels_kept": self.levels_kept, "levels_dropped": self.levels_dropped,
-                "transcript": self.transcript}
+        return {
+            "model": self.agent.model,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "stage_rounds": self.stage_rounds,
+            "levels_passed": self.levels_passed,
+            "levels_kept": self.levels_kept,
+            "levels_dropped": self.levels_dropped,
+            "transcript": self.transcript,
+        }
 
     def stages(self, scratch: Path, staging: Path) -> MakeOutcome:
         assert self.bench is not None
-        messages = [{"role": "system", "content": prompts.SYSTEM.format(category=self.agent.category)}]
+        messages = [
+            {"role": "system", "content": prompts.SYSTEM.format(category=self.agent.category)}
+        ]
         schema = self._data(messages)
         draft = scratch / "draft"
         db = self.bench.workspace / "db.sqlite"
@@ -192,18 +222,35 @@ class _Run:
         tools = self._tools(messages, schema, draft, db, meta)
         spec_lines = self._tool_lines(draft)
         levels = Levels()
-        first, tools = self._task(messages, prompts.TASK.format(tools=spec_lines, witnesses=self._witness_ask()),
-                                  "task", draft, db, tools, meta, level=0)
+        first, tools = self._task(
+            messages,
+            prompts.TASK.format(tools=spec_lines, witnesses=self._witness_ask()),
+            "task",
+            draft,
+            db,
+            tools,
+            meta,
+            level=0,
+        )
         levels.add(first)
         for level in range(1, self.config.max_levels + 1):
             try:
-                harder, new_tools = self._task(messages, prompts.HARDER.format(level=level,
-                                                                               witnesses=self._witness_ask()),
-                                               f"level{level}", draft, db, tools, meta, level=level)
+                harder, new_tools = self._task(
+                    messages,
+                    prompts.HARDER.format(level=level, witnesses=self._witness_ask()),
+                    f"level{level}",
+                    draft,
+                    db,
+                    tools,
+                    meta,
+                    level=level,
+                )
             except StageFailed:
                 break  # the levels that agreed so far are the environment's tasks
             if new_tools != tools:  # earlier levels must still agree with the replaced tools
-                self.levels_dropped += [x.level for x in levels.kept if self._disagrees(x, draft, db, new_tools, meta)]
+                self.levels_dropped += [
+                    x.level for x in levels.kept if self._disagrees(x, draft, db, new_tools, meta)
+                ]
                 levels.kept = [x for x in levels.kept if x.level not in self.levels_dropped]
                 tools = new_tools
             levels.add(harder)
@@ -216,10 +263,14 @@ class _Run:
     def _witness_ask(self) -> str:
         return prompts.WITNESSES if self.config.require_witnesses else ""
 
-    def _disagrees(self, level: Level, draft: Path, db: Path, tools: str, meta: dict[str, Any]) -> bool:
+    def _disagrees(
+        self, level: Level, draft: Path, db: Path, tools: str, meta: dict[str, Any]
+    ) -> bool:
         write_draft(draft, db, tools, level.solution, level.verifier, [level.task], **meta)
         witnesses = level.task.get("witnesses") if self.config.require_witnesses else None
-        return bool(check_agreement(draft, level.task, sandbox=self.config.sandbox, witnesses=witnesses))
+        return bool(
+            check_agreement(draft, level.task, sandbox=self.config.sandbox, witnesses=witnesses)
+        )
 
     # -- stages -----------------------------------------------------------------------------
     def _data(self, messages: list[dict[str, Any]]) -> str:
@@ -228,7 +279,8 @@ class _Run:
         for attempt in self._rounds("data", messages, ask):
             found = cb.blocks(attempt)
             script = cb.pick(found, "data", needle="sqlite") or next(
-                (b for b in found if b.lang in ("python", "py", "sql", "")), None)
+                (b for b in found if b.lang in ("python", "py", "sql", "")), None
+            )
             problems: list[str] = []
             if script is not None:
                 sql = cb.as_sql(script)
@@ -236,10 +288,14 @@ class _Run:
                 if problem:
                     problems.append(problem)
                 else:
-                    ran = self.bench.run_python(_SQL_RUNNER % json.dumps(sql) if sql is not None else script.code)
+                    ran = self.bench.run_python(
+                        _SQL_RUNNER % json.dumps(sql) if sql is not None else script.code
+                    )
                     if not ran.ok or ran.value.get("exit_code") != 0:
                         why = ran.message or ran.value.get("stderr", "")
-                        problems.append(f"the data {'SQL' if sql is not None else 'script'} failed: {why[-500:]}")
+                        problems.append(
+                            f"the data {'SQL' if sql is not None else 'script'} failed: {why[-500:]}"
+                        )
             report = inspect_data(self.bench)
             if script is None and report.problems:
                 problems.insert(0, "no ```python data``` block that writes db.sqlite")
@@ -249,7 +305,14 @@ class _Run:
             self._feedback(messages, problems)
         raise StageFailed("no_data", self._last_problems(messages))
 
-    def _tools(self, messages: list[dict[str, Any]], schema: str, draft: Path, db: Path, meta: dict[str, Any]) -> str:
+    def _tools(
+        self,
+        messages: list[dict[str, Any]],
+        schema: str,
+        draft: Path,
+        db: Path,
+        meta: dict[str, Any],
+    ) -> str:
         for attempt in self._rounds("tools", messages, prompts.TOOLS.format(schema=schema)):
             block = cb.pick(cb.blocks(attempt), "tools", needle="def ")
             if block is None:
@@ -263,8 +326,18 @@ class _Run:
             self._feedback(messages, problems)
         raise StageFailed("no_tools", self._last_problems(messages))
 
-    def _task(self, messages: list[dict[str, Any]], ask: str, stage: str, draft: Path, db: Path, tools: str,
-              meta: dict[str, Any], *, level: int) -> tuple[Level, str]:
+    def _task(
+        self,
+        messages: list[dict[str, Any]],
+        ask: str,
+        stage: str,
+        draft: Path,
+        db: Path,
+        tools: str,
+        meta: dict[str, Any],
+        *,
+        level: int,
+    ) -> tuple[Level, str]:
         problems: list[str] = []
         for attempt in self._rounds(stage, messages, ask):
             found = cb.blocks(attempt)
@@ -276,10 +349,15 @@ class _Run:
             solution, verifier = roles["solution"], roles["verifier"]
             if body is None:
                 problems.append(why)
-            witnesses, why_not = cb.witnesses_json(found) if self.config.require_witnesses else (None, "")
+            witnesses, why_not = (
+                cb.witnesses_json(found) if self.config.require_witnesses else (None, "")
+            )
             if self.config.require_witnesses and witnesses is None:
                 problems.append(why_not)
-            for label, block, prefer in (("solution", solution, "solve"), ("verifier", verifier, "verify")):
+            for label, block, prefer in (
+                ("solution", solution, "solve"),
+                ("verifier", verifier, "verify"),
+            ):
                 if block is None:
                     problems.append(f"no ```python {label}``` block")
                 elif (p := cb.parse_problem(block.code, f"{label}.py")) is not None:
@@ -293,13 +371,20 @@ class _Run:
                 self._feedback(messages, problems)
                 continue
             assert body is not None and solution is not None and verifier is not None
-            task = {"id": f"task-l{level}", "prompt": body["prompt"],
-                    "solution": cb.two_argument_function(solution.code, "solve"),
-                    "verifier": cb.two_argument_function(verifier.code, "verify"),
-                    "difficulty": min(5, level + 1), "submit_tool": "submit_result", "system_prompt": None,
-                    "metadata": body["metadata"]}
+            task = {
+                "id": f"task-l{level}",
+                "prompt": body["prompt"],
+                "solution": cb.two_argument_function(solution.code, "solve"),
+                "verifier": cb.two_argument_function(verifier.code, "verify"),
+                "difficulty": min(5, level + 1),
+                "submit_tool": "submit_result",
+                "system_prompt": None,
+                "metadata": body["metadata"],
+            }
             write_draft(draft, db, candidate_tools, solution.code, verifier.code, [task], **meta)
-            problems = check_agreement(draft, task, sandbox=self.config.sandbox, witnesses=witnesses)
+            problems = check_agreement(
+                draft, task, sandbox=self.config.sandbox, witnesses=witnesses
+            )
             if not problems:
                 line = {**task, "witnesses": witnesses} if witnesses is not None else task
                 return Level(level, line, solution.code, verifier.code), candidate_tools
@@ -324,7 +409,9 @@ class _Run:
             for turn_no in range(self.config.max_tool_turns + 1):
                 if turn_no == self.config.max_tool_turns:
                     messages.append({"role": "user", "content": prompts.ANSWER_NOW})
-                turn = self.agent._run(self.agent.policy.act(session, messages, tools, self._params()))
+                turn = self.agent._run(
+                    self.agent.policy.act(session, messages, tools, self._params())
+                )
                 self.turns += 1
                 action = self.agent.parser.parse(turn.text) if turn.message is None else None
                 message = dict(turn.message) if turn.message is not None else dict(action.message)  # type: ignore[union-attr]
@@ -345,7 +432,9 @@ class _Run:
     def _params(self) -> SamplingParams:
         """The configured sampling, seeded per job and per turn: jobs must not repeat each other."""
         base = self.config.params.seed or 0
-        return replace(self.config.params, seed=(base * 1_000_003 + self.job.seed * 7_919 + self.turns) % 2**31)
+        return replace(
+            self.config.params, seed=(base * 1_000_003 + self.job.seed * 7_919 + self.turns) % 2**31
+        )
 
     def _call(self, call: dict[str, Any]) -> dict[str, Any]:
         self.tool_calls += 1
@@ -359,10 +448,16 @@ class _Run:
             content = "error: the arguments are not a JSON object"
         elif name == "search":
             hits = (self.agent.search or default_search()).search(str(args.get("query", "")), 4)
-            content = json.dumps([{"title": h.title, "text": h.text} for h in hits], ensure_ascii=False)
+            content = json.dumps(
+                [{"title": h.title, "text": h.text} for h in hits], ensure_ascii=False
+            )
         elif name in {s.name for s in self.bench.specs}:  # type: ignore[union-attr]
             outcome = self.bench.call(name, args)  # type: ignore[union-attr]
-            content = json.dumps(outcome.value, ensure_ascii=False)[:6000] if outcome.ok else f"error: {outcome.message}"
+            content = (
+                json.dumps(outcome.value, ensure_ascii=False)[:6000]
+                if outcome.ok
+                else f"error: {outcome.message}"
+            )
         else:
             content = f"error: no tool named {name!r}"
         message = tool_message(str(call.get("id") or f"call_{self.tool_calls}"), name, content)
@@ -371,9 +466,15 @@ class _Run:
 
     def _refuse(self, call: dict[str, Any]) -> dict[str, Any]:
         fn = call.get("function") or {}
-        text = (f"not run: the limit of {self.config.max_tool_turns} tool turns per reply is reached; "
-                "reply with the requested code blocks")
-        message = dict(tool_message(str(call.get("id") or f"call_{self.tool_calls}"), str(fn.get("name") or ""), text))
+        text = (
+            f"not run: the limit of {self.config.max_tool_turns} tool turns per reply is reached; "
+            "reply with the requested code blocks"
+        )
+        message = dict(
+            tool_message(
+                str(call.get("id") or f"call_{self.tool_calls}"), str(fn.get("name") or ""), text
+            )
+        )
         self._log(message)
         return message
 
@@ -390,8 +491,13 @@ class _Run:
 
     def _log(self, message: dict[str, Any]) -> None:
         keep = self.config.transcript_chars
-        self.transcript.append({"role": str(message.get("role")), "content": str(message.get("content") or "")[:keep],
-                                "tool_calls": json.dumps(message.get("tool_calls") or [])[:keep]})
+        self.transcript.append(
+            {
+                "role": str(message.get("role")),
+                "content": str(message.get("content") or "")[:keep],
+                "tool_calls": json.dumps(message.get("tool_calls") or [])[:keep],
+            }
+        )
 
     def _tool_lines(self, draft: Path) -> str:
         lines = []
@@ -404,5 +510,13 @@ class _Run:
 
 
 def _placeholder_task() -> dict[str, Any]:
-    return {"id": "draft", "prompt": "draft", "solution": "solve", "verifier": "verify", "difficulty": 1,
-            "submit_tool": "submit_result", "system_prompt": None, "metadata": {}}
+    return {
+        "id": "draft",
+        "prompt": "draft",
+        "solution": "solve",
+        "verifier": "verify",
+        "difficulty": 1,
+        "submit_tool": "submit_result",
+        "system_prompt": None,
+        "metadata": {},
+    }

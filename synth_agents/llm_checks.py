@@ -43,7 +43,7 @@ def submit_result(answer_text: str) -> str:
     """
     return "submitted"
 '''
-_INSPECT = r'''
+_INSPECT = r"""
 import json, os, sqlite3
 out = {"exists": os.path.exists("db.sqlite"), "bytes": os.path.getsize("db.sqlite") if os.path.exists("db.sqlite") else 0, "tables": []}
 if out["exists"]:
@@ -55,7 +55,7 @@ if out["exists"]:
         count = con.execute('SELECT COUNT(*) FROM "%s"' % name.replace('"', '""')).fetchone()[0]
         out["tables"].append({"name": name, "columns": cols, "rows": count, "sample": rows})
 print(json.dumps(out))
-'''
+"""
 MAX_DB_BYTES = 16 << 20
 
 
@@ -79,13 +79,24 @@ def inspect_data(bench: Workbench) -> DataReport:
     if not info["exists"]:
         return DataReport(("there is no db.sqlite in the workspace yet",), "")
     if info["bytes"] > MAX_DB_BYTES:
-        return DataReport((f"db.sqlite is {info['bytes']} bytes; keep it under {MAX_DB_BYTES}",), "")
+        return DataReport(
+            (f"db.sqlite is {info['bytes']} bytes; keep it under {MAX_DB_BYTES}",), ""
+        )
     tables = info["tables"]
     rows = sum(t["rows"] for t in tables)
-    problems = [] if tables and rows >= 3 else [f"db.sqlite has {len(tables)} tables and {rows} rows; "
-                                                "it needs at least one table and 3 rows"]
-    schema = "\n".join(f"- {t['name']}({', '.join(t['columns'])}): {t['rows']} rows, e.g. "
-                       + "; ".join(str(tuple(r)) for r in t["sample"]) for t in tables)
+    problems = (
+        []
+        if tables and rows >= 3
+        else [
+            f"db.sqlite has {len(tables)} tables and {rows} rows; "
+            "it needs at least one table and 3 rows"
+        ]
+    )
+    schema = "\n".join(
+        f"- {t['name']}({', '.join(t['columns'])}): {t['rows']} rows, e.g. "
+        + "; ".join(str(tuple(r)) for r in t["sample"])
+        for t in tables
+    )
     return DataReport(tuple(problems), schema, len(tables), rows)
 
 
@@ -94,8 +105,18 @@ def with_submit_tool(code: str) -> str:
     return code if "def submit_result(" in code else code.rstrip() + "\n" + SUBMIT_TOOL
 
 
-def write_draft(root: Path, db: Path, tools: str, solution: str, verifier: str, tasks: list[dict[str, Any]],
-                *, name: str, category: str, provenance: dict[str, Any]) -> Path:
+def write_draft(
+    root: Path,
+    db: Path,
+    tools: str,
+    solution: str,
+    verifier: str,
+    tasks: list[dict[str, Any]],
+    *,
+    name: str,
+    category: str,
+    provenance: dict[str, Any],
+) -> Path:
     """A complete bundle directory for the current draft (replacing ``root``)."""
     shutil.rmtree(root, ignore_errors=True)
     (root / "state").mkdir(parents=True)
@@ -105,9 +126,16 @@ def write_draft(root: Path, db: Path, tools: str, solution: str, verifier: str, 
     (root / "tools.py").write_text(tools)
     (root / "solution.py").write_text(solution)
     (root / "verifier.py").write_text(verifier)
-    (root / "tasks.jsonl").write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks))
-    write_manifest(root, name=name, category=category, provenance=provenance,
-                   description=f"LLM-synthesized environment for {category!r}")
+    (root / "tasks.jsonl").write_text(
+        "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks)
+    )
+    write_manifest(
+        root,
+        name=name,
+        category=category,
+        provenance=provenance,
+        description=f"LLM-synthesized environment for {category!r}",
+    )
     return root
 
 
@@ -144,8 +172,9 @@ def check_tools(root: Path, *, sandbox: str) -> list[str]:
         dirs.cleanup()
 
 
-def check_agreement(root: Path, task: dict[str, Any], *, sandbox: str,
-                    witnesses: list[dict[str, Any]] | None = None) -> list[str]:
+def check_agreement(
+    root: Path, task: dict[str, Any], *, sandbox: str, witnesses: list[dict[str, Any]] | None = None
+) -> list[str]:
     """Problems of the draft's task: static solution rules, then solution → verifier in the sandbox,
     then (``witnesses`` not None) the per-rule witnesses."""
     task = {k: v for k, v in task.items() if k != "witnesses"}  # host-side only: never sent inside
@@ -154,7 +183,9 @@ def check_agreement(root: Path, task: dict[str, Any], *, sandbox: str,
         return [str(v) for v in violations[:5]]
     dirs = EpisodeDirs(root / "state")
     try:
-        with open_sandbox(root, backend=sandbox, limits=Limits(call_timeout_s=10, solve_timeout_s=30)) as box:
+        with open_sandbox(
+            root, backend=sandbox, limits=Limits(call_timeout_s=10, solve_timeout_s=30)
+        ) as box:
             box.describe_tools()
             box.reset(dirs.refill())
             solved = box.solve(task["solution"], task, task["submit_tool"])
@@ -166,15 +197,25 @@ def check_agreement(root: Path, task: dict[str, Any], *, sandbox: str,
             verdict = _verdict(box.verify(task["verifier"], solved.submission, task))
             if not verdict.passed:
                 failed = "; ".join(f"{c.name}: {c.detail}" for c in verdict.failed[:4])
-                return [f"the verifier rejected the solution's answer {json.dumps(solved.submission)[:300]}: {failed}. "
-                        "Fix whichever of the two is wrong."]
+                return [
+                    f"the verifier rejected the solution's answer {json.dumps(solved.submission)[:300]}: {failed}. "
+                    "Fix whichever of the two is wrong."
+                ]
             empty = _verdict(box.verify(task["verifier"], {"answer_text": ""}, task))
             if empty.passed:
-                return ["the verifier accepts an empty answer; it must check the answer against the data"]
+                return [
+                    "the verifier accepts an empty answer; it must check the answer against the data"
+                ]
             # The validator's tools-only provenance checks, here too, so the model hears about an
             # answer key while it can still fix it (synth_agents.provenance).
-            gold = Task(id=task["id"], prompt=task["prompt"], solution=task["solution"], verifier=task["verifier"],
-                        submit_tool=task["submit_tool"], metadata=task.get("metadata", {}))
+            gold = Task(
+                id=task["id"],
+                prompt=task["prompt"],
+                solution=task["solution"],
+                verifier=task["verifier"],
+                submit_tool=task["submit_tool"],
+                metadata=task.get("metadata", {}),
+            )
             answer_key = check_provenance(box, dirs, gold, list(solved.calls), solved.submission)
             if answer_key:
                 return [p.detail for p in answer_key]
@@ -195,29 +236,40 @@ def check_agreement(root: Path, task: dict[str, Any], *, sandbox: str,
         dirs.cleanup()
 
 
-def witness_problems(rules: list[str], witnesses: list[dict[str, Any]],
-                     verify_fresh: Callable[[dict[str, Any]], Verdict]) -> list[str]:
+def witness_problems(
+    rules: list[str],
+    witnesses: list[dict[str, Any]],
+    verify_fresh: Callable[[dict[str, Any]], Verdict],
+) -> list[str]:
     """Why ``witnesses`` do not cover ``rules`` (empty: each rule has a witness failing only it)."""
     problems, covered = [], set()
     for i, w in enumerate(witnesses):
         rule, submission = w["rule"], w["submission"]
         if rule not in rules:
-            problems.append(f"witness {i} names the rule {rule!r}, but the verifier reports only {rules}")
+            problems.append(
+                f"witness {i} names the rule {rule!r}, but the verifier reports only {rules}"
+            )
             continue
         verdict = verify_fresh(submission)
         failed = sorted(verdict.failed_names)
         if verdict.passed:
-            problems.append(f"witness {i} for {rule!r} passes the verifier: {json.dumps(submission)[:200]} must "
-                            f"violate {rule!r}")
+            problems.append(
+                f"witness {i} for {rule!r} passes the verifier: {json.dumps(submission)[:200]} must "
+                f"violate {rule!r}"
+            )
         elif failed != [rule]:
-            problems.append(f"witness {i} for {rule!r} fails {failed}, not exactly [{rule!r}]: change only what "
-                            f"{rule!r} checks, keep everything else correct")
+            problems.append(
+                f"witness {i} for {rule!r} fails {failed}, not exactly [{rule!r}]: change only what "
+                f"{rule!r} checks, keep everything else correct"
+            )
         else:
             covered.add(rule)
     missing = [r for r in dict.fromkeys(rules) if r not in covered]
     if missing:
-        problems.append(f"no valid witness for the rule(s) {missing}: give one submission per rule that fails "
-                        "exactly that check")
+        problems.append(
+            f"no valid witness for the rule(s) {missing}: give one submission per rule that fails "
+            "exactly that check"
+        )
     return problems
 
 

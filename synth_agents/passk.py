@@ -42,7 +42,9 @@ class FilterConfig:
     width: int = 2  # lanes per task: more finish sooner, fewer waste less after a decision
     concurrency: int = 4
     max_errors: int = 10  # errored episodes per task before giving up on it
-    params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=512))
+    params: SamplingParams = field(
+        default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=512)
+    )
     budget: Budget = field(default_factory=Budget)  # the floor when derived, else the budget itself
     # Budgets from the gold solution's length: a fixed 128 turns is
     # below what a difficulty-5 gold needs (144 calls), so a perfect policy was dropped as
@@ -51,7 +53,9 @@ class FilterConfig:
     derive_budget: bool = True
     headroom: float = 2.0
     slack_turns: int = 8  # the submit turn, a nudge, a few recoverable mistakes
-    tokens_per_call: int = 128  # sampled tokens one tool-call turn may take (call + brief reasoning)
+    tokens_per_call: int = (
+        128  # sampled tokens one tool-call turn may take (call + brief reasoning)
+    )
     sandbox: str = "bwrap"
     context: str = "thinking-retention"
     parser: str = "hermes"
@@ -61,7 +65,9 @@ class FilterConfig:
         if self.k < 1 or self.width < 1 or self.concurrency < 1 or self.max_errors < 0:
             raise ValueError(f"filter needs k, width, concurrency ≥ 1 and max_errors ≥ 0: {self}")
         if self.headroom < 1 or self.slack_turns < 0 or self.tokens_per_call < 1:
-            raise ValueError(f"filter budget derivation needs headroom ≥ 1, slack_turns ≥ 0, tokens_per_call ≥ 1: {self}")
+            raise ValueError(
+                f"filter budget derivation needs headroom ≥ 1, slack_turns ≥ 0, tokens_per_call ≥ 1: {self}"
+            )
 
     def budget_for(self, gold_calls: int) -> Budget:
         """The episode budget for tasks whose longest gold solution makes ``gold_calls`` tool calls."""
@@ -69,8 +75,11 @@ class FilterConfig:
             return self.budget
         turns = math.ceil(self.headroom * gold_calls) + self.slack_turns
         tokens = math.ceil(self.headroom * gold_calls * self.tokens_per_call)
-        return replace(self.budget, max_turns=max(self.budget.max_turns, turns),
-                       max_tokens=max(self.budget.max_tokens, tokens))
+        return replace(
+            self.budget,
+            max_turns=max(self.budget.max_turns, turns),
+            max_tokens=max(self.budget.max_tokens, tokens),
+        )
 
 
 @dataclass
@@ -138,26 +147,50 @@ class TaskFilterResult:
     gold_calls: int = 0  # the longest gold solution the budget was derived from (0: unknown)
     max_turns: int = 0  # the episode budget used
     max_tokens: int = 0
-    declared_difficulty: int = 0  # the task's own label (for LLM tasks: level + 1); measured is `difficulty`
+    declared_difficulty: int = (
+        0  # the task's own label (for LLM tasks: level + 1); measured is `difficulty`
+    )
 
     @classmethod
-    def from_tally(cls, t: Tally, gold_calls: int = 0, budget: Budget | None = None,
-                   declared: int = 0) -> TaskFilterResult:
+    def from_tally(
+        cls, t: Tally, gold_calls: int = 0, budget: Budget | None = None, declared: int = 0
+    ) -> TaskFilterResult:
         decision = t.decision or ERRORED
         rate = t.c / t.n if t.n else 0.0
         mean = t.counted_tokens / t.n if t.n else 0.0
         budget = budget or Budget()
-        return cls(t.task_id, t.k, t.n, t.c, t.errors, decision, decision == KEEP, round(rate, 6),
-                   round(1.0 - rate, 6), t.tokens, t.sampled_tokens, round(mean * t.k), gold_calls,
-                   budget.max_turns, budget.max_tokens, declared)
+        return cls(
+            t.task_id,
+            t.k,
+            t.n,
+            t.c,
+            t.errors,
+            decision,
+            decision == KEEP,
+            round(rate, 6),
+            round(1.0 - rate, 6),
+            t.tokens,
+            t.sampled_tokens,
+            round(mean * t.k),
+            gold_calls,
+            budget.max_turns,
+            budget.max_tokens,
+            declared,
+        )
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-async def filter_bundle(bundle: Bundle, policy: Policy, config: FilterConfig, *, task_ids: list[str] | None = None,
-                        on_result: Callable[[TaskFilterResult], None] | None = None,
-                        gold_calls: Mapping[str, int] | None = None) -> list[TaskFilterResult]:
+async def filter_bundle(
+    bundle: Bundle,
+    policy: Policy,
+    config: FilterConfig,
+    *,
+    task_ids: list[str] | None = None,
+    on_result: Callable[[TaskFilterResult], None] | None = None,
+    gold_calls: Mapping[str, int] | None = None,
+) -> list[TaskFilterResult]:
     """Filter the bundle's tasks (or ``task_ids``); ``on_result`` hears each task once decided.
 
     ``gold_calls`` (task id → tool calls of its gold solution, from validation) sets the episode
@@ -166,20 +199,32 @@ async def filter_bundle(bundle: Bundle, policy: Policy, config: FilterConfig, *,
     wanted = [t for t in bundle.tasks if task_ids is None or t.id in task_ids]
     if not wanted:
         return []
-    tallies = {t.id: Tally(t.id, config.k, config.drop_always_solved, config.max_errors) for t in wanted}
+    tallies = {
+        t.id: Tally(t.id, config.k, config.drop_always_solved, config.max_errors) for t in wanted
+    }
     longest = max((int((gold_calls or {}).get(t.id, 0)) for t in wanted), default=0)
     declared = {t.id: t.difficulty for t in wanted}
     budget = config.budget_for(longest)
-    env_budgets = Budgets(max_turns=budget.max_turns, max_tool_calls=max(Budgets().max_tool_calls, 2 * budget.max_turns),
-                          time_budget_s=budget.max_seconds)
+    env_budgets = Budgets(
+        max_turns=budget.max_turns,
+        max_tool_calls=max(Budgets().max_tool_calls, 2 * budget.max_turns),
+        time_budget_s=budget.max_seconds,
+    )
     # Envs are built exactly as envgym.make builds them (the env's own turn and call budgets
     # raised with the engine's, or they would cut the episode first).
-    factory = functools.partial(envgym.make, bundle.root, sandbox=config.sandbox, context=config.context,
-                                parser=config.parser, budgets=env_budgets)
+    factory = functools.partial(
+        envgym.make,
+        bundle.root,
+        sandbox=config.sandbox,
+        context=config.context,
+        parser=config.parser,
+        budgets=env_budgets,
+    )
     slots = asyncio.Semaphore(config.concurrency)
     results: dict[str, TaskFilterResult] = {}
-    engine = RolloutEngine.local(policy, factory, concurrency=config.concurrency, params=config.params,
-                                 budget=budget)
+    engine = RolloutEngine.local(
+        policy, factory, concurrency=config.concurrency, params=config.params, budget=budget
+    )
 
     async def lane(tally: Tally) -> None:
         while True:
@@ -190,7 +235,9 @@ async def filter_bundle(bundle: Bundle, policy: Policy, config: FilterConfig, *,
                 result = await engine.episode(EpisodeSpec(tally.task_id, sample, config.seed))
                 tally.add(result)
         if tally.inflight == 0 and tally.task_id not in results:
-            results[tally.task_id] = TaskFilterResult.from_tally(tally, longest, budget, declared[tally.task_id])
+            results[tally.task_id] = TaskFilterResult.from_tally(
+                tally, longest, budget, declared[tally.task_id]
+            )
             if on_result is not None:
                 on_result(results[tally.task_id])
 

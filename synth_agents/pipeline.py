@@ -43,7 +43,9 @@ class MakeOutcome:
     made: bool
     reason: str = ""  # a REASONS key when not made
     detail: str = ""
-    info: dict[str, Any] = field(default_factory=dict)  # agent-specific facts (LLM turns, stages...)
+    info: dict[str, Any] = field(
+        default_factory=dict
+    )  # agent-specific facts (LLM turns, stages...)
 
 
 class SynthAgent(Protocol):
@@ -95,9 +97,16 @@ def jobs_for(agent: SynthAgent, n: int, seed: int) -> list[Job]:
     return [Job(i, seed + i, f"{agent.slug}-{seed + i}") for i in range(n)]
 
 
-def run_synthesis(agent: SynthAgent, *, n: int, seed: int, recorder: SynthRecorder,
-                  settings: ValidationSettings = ValidationSettings(), workers: int = 1,
-                  progress: Progress | None = None) -> RunSummary:
+def run_synthesis(
+    agent: SynthAgent,
+    *,
+    n: int,
+    seed: int,
+    recorder: SynthRecorder,
+    settings: ValidationSettings = ValidationSettings(),
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> RunSummary:
     """Run (or resume) ``n`` jobs; returns the summary of all ``n``, resumed ones included."""
     if n < 1:
         raise ValueError(f"--n must be at least 1, not {n}")
@@ -134,8 +143,13 @@ def summarize(agent: SynthAgent, records: list[dict[str, Any]]) -> RunSummary:
     return s
 
 
-def _results(agent: SynthAgent, jobs: list[Job], recorder: SynthRecorder, settings: ValidationSettings,
-             workers: int) -> Iterator[JobResult]:
+def _results(
+    agent: SynthAgent,
+    jobs: list[Job],
+    recorder: SynthRecorder,
+    settings: ValidationSettings,
+    workers: int,
+) -> Iterator[JobResult]:
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
             yield make_and_validate(agent, job, recorder.staging(job.key), settings)
@@ -145,7 +159,9 @@ def _results(agent: SynthAgent, jobs: list[Job], recorder: SynthRecorder, settin
     queue = iter(jobs)
     try:
         for job in queue:
-            pending[pool.submit(make_and_validate, agent, job, recorder.staging(job.key), settings)] = job
+            pending[
+                pool.submit(make_and_validate, agent, job, recorder.staging(job.key), settings)
+            ] = job
             if len(pending) >= 2 * workers:
                 break
         while pending:
@@ -154,8 +170,15 @@ def _results(agent: SynthAgent, jobs: list[Job], recorder: SynthRecorder, settin
                 pending.pop(future)
                 next_job = next(queue, None)
                 if next_job is not None:
-                    pending[pool.submit(make_and_validate, agent, next_job, recorder.staging(next_job.key),
-                                        settings)] = next_job
+                    pending[
+                        pool.submit(
+                            make_and_validate,
+                            agent,
+                            next_job,
+                            recorder.staging(next_job.key),
+                            settings,
+                        )
+                    ] = next_job
                 yield future.result()
     except BrokenProcessPool as exc:
         _POOLS.pop(workers, None)
@@ -176,8 +199,9 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     pool = _POOLS.get(workers)
     if pool is None:
         context = multiprocessing.get_context("spawn")
-        pool = _POOLS[workers] = ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                                     initializer=_die_with_parent)
+        pool = _POOLS[workers] = ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_die_with_parent
+        )
         if len(_POOLS) == 1:
             atexit.register(_shutdown_pools)
     return pool
@@ -197,7 +221,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def make_and_validate(agent: SynthAgent, job: Job, staging: Path, settings: ValidationSettings) -> JobResult:
+def make_and_validate(
+    agent: SynthAgent, job: Job, staging: Path, settings: ValidationSettings
+) -> JobResult:
     """Make the job's bundle in ``staging`` (emptied first) and validate it."""
     import shutil
 
@@ -210,9 +236,14 @@ def make_and_validate(agent: SynthAgent, job: Job, staging: Path, settings: Vali
         made = MakeOutcome(False, "build_failed", f"{type(exc).__name__}: {exc}")
     validation = None
     if made.made:
-        validation = validate_bundle(staging, sandbox=settings.sandbox, reruns=settings.reruns,
-                                     corruptions_per_task=settings.corruptions_per_task,
-                                     seed=job.seed, mutation=settings.mutation)
+        validation = validate_bundle(
+            staging,
+            sandbox=settings.sandbox,
+            reruns=settings.reruns,
+            corruptions_per_task=settings.corruptions_per_task,
+            seed=job.seed,
+            mutation=settings.mutation,
+        )
     return JobResult(job, made, validation, time.perf_counter() - started)
 
 
@@ -223,38 +254,58 @@ def _dedup_index(recorder: SynthRecorder) -> NearDuplicateIndex:
             root = recorder.final(record)
             for line in (root / "tasks.jsonl").read_text().splitlines() if root.is_dir() else []:
                 task = json.loads(line)
-                index.add(record["category"], f"{record['key']}/{task['id']}", task["prompt"], record["state_hash"],
-                          task.get("metadata", {}))
+                index.add(
+                    record["category"],
+                    f"{record['key']}/{task['id']}",
+                    task["prompt"],
+                    record["state_hash"],
+                    task.get("metadata", {}),
+                )
     return index
 
 
-def _drop_duplicates(agent: SynthAgent, root: Path, state_hash: str, index: NearDuplicateIndex,
-                     key: str) -> list[dict[str, Any]]:
+def _drop_duplicates(
+    agent: SynthAgent, root: Path, state_hash: str, index: NearDuplicateIndex, key: str
+) -> list[dict[str, Any]]:
     """Remove near-duplicate tasks from the bundle in ``root`` (re-hashing it); what was dropped."""
     lines = [json.loads(x) for x in (root / "tasks.jsonl").read_text().splitlines() if x.strip()]
     keep, dropped = [], []
     local = NearDuplicateIndex(threshold=index.threshold)
     for task in lines:
         meta = task.get("metadata", {})
-        hit = index.find(agent.category, task["prompt"], state_hash, meta) or local.find("", task["prompt"],
-                                                                                        state_hash, meta)
+        hit = index.find(agent.category, task["prompt"], state_hash, meta) or local.find(
+            "", task["prompt"], state_hash, meta
+        )
         if hit is None:
             keep.append(task)
             local.add("", f"{key}/{task['id']}", task["prompt"], state_hash, meta)
         else:
-            dropped.append({"task_id": task["id"], "duplicate_of": hit[0], "similarity": round(hit[1], 3)})
+            dropped.append(
+                {"task_id": task["id"], "duplicate_of": hit[0], "similarity": round(hit[1], 3)}
+            )
     if dropped and keep:
         manifest = json.loads((root / "manifest.json").read_text())
-        (root / "tasks.jsonl").write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in keep))
-        write_manifest(root, name=manifest["name"], category=manifest["category"],
-                       description=manifest.get("description", ""), provenance=manifest["provenance"])
+        (root / "tasks.jsonl").write_text(
+            "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in keep)
+        )
+        write_manifest(
+            root,
+            name=manifest["name"],
+            category=manifest["category"],
+            description=manifest.get("description", ""),
+            provenance=manifest["provenance"],
+        )
     return dropped
 
 
-def _commit(agent: SynthAgent, result: JobResult, recorder: SynthRecorder, index: NearDuplicateIndex) -> dict[str, Any]:
+def _commit(
+    agent: SynthAgent, result: JobResult, recorder: SynthRecorder, index: NearDuplicateIndex
+) -> dict[str, Any]:
     job, made, validation = result.job, result.made, result.validation
     staging = recorder.staging(job.key)
-    problems: list[Problem] = [] if made.made else [Problem(made.reason or "build_failed", made.detail)]
+    problems: list[Problem] = (
+        [] if made.made else [Problem(made.reason or "build_failed", made.detail)]
+    )
     duplicates: list[dict[str, Any]] = []
     tasks: list[str] = []
     content_hash = state = ""
@@ -263,32 +314,65 @@ def _commit(agent: SynthAgent, result: JobResult, recorder: SynthRecorder, index
         content_hash, state = validation.content_hash, validation.state_hash
         if validation.passed:
             duplicates = _drop_duplicates(agent, staging, state, index, job.key)
-            all_tasks = [json.loads(x)["id"] for x in (staging / "tasks.jsonl").read_text().splitlines() if x.strip()]
+            all_tasks = [
+                json.loads(x)["id"]
+                for x in (staging / "tasks.jsonl").read_text().splitlines()
+                if x.strip()
+            ]
             if len(duplicates) == len(all_tasks):
-                problems.append(Problem("duplicate", "; ".join(f"{d['task_id']} ~ {d['duplicate_of']}"
-                                                              for d in duplicates)))
+                problems.append(
+                    Problem(
+                        "duplicate",
+                        "; ".join(f"{d['task_id']} ~ {d['duplicate_of']}" for d in duplicates),
+                    )
+                )
             else:
                 tasks = [t for t in all_tasks if t not in {d["task_id"] for d in duplicates}]
                 content_hash = load_bundle(staging).manifest.content_hash
     status = "kept" if made.made and not problems else "rejected"
     has_bundle = made.made and staging.is_dir()
     record = {
-        "index": job.index, "seed": job.seed, "agent": agent.name, "category": agent.category,
-        "status": status, "made": made.made,
+        "index": job.index,
+        "seed": job.seed,
+        "agent": agent.name,
+        "category": agent.category,
+        "status": status,
+        "made": made.made,
         "bundle": f"{KEPT if status == 'kept' else REJECTED}/{job.key}" if has_bundle else None,
-        "content_hash": content_hash, "state_hash": state, "tasks": tasks, "duplicates": duplicates,
+        "content_hash": content_hash,
+        "state_hash": state,
+        "tasks": tasks,
+        "duplicates": duplicates,
         "reasons": list(dict.fromkeys(p.reason for p in problems)),
         "problems": [asdict(p) for p in problems],
         "validation": validation.to_dict() if validation is not None else None,
-        "agent_info": made.info, "seconds": round(result.seconds, 3),
+        "agent_info": made.info,
+        "seconds": round(result.seconds, 3),
     }
     recorder.commit_job(job.key, record)
     if status == "kept":
         for line in (recorder.final(record) / "tasks.jsonl").read_text().splitlines():
             task = json.loads(line)
-            index.add(agent.category, f"{job.key}/{task['id']}", task["prompt"], state, task.get("metadata", {}))
+            index.add(
+                agent.category,
+                f"{job.key}/{task['id']}",
+                task["prompt"],
+                state,
+                task.get("metadata", {}),
+            )
     return record
 
 
-__all__ = ["REASONS", "Job", "JobResult", "MakeOutcome", "RunSummary", "SynthAgent", "ValidationSettings",
-           "jobs_for", "make_and_validate", "run_synthesis", "summarize"]
+__all__ = [
+    "REASONS",
+    "Job",
+    "JobResult",
+    "MakeOutcome",
+    "RunSummary",
+    "SynthAgent",
+    "ValidationSettings",
+    "jobs_for",
+    "make_and_validate",
+    "run_synthesis",
+    "summarize",
+]

@@ -31,7 +31,9 @@ class ProceduralAgent:
         if self.tasks_per_bundle < 1:
             raise ValueError(f"--tasks-per-bundle must be at least 1, not {self.tasks_per_bundle}")
         if not self.difficulties or any(d not in (1, 2, 3, 4, 5) for d in self.difficulties):
-            raise ValueError(f"difficulties must be a non-empty subset of 1..5, not {tuple(self.difficulties)}")
+            raise ValueError(
+                f"difficulties must be a non-empty subset of 1..5, not {tuple(self.difficulties)}"
+            )
 
     @property
     def slug(self) -> str:
@@ -61,6 +63,12 @@ class ProceduralAgent:
                 if type(exc).__name__ != "UnsolvableTask":
                     break  # a bug, not bad luck: another database will not help
                 continue
-            return MakeOutcome(True, info={"difficulties": list(cycle[: self.tasks_per_bundle]),
-                                           "database_seed": seed, "redraws": failures})
+            return MakeOutcome(
+                True,
+                info={
+                    "difficulties": list(cycle[: self.tasks_per_bundle]),
+                    "database_seed": seed,
+                    "redraws": failures,
+                },
+            )
         return MakeOutcome(False, "build_failed", "; ".join(failures))

@@ -50,7 +50,11 @@ class ProvenanceProblem:
     @property
     def reason(self) -> str:
         """The validation reason code this problem maps to (synth_agents.validate.REASONS)."""
-        return "verifier_answer_key" if self.kind == "verifier_without_data" else "answer_not_from_tools"
+        return (
+            "verifier_answer_key"
+            if self.kind == "verifier_without_data"
+            else "answer_not_from_tools"
+        )
 
 
 def atoms(value: Any) -> Iterator[Any]:
@@ -112,8 +116,11 @@ def _shown(value: Any, prompt: str) -> bool:
 def hidden_answer_leaves(task: Task, submission: dict[str, Any]) -> list[Leaf]:
     """Metadata values the prompt does not show that turn up in the gold submission."""
     answer = list(atoms(submission))
-    return [(path, value) for path, value in leaves(dict(task.metadata))
-            if not _shown(value, task.prompt) and any(_same(value, a) for a in answer)]
+    return [
+        (path, value)
+        for path, value in leaves(dict(task.metadata))
+        if not _shown(value, task.prompt) and any(_same(value, a) for a in answer)
+    ]
 
 
 def _changed(value: Any) -> Any:
@@ -151,8 +158,13 @@ def _verdict(outcome: Any) -> Verdict:
     return Verdict.from_report(outcome.value)
 
 
-def check_provenance(box: Sandbox, dirs: EpisodeDirs, task: Task, calls: list[tuple[str, dict[str, Any]]],
-                     submission: dict[str, Any]) -> list[ProvenanceProblem]:
+def check_provenance(
+    box: Sandbox,
+    dirs: EpisodeDirs,
+    task: Task,
+    calls: list[tuple[str, dict[str, Any]]],
+    submission: dict[str, Any],
+) -> list[ProvenanceProblem]:
     """The four checks above for one task whose gold ran (``calls``, ``submission``) and passed.
 
     ``dirs`` holds the sandbox's episode directory.  The state is emptied *before* the reset:
@@ -169,26 +181,52 @@ def check_provenance(box: Sandbox, dirs: EpisodeDirs, task: Task, calls: list[tu
     out: list[ProvenanceProblem] = []
     data_calls = [name for name, _ in calls if name != task.submit_tool]
     if not data_calls:
-        out.append(ProvenanceProblem(task.id, "no_data_call", f"the gold solution called no tool but "
-                                     f"{task.submit_tool!r}: its answer cannot come from the data"))
+        out.append(
+            ProvenanceProblem(
+                task.id,
+                "no_data_call",
+                f"the gold solution called no tool but "
+                f"{task.submit_tool!r}: its answer cannot come from the data",
+            )
+        )
     hidden = hidden_answer_leaves(task, submission)
     if hidden:
         changed = {**task.to_dict(), "metadata": _with(dict(task.metadata), hidden)}
         fresh()
         again = box.solve(task.solution, changed, task.submit_tool)
         if not again.outcome.ok or again.submission != submission:
-            keys = ", ".join("metadata" + "".join(f"[{k!r}]" for k in p) + f" = {v!r}" for p, v in hidden[:3])
-            out.append(ProvenanceProblem(task.id, "hidden_metadata", f"the gold answer copies {keys}, which the "
-                                         "prompt does not show: changing it changed the gold submission"))
+            keys = ", ".join(
+                "metadata" + "".join(f"[{k!r}]" for k in p) + f" = {v!r}" for p, v in hidden[:3]
+            )
+            out.append(
+                ProvenanceProblem(
+                    task.id,
+                    "hidden_metadata",
+                    f"the gold answer copies {keys}, which the "
+                    "prompt does not show: changing it changed the gold submission",
+                )
+            )
     emptied()
     blind = box.solve(task.solution, task.to_dict(), task.submit_tool)
     if blind.outcome.ok and blind.submission == submission and data_calls:
-        out.append(ProvenanceProblem(task.id, "same_without_data", "with the database removed the gold solution "
-                                     "still submits the same answer: it does not use the tool results"))
+        out.append(
+            ProvenanceProblem(
+                task.id,
+                "same_without_data",
+                "with the database removed the gold solution "
+                "still submits the same answer: it does not use the tool results",
+            )
+        )
     emptied()
     if _verdict(box.verify(task.verifier, submission, task.to_dict())).passed:
-        out.append(ProvenanceProblem(task.id, "verifier_without_data", "with the database removed the verifier "
-                                     "still accepts the gold answer: it judges against the task metadata alone, "
-                                     "not the data"))
+        out.append(
+            ProvenanceProblem(
+                task.id,
+                "verifier_without_data",
+                "with the database removed the verifier "
+                "still accepts the gold answer: it judges against the task metadata alone, "
+                "not the data",
+            )
+        )
     fresh()
     return out

@@ -85,9 +85,23 @@ class SynthRecorder:
             return  # a malformed bundle cannot be stored; the journal keeps its reasons
         digest = self.store.add_bundle(bundle)
         if not any(v.kind == SYNTH_KIND for v in self.store.validations(digest)):
-            report = {k: record.get(k) for k in ("key", "agent", "category", "seed", "status", "reasons",
-                                                 "problems", "validation", "agent_info")}
-            self.store.record_validation(digest, passed=record["status"] == "kept", report=report, kind=SYNTH_KIND)
+            report = {
+                k: record.get(k)
+                for k in (
+                    "key",
+                    "agent",
+                    "category",
+                    "seed",
+                    "status",
+                    "reasons",
+                    "problems",
+                    "validation",
+                    "agent_info",
+                )
+            }
+            self.store.record_validation(
+                digest, passed=record["status"] == "kept", report=report, kind=SYNTH_KIND
+            )
 
     def recover(self) -> int:
         """Finish journaled jobs whose later steps a crash cut short; drop unjournaled staging.
@@ -111,9 +125,18 @@ class SynthRecorder:
         return self.journal.get("filter", key.text())
 
     def commit_filter(self, key: FilterKey, record: dict[str, Any]) -> None:
-        self.journal.append("filter", key.text(), {**record, "bundle_hash": key.bundle_hash, "task_id": key.task_id,
-                                                   "model": key.model, "k": key.k,
-                                                   "drop_always_solved": key.drop_always_solved})
+        self.journal.append(
+            "filter",
+            key.text(),
+            {
+                **record,
+                "bundle_hash": key.bundle_hash,
+                "task_id": key.task_id,
+                "model": key.model,
+                "k": key.k,
+                "drop_always_solved": key.drop_always_solved,
+            },
+        )
         self._store_filter(self.journal.get("filter", key.text()) or {})
 
     def _store_filter(self, record: dict[str, Any]) -> None:
@@ -123,10 +146,34 @@ class SynthRecorder:
             existing = self.store.filter_results(record["bundle_hash"])
         except Exception:  # noqa: BLE001 - the bundle is not in this store (e.g. another --db)
             return
-        if any(f.task_id == record["task_id"] and f.model == record["model"] and f.k == record["k"]
-               and f.params.get("drop_always_solved") == record["drop_always_solved"] for f in existing):
+        if any(
+            f.task_id == record["task_id"]
+            and f.model == record["model"]
+            and f.k == record["k"]
+            and f.params.get("drop_always_solved") == record["drop_always_solved"]
+            for f in existing
+        ):
             return
-        params = {k: record[k] for k in ("drop_always_solved", "decision", "pass_rate", "difficulty",
-                                         "tokens", "full_tokens_estimate", "errors") if k in record}
-        self.store.record_filter(record["bundle_hash"], record["task_id"], model=record["model"], k=record["k"],
-                                 n=record["n"], c=record["c"], kept=record["kept"], params=params)
+        params = {
+            k: record[k]
+            for k in (
+                "drop_always_solved",
+                "decision",
+                "pass_rate",
+                "difficulty",
+                "tokens",
+                "full_tokens_estimate",
+                "errors",
+            )
+            if k in record
+        }
+        self.store.record_filter(
+            record["bundle_hash"],
+            record["task_id"],
+            model=record["model"],
+            k=record["k"],
+            n=record["n"],
+            c=record["c"],
+            kept=record["kept"],
+            params=params,
+        )

@@ -58,7 +58,12 @@ class LocalCorpusSearch:
             for w in words:
                 f = terms.get(w, 0)
                 if f:
-                    score += self._idf[w] * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * self._lengths[i] / self._avg))
+                    score += (
+                        self._idf[w]
+                        * f
+                        * 2.2
+                        / (f + 1.2 * (0.25 + 0.75 * self._lengths[i] / self._avg))
+                    )
             if score > 0:
                 scored.append((score, i))
         return [self.docs[i] for _, i in sorted(scored, key=lambda s: (-s[0], s[1]))[: max(1, k)]]
@@ -83,17 +88,41 @@ def _reference_docs() -> list[SearchHit]:
     from envs.shipment_logistics import data as logistics
     from envs.trip_planning import reference as trip
 
-    out = [SearchHit(f"{c.name}, {c.province}", f"{c.description} Local cuisine: {c.local_cuisine}. "
-                     f"Region: {c.region}. Population {c.population_millions} million.", "envs/trip_planning")
-           for c in trip.CITIES]
+    out = [
+        SearchHit(
+            f"{c.name}, {c.province}",
+            f"{c.description} Local cuisine: {c.local_cuisine}. "
+            f"Region: {c.region}. Population {c.population_millions} million.",
+            "envs/trip_planning",
+        )
+        for c in trip.CITIES
+    ]
     for category, (window, fee, brands, items) in retail.CATEGORIES.items():
         goods = ", ".join(f"{noun} (${lo}-${hi}, about {grams} g)" for noun, lo, hi, grams in items)
-        out.append(SearchHit(f"Retail category: {category}", f"Return window {window} days, restocking fee "
-                             f"{fee}%. Brands: {', '.join(brands)}. Typical products: {goods}.", "envs/retail_orders"))
-    out.append(SearchHit("Office teams and meeting rooms", f"Teams: {', '.join(meetings.TEAMS)}. Rooms: "
-                         f"{', '.join(meetings.ROOM_NAMES)}. Typical events: {', '.join(meetings.TITLES)}.",
-                         "envs/meeting_scheduling"))
-    out.append(SearchHit("Freight modes", "; ".join(f"{mode}: about {speed} km/h, {rate} USD per kg per 100 km, "
-                                                    f"capacity {lo}-{hi} kg" for mode, (speed, rate, (lo, hi), _)
-                                                    in logistics.MODES.items()), "envs/shipment_logistics"))
+        out.append(
+            SearchHit(
+                f"Retail category: {category}",
+                f"Return window {window} days, restocking fee "
+                f"{fee}%. Brands: {', '.join(brands)}. Typical products: {goods}.",
+                "envs/retail_orders",
+            )
+        )
+    out.append(
+        SearchHit(
+            "Office teams and meeting rooms",
+            f"Teams: {', '.join(meetings.TEAMS)}. Rooms: "
+            f"{', '.join(meetings.ROOM_NAMES)}. Typical events: {', '.join(meetings.TITLES)}.",
+            "envs/meeting_scheduling",
+        )
+    )
+    out.append(
+        SearchHit(
+            "Freight modes",
+            "; ".join(
+                f"{mode}: about {speed} km/h, {rate} USD per kg per 100 km, capacity {lo}-{hi} kg"
+                for mode, (speed, rate, (lo, hi), _) in logistics.MODES.items()
+            ),
+            "envs/shipment_logistics",
+        )
+    )
     return out

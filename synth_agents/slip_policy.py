@@ -37,8 +37,14 @@ def smollm2_tokenizer() -> Any:
 class SlipPolicy:
     version = 0
 
-    def __init__(self, bundle_dir: Path | str, *, slip: float = 0.03, sandbox: str = "bwrap",
-                 tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        bundle_dir: Path | str,
+        *,
+        slip: float = 0.03,
+        sandbox: str = "bwrap",
+        tokenizer: Any = None,
+    ) -> None:
         if not 0.0 <= slip <= 1.0:
             raise ValueError(f"slip must be a probability, not {slip}")
         self.name = f"slip-gold(slip={slip})"
@@ -49,7 +55,9 @@ class SlipPolicy:
         self._lock = threading.Lock()
         self._gold: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self._env: BundleEnv | None = None
-        self._sessions: dict[str, dict[str, int]] = {}  # session -> {"next": i, "seen": messages counted, "prompt": n}
+        self._sessions: dict[
+            str, dict[str, int]
+        ] = {}  # session -> {"next": i, "seen": messages counted, "prompt": n}
 
     def _calls(self, task_id: str) -> list[tuple[str, dict[str, Any]]]:
         with self._lock:
@@ -65,12 +73,17 @@ class SlipPolicy:
             self._tokenizer = smollm2_tokenizer()
         return len(self._tokenizer.encode(text, add_special_tokens=False))
 
-    async def act(self, session: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-                  params: SamplingParams) -> Turn:
+    async def act(
+        self,
+        session: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        params: SamplingParams,
+    ) -> Turn:
         task_id, _ = parse_session(session)
         calls = await asyncio.to_thread(self._calls, task_id)
         state = self._sessions.setdefault(session, {"next": 0, "seen": 0, "prompt": 0})
-        fresh = messages[state["seen"]:]
+        fresh = messages[state["seen"] :]
         state["prompt"] += sum(self._count(json.dumps(m, ensure_ascii=False)) for m in fresh)
         if state["seen"] == 0:
             state["prompt"] += self._count(json.dumps(tools, ensure_ascii=False))
@@ -86,9 +99,17 @@ class SlipPolicy:
         completion = self._count(text)
         state["seen"] = len(messages) + 1  # our own reply is part of the next prompt
         state["prompt"] += completion
-        message = {"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"call_{i}", "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}]}
+        message = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+                }
+            ],
+        }
         usage = Usage(prompt_tokens=state["prompt"] - completion, completion_tokens=completion)
         return Turn(text=text, message=message, usage=usage, finish_reason="tool_calls")
 

@@ -20,19 +20,78 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-ALLOWED_IMPORTS = frozenset({
-    "__future__", "json", "math", "itertools", "collections", "collections.abc", "functools", "heapq",
-    "bisect", "re", "datetime", "statistics", "string", "operator", "dataclasses", "typing", "copy",
-    "fractions", "decimal", "enum",
-})
-FORBIDDEN_NAMES = frozenset({
-    "open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint", "input",
-    "memoryview", "help", "exit", "quit", "__builtins__", "__loader__", "__spec__", "sqlite3", "envgym",
-    "os", "sys", "subprocess", "importlib", "builtins", "ctypes", "pathlib", "io", "shutil", "socket",
-})
+ALLOWED_IMPORTS = frozenset(
+    {
+        "__future__",
+        "json",
+        "math",
+        "itertools",
+        "collections",
+        "collections.abc",
+        "functools",
+        "heapq",
+        "bisect",
+        "re",
+        "datetime",
+        "statistics",
+        "string",
+        "operator",
+        "dataclasses",
+        "typing",
+        "copy",
+        "fractions",
+        "decimal",
+        "enum",
+    }
+)
+FORBIDDEN_NAMES = frozenset(
+    {
+        "open",
+        "eval",
+        "exec",
+        "compile",
+        "__import__",
+        "globals",
+        "locals",
+        "vars",
+        "breakpoint",
+        "input",
+        "memoryview",
+        "help",
+        "exit",
+        "quit",
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+        "sqlite3",
+        "envgym",
+        "os",
+        "sys",
+        "subprocess",
+        "importlib",
+        "builtins",
+        "ctypes",
+        "pathlib",
+        "io",
+        "shutil",
+        "socket",
+    }
+)
 REFLECTION = frozenset({"getattr", "setattr", "delattr", "hasattr"})
-ALLOWED_DUNDERS = frozenset({"__init__", "__post_init__", "__name__", "__repr__", "__eq__", "__hash__",
-                             "__lt__", "__len__", "__iter__", "__contains__"})
+ALLOWED_DUNDERS = frozenset(
+    {
+        "__init__",
+        "__post_init__",
+        "__name__",
+        "__repr__",
+        "__eq__",
+        "__hash__",
+        "__lt__",
+        "__len__",
+        "__iter__",
+        "__contains__",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -44,7 +103,9 @@ class RuleViolation:
         return f"solution.py line {self.line}: {self.message}"
 
 
-def check_solution_source(source: str, solution_functions: tuple[str, ...] = ()) -> list[RuleViolation]:
+def check_solution_source(
+    source: str, solution_functions: tuple[str, ...] = ()
+) -> list[RuleViolation]:
     """Every rule the source breaks (empty: it only calls tools and computes)."""
     try:
         tree = ast.parse(source, filename="solution.py")
@@ -74,8 +135,11 @@ def _tools_parameters(tree: ast.Module) -> frozenset[str]:
 def _node_violations(node: ast.AST, tools_params: frozenset[str]) -> list[RuleViolation]:
     line = getattr(node, "lineno", 0)
     if isinstance(node, ast.Import):
-        return [RuleViolation(line, f"imports {a.name!r} (allowed: {_allowed()})")
-                for a in node.names if a.name not in ALLOWED_IMPORTS]
+        return [
+            RuleViolation(line, f"imports {a.name!r} (allowed: {_allowed()})")
+            for a in node.names
+            if a.name not in ALLOWED_IMPORTS
+        ]
     if isinstance(node, ast.ImportFrom):
         module = "." * node.level + (node.module or "")
         if node.level or module not in ALLOWED_IMPORTS:
@@ -85,13 +149,21 @@ def _node_violations(node: ast.AST, tools_params: frozenset[str]) -> list[RuleVi
         return [RuleViolation(line, f"uses {node.id!r}, which reaches beyond the tools")]
     if isinstance(node, ast.Attribute) and _dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
         return [RuleViolation(line, f"accesses the dunder attribute {node.attr!r}")]
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REFLECTION:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in REFLECTION
+    ):
         target = node.args[0] if node.args else None
         if not _is_tools(target, tools_params):
             return [RuleViolation(line, f"{node.func.id}() is allowed on the tools object only")]
     if isinstance(node, (ast.Global, ast.Nonlocal)) and any(_dunder(n) for n in node.names):
         return [RuleViolation(line, "declares a dunder name")]
-    if isinstance(node, ast.Constant) and isinstance(node.value, str) and _dunder(node.value.strip()):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _dunder(node.value.strip())
+    ):
         return [RuleViolation(line, f"spells the dunder name {node.value.strip()!r} in a string")]
     return []
 

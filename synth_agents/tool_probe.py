@@ -17,7 +17,13 @@ from typing import Any
 
 from envgym.sandbox import CallError, Sandbox, ToolSpec
 
-_FATAL = {CallError.TIMEOUT, CallError.CRASH, CallError.MEMORY, CallError.PROTOCOL, CallError.OUTPUT_TOO_LARGE}
+_FATAL = {
+    CallError.TIMEOUT,
+    CallError.CRASH,
+    CallError.MEMORY,
+    CallError.PROTOCOL,
+    CallError.OUTPUT_TOO_LARGE,
+}
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,15 @@ def _sample(schema: dict[str, Any], seen: list[Any]) -> Any:
         return _sample(schema["anyOf"][0], seen)
     kind = schema.get("type")
     kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
-    return {"string": "sample", "integer": 1, "number": 1.0, "boolean": False, "array": [],
-            "object": {}, "null": None}.get(kind, "sample")
+    return {
+        "string": "sample",
+        "integer": 1,
+        "number": 1.0,
+        "boolean": False,
+        "array": [],
+        "object": {},
+        "null": None,
+    }.get(kind, "sample")
 
 
 def _matches(schema: dict[str, Any], value: Any) -> bool:
@@ -60,15 +73,21 @@ def _matches(schema: dict[str, Any], value: Any) -> bool:
     kinds = kind if isinstance(kind, list) else [kind]
     if "enum" in schema:
         return value in schema["enum"]
-    checks = {"string": lambda v: isinstance(v, str), "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-              "boolean": lambda v: isinstance(v, bool), "array": lambda v: isinstance(v, list),
-              "object": lambda v: isinstance(v, dict), "null": lambda v: v is None}
+    checks = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "array": lambda v: isinstance(v, list),
+        "object": lambda v: isinstance(v, dict),
+        "null": lambda v: v is None,
+    }
     return any(checks[k](value) for k in kinds if k in checks)
 
 
-def probe_tools(box: Sandbox, specs: Sequence[ToolSpec],
-                gold_calls: Iterable[tuple[str, dict[str, Any]]]) -> list[ProbeFailure]:
+def probe_tools(
+    box: Sandbox, specs: Sequence[ToolSpec], gold_calls: Iterable[tuple[str, dict[str, Any]]]
+) -> list[ProbeFailure]:
     """Call every tool (on the box's current state); the calls that show a broken tool."""
     recorded: dict[str, dict[str, Any]] = {}
     seen: dict[str, list[Any]] = {}
@@ -87,6 +106,12 @@ def probe_tools(box: Sandbox, specs: Sequence[ToolSpec],
         last = outcome.message.strip().splitlines()[-1] if outcome.message.strip() else ""
         if outcome.error in _FATAL:
             failures.append(ProbeFailure(spec.name, args, f"{outcome.error.value}: {last[:200]}"))
-        elif outcome.error is CallError.NOT_FOUND or last.startswith("TypeError") or "not JSON-compatible" in last:
-            failures.append(ProbeFailure(spec.name, args, f"does not accept its schema: {last[:200]}"))
+        elif (
+            outcome.error is CallError.NOT_FOUND
+            or last.startswith("TypeError")
+            or "not JSON-compatible" in last
+        ):
+            failures.append(
+                ProbeFailure(spec.name, args, f"does not accept its schema: {last[:200]}")
+            )
     return failures

@@ -46,7 +46,7 @@ REASONS = {
     "solution_not_tools_only": "solution.py breaks the static tools-only rules",
     "solution_reads_state": "the gold solution touched the episode state directly",
     "answer_not_from_tools": "the gold answer does not come from tool results (no data call, copied from "
-                             "task metadata the prompt does not show, or unchanged without the data)",
+    "task metadata the prompt does not show, or unchanged without the data)",
     "verifier_answer_key": "the verifier accepts the gold answer without the data (it judges against metadata)",
     "gold_failed": "the gold solution does not pass its verifier in the sandbox",
     "noop_accepted": "the verifier accepts the empty/no-op submission",
@@ -56,9 +56,9 @@ REASONS = {
     "exploit_accepted": "the verifier accepts a generic exploit (prompt echo, format example, huge or nested values)",
     "verifier_error": "the verifier crashed, timed out or returned a malformed report",
     "mutant_survives": "a mutant of the verifier that envgym check does not catch pays an answer the "
-                       "original verifier rejects (envgym check --mutation)",
+    "original verifier rejects (envgym check --mutation)",
     "check_failed": "envgym check found another problem (e.g. a witness or declared rule the verifier "
-                    "does not report)",
+    "does not report)",
     "tool_broken": "a tool cannot be called with its documented schema (or hangs/crashes)",
     "duplicate": "every task near-duplicates an earlier one",
     "sandbox_unavailable": "the sandbox backend cannot run here",
@@ -101,9 +101,15 @@ class ValidationResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ValidationResult:
         problems = tuple(Problem(**p) for p in data.get("problems", ()))
-        return cls(bundle=data["bundle"], content_hash=data["content_hash"], state_hash=data["state_hash"],
-                   passed=bool(data["passed"]), problems=problems, tasks=tuple(data.get("tasks", ())),
-                   seconds=float(data.get("seconds", 0.0)))
+        return cls(
+            bundle=data["bundle"],
+            content_hash=data["content_hash"],
+            state_hash=data["state_hash"],
+            passed=bool(data["passed"]),
+            problems=problems,
+            tasks=tuple(data.get("tasks", ())),
+            seconds=float(data.get("seconds", 0.0)),
+        )
 
 
 def state_hash(root: Path) -> str:
@@ -115,9 +121,17 @@ def state_hash(root: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task: int = 20, reruns: int = 3,
-                    seed: int = 0, limits: Limits | None = None, mutation: bool | None = None,
-                    max_mutants: int = MAX_MUTANTS) -> ValidationResult:
+def validate_bundle(
+    root: Path,
+    *,
+    sandbox: str = "bwrap",
+    corruptions_per_task: int = 20,
+    reruns: int = 3,
+    seed: int = 0,
+    limits: Limits | None = None,
+    mutation: bool | None = None,
+    max_mutants: int = MAX_MUTANTS,
+) -> ValidationResult:
     """Validate one bundle directory; never raises for anything the bundle's code does.
 
     ``mutation=True`` runs a seeded sample of ``max_mutants`` verifier mutants after the checks
@@ -132,9 +146,18 @@ def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task:
     root = Path(root)
     shash = state_hash(root) if (root / "state").is_dir() else ""
 
-    def result(problems: list[Problem], tasks: tuple[dict[str, Any], ...] = (), content: str = "") -> ValidationResult:
-        return ValidationResult(root.name, content, shash, not problems, tuple(problems), tasks,
-                                time.perf_counter() - started)
+    def result(
+        problems: list[Problem], tasks: tuple[dict[str, Any], ...] = (), content: str = ""
+    ) -> ValidationResult:
+        return ValidationResult(
+            root.name,
+            content,
+            shash,
+            not problems,
+            tuple(problems),
+            tasks,
+            time.perf_counter() - started,
+        )
 
     try:
         bundle = load_bundle(root)
@@ -144,10 +167,16 @@ def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task:
     names = tuple(dict.fromkeys(t.solution for t in bundle.tasks))
     violations = check_solution_source((root / "solution.py").read_text(), names)
     if violations:
-        return result([Problem("solution_not_tools_only", "; ".join(map(str, violations[:5])))], content=content)
+        return result(
+            [Problem("solution_not_tools_only", "; ".join(map(str, violations[:5])))],
+            content=content,
+        )
     try:
-        run: GuardedRun | _PlainRun = _PlainRun(bundle, limits) if sandbox == "inprocess" else \
-            GuardedRun(bundle, sandbox=sandbox, limits=limits)
+        run: GuardedRun | _PlainRun = (
+            _PlainRun(bundle, limits)
+            if sandbox == "inprocess"
+            else GuardedRun(bundle, sandbox=sandbox, limits=limits)
+        )
     except SandboxUnavailable as exc:
         return result([Problem("sandbox_unavailable", str(exc))], content=content)
     with run:  # one sandbox for check, isolation, provenance and the probe
@@ -158,14 +187,27 @@ def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task:
         # The guard only constrains solution frames; a gold that reads the state fails check
         # here too, and is reported once, as solution_reads_state.  Synthesized bundles must
         # bring their own per-rule witnesses (docs/CHECK.md): none are derived.
-        report = check_bundle(bundle, sandbox=run.box, corruptions_per_task=corruptions_per_task, reruns=reruns,
-                              seed=seed, min_rejection=MIN_REJECTION, derive_witnesses=False)
+        report = check_bundle(
+            bundle,
+            sandbox=run.box,
+            corruptions_per_task=corruptions_per_task,
+            reruns=reruns,
+            seed=seed,
+            min_rejection=MIN_REJECTION,
+            derive_witnesses=False,
+        )
         isolation = run.solve_all()
         reads = {r.task_id for r in isolation if not r.ok}
-        problems = [Problem("solution_reads_state", r.detail, r.task_id) for r in isolation if not r.ok]
+        problems = [
+            Problem("solution_reads_state", r.detail, r.task_id) for r in isolation if not r.ok
+        ]
         checks = list(report.tasks)
         for check in checks:
-            problems += [p for p in _check_problems(check) if not (p.reason == "gold_failed" and p.task_id in reads)]
+            problems += [
+                p
+                for p in _check_problems(check)
+                if not (p.reason == "gold_failed" and p.task_id in reads)
+            ]
         passed_gold = {c.task_id for c in checks if c.gold_passed}
         problems += _provenance(run.box, run.dirs, bundle, isolation, passed_gold)
         run.fresh()
@@ -174,18 +216,32 @@ def validate_bundle(root: Path, *, sandbox: str = "bwrap", corruptions_per_task:
     if mutation is None:
         mutation = bundle.manifest.provenance.model is not None and sandbox != "inprocess"
     if mutation and not problems:
-        problems += _mutation_problems(bundle, sandbox, limits, corruptions_per_task, seed, max_mutants)
+        problems += _mutation_problems(
+            bundle, sandbox, limits, corruptions_per_task, seed, max_mutants
+        )
     figures = tuple(c.to_dict() for c in checks)
     return result(problems, figures, content)
 
 
-def _mutation_problems(bundle: Bundle, sandbox: str, limits: Limits | None, corruptions: int, seed: int,
-                       max_mutants: int) -> list[Problem]:
+def _mutation_problems(
+    bundle: Bundle,
+    sandbox: str,
+    limits: Limits | None,
+    corruptions: int,
+    seed: int,
+    max_mutants: int,
+) -> list[Problem]:
     from envgym.mutation_run import run_mutation, summary
 
     try:
-        report = run_mutation(bundle, sandbox=sandbox, limits=limits, corruptions_per_task=corruptions,
-                              seed=seed, max_mutants=max_mutants)
+        report = run_mutation(
+            bundle,
+            sandbox=sandbox,
+            limits=limits,
+            corruptions_per_task=corruptions,
+            seed=seed,
+            max_mutants=max_mutants,
+        )
     except (ValueError, SandboxUnavailable) as exc:
         return [Problem("sandbox_unavailable", f"mutation: {exc}")]
     return [] if report.passed else [Problem("mutant_survives", summary(report)[:500])]
@@ -208,8 +264,15 @@ class _PlainRun:
         for task in self.bundle.tasks:
             self.fresh()
             solved = self.box.solve(task.solution, task.to_dict(), task.submit_tool)
-            out.append(IsolationResult(task.id, ok=True, skipped=True, calls=tuple(solved.calls),
-                                       submission=solved.submission if solved.outcome.ok else None))
+            out.append(
+                IsolationResult(
+                    task.id,
+                    ok=True,
+                    skipped=True,
+                    calls=tuple(solved.calls),
+                    submission=solved.submission if solved.outcome.ok else None,
+                )
+            )
         return out
 
     def __enter__(self) -> _PlainRun:
@@ -220,8 +283,13 @@ class _PlainRun:
         self.dirs.cleanup()
 
 
-def _provenance(box: Sandbox, dirs: EpisodeDirs, bundle: Bundle, runs: list[IsolationResult],
-                passed_gold: set[str]) -> list[Problem]:
+def _provenance(
+    box: Sandbox,
+    dirs: EpisodeDirs,
+    bundle: Bundle,
+    runs: list[IsolationResult],
+    passed_gold: set[str],
+) -> list[Problem]:
     """Provenance problems of every task whose gold passed ``envgym check`` and ran cleanly here."""
     out = []
     for task, run in zip(bundle.tasks, runs):
@@ -238,14 +306,18 @@ def _check_problems(check: TaskCheck) -> list[Problem]:
         out.append(Problem("gold_failed", detail, check.task_id))
     elif not check.noop_rejected:
         out.append(Problem("noop_accepted", detail, check.task_id))
-    if check.gold_passed and (check.corruptions_tried == 0 or check.rejection_rate < check.min_rejection):
+    if check.gold_passed and (
+        check.corruptions_tried == 0 or check.rejection_rate < check.min_rejection
+    ):
         why = detail or "no corruption could be made of the gold answer"
         out.append(Problem("corruptions_accepted", why, check.task_id))
     if check.gold_passed and not check.reruns_agree:
         out.append(Problem("reruns_disagree", detail, check.task_id))
     if check.gold_passed and check.rule_coverage < 1.0:
         missing = [r for r in check.required_rules if r not in check.rules_covered]
-        out.append(Problem("rules_uncovered", f"no valid witness for {missing}; " + detail, check.task_id))
+        out.append(
+            Problem("rules_uncovered", f"no valid witness for {missing}; " + detail, check.task_id)
+        )
     if check.exploits_failed:
         out.append(Problem("exploit_accepted", ", ".join(check.exploits_failed[:5]), check.task_id))
     if check.verifier_errors:

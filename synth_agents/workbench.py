@@ -91,14 +91,18 @@ def list_files() -> list:
 class Workbench:
     """A workspace directory and the sandbox whose tools act on it.  Close it when done."""
 
-    def __init__(self, workspace: Path, *, sandbox: str = "bwrap", call_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, workspace: Path, *, sandbox: str = "bwrap", call_timeout_s: float = 30.0
+    ) -> None:
         self.workspace = Path(workspace)
         self.workspace.mkdir(parents=True, exist_ok=True)
         # bwrap enters it as root without CAP_DAC_OVERRIDE before dropping to the worker's uid.
         self.workspace.chmod(0o755)
         self._code = Path(tempfile.mkdtemp(prefix="envgym-workbench-"))
         (self._code / "tools.py").write_text(TOOLS_SOURCE)
-        self.box: Sandbox = open_sandbox(self._code, backend=sandbox, limits=Limits(call_timeout_s=call_timeout_s))
+        self.box: Sandbox = open_sandbox(
+            self._code, backend=sandbox, limits=Limits(call_timeout_s=call_timeout_s)
+        )
         self.specs: list[ToolSpec] = self.box.describe_tools()
         self.box.reset(self.workspace)
 

@@ -59,13 +59,13 @@ def submit_result(answer_text: str) -> str:
     return "submitted"
 '''
 
-SOLUTION = '''
+SOLUTION = """
 def solve_secret(tools, task):
     value = tools.get_note(key=task["metadata"]["key"])
     tools.submit_result(answer_text=value)
-'''
+"""
 
-VERIFIER = '''
+VERIFIER = """
 from envgym.runtime import sqlite
 
 
@@ -79,7 +79,7 @@ def verify_secret(submission, task):
         {"name": "answered", "passed": isinstance(got, str) and bool(got), "detail": ""},
         {"name": "correct", "passed": got == want, "detail": f"expected the note {key!r}"},
     ]}
-'''
+"""
 
 TASK = {
     "id": "secret",
@@ -97,7 +97,9 @@ def make_notes_bundle(root: Path, *, tools: str = TOOLS, tasks: list[dict] | Non
     (root / "state").mkdir(exist_ok=True)
     db = sqlite3.connect(root / "state" / "db.sqlite")
     db.execute("CREATE TABLE IF NOT EXISTS notes (key TEXT PRIMARY KEY, value TEXT)")
-    db.executemany("INSERT OR REPLACE INTO notes VALUES (?, ?)", [("secret", "tangerine"), ("other", "plum")])
+    db.executemany(
+        "INSERT OR REPLACE INTO notes VALUES (?, ?)", [("secret", "tangerine"), ("other", "plum")]
+    )
     db.commit()
     db.close()
     (root / "tools.py").write_text(tools)

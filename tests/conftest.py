@@ -85,7 +85,10 @@ def _start_docker() -> str | None:
         with open("/tmp/envgym-docker-setup.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             done = subprocess.run(
-                ["bash", str(REPO / "scripts" / "docker_setup.sh")], capture_output=True, text=True, timeout=1800
+                ["bash", str(REPO / "scripts" / "docker_setup.sh")],
+                capture_output=True,
+                text=True,
+                timeout=1800,
             )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
@@ -95,10 +98,17 @@ def _start_docker() -> str | None:
 # Test files whose heavy tests each hold several GiB (a vLLM engine, a Ray cluster, a training
 # run): at most one of them runs at a time, whatever the number of workers. The demo (in
 # test_cli.py, the longest test) is a group of its own so that it overlaps these.
-_BIG_MEMORY = frozenset({
-    "test_models_vllm.py", "test_rollout_ray.py", "test_train_bench.py",
-    "test_distributed.py", "test_kernels_bench.py", "test_sft.py", "test_search_qa_cold_start.py",
-})
+_BIG_MEMORY = frozenset(
+    {
+        "test_models_vllm.py",
+        "test_rollout_ray.py",
+        "test_train_bench.py",
+        "test_distributed.py",
+        "test_kernels_bench.py",
+        "test_sft.py",
+        "test_search_qa_cold_start.py",
+    }
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

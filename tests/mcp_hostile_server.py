@@ -11,7 +11,11 @@ import sys
 import time
 
 TOOLS = [
-    {"name": n, "description": d, "inputSchema": {"type": "object", "properties": p, "required": list(p)}}
+    {
+        "name": n,
+        "description": d,
+        "inputSchema": {"type": "object", "properties": p, "required": list(p)},
+    }
     for n, d, p in [
         ("echo", "Echo text back.", {"text": {"type": "string"}}),
         ("fail", "Always fails.", {}),
@@ -40,8 +44,14 @@ def main():
         if msg_id is None:
             continue  # a notification
         if method == "initialize":
-            reply(msg_id, {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                           "serverInfo": {"name": "hostile", "version": "0"}})
+            reply(
+                msg_id,
+                {
+                    "protocolVersion": msg["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "hostile", "version": "0"},
+                },
+            )
         elif method == "tools/list":
             reply(msg_id, {"tools": TOOLS})
         elif method == "ping":
@@ -51,7 +61,13 @@ def main():
             if name == "echo":
                 reply(msg_id, {"content": [{"type": "text", "text": args.get("text", "")}]})
             elif name == "fail":
-                reply(msg_id, {"content": [{"type": "text", "text": "it failed on purpose"}], "isError": True})
+                reply(
+                    msg_id,
+                    {
+                        "content": [{"type": "text", "text": "it failed on purpose"}],
+                        "isError": True,
+                    },
+                )
             elif name == "die":
                 os._exit(3)
             elif name == "hang":

@@ -43,7 +43,9 @@ if len(sys.argv) > 2 and sys.argv[2] == "hog":
         kids.append(pid)
     out["survivors"] = sum(os.waitpid(pid, 0)[1] == 0 for pid in kids)
 try:
-    done = subprocess.run(["mount", "-o", "remount,rw,bind", "/"], capture_output=True, timeout=10, check=False)
+    done = subprocess.run(
+        ["mount", "-o", "remount,rw,bind", "/"], capture_output=True, timeout=10, check=False
+    )
     out["remount_rc"] = done.returncode
 except OSError as exc:
     out["remount_rc"] = str(exc)

@@ -15,8 +15,15 @@ MAINTAINERS = (
 )
 
 
-def stanza(name: str, summary: str, *, section: str = "utils", depends: str = "",
-           maintainer: str = MAINTAINERS[2], extra: str = "") -> str:
+def stanza(
+    name: str,
+    summary: str,
+    *,
+    section: str = "utils",
+    depends: str = "",
+    maintainer: str = MAINTAINERS[2],
+    extra: str = "",
+) -> str:
     lines = [f"Package: {name}", "Version: 1.0-1", f"Maintainer: {maintainer}",
              "Architecture: amd64", f"Section: {section}", "Priority: optional",
              "Filename: pool/main/x.deb", "Size: 1234", "SHA256: 00ff"]  # fmt: skip
@@ -30,14 +37,32 @@ def stanza(name: str, summary: str, *, section: str = "utils", depends: str = ""
 
 def dumpavail_text() -> str:
     stanzas = [
-        stanza("zebrafish-viewer", "interactive viewer for zebrafish microscopy images", section="science",
-               depends="libc6 (>= 2.34), libpng16-16 | libpng-dev, python3:any"),
-        stanza("python3-httpkit", "asynchronous HTTP client library for Python", section="python",
-               depends="python3 (>= 3.11), python3-certifi", maintainer=MAINTAINERS[1]),
-        stanza("spacerocks", "arcade game about rocks in space", section="games",
-               depends="libsdl2-2.0-0", maintainer=MAINTAINERS[0]),
-        stanza("bigprovides", "a package that provides very many virtual packages", section="libs",
-               extra="Provides: " + ", ".join(f"virtual-feature-{i}" for i in range(600))),
+        stanza(
+            "zebrafish-viewer",
+            "interactive viewer for zebrafish microscopy images",
+            section="science",
+            depends="libc6 (>= 2.34), libpng16-16 | libpng-dev, python3:any",
+        ),
+        stanza(
+            "python3-httpkit",
+            "asynchronous HTTP client library for Python",
+            section="python",
+            depends="python3 (>= 3.11), python3-certifi",
+            maintainer=MAINTAINERS[1],
+        ),
+        stanza(
+            "spacerocks",
+            "arcade game about rocks in space",
+            section="games",
+            depends="libsdl2-2.0-0",
+            maintainer=MAINTAINERS[0],
+        ),
+        stanza(
+            "bigprovides",
+            "a package that provides very many virtual packages",
+            section="libs",
+            extra="Provides: " + ", ".join(f"virtual-feature-{i}" for i in range(600)),
+        ),
         stanza("aaaa", "the letter a " + "a" * 3000, section="misc"),
     ]
     # Filler, so BM25 statistics look like a corpus — and a dependency graph where uniqueness

@@ -46,10 +46,22 @@ def make_synth_history(repo: Path) -> dict[str, str]:
 
     ops = (repo / "src/calc/ops.py").read_text()
     mul = (repo / "src/calc/mul.py").read_text()
-    commit("exact", "Check that sub stays exact for very large integers beyond the float range",
-           {"src/calc/ops.py": ops + "\n# sub is exact for integers\n",
-            "tests/test_big.py": "from calc.ops import sub\n\n\ndef test_big():\n    assert sub(10**20, 1) == 10**20 - 1\n"})
-    commit("square", "Add square() and cube() helpers: callers need powers of two and three of a number",
-           {"src/calc/ops.py": ops + "\n# sub is exact for integers\n\n\ndef square(a):\n    return a * a\n",
-            "src/calc/mul.py": mul + "\n\ndef cube(a):\n    return a * a * a\n", "tests/test_pow.py": SQUARE_TEST})
+    commit(
+        "exact",
+        "Check that sub stays exact for very large integers beyond the float range",
+        {
+            "src/calc/ops.py": ops + "\n# sub is exact for integers\n",
+            "tests/test_big.py": "from calc.ops import sub\n\n\ndef test_big():\n    assert sub(10**20, 1) == 10**20 - 1\n",
+        },
+    )
+    commit(
+        "square",
+        "Add square() and cube() helpers: callers need powers of two and three of a number",
+        {
+            "src/calc/ops.py": ops
+            + "\n# sub is exact for integers\n\n\ndef square(a):\n    return a * a\n",
+            "src/calc/mul.py": mul + "\n\ndef cube(a):\n    return a * a * a\n",
+            "tests/test_pow.py": SQUARE_TEST,
+        },
+    )
     return shas

@@ -18,7 +18,8 @@ from envs.swe.pyenv import PythonEnv
 from envs.swe.recipe import Recipe
 
 TEST_HEAD = "from calc.ops import add, mean\n" + "".join(
-    f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(4))
+    f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(4)
+)
 BUGGY = "def add(a, b):\n    return a + b\n\n\ndef mean(xs):\n    return sum(xs) / (len(xs) + 1)\n"
 FIXED = BUGGY.replace("(len(xs) + 1)", "len(xs)")
 NEW_TEST = "\n\ndef test_mean():\n    xs = [1, 2, 3]\n    assert mean(xs) == 2\n"
@@ -35,7 +36,11 @@ def make_instance(root: Path, *, extra_gold: str = "") -> SweInstance:
     repo = root / "calc"
     repo.mkdir(parents=True)
     git(repo, "init", "-q")
-    for rel, text in {"calc/__init__.py": "", "calc/ops.py": BUGGY, "tests/test_ops.py": TEST_HEAD}.items():
+    for rel, text in {
+        "calc/__init__.py": "",
+        "calc/ops.py": BUGGY,
+        "tests/test_ops.py": TEST_HEAD,
+    }.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)
     git(repo, "add", "-A")
@@ -59,7 +64,12 @@ def make_python_env(root: Path) -> PythonEnv:
     target = root / "venv"
     venv.EnvBuilder(with_pip=False).create(target)
     ours = Path(sysconfig.get_paths()["purelib"])
-    theirs = target / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    theirs = (
+        target
+        / "lib"
+        / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        / "site-packages"
+    )
     wanted = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments")
     for name in (*wanted, "py.py"):
         source = ours / name
@@ -68,5 +78,10 @@ def make_python_env(root: Path) -> PythonEnv:
     for info in ours.glob("*.dist-info"):
         if info.name.split("-")[0].lower() in wanted:
             shutil.copytree(info, theirs / info.name)
-    return PythonEnv(backend="bwrap", key="grading-test", venv=target, image=None,
-                     recipe=Recipe(env={"PYTHONPATH": "."}))
+    return PythonEnv(
+        backend="bwrap",
+        key="grading-test",
+        venv=target,
+        image=None,
+        recipe=Recipe(env={"PYTHONPATH": "."}),
+    )

@@ -10,8 +10,14 @@ from pathlib import Path
 
 def _git(cwd: Path, *args: str) -> str:
     env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout
 
 

@@ -15,7 +15,7 @@ from bundle_factory import TASK, make_notes_bundle
 
 from envgym.bundle import write_manifest
 
-VERIFIER = '''
+VERIFIER = """
 from envgym.runtime import sqlite
 
 
@@ -24,11 +24,15 @@ def verify_secret(submission, task):
     want = sqlite().execute("SELECT value FROM notes WHERE key = ?", (key,)).fetchone()[0]
     return {"checks": [{"name": "correct", "passed": submission.get("answer_text") == want,
                         "detail": f"expected the note {key!r}"}]}
-'''
-WITNESSES = [{"rule": "correct", "submission": {"answer_text": "plum"}, "note": "another note's value"}]
+"""
+WITNESSES = [
+    {"rule": "correct", "submission": {"answer_text": "plum"}, "note": "another note's value"}
+]
 
 
-def make_witnessed_notes(root: Path, *, tools: str | None = None, tasks: list[dict[str, Any]] | None = None) -> Path:
+def make_witnessed_notes(
+    root: Path, *, tools: str | None = None, tasks: list[dict[str, Any]] | None = None
+) -> Path:
     lines = [{**t, "witnesses": t.get("witnesses", WITNESSES)} for t in (tasks or [TASK])]
     root = make_notes_bundle(root, **({"tools": tools} if tools is not None else {}), tasks=lines)
     (root / "verifier.py").write_text(VERIFIER)

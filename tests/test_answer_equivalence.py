@@ -22,8 +22,14 @@ DAYS = "In weather.csv, what is the longest run of consecutive days without rain
 EQUATION = "Solve for e: 33 - 98*e = -8199"
 
 
-def verdict(given: str, kind: str, expected: str, prompt: str = "", **meta: Any) -> tuple[bool, str]:
-    task = {"id": "t1", "prompt": prompt, "metadata": {"answer_kind": kind, "answer": expected, **meta}}
+def verdict(
+    given: str, kind: str, expected: str, prompt: str = "", **meta: Any
+) -> tuple[bool, str]:
+    task = {
+        "id": "t1",
+        "prompt": prompt,
+        "metadata": {"answer_kind": kind, "answer": expected, **meta},
+    }
     report = verifier.verify_answer({"answer": given}, task)
     failed = [c for c in report["checks"] if not c["passed"]]
     return (not failed, failed[0]["detail"] if failed else "")
@@ -171,7 +177,11 @@ EXPANDED_ROWS = [
 ]
 
 
-@pytest.mark.parametrize(("given", "kind", "expected", "prompt", "accepted"), TABLE, ids=[f"{i}" for i in range(len(TABLE))])
+@pytest.mark.parametrize(
+    ("given", "kind", "expected", "prompt", "accepted"),
+    TABLE,
+    ids=[f"{i}" for i in range(len(TABLE))],
+)
 def test_table(given: str, kind: str, expected: str, prompt: str, accepted: bool) -> None:
     ok, detail = verdict(given, kind, expected, prompt)
     assert ok is accepted, detail
@@ -192,15 +202,38 @@ def test_rejections_say_what_is_wrong() -> None:
     assert verdict("478 / 1 + -682", N, "-204")[1] == (
         "'478 / 1 + -682' is an expression, not a value: compute it and give the result"
     )
-    assert verdict("-242 / 22", N, "-11")[1] == "-242 / 22 is not a fraction in lowest terms (denominator >= 2): simplify it"
-    assert verdict("1e99999999", N, "1")[1] == "exponent 99999999 is out of range (|exponent| <= 1000)"
-    assert verdict("12 apples", N, "12")[1] == "unexpected text 'apples' after the number (units only where the task names them)"
-    assert verdict("\\sqrt{12}", N, "1")[1] == "√12 is not a simplified surd (radicand >= 2, squarefree, <= 100000000)"
-    assert verdict("0.25", "reduced_fraction", "1/4")[1] == "write the answer as a fraction a/b in lowest terms"
+    assert (
+        verdict("-242 / 22", N, "-11")[1]
+        == "-242 / 22 is not a fraction in lowest terms (denominator >= 2): simplify it"
+    )
+    assert (
+        verdict("1e99999999", N, "1")[1] == "exponent 99999999 is out of range (|exponent| <= 1000)"
+    )
+    assert (
+        verdict("12 apples", N, "12")[1]
+        == "unexpected text 'apples' after the number (units only where the task names them)"
+    )
+    assert (
+        verdict("\\sqrt{12}", N, "1")[1]
+        == "√12 is not a simplified surd (radicand >= 2, squarefree, <= 100000000)"
+    )
+    assert (
+        verdict("0.25", "reduced_fraction", "1/4")[1]
+        == "write the answer as a fraction a/b in lowest terms"
+    )
     assert verdict("1" * 30_000, N, "1")[1] == "answer longer than 20000 characters"
-    assert verdict("-" * 3000 + "1", "expression", "x")[1] == "expression too deeply nested or too long"
-    assert verdict("-" * 1000 + "x", "expression", "x")[1] == "expression too deeply nested or too long"  # < token cap
-    assert verdict("(" * 65 + "x" + ")" * 65, "expression", "x")[1] == "expression too deeply nested or too long"
+    assert (
+        verdict("-" * 3000 + "1", "expression", "x")[1]
+        == "expression too deeply nested or too long"
+    )
+    assert (
+        verdict("-" * 1000 + "x", "expression", "x")[1]
+        == "expression too deeply nested or too long"
+    )  # < token cap
+    assert (
+        verdict("(" * 65 + "x" + ")" * 65, "expression", "x")[1]
+        == "expression too deeply nested or too long"
+    )
 
 
 # -- cross-check against math-verify (host side, trusted strings only) -----------------------
@@ -213,14 +246,46 @@ _NO_PRECISION = "does not know the task's stated precision"
 _FORMAT = "does not read this notation"
 _TEXT = "drops text it does not understand (units the task never named, %)"
 MATH_VERIFY_DIFFERS = {
-    **{g: _FORMAT for g in ("1\\,234\\,567", "\\$12.34", "-$5", "1.5e3", "0x5b993", "-0x3", "375187",
-                                 "0b101")},
-    **{g: _NO_PRECISION for g in ("3\\sqrt{2}", "1.87e-6", "1.8700047e-06", "105611.114", "-0.2044", "0.7500001",
-                                  "0.2465753424657534")},
-    **{g: _EVALUATES for g in ("478 / 1 + -682", "\\boxed{657 * 233}", "10^400", "-242 / 22", "24/2", "6/8",
-                               "\\frac{36}{146}", "2+3", "5 - 3", "2 - -1", "2\\cdot 3", "2^3", "0.1 + 0.2",
-                               "12 \\times 1", "120 \\times 10^{-1}", "\\sqrt{4}", "\\sqrt{12}", "sqrt(16)",
-                               "1 + \\sqrt{2} + 1")},
+    **{
+        g: _FORMAT
+        for g in ("1\\,234\\,567", "\\$12.34", "-$5", "1.5e3", "0x5b993", "-0x3", "375187", "0b101")
+    },
+    **{
+        g: _NO_PRECISION
+        for g in (
+            "3\\sqrt{2}",
+            "1.87e-6",
+            "1.8700047e-06",
+            "105611.114",
+            "-0.2044",
+            "0.7500001",
+            "0.2465753424657534",
+        )
+    },
+    **{
+        g: _EVALUATES
+        for g in (
+            "478 / 1 + -682",
+            "\\boxed{657 * 233}",
+            "10^400",
+            "-242 / 22",
+            "24/2",
+            "6/8",
+            "\\frac{36}{146}",
+            "2+3",
+            "5 - 3",
+            "2 - -1",
+            "2\\cdot 3",
+            "2^3",
+            "0.1 + 0.2",
+            "12 \\times 1",
+            "120 \\times 10^{-1}",
+            "\\sqrt{4}",
+            "\\sqrt{12}",
+            "sqrt(16)",
+            "1 + \\sqrt{2} + 1",
+        )
+    },
     **{g: _TEXT for g in ("12 apples", "12%")},
 }
 
@@ -229,8 +294,14 @@ MATH_VERIFY_DIFFERS = {
 def test_where_math_verify_differs_and_why() -> None:
     from envs.code_interpreter.oracle import math_verify_equivalent
 
-    rows = [r for r in TABLE if r[1] in (N, "reduced_fraction") and len(r[0]) < 200]  # skip the 1 MB rows
-    differs = [given for given, _, expected, _, ours in rows if math_verify_equivalent(expected, given) is not ours]
+    rows = [
+        r for r in TABLE if r[1] in (N, "reduced_fraction") and len(r[0]) < 200
+    ]  # skip the 1 MB rows
+    differs = [
+        given
+        for given, _, expected, _, ours in rows
+        if math_verify_equivalent(expected, given) is not ours
+    ]
     assert set(differs) == set(MATH_VERIFY_DIFFERS)
     print(f"math-verify agrees on {len(rows) - len(differs)} of {len(rows)} rows")
 

@@ -13,7 +13,9 @@ from envgym.bundle import load_bundle
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ["inprocess", "bwrap"])
-def test_a_level_runs_and_leaves_nothing_behind(backend: str, require_backend: Callable[[str], None]) -> None:
+def test_a_level_runs_and_leaves_nothing_behind(
+    backend: str, require_backend: Callable[[str], None]
+) -> None:
     require_backend(backend)
     from envs.trip_planning.build import default_bundle_dir
 

@@ -6,14 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-
 from bundle_factory import TASK, TOOLS, make_notes_bundle
+
 from envgym.bundle import BundleError, hash_bundle, load_bundle, write_manifest
 
 
 def _rehash(root: Path) -> None:
     data = json.loads((root / "manifest.json").read_text())
-    write_manifest(root, name=data["name"], category=data["category"], provenance=data["provenance"])
+    write_manifest(
+        root, name=data["name"], category=data["category"], provenance=data["provenance"]
+    )
 
 
 def test_valid_bundle_loads(tmp_path: Path) -> None:
@@ -34,7 +36,9 @@ def test_hash_ignores_manifest_and_changes_with_content(tmp_path: Path) -> None:
     assert hash_bundle(root) != before
 
 
-@pytest.mark.parametrize("missing", ["manifest.json", "tools.py", "tasks.jsonl", "solution.py", "verifier.py"])
+@pytest.mark.parametrize(
+    "missing", ["manifest.json", "tools.py", "tasks.jsonl", "solution.py", "verifier.py"]
+)
 def test_missing_file_is_named(tmp_path: Path, missing: str) -> None:
     root = make_notes_bundle(tmp_path / "b")
     (root / missing).unlink()
@@ -89,7 +93,9 @@ def test_syntax_error_in_tools(tmp_path: Path) -> None:
 
 
 def test_tool_without_type_hints(tmp_path: Path) -> None:
-    root = make_notes_bundle(tmp_path / "b", tools=TOOLS + "\ndef untyped(city):\n    return city\n")
+    root = make_notes_bundle(
+        tmp_path / "b", tools=TOOLS + "\ndef untyped(city):\n    return city\n"
+    )
     with pytest.raises(BundleError) as exc:
         load_bundle(root)
     assert exc.value.file == "tools.py" and exc.value.field == "untyped"
@@ -138,14 +144,20 @@ def test_duplicate_task_ids_and_bad_json_line(tmp_path: Path) -> None:
         ("tools.py", "/etc/hostname"),  # a code file that is a link
     ],
 )
-def test_links_anywhere_in_a_bundle_are_refused_by_name(tmp_path: Path, where: str, target: str) -> None:
+def test_links_anywhere_in_a_bundle_are_refused_by_name(
+    tmp_path: Path, where: str, target: str
+) -> None:
     root = make_notes_bundle(tmp_path / "b")
     link = root / where
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.exists():
         link.unlink()
     link.symlink_to(target)
-    for load in (lambda: hash_bundle(root), lambda: load_bundle(root), lambda: load_bundle(root, verify_hash=False)):
+    for load in (
+        lambda: hash_bundle(root),
+        lambda: load_bundle(root),
+        lambda: load_bundle(root, verify_hash=False),
+    ):
         with pytest.raises(BundleError) as exc:
             load()
         assert exc.value.file == where

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from bundle_factory import TOOLS, make_notes_bundle
 
 import envgym
-from bundle_factory import TOOLS, make_notes_bundle
 from envgym.bundle_env import BundleEnv
 from envgym.context import DISCARD_NOTICE, SUMMARY_PREFIX, ContextManager
 from envgym.core import INFO_KEYS
@@ -57,9 +57,16 @@ def test_reset_observation_and_info(env: BundleEnv) -> None:
 def test_solve_by_hand_gives_reward_one(env: BundleEnv) -> None:
     env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(turn(call("get_note", {"key": "secret"})))
-    assert obs["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "name": "get_note", "content": "tangerine"}
+    assert obs["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "name": "get_note",
+        "content": "tangerine",
+    }
     assert (reward, terminated, truncated) == (0.0, False, False)
-    obs, reward, terminated, truncated, info = env.step(turn(call("submit_result", {"answer_text": "tangerine"}, "c2")))
+    obs, reward, terminated, truncated, info = env.step(
+        turn(call("submit_result", {"answer_text": "tangerine"}, "c2"))
+    )
     assert (reward, terminated, truncated) == (1.0, True, False)
     assert info["reward_components"] == {"answered": 1.0, "correct": 1.0}
     assert info["report"]["passed"] is True
@@ -91,11 +98,17 @@ def test_fraction_reward(bundle_dir: Path) -> None:
         (turn(call("teleport", {})), "unknown_tool", "unknown tool 'teleport'"),
         (turn(call("get_note", {})), "bad_arguments", "'key' is a required property"),
         (turn(call("get_note", {"key": 7})), "bad_arguments", "7 is not of type 'string'"),
-        (turn(call("get_note", {"key": "x", "extra": 1})), "bad_arguments", "Additional properties"),
+        (
+            turn(call("get_note", {"key": "x", "extra": 1})),
+            "bad_arguments",
+            "Additional properties",
+        ),
         (turn(call("get_note", {"key": "missing"})), "exception", "no note 'missing'"),
     ],
 )
-def test_agent_mistakes_become_messages(env: BundleEnv, action: dict, kind: str, needle: str) -> None:
+def test_agent_mistakes_become_messages(
+    env: BundleEnv, action: dict, kind: str, needle: str
+) -> None:
     env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(action)
     last = obs["messages"][-1]
@@ -122,7 +135,10 @@ def test_output_over_cap(bundle_dir: Path) -> None:
 def test_calls_run_in_order_and_state_is_fresh_each_episode(env: BundleEnv) -> None:
     env.reset(seed=0)
     obs, *_ = env.step(
-        turn(call("set_note", {"key": "secret", "value": "kiwi"}, "a"), call("get_note", {"key": "secret"}, "b"))
+        turn(
+            call("set_note", {"key": "secret", "value": "kiwi"}, "a"),
+            call("get_note", {"key": "secret"}, "b"),
+        )
     )
     assert [m["content"] for m in obs["messages"][-2:]] == ["ok", "kiwi"]
     env.reset(seed=1)
@@ -133,7 +149,10 @@ def test_calls_run_in_order_and_state_is_fresh_each_episode(env: BundleEnv) -> N
 def test_calls_after_submit_are_skipped(env: BundleEnv) -> None:
     env.reset(seed=0)
     obs, reward, terminated, _, _ = env.step(
-        turn(call("submit_result", {"answer_text": "tangerine"}, "a"), call("get_note", {"key": "secret"}, "b"))
+        turn(
+            call("submit_result", {"answer_text": "tangerine"}, "a"),
+            call("get_note", {"key": "secret"}, "b"),
+        )
     )
     assert terminated and reward == 1.0
     assert obs["messages"][-1]["content"].startswith("Skipped")
@@ -141,7 +160,9 @@ def test_calls_after_submit_are_skipped(env: BundleEnv) -> None:
 
 def test_no_tool_call_gets_a_user_nudge(env: BundleEnv) -> None:
     env.reset(seed=0)
-    obs, _, terminated, _, info = env.step({"role": "assistant", "content": "I think it is tangerine."})
+    obs, _, terminated, _, info = env.step(
+        {"role": "assistant", "content": "I think it is tangerine."}
+    )
     assert not terminated
     assert obs["messages"][-1]["role"] == "user"
     assert "submit_result" in obs["messages"][-1]["content"]
@@ -167,7 +188,9 @@ def test_raw_text_actions_through_parsers(bundle_dir: Path) -> None:
 
 def test_truncated_raw_text_is_an_error_message(env: BundleEnv) -> None:
     env.reset(seed=0)
-    obs, _, terminated, truncated, info = env.step('<tool_call>{"name": "get_note", "arguments": {"key": ')
+    obs, _, terminated, truncated, info = env.step(
+        '<tool_call>{"name": "get_note", "arguments": {"key": '
+    )
     assert not terminated and not truncated
     assert sum(info["errors"].values()) == 1
     assert "Error" in obs["messages"][-1]["content"]
@@ -187,7 +210,9 @@ def test_budgets_truncate(bundle_dir: Path) -> None:
     env = BundleEnv(bundle_dir, sandbox="inprocess", max_tool_calls=3)
     try:
         env.reset(seed=0)
-        obs, _, _, truncated, info = env.step(turn(*(call("list_keys", {}, f"k{i}") for i in range(5))))
+        obs, _, _, truncated, info = env.step(
+            turn(*(call("list_keys", {}, f"k{i}") for i in range(5)))
+        )
         assert truncated and "max_tool_calls" in info["truncated_by"]
         assert info["tool_calls"] == 3 and info["errors"] == {"tool_budget": 2}
     finally:
@@ -218,23 +243,31 @@ def test_thinking_retention_in_observations(bundle_dir: Path) -> None:
             obs, *_ = env.step(turn(call("get_note", {"key": "secret"}, "c2"), reasoning="R2"))
             kept = [m.get("reasoning_content") for m in obs["messages"] if m["role"] == "assistant"]
             assert kept == ["R1", "R2"]  # tool results alone never drop reasoning
-            obs, _, _, _, info = env.step({"role": "assistant", "content": "hmm", "reasoning_content": "R3"})
+            obs, _, _, _, info = env.step(
+                {"role": "assistant", "content": "hmm", "reasoning_content": "R3"}
+            )
             kept = [m.get("reasoning_content") for m in obs["messages"] if m["role"] == "assistant"]
             # The env's nudge is not a new user message (§3.2.1) unless the option says so.
             assert kept == after_nudge, ends
-            assert {d["what"] for d in info["context_dropped"]} == ({"reasoning"} if ends else set())
+            assert {d["what"] for d in info["context_dropped"]} == (
+                {"reasoning"} if ends else set()
+            )
             assert env.history[2]["reasoning_content"] == "R1"  # the trajectory keeps everything
         finally:
             env.close()
 
 
 def test_overflow_compaction_is_recorded(bundle_dir: Path) -> None:
-    cm = ContextManager(policy="keep-all", overflow="discard-all", window=600, counter=ApproxTokenCounter())
+    cm = ContextManager(
+        policy="keep-all", overflow="discard-all", window=600, counter=ApproxTokenCounter()
+    )
     env = BundleEnv(bundle_dir, sandbox="inprocess", context=cm)
     try:
         env.reset(seed=0)
         for i in range(8):
-            obs, *_, info = env.step(turn(call("shout", {"text": "abcdefgh", "times": 20}, f"s{i}")))
+            obs, *_, info = env.step(
+                turn(call("shout", {"text": "abcdefgh", "times": 20}, f"s{i}"))
+            )
         assert info["context_compactions"], "discard-all should have fired"
         assert len(obs["messages"]) < len(env.history)
     finally:
@@ -272,7 +305,10 @@ def test_gold_calls_replay_solves_and_leave_episode_state(env: BundleEnv) -> Non
 
     env.reset(seed=0)
     calls = env.gold_calls()
-    assert calls == [("get_note", {"key": "secret"}), ("submit_result", {"answer_text": "tangerine"})]
+    assert calls == [
+        ("get_note", {"key": "secret"}),
+        ("submit_result", {"answer_text": "tangerine"}),
+    ]
     result = run_episode(env, ScriptedAgent(calls), seed=0)
     assert result.reward == 1.0 and result.turns == 2
 
@@ -293,7 +329,9 @@ def test_token_counts_with_embedded_tokenizer(bundle_dir: Path) -> None:
 
 # -- step guarantees: order, overflow, budgets, ids, validation ----------------------------------
 
-NAP_TOOLS = TOOLS + '''
+NAP_TOOLS = (
+    TOOLS
+    + '''
 
 def nap(seconds: float) -> str:
     """Sleep.
@@ -306,6 +344,7 @@ def nap(seconds: float) -> str:
     time.sleep(seconds)
     return "rested"
 '''
+)
 
 
 def assert_replies_follow_calls(messages: list[dict]) -> None:
@@ -328,9 +367,20 @@ def assert_replies_follow_calls(messages: list[dict]) -> None:
 
 def test_turn_notes_come_after_the_tool_replies(env: BundleEnv) -> None:
     env.reset(seed=0)
-    action = {"role": "assistant", "content": 5, "tool_calls": [call("list_keys", {}, "a"), call("nope", {}, "b")]}
+    action = {
+        "role": "assistant",
+        "content": 5,
+        "tool_calls": [call("list_keys", {}, "a"), call("nope", {}, "b")],
+    }
     obs, *_, info = env.step(action)
-    assert [m["role"] for m in obs["messages"]] == ["system", "user", "assistant", "tool", "tool", "user"]
+    assert [m["role"] for m in obs["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "user",
+    ]
     assert obs["messages"][-1]["content"].startswith("Error: 'content' must be a string")
     assert_replies_follow_calls(obs["messages"])
     assert info["errors"] == {"bad_message": 1, "unknown_tool": 1}
@@ -380,10 +430,14 @@ def test_summary_overflow_keeps_one_summary_and_records_index_history(bundle_dir
 
 
 def test_time_budget_is_checked_between_calls(bundle_dir: Path, tmp_path: Path) -> None:
-    env = BundleEnv(make_notes_bundle(tmp_path / "nap", tools=NAP_TOOLS), sandbox="inprocess", time_budget_s=0.3)
+    env = BundleEnv(
+        make_notes_bundle(tmp_path / "nap", tools=NAP_TOOLS), sandbox="inprocess", time_budget_s=0.3
+    )
     try:
         env.reset(seed=0)
-        *_, truncated, info = env.step(turn(*(call("nap", {"seconds": 0.2}, f"n{i}") for i in range(8))))
+        *_, truncated, info = env.step(
+            turn(*(call("nap", {"seconds": 0.2}, f"n{i}") for i in range(8)))
+        )
         assert truncated and info["truncated_by"] == "time_budget"
         assert info["tool_calls"] <= 2 and info["errors"]["time_budget"] >= 6  # not all 8 ran
     finally:
@@ -392,7 +446,9 @@ def test_time_budget_is_checked_between_calls(bundle_dir: Path, tmp_path: Path) 
 
 @pytest.mark.timeout(60)
 def test_call_timeout_is_bounded_by_the_time_left(tmp_path: Path) -> None:
-    env = BundleEnv(make_notes_bundle(tmp_path / "nap", tools=NAP_TOOLS), sandbox="bwrap", time_budget_s=1.0)
+    env = BundleEnv(
+        make_notes_bundle(tmp_path / "nap", tools=NAP_TOOLS), sandbox="bwrap", time_budget_s=1.0
+    )
     try:
         env.reset(seed=0)
         obs, *_, info = env.step(turn(call("nap", {"seconds": 8}, "n1")))
@@ -411,7 +467,11 @@ def test_integral_float_for_int_parameter_is_refused(env: BundleEnv) -> None:
 
 def test_fallback_ids_are_unique_across_turns(env: BundleEnv) -> None:
     env.reset(seed=0)
-    same = {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "list_keys", "arguments": "{}"}}]}
+    same = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"function": {"name": "list_keys", "arguments": "{}"}}],
+    }
     env.step(same)
     obs, *_ = env.step(same)
     ids = [m["tool_call_id"] for m in obs["messages"] if m["role"] == "tool"]
@@ -423,5 +483,8 @@ def test_fallback_ids_are_unique_across_turns(env: BundleEnv) -> None:
 def test_deeply_nested_arguments_get_an_error_reply(env: BundleEnv, depth: int) -> None:
     env.reset(seed=0)
     obs, *_, info = env.step(turn(call("get_note", '{"key": ' + "[" * depth + "]" * depth + "}")))
-    assert obs["messages"][-1]["role"] == "tool" and "nested more than 64 levels" in obs["messages"][-1]["content"]
+    assert (
+        obs["messages"][-1]["role"] == "tool"
+        and "nested more than 64 levels" in obs["messages"][-1]["content"]
+    )
     assert info["errors"] == {"bad_arguments": 1}

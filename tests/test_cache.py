@@ -29,12 +29,17 @@ def _build_in_process(final: str, cache: str) -> str:
 
 
 @pytest.mark.timeout(60)
-def test_racing_threads_and_processes_build_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_racing_threads_and_processes_build_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path / "cache"))
     final = tmp_path / "cache" / "bundles" / "entry"
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(2) as procs, ThreadPoolExecutor(max_workers=3) as threads:
-        pending = [procs.apply_async(_build_in_process, (str(final), str(tmp_path / "cache"))) for _ in range(2)]
+        pending = [
+            procs.apply_async(_build_in_process, (str(final), str(tmp_path / "cache")))
+            for _ in range(2)
+        ]
         got = list(threads.map(lambda _: built_once(final, _slow_build), range(3)))
         got += [Path(p.get(timeout=50)) for p in pending]
     assert got == [final] * 5

@@ -25,15 +25,15 @@ def submit_answer(answer: str) -> str:
     """
     return "received"
 '''
-SOLUTION = '''
+SOLUTION = """
 def solve(tools, task):
     tools.submit_answer(answer="42")
 
 
 def lazy(tools, task):
     tools.submit_answer(answer="6 * 7")
-'''
-VERIFIER = '''
+"""
+VERIFIER = """
 import json
 from envgym.runtime import state_dir
 
@@ -53,18 +53,26 @@ def verify(submission, task):
     if mode == "redundant":  # a second check that can never fail alone
         checks.append({"name": "answer_again", "passed": ok, "detail": ""})
     return {"checks": checks}
-'''
+"""
 PROMPT = "What is 6 * 7? Submit the number with submit_answer."
 
 
-def _bundle(root: Path, mode: str, witnesses: list[dict] | None = None, baseline: str | None = None) -> Path:
+def _bundle(
+    root: Path, mode: str, witnesses: list[dict] | None = None, baseline: str | None = None
+) -> Path:
     (root / "state").mkdir(parents=True)
     (root / "state" / "mode.txt").write_text(mode)
     (root / "tools.py").write_text(TOOLS)
     (root / "solution.py").write_text(SOLUTION)
     (root / "verifier.py").write_text(VERIFIER)
-    line: dict = {"id": "t1", "prompt": PROMPT, "solution": "solve", "verifier": "verify",
-                  "submit_tool": "submit_answer", "difficulty": 1}
+    line: dict = {
+        "id": "t1",
+        "prompt": PROMPT,
+        "solution": "solve",
+        "verifier": "verify",
+        "submit_tool": "submit_answer",
+        "difficulty": 1,
+    }
     if witnesses is not None:
         line["witnesses"] = witnesses
     if baseline is not None:
@@ -80,7 +88,9 @@ CHECK = {"corruptions_per_task": 5, "reruns": 1}
 
 @pytest.mark.timeout(120)
 def test_strict_verifier_passes_with_full_coverage(tmp_path: Path) -> None:
-    report = check_bundle(load_bundle(_bundle(tmp_path / "b", "strict", [WRONG], baseline="lazy")), **CHECK)
+    report = check_bundle(
+        load_bundle(_bundle(tmp_path / "b", "strict", [WRONG], baseline="lazy")), **CHECK
+    )
     task = report.tasks[0]
     assert report.passed, task.problems
     assert task.rules == ("answer",) and task.rule_coverage == 1.0 and task.witnesses_valid == 1
@@ -121,9 +131,13 @@ def test_uncovered_rule_fails_and_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_bad_witnesses_are_named(tmp_path: Path) -> None:
-    bad = [{"rule": "answer", "submission": {"answer": "42"}},  # the gold: accepted
-           {"rule": "nonsense", "submission": {"answer": "41"}}]
-    report = check_bundle(load_bundle(_bundle(tmp_path / "b", "redundant", bad)), derive_witnesses=False, **CHECK)
+    bad = [
+        {"rule": "answer", "submission": {"answer": "42"}},  # the gold: accepted
+        {"rule": "nonsense", "submission": {"answer": "41"}},
+    ]
+    report = check_bundle(
+        load_bundle(_bundle(tmp_path / "b", "redundant", bad)), derive_witnesses=False, **CHECK
+    )
     problems = " | ".join(report.tasks[0].problems)
     assert not report.passed
     assert "accepted, so the rule is not enforced" in problems
@@ -135,9 +149,24 @@ def test_exploits_cover_every_kind_and_never_equal_the_gold() -> None:
     gold = {"answer": "42"}
     found = exploits(PROMPT, gold)
     names = {e.name.split(":")[0] for e in found}
-    assert {"empty", "whitespace", "echo_prompt", "echo_number", "echo_expression", "format_example",
-            "wrapped", "boxed", "fenced", "as_number", "type_bool", "huge_int", "huge_float",
-            "huge_string", "nested_text", "nested_value"} <= names
+    assert {
+        "empty",
+        "whitespace",
+        "echo_prompt",
+        "echo_number",
+        "echo_expression",
+        "format_example",
+        "wrapped",
+        "boxed",
+        "fenced",
+        "as_number",
+        "type_bool",
+        "huge_int",
+        "huge_float",
+        "huge_string",
+        "nested_text",
+        "nested_value",
+    } <= names
     assert all(e.submission != gold for e in found)
     # "42" is not in the prompt, but an echoed number equal to the gold is no exploit:
     assert not any(e.submission == {"answer": "42"} for e in exploits("Is it 42?", gold))
@@ -149,7 +178,9 @@ def test_witnesses_and_baseline_round_trip_and_stay_host_side(tmp_path: Path) ->
     bundle = load_bundle(_bundle(tmp_path / "b", "strict", [WRONG], baseline="lazy"))
     task = bundle.tasks[0]
     assert task.baseline == "lazy" and task.witnesses[0].rule == "answer"
-    assert "witnesses" not in task.to_dict() and "baseline" not in task.to_dict()  # never sent inside
+    assert (
+        "witnesses" not in task.to_dict() and "baseline" not in task.to_dict()
+    )  # never sent inside
     assert task.to_line()["witnesses"] == [WRONG]
     assert CheckRunner.__name__ == "CheckRunner"
 

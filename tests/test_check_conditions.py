@@ -22,26 +22,65 @@ from envs.retail_orders.build import RECIPE as RETAIL
 from envs.shipment_logistics.build import RECIPE as SHIPMENTS
 
 pytestmark = pytest.mark.timeout(300)
-FAST = {"corruptions_per_task": 5, "reruns": 1, "adversarial": False, "sandbox": "inprocess"}  # our own code
+FAST = {
+    "corruptions_per_task": 5,
+    "reruns": 1,
+    "adversarial": False,
+    "sandbox": "inprocess",
+}  # our own code
 
 # name -> (recipe, difficulty, text in verifier.py, its weakened form, condition tag caught)
 MUTANTS: dict[str, tuple[Recipe, int, str, str, str]] = {
-    "shipment-lanes-need-not-join": (SHIPMENTS, 1, 'if lane["origin"] != hub:', "if False:",
-                                     "route_connects:gap"),
-    "shipment-total-tolerance-5-cents": (SHIPMENTS, 1, "abs(float(claimed) - total) <= 0.005",
-                                         "abs(float(claimed) - total) <= 0.05", "total_cost_correct:"),
-    "retail-basket-total-tolerance-5-cents": (RETAIL, 3, "abs(total - expected) > 0.005",
-                                              "abs(total - expected) > 0.05", "total_correct:"),
-    "retail-refund-tolerance-5-cents": (RETAIL, 4, "abs(claimed - total) > 0.005",
-                                        "abs(claimed - total) > 0.05", "refund_total_correct:"),
-    "meeting-buffer-ignored": (MEETINGS, 3, "a0 < b1 + buffer and b0 < a1 + buffer", "a0 < b1 and b0 < a1",
-                               "no_overlap:inside_buffer"),
+    "shipment-lanes-need-not-join": (
+        SHIPMENTS,
+        1,
+        'if lane["origin"] != hub:',
+        "if False:",
+        "route_connects:gap",
+    ),
+    "shipment-total-tolerance-5-cents": (
+        SHIPMENTS,
+        1,
+        "abs(float(claimed) - total) <= 0.005",
+        "abs(float(claimed) - total) <= 0.05",
+        "total_cost_correct:",
+    ),
+    "retail-basket-total-tolerance-5-cents": (
+        RETAIL,
+        3,
+        "abs(total - expected) > 0.005",
+        "abs(total - expected) > 0.05",
+        "total_correct:",
+    ),
+    "retail-refund-tolerance-5-cents": (
+        RETAIL,
+        4,
+        "abs(claimed - total) > 0.005",
+        "abs(claimed - total) > 0.05",
+        "refund_total_correct:",
+    ),
+    "meeting-buffer-ignored": (
+        MEETINGS,
+        3,
+        "a0 < b1 + buffer and b0 < a1 + buffer",
+        "a0 < b1 and b0 < a1",
+        "no_overlap:inside_buffer",
+    ),
     # The pair loop skips each meeting's neighbour in the list (a survivor of the mutation run).
-    "meeting-next-in-list-not-compared": (MEETINGS, 5, "for b0, b1, b in spans[i + 1:]:",
-                                          "for b0, b1, b in spans[i + 2:]:",
-                                          "no_overlap:next_in_list"),
-    "meeting-lunch-ends-half-an-hour-early": (MEETINGS, 3, "13 * 60 - shift", "12 * 60 + 30 - shift",
-                                              "lunch_hour:into_end"),
+    "meeting-next-in-list-not-compared": (
+        MEETINGS,
+        5,
+        "for b0, b1, b in spans[i + 1:]:",
+        "for b0, b1, b in spans[i + 2:]:",
+        "no_overlap:next_in_list",
+    ),
+    "meeting-lunch-ends-half-an-hour-early": (
+        MEETINGS,
+        3,
+        "13 * 60 - shift",
+        "12 * 60 + 30 - shift",
+        "lunch_hour:into_end",
+    ),
 }
 
 
@@ -52,7 +91,9 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], P
         key = (recipe.category, difficulty)
         if key not in out:
             root = tmp_path_factory.mktemp("b") / "b"
-            out[key] = build_procedural_bundle(recipe, root, seed=0, n_tasks=1, difficulties=(difficulty,))
+            out[key] = build_procedural_bundle(
+                recipe, root, seed=0, n_tasks=1, difficulties=(difficulty,)
+            )
     return out
 
 
@@ -63,13 +104,20 @@ def mutate(root: Path, out: Path, before: str, after: str) -> Path:
     assert text.count(before) == 1, f"the mutant no longer matches the verifier: {before!r}"
     verifier.write_text(text.replace(before, after))
     manifest = json.loads((out / "manifest.json").read_text())
-    write_manifest(out, name=manifest["name"], category=manifest["category"],
-                   provenance=manifest["provenance"], description=manifest.get("description", ""))
+    write_manifest(
+        out,
+        name=manifest["name"],
+        category=manifest["category"],
+        provenance=manifest["provenance"],
+        description=manifest.get("description", ""),
+    )
     return out
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_a_weakened_condition_fails_check(name: str, bundles: dict[tuple[str, int], Path], tmp_path: Path) -> None:
+def test_a_weakened_condition_fails_check(
+    name: str, bundles: dict[tuple[str, int], Path], tmp_path: Path
+) -> None:
     recipe, difficulty, before, after, tag = MUTANTS[name]
     root = bundles[(recipe.category, difficulty)]
     task = load_bundle(root).tasks[0]
@@ -79,7 +127,9 @@ def test_a_weakened_condition_fails_check(name: str, bundles: dict[tuple[str, in
     assert not check.passed
     rule = tag.split(":")[0]
     # The probe is now accepted, or (the verifier going on to later stages) fails another rule.
-    assert any(p.startswith("witness ") and f"({rule})" in p for p in check.problems), check.problems
+    assert any(p.startswith("witness ") and f"({rule})" in p for p in check.problems), (
+        check.problems
+    )
 
 
 def test_the_unmutated_bundles_pass(bundles: dict[tuple[str, int], Path]) -> None:
@@ -92,13 +142,22 @@ def test_the_unmutated_bundles_pass(bundles: dict[tuple[str, int], Path]) -> Non
 # mutation study weakened one condition at a time.  (``ticket >= cap`` -> ``> cap`` is caught only
 # where some attraction costs exactly the cap; Hangzhou has none at 120 or 180, so it is not here.)
 TRIP_MUTANTS = {
-    "tier-both-restaurants-floor-dropped": ("if floor is not None and r.rating < floor:", "if False:",
-                                            "luxury:all_rating"),
-    "tier-any-restaurant-floor-dropped": ("if floor is not None and max(lunch.rating, dinner.rating) < floor:",
-                                          "if False:", "mid-to-high:any_rating"),
+    "tier-both-restaurants-floor-dropped": (
+        "if floor is not None and r.rating < floor:",
+        "if False:",
+        "luxury:all_rating",
+    ),
+    "tier-any-restaurant-floor-dropped": (
+        "if floor is not None and max(lunch.rating, dinner.rating) < floor:",
+        "if False:",
+        "mid-to-high:any_rating",
+    ),
     "tier-ticket-cap-dropped": ("elif sight.ticket >= cap:", "elif False:", "mid-to-high:ticket"),
-    "tier-restaurant-total-at-limit-allowed": ('total >= tier["restaurants_total_lt"]',
-                                               'total > tier["restaurants_total_lt"]', "luxury:restaurants_total"),
+    "tier-restaurant-total-at-limit-allowed": (
+        'total >= tier["restaurants_total_lt"]',
+        'total > tier["restaurants_total_lt"]',
+        "luxury:restaurants_total",
+    ),
 }
 
 
@@ -106,7 +165,9 @@ TRIP_MUTANTS = {
 def trip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from envs.trip_planning.build import build_bundle
 
-    return build_bundle(tmp_path_factory.mktemp("trip") / "b", seed=0, n_tasks=0, include_worked_example=True)
+    return build_bundle(
+        tmp_path_factory.mktemp("trip") / "b", seed=0, n_tasks=0, include_worked_example=True
+    )
 
 
 def test_the_worked_example_passes(trip: Path) -> None:
@@ -118,19 +179,28 @@ def test_the_worked_example_passes(trip: Path) -> None:
 def test_a_weakened_tier_condition_fails_check(name: str, trip: Path, tmp_path: Path) -> None:
     before, after, tag = TRIP_MUTANTS[name]
     task = load_bundle(trip).tasks[0]
-    assert any(f"[day2_budget_tier:{tag}]" in w.note for w in task.witnesses), [w.note for w in task.witnesses]
+    assert any(f"[day2_budget_tier:{tag}]" in w.note for w in task.witnesses), [
+        w.note for w in task.witnesses
+    ]
     check = check_bundle(load_bundle(mutate(trip, tmp_path / "m", before, after)), **FAST).tasks[0]
     assert not check.passed
-    assert any(p.startswith("witness ") and "(day2_budget_tier)" in p for p in check.problems), check.problems
+    assert any(p.startswith("witness ") and "(day2_budget_tier)" in p for p in check.problems), (
+        check.problems
+    )
 
 
 # A difficulty-5 trip (transport between cities): survivors of the full mutation run.
 TRANSPORT_MUTANTS = {
-    "trip-day-one-service-not-refused": ('if days[0].get("transport") is not None:', "if False:",
-                                         "transport_connects:first_day"),
+    "trip-day-one-service-not-refused": (
+        'if days[0].get("transport") is not None:',
+        "if False:",
+        "transport_connects:first_day",
+    ),
     "trip-unknown-service-not-listed": (
         'if day.get("transport") is not None and day["transport"] not in self.services:',
-        "if False:", "entities_exist:unknown_service"),
+        "if False:",
+        "entities_exist:unknown_service",
+    ),
 }
 
 
@@ -138,8 +208,13 @@ TRANSPORT_MUTANTS = {
 def trip5(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from envs.trip_planning.build import build_bundle
 
-    return build_bundle(tmp_path_factory.mktemp("trip5") / "b", seed=0, n_tasks=1,
-                        difficulties=(5,), include_worked_example=False)
+    return build_bundle(
+        tmp_path_factory.mktemp("trip5") / "b",
+        seed=0,
+        n_tasks=1,
+        difficulties=(5,),
+        include_worked_example=False,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(TRANSPORT_MUTANTS))
@@ -151,4 +226,6 @@ def test_a_weakened_transport_condition_fails_check(name: str, trip5: Path, tmp_
     check = check_bundle(load_bundle(mutate(trip5, tmp_path / "m", before, after)), **FAST).tasks[0]
     assert not check.passed
     rule = tag.split(":")[0]
-    assert any(p.startswith("witness ") and f"({rule})" in p for p in check.problems), check.problems
+    assert any(p.startswith("witness ") and f"({rule})" in p for p in check.problems), (
+        check.problems
+    )

@@ -23,7 +23,7 @@ from envs.retail_orders.build import RECIPE as RETAIL
 
 pytestmark = pytest.mark.timeout(600)
 
-SOURCE = '''
+SOURCE = """
 LIMIT = 3
 
 def verify(submission, task):
@@ -34,19 +34,28 @@ def verify(submission, task):
     if len(out) < LIMIT and total != 0:
         out["x"] = ["y"]
     return {"checks": [{"name": k, "passed": False} for k in out] or [{"name": "ok", "passed": True}]}
-'''
+"""
 
 
 def test_mutants_cover_every_kind_and_parse() -> None:
     found = mutants(SOURCE)
     kinds = {m.kind for m in found}
-    assert kinds == {"compare_flip", "compare_shift", "boolop_swap", "if_true", "if_false", "drop", "constant",
-                     "return_empty"}
+    assert kinds == {
+        "compare_flip",
+        "compare_shift",
+        "boolop_swap",
+        "if_true",
+        "if_false",
+        "drop",
+        "constant",
+        "return_empty",
+    }
     for m in found:
         ast.parse(m.source)
         assert m.source != ast.unparse(ast.parse(SOURCE))
-    assert "LIMIT = 3" in found[0].source and not any("LIMIT = 4" in m.source for m in found), \
+    assert "LIMIT = 3" in found[0].source and not any("LIMIT = 4" in m.source for m in found), (
         "module-level constants are not mutated"
+    )
     assert any("> 0.05" in m.source for m in found) and any("> 0.0005" in m.source for m in found)
     assert len({m.source for m in found}) == len(found)
     assert len(mutants(SOURCE, limit=3)) == 3
@@ -65,14 +74,18 @@ def test_a_surviving_mutant_that_pays_fails_the_report() -> None:
 
 @pytest.fixture(scope="module")
 def retail(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_procedural_bundle(RETAIL, tmp_path_factory.mktemp("r") / "b", seed=0, n_tasks=1, difficulties=(3,))
+    return build_procedural_bundle(
+        RETAIL, tmp_path_factory.mktemp("r") / "b", seed=0, n_tasks=1, difficulties=(3,)
+    )
 
 
 def _chosen(source: str) -> dict[str, str]:
     """A handful of mutants: the total tolerance loosened, the rating floor switched off, a cosmetic
     change (the detail text keeps four problems, not three), the customer check flipped."""
     lines = source.splitlines()
-    floor = next(i for i, x in enumerate(lines, 1) if 'rows[sku]["rating"] < meta["min_rating"]' in x)
+    floor = next(
+        i for i, x in enumerate(lines, 1) if 'rows[sku]["rating"] < meta["min_rating"]' in x
+    )
     out = {}
     for m in mutants(source):
         if "abs(total - expected) > 0.05:" in m.source and "tolerance" not in out:
@@ -93,7 +106,11 @@ def test_mutation_run_kills_what_check_kills(retail: Path, tmp_path: Path) -> No
     chosen = _chosen(source)
     report = run_mutation(bundle, only=lambda m: m.id in chosen.values(), corruptions_per_task=5)
     by = {r.id: r for r in report.results}
-    assert by[chosen["tolerance"]].killed and by[chosen["floor_off"]].killed and by[chosen["customer"]].killed
+    assert (
+        by[chosen["tolerance"]].killed
+        and by[chosen["floor_off"]].killed
+        and by[chosen["customer"]].killed
+    )
     assert by[chosen["floor_off"]].pays_wrong > 0  # the rating witness, at least
     assert not by[chosen["cosmetic"]].changed and not by[chosen["cosmetic"]].killed
     assert report.passed and report.kill_rate == 1.0
@@ -105,8 +122,13 @@ def test_mutation_run_kills_what_check_kills(retail: Path, tmp_path: Path) -> No
         shutil.copytree(retail, copy)
         (copy / "verifier.py").write_text(sources[mutant_id])
         manifest = json.loads((copy / "manifest.json").read_text())
-        write_manifest(copy, name=manifest["name"], category=manifest["category"],
-                       provenance=manifest["provenance"], description=manifest.get("description", ""))
+        write_manifest(
+            copy,
+            name=manifest["name"],
+            category=manifest["category"],
+            provenance=manifest["provenance"],
+            description=manifest.get("description", ""),
+        )
         check = check_bundle(load_bundle(copy), reruns=1, corruptions_per_task=5)
         assert (not check.passed) == by[mutant_id].killed, (name, check.tasks[0].problems)
 
@@ -116,8 +138,21 @@ def test_cli_check_mutation_reports_the_kill_rate(retail: Path) -> None:
 
     from envgym.cli import app
 
-    result = CliRunner().invoke(app, ["check", str(retail), "--json", "--reruns", "1", "--corruptions", "5",
-                                      "--mutation", "--max-mutants", "2"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "check",
+            str(retail),
+            "--json",
+            "--reruns",
+            "1",
+            "--corruptions",
+            "5",
+            "--mutation",
+            "--max-mutants",
+            "2",
+        ],
+    )
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["mutation"]["mutants"] == 2 and 0.0 <= out["mutation"]["kill_rate"] <= 1.0
     assert result.exit_code == (0 if out["passed"] and out["mutation"]["passed"] else 1)
@@ -129,26 +164,41 @@ def _machine_written_notes(root: Path) -> Path:
     from synth_notes import make_witnessed_notes
 
     root = make_witnessed_notes(root)
-    write_manifest(root, name="notes", category="test", provenance={"agent": "llm", "model": "m", "seed": 0})
+    write_manifest(
+        root, name="notes", category="test", provenance={"agent": "llm", "model": "m", "seed": 0}
+    )
     return root
 
 
-def test_synthesis_validation_mutates_a_machine_written_verifier(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_synthesis_validation_mutates_a_machine_written_verifier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from envgym import mutation_run
     from synth_agents.validate import validate_bundle
 
     root = _machine_written_notes(tmp_path / "notes")
     reports: list[MutationReport] = []
     real = mutation_run.run_mutation
-    monkeypatch.setattr(mutation_run, "run_mutation", lambda *a, **kw: reports.append(real(*a, **kw)) or reports[-1])
+    monkeypatch.setattr(
+        mutation_run, "run_mutation", lambda *a, **kw: reports.append(real(*a, **kw)) or reports[-1]
+    )
     result = validate_bundle(root, reruns=1, corruptions_per_task=5)  # on: a model wrote it
     assert result.passed, result.problems
     assert len(reports) == 1 and reports[0].mutants > 0 and reports[0].kill_rate == 1.0
 
-    paying = MutantResult("d", "if_true", 4, "if test -> True", changed=True, killed=False, pays_wrong=2,
-                          example="t: {}")
-    monkeypatch.setattr(mutation_run, "run_mutation", lambda *a, **kw: MutationReport("notes", 1, 9, (paying,)))
+    paying = MutantResult(
+        "d",
+        "if_true",
+        4,
+        "if test -> True",
+        changed=True,
+        killed=False,
+        pays_wrong=2,
+        example="t: {}",
+    )
+    monkeypatch.setattr(
+        mutation_run, "run_mutation", lambda *a, **kw: MutationReport("notes", 1, 9, (paying,))
+    )
     default = validate_bundle(root, reruns=1, corruptions_per_task=5)
     assert default.reasons == ("mutant_survives",)
     assert validate_bundle(root, reruns=1, corruptions_per_task=5, mutation=False).passed

@@ -23,37 +23,72 @@ from envs.retail_orders.build import RECIPE as RETAIL
 from envs.trip_planning.local import LocalBundle
 
 pytestmark = pytest.mark.timeout(300)
-FAST = {"corruptions_per_task": 5, "reruns": 1, "adversarial": False, "sandbox": "inprocess"}  # our own code
+FAST = {
+    "corruptions_per_task": 5,
+    "reruns": 1,
+    "adversarial": False,
+    "sandbox": "inprocess",
+}  # our own code
 
 # (recipe, difficulty whose tasks have the rule, rule, verifier text, the same with the rule off)
 MUTANTS = {
-    "retail-min_rating": (RETAIL, 3, "min_rating",
-                          '("min_rating", meta.get("min_rating") is not None)', '("min_rating", False)'),
-    "meeting-lunch_hour": (MEETINGS, 3, "lunch_hour",
-                           '(["lunch_hour"] if meta.get("protect_lunch") else [])', '[]'),
+    "retail-min_rating": (
+        RETAIL,
+        3,
+        "min_rating",
+        '("min_rating", meta.get("min_rating") is not None)',
+        '("min_rating", False)',
+    ),
+    "meeting-lunch_hour": (
+        MEETINGS,
+        3,
+        "lunch_hour",
+        '(["lunch_hour"] if meta.get("protect_lunch") else [])',
+        "[]",
+    ),
 }
 
 
-def _rewrite(root: Path, mutate_verifier: tuple[str, str] | None = None, *, keep_witnesses: bool = True) -> None:
+def _rewrite(
+    root: Path, mutate_verifier: tuple[str, str] | None = None, *, keep_witnesses: bool = True
+) -> None:
     if mutate_verifier is not None:
         verifier = root / "verifier.py"
         text = verifier.read_text()
         assert text.count(mutate_verifier[0]) == 1, "the mutant no longer matches the verifier"
         verifier.write_text(text.replace(*mutate_verifier))
     if not keep_witnesses:
-        lines = [json.loads(x) for x in (root / "tasks.jsonl").read_text().splitlines() if x.strip()]
-        (root / "tasks.jsonl").write_text("".join(
-            json.dumps({k: v for k, v in line.items() if k != "witnesses"}) + "\n" for line in lines))
+        lines = [
+            json.loads(x) for x in (root / "tasks.jsonl").read_text().splitlines() if x.strip()
+        ]
+        (root / "tasks.jsonl").write_text(
+            "".join(
+                json.dumps({k: v for k, v in line.items() if k != "witnesses"}) + "\n"
+                for line in lines
+            )
+        )
     manifest = json.loads((root / "manifest.json").read_text())
-    write_manifest(root, name=manifest["name"], category=manifest["category"],
-                   provenance=manifest["provenance"], description=manifest.get("description", ""))
+    write_manifest(
+        root,
+        name=manifest["name"],
+        category=manifest["category"],
+        provenance=manifest["provenance"],
+        description=manifest.get("description", ""),
+    )
 
 
 @pytest.fixture(scope="module", params=sorted(MUTANTS))
-def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+def built(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path]:
     recipe: Recipe = MUTANTS[request.param][0]
-    root = build_procedural_bundle(recipe, tmp_path_factory.mktemp(request.param) / "b", seed=0, n_tasks=1,
-                                   difficulties=(MUTANTS[request.param][1],))
+    root = build_procedural_bundle(
+        recipe,
+        tmp_path_factory.mktemp(request.param) / "b",
+        seed=0,
+        n_tasks=1,
+        difficulties=(MUTANTS[request.param][1],),
+    )
     return request.param, root
 
 
@@ -68,8 +103,9 @@ def test_the_original_passes_and_declares_the_rule(built: tuple[str, Path]) -> N
 
 
 @pytest.mark.parametrize("keep_witnesses", [True, False], ids=["witnesses", "declared-only"])
-def test_a_verifier_that_stops_checking_a_rule_fails(built: tuple[str, Path], tmp_path: Path,
-                                                     keep_witnesses: bool) -> None:
+def test_a_verifier_that_stops_checking_a_rule_fails(
+    built: tuple[str, Path], tmp_path: Path, keep_witnesses: bool
+) -> None:
     name, root = built
     _, _, rule, before, after = MUTANTS[name]
     mutant = tmp_path / "mutant"
@@ -88,7 +124,9 @@ def test_a_verifier_that_stops_checking_a_rule_fails(built: tuple[str, Path], tm
     assert not check.passed
     assert check.rule_coverage < 1.0
     assert rule in check.required_rules and rule not in check.rules
-    assert any(f"rule {rule!r} is declared by the task" in p for p in check.problems), check.problems
+    assert any(f"rule {rule!r} is declared by the task" in p for p in check.problems), (
+        check.problems
+    )
 
 
 def test_any_problem_fails_the_task(built: tuple[str, Path], tmp_path: Path) -> None:
@@ -97,16 +135,26 @@ def test_any_problem_fails_the_task(built: tuple[str, Path], tmp_path: Path) -> 
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
     lines = [json.loads(x) for x in (copy / "tasks.jsonl").read_text().splitlines() if x.strip()]
-    lines[0]["witnesses"].append({"rule": "made_up_rule", "submission": {"answer_text": "{}"}, "note": ""})
+    lines[0]["witnesses"].append(
+        {"rule": "made_up_rule", "submission": {"answer_text": "{}"}, "note": ""}
+    )
     (copy / "tasks.jsonl").write_text(json.dumps(lines[0]) + "\n")
     _rewrite(copy)
     check = check_bundle(load_bundle(copy), **FAST).tasks[0]
     assert not check.passed and any("made_up_rule" in p for p in check.problems)
 
 
-@pytest.mark.parametrize("raw", [
-    "min_rating", ["x"] * 201, [""], [1], ["a" * 101], {"rule": "x"},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "min_rating",
+        ["x"] * 201,
+        [""],
+        [1],
+        ["a" * 101],
+        {"rule": "x"},
+    ],
+)
 def test_a_malformed_declared_rules_field_is_named(raw: object) -> None:
     rules, problem = declared_rules({"declared_rules": raw}, ("w",))
     assert rules == ("w",) and problem is not None and "declared_rules" in problem

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from bundle_factory import VERIFIER, make_notes_bundle
 from typer.testing import CliRunner
 
-from bundle_factory import VERIFIER, make_notes_bundle
 from envgym.bundle import write_manifest
 from envgym.cli import app
 from envgym.play import parse_command
@@ -52,7 +52,9 @@ def test_check_good_bundle_json(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stdout
     report = json.loads(result.stdout)
     (task,) = report["tasks"]
-    assert report["passed"] and task["gold_passed"] and task["noop_rejected"] and task["reruns_agree"]
+    assert (
+        report["passed"] and task["gold_passed"] and task["noop_rejected"] and task["reruns_agree"]
+    )
     assert task["corruptions_tried"] >= 1 and task["rejection_rate"] == 1.0
 
 
@@ -63,7 +65,10 @@ def _rebundle(root: Path, verifier: str) -> None:
 
 def test_check_rejects_rubber_stamp_verifier(tmp_path: Path) -> None:
     root = make_notes_bundle(tmp_path / "b")
-    _rebundle(root, "def verify_secret(submission, task):\n    return {'checks': [{'name': 'ok', 'passed': True}]}\n")
+    _rebundle(
+        root,
+        "def verify_secret(submission, task):\n    return {'checks': [{'name': 'ok', 'passed': True}]}\n",
+    )
     result = runner.invoke(app, ["check", str(root), "--json"])
     assert result.exit_code == 1
     (task,) = json.loads(result.stdout)["tasks"]
@@ -100,7 +105,10 @@ def test_check_nondeterministic_solution_fails_reruns(tmp_path: Path) -> None:
         ("get_note key=secret", ("get_note", {"key": "secret"})),
         ("shout text='a b' times=3", ("shout", {"text": "a b", "times": 3})),
         ("list_keys", ("list_keys", {})),
-        ("get_note {oops", "arguments are not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+        (
+            "get_note {oops",
+            "arguments are not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        ),
         ("get_note secret", "expected key=value, got 'secret'"),
     ],
 )
@@ -110,7 +118,14 @@ def test_play_command_parsing(line: str, expected: object) -> None:
 
 def test_play_an_episode_by_hand(tmp_path: Path) -> None:
     root = make_notes_bundle(tmp_path / "b")
-    keys = "\n".join([":tools", "get_note key=nothing", "get_note key=secret", "submit_result answer_text=tangerine"])
+    keys = "\n".join(
+        [
+            ":tools",
+            "get_note key=nothing",
+            "get_note key=secret",
+            "submit_result answer_text=tangerine",
+        ]
+    )
     result = runner.invoke(app, ["play", str(root)], input=keys + "\n")
     assert result.exit_code == 0, result.stdout
     assert "no note 'nothing'" in result.stdout
@@ -129,7 +144,9 @@ def test_bench_without_a_name_lists_the_benchmarks() -> None:
 
     listed = runner.invoke(app, ["bench"])
     assert listed.exit_code == 0, listed.output
-    assert listed.stdout.split() == sorted(available()) and {"env-step", "search", "train"} <= set(listed.stdout.split())
+    assert listed.stdout.split() == sorted(available()) and {"env-step", "search", "train"} <= set(
+        listed.stdout.split()
+    )
     as_json = runner.invoke(app, ["bench", "--json"])
     assert json.loads(as_json.stdout) == {"benchmarks": sorted(available())}
 
@@ -140,12 +157,20 @@ def test_bench_env_step_quick_json() -> None:
     # A real process: the MCP stdio client needs real file descriptors.
     proc = subprocess.run(
         [sys.executable, "-m", "envgym.cli", "bench", "env-step", "--quick", "--json"],
-        capture_output=True, text=True, timeout=240,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     payload = json.loads(proc.stdout)  # exactly one JSON object on stdout
     assert payload["benchmark"] == "env-step"
-    for key in ("direct_call_us", "inprocess_call_us", "sandboxed_call_us", "mcp_stdio_call_us", "reset_ms"):
+    for key in (
+        "direct_call_us",
+        "inprocess_call_us",
+        "sandboxed_call_us",
+        "mcp_stdio_call_us",
+        "reset_ms",
+    ):
         assert payload["metrics"][key] > 0
         assert key in payload["units"]
     assert payload["machine"]["cpus"] >= 1
@@ -159,7 +184,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     env = {**os.environ, "ENVGYM_DEMO_DIR": str(tmp_path / "demo")}
     proc = subprocess.run(
         [sys.executable, "-m", "envgym.cli", "demo", "--episodes", "4", "--quick"],
-        capture_output=True, text=True, timeout=2000, env=env,
+        capture_output=True,
+        text=True,
+        timeout=2000,
+        env=env,
     )
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-2000:]
@@ -176,5 +204,8 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert (train / "grpo" / "metrics" / "curves.png").stat().st_size > 1000
     assert (train / "grpo" / "policy" / "train_run.json").is_file()
     # the SWE step: instances mined from wordstat's history, validated, checked
-    assert "envgym synth swe --repo wordstat --max-candidates 1" in out and "envgym check · swe-v0" in out
+    assert (
+        "envgym synth swe --repo wordstat --max-candidates 1" in out
+        and "envgym check · swe-v0" in out
+    )
     assert out.count("(step took") == 5  # two evaluations, synthesis, SWE, training

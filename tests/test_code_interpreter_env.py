@@ -30,7 +30,9 @@ TASKS = ("math-gcd-d1-0", "logic-game-of-life-d1-0", "data-orders-in-region-0")
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_bundle(tmp_path_factory.mktemp("ci") / "bundle", per_generator=1, difficulties=(1,))
+    return build_bundle(
+        tmp_path_factory.mktemp("ci") / "bundle", per_generator=1, difficulties=(1,)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +66,19 @@ def test_gold_replay_runs_through_the_kernel_and_passes(env: CodeInterpreterEnv,
     assert obs["messages"][-1]["content"].strip() == calls[1][1]["answer"]  # the kernel printed it
     obs, reward, terminated, truncated, info = env.step(agent.act(obs))
     assert (reward, terminated, truncated) == (1.0, True, False)
-    assert info["python"] == {"executions": 1, "errors": 0, "timeouts": 0, "restarts": 0, "limit_hits": 0}
+    assert info["python"] == {
+        "executions": 1,
+        "errors": 0,
+        "timeouts": 0,
+        "restarts": 0,
+        "limit_hits": 0,
+    }
     assert info["report"]["checks"][-1] == {"name": "answer_correct", "passed": True, "detail": ""}
 
 
-def test_data_files_are_in_the_working_directory_and_episodes_do_not_share_state(env: CodeInterpreterEnv) -> None:
+def test_data_files_are_in_the_working_directory_and_episodes_do_not_share_state(
+    env: CodeInterpreterEnv,
+) -> None:
     obs, _ = env.reset(options={"task": "data-orders-in-region-0"})
     code = "import os, pandas as pd\nleft = 'x'\nprint(sorted(os.listdir()), len(pd.read_csv('sales.csv')))"
     obs, *_ = env.step(_call(1, "python", {"code": code}))
@@ -102,7 +112,9 @@ def test_raw_text_actions_and_timeouts_reach_the_agent(bundle: Path, pool: SyncK
         env.close()
 
 
-def test_thinking_prompt_final_answers_and_the_20_execution_cap(bundle: Path, pool: SyncKernelPool) -> None:
+def test_thinking_prompt_final_answers_and_the_20_execution_cap(
+    bundle: Path, pool: SyncKernelPool
+) -> None:
     env = CodeInterpreterEnv(bundle, pool=pool, prompt="thinking", answer="final")
     try:
         obs, _ = env.reset(options={"task": "math-gcd-d1-0"})
@@ -116,7 +128,11 @@ def test_thinking_prompt_final_answers_and_the_20_execution_cap(bundle: Path, po
         assert obs["messages"][-1]["content"] == (
             "Not executed: the limit of 20 code executions for this task is reached. Give your final answer now."
         )
-        final = {"role": "assistant", "reasoning_content": "computed", "content": f"The GCD is $\\boxed{{{answer}}}$."}
+        final = {
+            "role": "assistant",
+            "reasoning_content": "computed",
+            "content": f"The GCD is $\\boxed{{{answer}}}$.",
+        }
         _, reward, terminated, _, info = env.step(final)
         assert (reward, terminated) == (1.0, True)
         assert info["python"]["executions"] == 20 and info["python"]["limit_hits"] == 1
@@ -127,15 +143,24 @@ def test_thinking_prompt_final_answers_and_the_20_execution_cap(bundle: Path, po
 def test_registration_and_bad_arguments(bundle: Path, pool: SyncKernelPool) -> None:
     register_envs()
     ids = {s.id for s in registry.specs()}
-    assert {"code-interpreter-v0", "code-interpreter-math-v0", "code-interpreter-logic-v0", "code-interpreter-data-v0"} <= ids
+    assert {
+        "code-interpreter-v0",
+        "code-interpreter-math-v0",
+        "code-interpreter-logic-v0",
+        "code-interpreter-data-v0",
+    } <= ids
     env = registry.make("code-interpreter-v0", bundle=bundle, pool=pool, difficulties=(1,))
     try:
-        agent = ScriptedAgent([("python", {"code": "print(2 + 2)"}), ("submit_answer", {"answer": "-1"})])
+        agent = ScriptedAgent(
+            [("python", {"code": "print(2 + 2)"}), ("submit_answer", {"answer": "-1"})]
+        )
         result = run_episode(env, agent, task="math-gcd-d1-0")
         assert (result.tool_calls, result.terminated, result.reward) == (2, True, 0.0)
     finally:
         env.close()
-    with pytest.raises(ValueError, match="unknown prompt 'socratic'; choose one of plain, thinking"):
+    with pytest.raises(
+        ValueError, match="unknown prompt 'socratic'; choose one of plain, thinking"
+    ):
         CodeInterpreterEnv(bundle, pool=pool, prompt="socratic")
     with pytest.raises(ValueError, match="answer must be 'submit' or 'final'"):
         CodeInterpreterEnv(bundle, pool=pool, answer="shout")
@@ -155,13 +180,17 @@ def test_gold_agents_through_the_rollout_engine(bundle: Path, pool: SyncKernelPo
     policy = AgentPolicy("gold", lambda task, sample: ScriptedAgent(list(gold[task])))
 
     async def main() -> list[EpisodeResult]:
-        engine = RolloutEngine.local(policy, functools.partial(CodeInterpreterEnv, bundle, pool=pool), concurrency=2)
+        engine = RolloutEngine.local(
+            policy, functools.partial(CodeInterpreterEnv, bundle, pool=pool), concurrency=2
+        )
         async with engine, contextlib.aclosing(engine.run(specs_for(TASKS, 2))) as stream:
             return [r async for r in stream]
 
     results = asyncio.run(main())
     assert [r.error_message for r in results if r.error] == []
-    assert sorted((r.task_id, r.reward, r.error) for r in results) == sorted((t, 1.0, None) for t in TASKS for _ in range(2))
+    assert sorted((r.task_id, r.reward, r.error) for r in results) == sorted(
+        (t, 1.0, None) for t in TASKS for _ in range(2)
+    )
 
 
 @pytest.mark.heavy
@@ -180,7 +209,10 @@ def test_episodes_with_the_embedded_model(bundle: Path, pool: SyncKernelPool) ->
             params=SamplingParams(temperature=0.8, max_tokens=48, seed=0),
             budget=Budget(max_turns=3),
         )
-        async with engine, contextlib.aclosing(engine.run(specs_for(TASKS[:2], 1, seed=1))) as stream:
+        async with (
+            engine,
+            contextlib.aclosing(engine.run(specs_for(TASKS[:2], 1, seed=1))) as stream,
+        ):
             return [r async for r in stream]
 
     try:
@@ -197,12 +229,21 @@ def test_episodes_with_the_embedded_model(bundle: Path, pool: SyncKernelPool) ->
         # from the transcript (no submission: 0.0), and it agrees with the env's report.
         submitted = [
             json.loads(call["function"]["arguments"])
-            for m in r.messages if m["role"] == "assistant"
-            for call in m.get("tool_calls") or [] if call["function"]["name"] == "submit_answer"
+            for m in r.messages
+            if m["role"] == "assistant"
+            for call in m.get("tool_calls") or []
+            if call["function"]["name"] == "submit_answer"
         ]
         expected = 0.0
-        if submitted and r.terminated and isinstance(submitted[-1], dict) and "answer" in submitted[-1]:
-            report = verifier.verify_answer({"answer": str(submitted[-1]["answer"])}, tasks[r.task_id])
+        if (
+            submitted
+            and r.terminated
+            and isinstance(submitted[-1], dict)
+            and "answer" in submitted[-1]
+        ):
+            report = verifier.verify_answer(
+                {"answer": str(submitted[-1]["answer"])}, tasks[r.task_id]
+            )
             expected = float(all(c["passed"] for c in report["checks"]))
         assert r.reward == expected, (r.task_id, submitted, r.report)
         if r.report is not None:

@@ -25,7 +25,9 @@ def test_reasoning_tasks_are_deterministic_and_difficulty_changes_the_generator(
     b = reasoning.generate("math", seed=3, per_generator=1, difficulties=(1, 5))
     assert [t.task for t in a] == [t.task for t in b]
     assert {t.task["metadata"]["generator"] for t in a} == set(reasoning.generators("math"))
-    primes = {t.task["difficulty"]: t.task for t in a if t.task["metadata"]["generator"] == "count_primes"}
+    primes = {
+        t.task["difficulty"]: t.task for t in a if t.task["metadata"]["generator"] == "count_primes"
+    }
     assert len(primes[1]["prompt"]) <= len(primes[5]["prompt"])
     # curriculum level 0 draws n <= 1000, level 4 up to 100000
     hi = lambda task: int(task["prompt"].split(" and ")[1].split()[0])  # noqa: E731
@@ -45,7 +47,10 @@ def test_every_generated_task_checks_against_reasoning_gym() -> None:
         assert task["prompt"] == entry["question"].strip(), task["id"]
         assert meta["answer"] == str(entry["answer"]), task["id"]
         printed = tools.python(meta["reference_code"]).strip()
-        assert get_score_answer_fn(meta["generator"])(answer=printed, entry=entry) == 1.0, (task["id"], printed)
+        assert get_score_answer_fn(meta["generator"])(answer=printed, entry=entry) == 1.0, (
+            task["id"],
+            printed,
+        )
 
 
 # reasoning-gym's basic_arithmetic entry 0 at level 3 for this seed is wrong: "Calculate
@@ -53,7 +58,9 @@ def test_every_generated_task_checks_against_reasoning_gym() -> None:
 WRONG_ENTRY_SEED = 3408567701406964553
 
 
-def test_a_generator_entry_with_a_wrong_answer_key_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_generator_entry_with_a_wrong_answer_key_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(reasoning, "generators", lambda family: ["basic_arithmetic"])
     monkeypatch.setattr(reasoning, "task_seed", lambda seed, name, difficulty: WRONG_ENTRY_SEED)
     [made] = reasoning.generate("math", per_generator=1, difficulties=(3,))
@@ -63,7 +70,9 @@ def test_a_generator_entry_with_a_wrong_answer_key_is_replaced(monkeypatch: pyte
     assert reasoning.regenerate(made.task)["answer"] == meta["answer"]
 
 
-def test_a_reference_program_wrong_on_every_draw_fails_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_reference_program_wrong_on_every_draw_fails_the_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(reasoning, "generators", lambda family: ["basic_arithmetic"])
     name, (fam, kind, extra, _) = "basic_arithmetic", reasoning.PROGRAMS["basic_arithmetic"]
     monkeypatch.setitem(reasoning.PROGRAMS, name, (fam, kind, extra, lambda m: "print(987654321)"))
@@ -77,7 +86,9 @@ def test_task_seeds_are_secret_and_cannot_be_recomputed_from_what_the_agent_sees
 
     a = reasoning.generate("math", per_generator=1, difficulties=(1,))
     b = reasoning.generate("math", per_generator=1, difficulties=(1,))
-    assert [t.task["id"] for t in a] == [t.task["id"] for t in b]  # same ids, generators, difficulty
+    assert [t.task["id"] for t in a] == [
+        t.task["id"] for t in b
+    ]  # same ids, generators, difficulty
     seeds = [t.task["metadata"]["rg_seed"] for t in a + b]
     assert len(set(seeds)) == len(seeds)  # drawn per build, not a function of id/index/difficulty
     assert sum(x.task["prompt"] != y.task["prompt"] for x, y in zip(a, b)) >= len(a) // 2
@@ -92,12 +103,22 @@ def test_task_seeds_are_secret_and_cannot_be_recomputed_from_what_the_agent_sees
         task = next(t.task for t in a if t.task["metadata"]["generator"] == name)
         meta = task["metadata"]
         assert meta["rg_seed"] not in candidates and meta["rg_seed"] >= 2**32
-        stream = [e["question"] for e in DATASETS[name][0](
-            config=reasoning._config(name, 1, seed=meta["rg_seed"], size=meta["rg_index"] + 6))]
-        assert stream[meta["rg_index"]].strip() == task["prompt"]  # the stored seed does regenerate it
+        stream = [
+            e["question"]
+            for e in DATASETS[name][0](
+                config=reasoning._config(name, 1, seed=meta["rg_seed"], size=meta["rg_index"] + 6)
+            )
+        ]
+        assert (
+            stream[meta["rg_index"]].strip() == task["prompt"]
+        )  # the stored seed does regenerate it
         for candidate in candidates:
-            guess = [e["question"] for e in DATASETS[name][0](
-                config=reasoning._config(name, 1, seed=candidate, size=meta["rg_index"] + 6))]
+            guess = [
+                e["question"]
+                for e in DATASETS[name][0](
+                    config=reasoning._config(name, 1, seed=candidate, size=meta["rg_index"] + 6)
+                )
+            ]
             assert guess != stream, (name, candidate)
 
 
@@ -123,12 +144,18 @@ def test_data_answers_match_an_independent_computation(tmp_path: Path) -> None:
         if r["region"] == region:
             months[int(r["date"][5:7]) - 1] += int(r["units"]) * float(r["unit_price"])
     assert abs(float(median_task["metadata"]["answer"]) - statistics.median(months)) <= 0.005
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sales.csv", "staff.sqlite", "weather.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "sales.csv",
+        "staff.sqlite",
+        "weather.csv",
+    ]
 
 
 def test_each_family_bundle_passes_envgym_check(tmp_path: Path) -> None:
     for family in ("math", "logic", "data"):
-        bundle_dir = build_bundle(tmp_path / family, families=(family,), seed=2, difficulties=(1, 3))
+        bundle_dir = build_bundle(
+            tmp_path / family, families=(family,), seed=2, difficulties=(1, 3)
+        )
         report = check_bundle(load_bundle(bundle_dir), reruns=2)
         assert report.passed, [t.problems for t in report.tasks if not t.passed]
         lines = [json.loads(x) for x in (bundle_dir / "tasks.jsonl").read_text().splitlines()]
@@ -148,7 +175,9 @@ def _check_failures(output: str) -> str:
 
 @pytest.mark.heavy
 @pytest.mark.timeout(600)
-def test_envgym_check_code_interpreter_v0_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_envgym_check_code_interpreter_v0_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from envgym.cli import app
@@ -171,10 +200,24 @@ def test_draws_whose_answer_is_in_the_prompt_are_degenerate() -> None:
         return {"id": "t", "prompt": prompt, "metadata": {"answer": answer, "answer_kind": kind}}
 
     # reasoning-gym drew these: the answer is already written in the question.
-    assert _answer_in_prompt(task("Simplify the fraction $1/6$ to its lowest terms.", "$1/6$", "reduced_fraction"), verifier)
-    assert _answer_in_prompt(task("Simplify this expression: 8428*x**3\nUse ** for powers.", "8428*x**3", "expression"), verifier)
+    assert _answer_in_prompt(
+        task("Simplify the fraction $1/6$ to its lowest terms.", "$1/6$", "reduced_fraction"),
+        verifier,
+    )
+    assert _answer_in_prompt(
+        task("Simplify this expression: 8428*x**3\nUse ** for powers.", "8428*x**3", "expression"),
+        verifier,
+    )
     # A real question: the answer has to be computed.
-    assert not _answer_in_prompt(task("Simplify the fraction $20/82$ to its lowest terms.", "$10/41$", "reduced_fraction"), verifier)
-    assert not _answer_in_prompt(task("Simplify this expression: (4*x**2)*(2107*x)", "8428*x**3", "expression"), verifier)
+    assert not _answer_in_prompt(
+        task("Simplify the fraction $20/82$ to its lowest terms.", "$10/41$", "reduced_fraction"),
+        verifier,
+    )
+    assert not _answer_in_prompt(
+        task("Simplify this expression: (4*x**2)*(2107*x)", "8428*x**3", "expression"), verifier
+    )
     # A bare number that happens to occur in the prompt is not a gift (the policy cannot know which).
-    assert not _answer_in_prompt(task("How many 1 bits does 7 have? Answer with a number such as 3.", "3", "number"), verifier)
+    assert not _answer_in_prompt(
+        task("How many 1 bits does 7 have? Answer with a number such as 3.", "3", "number"),
+        verifier,
+    )

@@ -13,8 +13,14 @@ from envs.code_interpreter.reasoning import bundle_module
 verifier = bundle_module("verifier")
 
 
-def verdict(given: str, kind: str, expected: str, prompt: str = "", **meta: Any) -> tuple[bool, str]:
-    task = {"id": "t1", "prompt": prompt, "metadata": {"answer_kind": kind, "answer": expected, **meta}}
+def verdict(
+    given: str, kind: str, expected: str, prompt: str = "", **meta: Any
+) -> tuple[bool, str]:
+    task = {
+        "id": "t1",
+        "prompt": prompt,
+        "metadata": {"answer_kind": kind, "answer": expected, **meta},
+    }
     report = verifier.verify_answer({"answer": given}, task)
     failed = [c for c in report["checks"] if not c["passed"]]
     return (not failed, failed[0]["detail"] if failed else "")
@@ -47,9 +53,16 @@ def test_tolerances_come_from_the_task() -> None:
     assert verdict("12.3449", "number", "12.34", abs_tol=0.005 + 1e-6) == (True, "")
     assert verdict("12.36", "number", "12.34", abs_tol=0.005 + 1e-6)[0] is False
     # a precision the prompt states wins over a looser rel_tol (5e-3 let 1.879e-06 pass)
-    power = {"prompt": "Compute 912.0685^-2. Return your final answer correct to 3 significant figures."}
-    assert verdict("1.20e-06", "number", "1.202112425968132e-06", rel_tol=5e-3, **power) == (True, "")
-    assert verdict("1.206e-06", "number", "1.202112425968132e-06", rel_tol=5e-3, **power)[0] is False
+    power = {
+        "prompt": "Compute 912.0685^-2. Return your final answer correct to 3 significant figures."
+    }
+    assert verdict("1.20e-06", "number", "1.202112425968132e-06", rel_tol=5e-3, **power) == (
+        True,
+        "",
+    )
+    assert (
+        verdict("1.206e-06", "number", "1.202112425968132e-06", rel_tol=5e-3, **power)[0] is False
+    )
 
 
 @pytest.mark.parametrize(
@@ -63,21 +76,31 @@ def test_tolerances_come_from_the_task() -> None:
         ("Round to 2 decimal places.", {"sig_figs": 4}, ("sig", 4)),
     ],
 )
-def test_precision_is_read_from_the_task(prompt: str, meta: dict[str, Any], stated: tuple[str, int] | None) -> None:
+def test_precision_is_read_from_the_task(
+    prompt: str, meta: dict[str, Any], stated: tuple[str, int] | None
+) -> None:
     assert verifier.precision({"prompt": prompt, "metadata": meta}) == stated
 
 
 def test_expressions_are_compared_symbolically() -> None:
     assert verdict("x^2 + 2x + 1", "expression", "(x+1)**2") == (True, "")
-    assert verdict("x**2 + 2*x", "expression", "(x+1)**2") == (False, "not equivalent to the expected expression")
+    assert verdict("x**2 + 2*x", "expression", "(x+1)**2") == (
+        False,
+        "not equivalent to the expected expression",
+    )
     assert verdict("y*x - x*y + 3", "expression", "3") == (True, "")
     expanded = "-896*x**4 + 2240*x**3 + 3584*x"
-    assert verdict(expanded, "expression", "64*x*(-14*x**3 + 35*x**2 + 56)", form="expanded") == (True, "")
+    assert verdict(expanded, "expression", "64*x*(-14*x**3 + 35*x**2 + 56)", form="expanded") == (
+        True,
+        "",
+    )
     assert verdict("64*x*(-14*x**3 + 35*x**2 + 56)", "expression", expanded, form="expanded") == (
         False,
         "equivalent, but not expanded into a sum of terms",
     )
-    assert verdict("-448*x**4 - 448*x**4 + 2240*x**3 + 3584*x", "expression", expanded, form="expanded") == (
+    assert verdict(
+        "-448*x**4 - 448*x**4 + 2240*x**3 + 3584*x", "expression", expanded, form="expanded"
+    ) == (
         False,
         "equivalent, but not simplified: multiply out the numbers and combine like terms",
     )
@@ -121,18 +144,38 @@ def test_final_messages_are_read_from_the_box_or_an_answer_line() -> None:
     [
         ({}, "no answer was submitted"),
         ({"answer": "  "}, "the answer is empty"),
-        ({"answer": "42 (unverified)"}, "'42 (unverified)' is an expression, not a value: compute it and give the result"),
-        ({"answer": "__import__('os').system('id')"}, "\"__import__('os').system('id')\" is an expression, not a value: compute it and give the result"),
-        ({"answer": "9**9**9**9"}, "'9**9**9**9' is an expression, not a value: compute it and give the result"),
+        (
+            {"answer": "42 (unverified)"},
+            "'42 (unverified)' is an expression, not a value: compute it and give the result",
+        ),
+        (
+            {"answer": "__import__('os').system('id')"},
+            "\"__import__('os').system('id')\" is an expression, not a value: compute it and give the result",
+        ),
+        (
+            {"answer": "9**9**9**9"},
+            "'9**9**9**9' is an expression, not a value: compute it and give the result",
+        ),
         ({"answer": "1" * 30_000}, "answer longer than 20000 characters"),
-        ({"answer": "(lambda: 1)()"}, "'(lambda: 1)()' is an expression, not a value: compute it and give the result"),
+        (
+            {"answer": "(lambda: 1)()"},
+            "'(lambda: 1)()' is an expression, not a value: compute it and give the result",
+        ),
         ({"answer": "1 +"}, "'1 +' is an expression, not a value: compute it and give the result"),
-        ({"answer": "forty-two"}, "'forty-two' is an expression, not a value: compute it and give the result"),
-        ({"answer": "42abc"}, "unexpected text 'abc' after the number (units only where the task names them)"),
+        (
+            {"answer": "forty-two"},
+            "'forty-two' is an expression, not a value: compute it and give the result",
+        ),
+        (
+            {"answer": "42abc"},
+            "unexpected text 'abc' after the number (units only where the task names them)",
+        ),
     ],
 )
 def test_bad_answers_are_rejected_with_a_reason(submission: dict[str, str], detail: str) -> None:
-    report = verifier.verify_answer(submission, {"id": "t", "metadata": {"answer_kind": "number", "answer": "42"}})
+    report = verifier.verify_answer(
+        submission, {"id": "t", "metadata": {"answer_kind": "number", "answer": "42"}}
+    )
     failed = [c for c in report["checks"] if not c["passed"]]
     assert [c["detail"] for c in failed] == [detail]
 
@@ -176,14 +219,24 @@ def test_random_answers_never_reach_the_last_resort_guard() -> None:
                 "metadata": {"answer_kind": kind, "answer": expected, **({"form": "expanded"} if i % 3 == 0 else {})}}  # fmt: skip
         for submission in ({"answer": text}, {"content": f"\\boxed{{{text}}}"}):
             report = verifier.verify_answer(submission, task)
-            assert all("could not be checked" not in c["detail"] for c in report["checks"]), (kind, text)
+            assert all("could not be checked" not in c["detail"] for c in report["checks"]), (
+                kind,
+                text,
+            )
 
 
 @pytest.mark.parametrize(
     "content",
-    ["\\boxed{" * 50_000, "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_001, "Answer: " + "9" * 1_000_000, "x" * 2_000_000],
+    [
+        "\\boxed{" * 50_000,
+        "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_001,
+        "Answer: " + "9" * 1_000_000,
+        "x" * 2_000_000,
+    ],
 )
 def test_hostile_final_messages_are_rejected(content: str) -> None:
-    report = verifier.verify_answer({"content": content}, {"id": "t", "metadata": {"answer_kind": "number", "answer": "1"}})
+    report = verifier.verify_answer(
+        {"content": content}, {"id": "t", "metadata": {"answer_kind": "number", "answer": "1"}}
+    )
     assert not all(c["passed"] for c in report["checks"])
     assert all("could not be checked" not in c["detail"] for c in report["checks"])

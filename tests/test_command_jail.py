@@ -40,7 +40,9 @@ def work(tmp_path: Path) -> Path:
     return path
 
 
-def _run(backend: str, argv: list[str], work: Path | None = None, **kwargs: object) -> CommandResult:
+def _run(
+    backend: str, argv: list[str], work: Path | None = None, **kwargs: object
+) -> CommandResult:
     mounts = list(kwargs.pop("mounts", []))  # type: ignore[call-overload]
     if work is not None:
         mounts.append(Mount(work, "/w", writable=True))
@@ -88,7 +90,9 @@ def test_echo_exit_codes_and_workdir(backend: str, work: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_environment_is_scrubbed_and_env_honoured(backend: str, work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_is_scrubbed_and_env_honoured(
+    backend: str, work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENVGYM_TEST_SECRET", "hunter2")
     done = _run(backend, ["sh", "-c", "env"], work, env={"FOO": "bar", "PATH": "/usr/bin:/bin"})
     lines = set(done.stdout.splitlines())
@@ -191,7 +195,9 @@ except OSError as exc:
 
 
 @pytest.mark.timeout(60)
-def test_no_network_by_default_host_network_for_installs(backend: str, work: Path, host_server: tuple[int, list[str]]) -> None:
+def test_no_network_by_default_host_network_for_installs(
+    backend: str, work: Path, host_server: tuple[int, list[str]]
+) -> None:
     port, seen = host_server
     blocked = _run(backend, [PY, "-c", _CONNECT, str(port)], work)
     assert blocked.stdout.startswith("blocked:"), blocked
@@ -233,7 +239,13 @@ def test_fork_bomb_is_bounded_and_killed(backend: str, work: Path) -> None:
     limit = 24
     peak = 0
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(_run, backend, [PY, "-c", _BOMB], work, limits=CommandLimits(timeout_s=6, max_processes=limit))
+        future = pool.submit(
+            _run,
+            backend,
+            [PY, "-c", _BOMB],
+            work,
+            limits=CommandLimits(timeout_s=6, max_processes=limit),
+        )
         while not (work / "uid").exists() or not (work / "uid").read_text():
             assert not future.done(), future.result()
             time.sleep(0.05)
@@ -272,7 +284,9 @@ def test_endless_output_is_bounded_on_disk(backend: str, work: Path) -> None:
 def test_host_built_venv_runs_read_only(backend: str, work: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    site = (
+        venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    )
     (site / "tinypkg").mkdir()
     (site / "tinypkg" / "__init__.py").write_text("VALUE = 42\n")
     code = "import sys, tinypkg; print(tinypkg.VALUE, sys.prefix)"
@@ -292,7 +306,11 @@ def test_callable_from_threads(backend: str, tmp_path: Path) -> None:
     for d in dirs:
         d.mkdir()
     with ThreadPoolExecutor(3) as pool:
-        results = list(pool.map(lambda d: _run(backend, ["sh", "-c", "sleep 0.3; echo $0 > out", d.name], d), dirs))
+        results = list(
+            pool.map(
+                lambda d: _run(backend, ["sh", "-c", "sleep 0.3; echo $0 > out", d.name], d), dirs
+            )
+        )
     assert all(r.ok for r in results), results
     assert [(d / "out").read_text() for d in dirs] == [f"{d.name}\n" for d in dirs]
 
@@ -309,12 +327,20 @@ def test_pip_install_with_network(backend: str, tmp_path: Path) -> None:
         " && /cache/v/bin/python -m pip config list"
     )
     mounts = [Mount(cache, "/cache", writable=True)]
-    done = _run(backend, ["sh", "-c", script], mounts=mounts, network=True, limits=CommandLimits(timeout_s=360))
+    done = _run(
+        backend,
+        ["sh", "-c", script],
+        mounts=mounts,
+        network=True,
+        limits=CommandLimits(timeout_s=360),
+    )
     assert done.ok, (done.stdout[-2000:], done.stderr[-2000:], done.error)
     assert "imported /cache/v/lib/" in done.stdout
     assert list((cache / "v" / "lib").glob("python3*/site-packages/iniconfig/__init__.py"))
     # The host's pip settings came along (where the host has any).
-    host = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    host = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+    ).stdout
     for line in host.splitlines():
         if line.startswith("global.") and "url" in line:
             assert line in done.stdout

@@ -251,7 +251,11 @@ def test_summary_replaces_the_earlier_summary() -> None:
     second = summarize([*first, asst("r9", "c9"), tool("c9")], summarizer)
     assert second.messages == [SYS, USER, summary("summary 2")]  # not stacked on summary 1
     assert summary("summary 1") in seen[1]  # the summarizer saw what the first one said
-    assert [(d.index, d.what) for d in second.dropped] == [(2, "summary"), (3, "summary"), (4, "summary")]
+    assert [(d.index, d.what) for d in second.dropped] == [
+        (2, "summary"),
+        (3, "summary"),
+        (4, "summary"),
+    ]
 
 
 def test_summary_replaces_the_tool_call_history() -> None:
@@ -454,13 +458,18 @@ def episode(turns: int) -> list[dict]:
     history: list[dict] = [SYS, {"role": "user", "content": "Find the note called 'secret'."}]
     for i in range(turns):
         call = asst(f"thinking about step {i}", f"c{i}")
-        call["tool_calls"][0]["function"]["arguments"] = '{"key": "secret", "n": %d}' % i
+        call["tool_calls"][0]["function"]["arguments"] = '{"key": "secret", "n": %d}' % i  # noqa: UP031
         history += [call, {**tool(f"c{i}"), "content": f"tangerine {i} " * 5}]
     history.append({"role": "user", "content": "No tool call was found.", "name": "envgym"})
     return history
 
 
-TOOLS = [{"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {"type": "object"}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "search", "description": "Search.", "parameters": {"type": "object"}},
+    }
+]
 
 
 def test_incremental_counts_equal_whole_prompt_counts(smollm2_tokenizer: Any) -> None:
@@ -468,12 +477,18 @@ def test_incremental_counts_equal_whole_prompt_counts(smollm2_tokenizer: Any) ->
     history = episode(30)
     for end in (1, 2, 3, 10, len(history)):
         for tools in ((), TOOLS):
-            assert counter.count(history[:end], tools) == counter.count_exact(history[:end], tools), (end, tools)
+            assert counter.count(history[:end], tools) == counter.count_exact(
+                history[:end], tools
+            ), (end, tools)
     # A later prompt that differs inside the counted prefix (reasoning stripped by a newer user
     # message, as thinking retention does): those messages are new objects and must be recounted.
     stripped = thinking_retention([*history, {"role": "user", "content": "and now?"}]).messages
-    assert stripped[2] is not history[2] and counter.count(stripped) == counter.count_exact(stripped)
-    assert counter.count(stripped) < counter.count([*history, {"role": "user", "content": "and now?"}])
+    assert stripped[2] is not history[2] and counter.count(stripped) == counter.count_exact(
+        stripped
+    )
+    assert counter.count(stripped) < counter.count(
+        [*history, {"role": "user", "content": "and now?"}]
+    )
     approx = ApproxTokenCounter()
     for end in (0, 1, 5, len(history)):
         for tools in ((), TOOLS):
@@ -519,12 +534,18 @@ def test_render_follows_a_growing_history_and_other_lists() -> None:
     history.append(asst("r2", "c2"))
     assert [d.index for d in cm.render(history).dropped] == [2]
     assert cm.render(history[:4]).dropped == ()  # another (shorter) list: searched afresh
-    replaced = [*history[:4], {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "x"}]
+    replaced = [
+        *history[:4],
+        {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "x"},
+    ]
     assert cm.render(replaced).dropped == ()
     history.append(tool("c2"))
     cm.render(history)  # remembered: 7 messages searched, latest user turn at 4
     other = [*history[:6], {"role": "user", "content": "and Bergen?"}, asst("r3", "c3"), tool("c3")]
-    assert [d.index for d in cm.render(other).dropped] == [2, 5]  # another list: its user at 6 counts
+    assert [d.index for d in cm.render(other).dropped] == [
+        2,
+        5,
+    ]  # another list: its user at 6 counts
 
 
 def test_managers_and_counters_pickle() -> None:

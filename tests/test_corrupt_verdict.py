@@ -40,7 +40,9 @@ def test_corruption_kinds_present() -> None:
     assert any(p[0]["hotel"] == "H2" for p in plans)  # swapped with a sibling's value
     assert any(p[1]["time"] == "2025-10-03" for p in plans)  # a date moved by a day
     assert any("hotel" not in p[0] for p in plans)  # a field dropped
-    assert any(p[0].get("city") == "Hangzhou (unverified)" for p in plans)  # a name that does not exist
+    assert any(
+        p[0].get("city") == "Hangzhou (unverified)" for p in plans
+    )  # a name that does not exist
 
 
 def test_corruptions_are_seeded() -> None:
@@ -50,7 +52,9 @@ def test_corruptions_are_seeded() -> None:
 
 
 def test_verdict_from_good_report() -> None:
-    v = Verdict.from_report({"checks": [{"name": "a", "passed": True}, {"name": "b", "passed": False, "detail": "why"}]})
+    v = Verdict.from_report(
+        {"checks": [{"name": "a", "passed": True}, {"name": "b", "passed": False, "detail": "why"}]}
+    )
     assert not v.passed
     assert v.score == 0.5
     assert v.components() == {"a": 1.0, "b": 0.0}
@@ -58,7 +62,14 @@ def test_verdict_from_good_report() -> None:
 
 
 def test_verdict_malformed_reports_fail_closed() -> None:
-    for report in (None, True, {"checks": "yes"}, {"checks": []}, {"checks": [1]}, {"checks": [{"passed": True}]}):
+    for report in (
+        None,
+        True,
+        {"checks": "yes"},
+        {"checks": []},
+        {"checks": [1]},
+        {"checks": [{"passed": True}]},
+    ):
         v = Verdict.from_report(report)
         assert not v.passed
         assert v.checks[0].name == "verifier_output"

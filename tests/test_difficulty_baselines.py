@@ -46,24 +46,40 @@ def test_exhaustive_respects_its_bound() -> None:
 
 
 def _retail_world() -> RetailWorld:
-    products = [ProductRow("A-1", "a", "Acme", 10, 4.0, 100, False),
-                ProductRow("A-2", "a", "Bolt", 12, 4.0, 100, False),
-                ProductRow("B-1", "b", "Acme", 5, 4.0, 100, False),
-                ProductRow("B-2", "b", "Acme", 9, 4.0, 100, False)]
-    lines = tuple(LineRow(f"O-{i}", f"L-{i}", "a", refund, "2026-01-01")
-                  for i, refund in enumerate((50.0, 30.0, 25.0, 20.0)))
+    products = [
+        ProductRow("A-1", "a", "Acme", 10, 4.0, 100, False),
+        ProductRow("A-2", "a", "Bolt", 12, 4.0, 100, False),
+        ProductRow("B-1", "b", "Acme", 5, 4.0, 100, False),
+        ProductRow("B-2", "b", "Acme", 9, 4.0, 100, False),
+    ]
+    lines = tuple(
+        LineRow(f"O-{i}", f"L-{i}", "a", refund, "2026-01-01")
+        for i, refund in enumerate((50.0, 30.0, 25.0, 20.0))
+    )
     return RetailWorld(
         customers=(CustomerRow("Ada", "standard", "north", 0),),
         products={p.sku: p for p in products} | {f"L-{i}": products[0] for i in range(4)},
         by_category={"a": tuple(products[:2]), "b": tuple(products[2:])},
-        stock={(p.sku, "north"): 1 for p in products}, purchased={"Ada": frozenset()},
-        lines={"Ada": lines}, windows={"a": 30}, owned_lines={"Ada": ()}, refunds={})
+        stock={(p.sku, "north"): 1 for p in products},
+        purchased={"Ada": frozenset()},
+        lines={"Ada": lines},
+        windows={"a": 30},
+        owned_lines={"Ada": ()},
+        refunds={},
+    )
 
 
 def test_retail_basket_repair_swaps_the_clashing_brand() -> None:
-    meta = {"kind": "basket", "customer": "Ada", "categories": ["a", "b"], "budget": 20,
-            "min_rating": None, "distinct_brands": True, "max_weight_g": None,
-            "exclude_purchased": False}
+    meta = {
+        "kind": "basket",
+        "customer": "Ada",
+        "categories": ["a", "b"],
+        "budget": 20,
+        "min_rating": None,
+        "distinct_brands": True,
+        "max_weight_g": None,
+        "exclude_purchased": False,
+    }
     out = retail.baselines(_retail_world(), meta)
     assert out["greedy"] == {"customer": "Ada", "skus": ["A-1", "B-1"], "total": 15.0}  # two Acme
     assert out["greedy+repair"] == {"customer": "Ada", "skus": ["A-2", "B-1"], "total": 17.0}
@@ -72,8 +88,15 @@ def test_retail_basket_repair_swaps_the_clashing_brand() -> None:
 
 
 def test_retail_returns_repair_needs_a_swap() -> None:
-    meta = {"kind": "returns", "customer": "Ada", "as_of": "2026-01-05", "refund_min": 45,
-            "refund_max": 46, "one_per_order": False, "exclude_category": None}
+    meta = {
+        "kind": "returns",
+        "customer": "Ada",
+        "as_of": "2026-01-05",
+        "refund_min": 45,
+        "refund_max": 46,
+        "one_per_order": False,
+        "exclude_category": None,
+    }
     out = retail.baselines(_retail_world(), meta)
     assert out["greedy"]["refund_total"] == 30.0  # 50 is over the maximum, then 30, nothing fits
     # 30 -> 30+20 (one move) -> 25+20 (a swap): refund 45
@@ -83,12 +106,20 @@ def test_retail_returns_repair_needs_a_swap() -> None:
 
 
 def _shipping_world() -> ShippingWorld:
-    lane = {"AB": LaneRow("AB", "A", "B", "truck", 1, 1.0, 10, True),
-            "AC": LaneRow("AC", "A", "C", "truck", 1, 1.0, 100, True),
-            "CB": LaneRow("CB", "C", "B", "truck", 1, 1.0, 100, True)}
+    lane = {
+        "AB": LaneRow("AB", "A", "B", "truck", 1, 1.0, 10, True),
+        "AC": LaneRow("AC", "A", "C", "truck", 1, 1.0, 100, True),
+        "CB": LaneRow("CB", "C", "B", "truck", 1, 1.0, 100, True),
+    }
     lanes_from = {"A": (lane["AB"], lane["AC"]), "C": (lane["CB"],)}
-    return ShippingWorld({"A": 0, "B": 0, "C": 0}, lanes_from, {"S1": ShipmentRow("S1", "A", "B", 5, False, 10),
-                          "S2": ShipmentRow("S2", "A", "B", 10, False, 10)})
+    return ShippingWorld(
+        {"A": 0, "B": 0, "C": 0},
+        lanes_from,
+        {
+            "S1": ShipmentRow("S1", "A", "B", 5, False, 10),
+            "S2": ShipmentRow("S2", "A", "B", 10, False, 10),
+        },
+    )
 
 
 def test_shipping_repair_is_stuck_where_exhaustive_search_is_not() -> None:
@@ -96,26 +127,49 @@ def test_shipping_repair_is_stuck_where_exhaustive_search_is_not() -> None:
     out = shipping.baselines(_shipping_world(), meta)
     # greedy: S1 takes the direct lane, S2 (heavier) the detour: 5 + 20 = 25 > 20; moving either
     # one alone overloads the direct lane or costs more, so repair stays there
-    greedy = {"routes": [{"shipment": "S1", "lanes": ["AB"]},
-                         {"shipment": "S2", "lanes": ["AC", "CB"]}], "total_cost": 25.0}
+    greedy = {
+        "routes": [{"shipment": "S1", "lanes": ["AB"]}, {"shipment": "S2", "lanes": ["AC", "CB"]}],
+        "total_cost": 25.0,
+    }
     assert out["greedy"] == greedy and out["greedy+repair"] == greedy
-    assert out["exhaustive"] == {"routes": [{"shipment": "S1", "lanes": ["AC", "CB"]},
-                                            {"shipment": "S2", "lanes": ["AB"]}], "total_cost": 20.0}
+    assert out["exhaustive"] == {
+        "routes": [{"shipment": "S1", "lanes": ["AC", "CB"]}, {"shipment": "S2", "lanes": ["AB"]}],
+        "total_cost": 20.0,
+    }
 
 
 def test_meeting_repair_moves_the_flexible_meeting() -> None:
     people = {n: PersonRow(n, "core", 0, (9 * 60, 11 * 60)) for n in ("Ann", "Bo")}
     busy = {("Bo", "2026-01-05"): ((10 * 60, 11 * 60),)}
     world = MeetingWorld(people, busy, frozenset(), (RoomRow("Alder", 4, 1, False),), {})
-    meta = {"date": "2026-01-05", "protect_lunch": False, "buffer_min": 0, "meetings": [
-        {"id": "M1", "attendees": ["Ann"], "duration_min": 30, "needs_video": False,
-         "representative_team": None},
-        {"id": "M2", "attendees": ["Ann", "Bo"], "duration_min": 60, "needs_video": False,
-         "representative_team": None}]}
+    meta = {
+        "date": "2026-01-05",
+        "protect_lunch": False,
+        "buffer_min": 0,
+        "meetings": [
+            {
+                "id": "M1",
+                "attendees": ["Ann"],
+                "duration_min": 30,
+                "needs_video": False,
+                "representative_team": None,
+            },
+            {
+                "id": "M2",
+                "attendees": ["Ann", "Bo"],
+                "duration_min": 60,
+                "needs_video": False,
+                "representative_team": None,
+            },
+        ],
+    }
     out = meeting.baselines(world, meta)
     starts = {k: [row["start_utc"] for row in v["schedule"]] for k, v in out.items()}
-    assert starts == {"greedy": ["09:00", "09:00"],  # M2's only start is taken
-                      "greedy+repair": ["10:00", "09:00"], "exhaustive": ["10:00", "09:00"]}
+    assert starts == {
+        "greedy": ["09:00", "09:00"],  # M2's only start is taken
+        "greedy+repair": ["10:00", "09:00"],
+        "exhaustive": ["10:00", "09:00"],
+    }
 
 
 FAMILIES = ("retail_orders", "shipment_logistics", "meeting_scheduling")
@@ -127,8 +181,7 @@ def test_top_level_tasks_defeat_the_stronger_baselines(family: str, tmp_path: Pa
     host = importlib.import_module(f"envs.{family}.baselines")
     top = 5
     for seed in (0, 1):
-        out = build.build_bundle(tmp_path / f"s{seed}", seed=seed, n_tasks=1,
-                                 difficulties=(top,))
+        out = build.build_bundle(tmp_path / f"s{seed}", seed=seed, n_tasks=1, difficulties=(top,))
         world = build.RECIPE.load_world(out / "state" / "db.sqlite")
         task = json.loads((out / "tasks.jsonl").read_text().splitlines()[0])
         with LocalBundle(out).episode() as episode:

@@ -44,8 +44,13 @@ def tiny_model(seed: int) -> LlamaForCausalLM:
     """Hidden 32, 2 layers, tied embeddings (as SmolLM2), float64 so equality can be tight."""
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).to(torch.float64)
@@ -55,8 +60,14 @@ def tiny_moe(seed: int) -> MixtralForCausalLM:
     """The MoE policy's shape in miniature: 4 experts, top-2, float64."""
     torch.manual_seed(seed)
     config = MixtralConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
         max_position_embeddings=32,
         experts_implementation="eager",  # grouped_mm has no float64 kernel
     )
@@ -108,9 +119,7 @@ def grpo_terms(
     return grpo_loss(logp, batch["old_logp"], batch["advantages"], mask, cfg)
 
 
-def grpo_sum(
-    model: nn.Module, batch: dict[str, Tensor], aggregation: str
-) -> tuple[Tensor, Tensor]:
+def grpo_sum(model: nn.Module, batch: dict[str, Tensor], aggregation: str) -> tuple[Tensor, Tensor]:
     """trainer.losses.grpo_loss as a (loss_sum, n_units) loss_fn."""
     loss, diagnostics = grpo_terms(model, batch, aggregation)
     n_units = diagnostics["n_units"]
@@ -302,9 +311,7 @@ def test_misuse_under_a_process_group_is_refused(ranks: list[dict[str, Any]]) ->
     assert errors["unsharded"].startswith("TypeError") and "shard_model" in errors["unsharded"]
     assert errors["twice"].startswith("ValueError") and "already sharded" in errors["twice"]
     assert errors["no_layers"].startswith("ValueError") and "Sequential" in errors["no_layers"]
-    assert errors["foreign_layers"] == (
-        "ValueError: layers holds a Linear that is not a submodule"
-    )
+    assert errors["foreign_layers"] == ("ValueError: layers holds a Linear that is not a submodule")
 
 
 # -- single process and bad input -------------------------------------------------------------

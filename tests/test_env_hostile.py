@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from bundle_factory import TOOLS, make_notes_bundle
+
 from envgym.bundle_env import BundleEnv
 from envgym.sandbox import Limits
 
-HOSTILE = TOOLS + '''
+HOSTILE = (
+    TOOLS
+    + '''
 
 def spin(seconds: int) -> str:
     """Loop forever.
@@ -51,11 +53,17 @@ def peek(path: str) -> str:
     with open(path) as f:
         return f.read()
 '''
+)
 
 
 def _call(name: str, args: str, cid: str) -> dict:
-    return {"role": "assistant", "content": "", "tool_calls": [
-        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +82,9 @@ def env(tmp_path_factory: pytest.TempPathFactory):
         ("die", '{"code": 3}', "crash"),
     ],
 )
-def test_hostile_call_is_an_observation_and_the_episode_continues(env: BundleEnv, name: str, args: str, kind: str) -> None:
+def test_hostile_call_is_an_observation_and_the_episode_continues(
+    env: BundleEnv, name: str, args: str, kind: str
+) -> None:
     env.reset(seed=0)
     env.step(_call("set_note", '{"key": "secret", "value": "mango"}', "w"))
     obs, _, terminated, truncated, info = env.step(_call(name, args, "h"))

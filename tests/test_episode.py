@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from envgym.actions import normalize_action
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.episode import Episode, answer_calls, counting
-from envgym.actions import normalize_action
 from envgym.messages import ToolCall
 from envgym.parsers import get_parser
 from envgym.tokens import ApproxTokenCounter
@@ -37,22 +37,32 @@ class Recorder:
 
 
 def test_readable_calls_answered_in_order_and_later_calls_know_of_the_submission() -> None:
-    parsed = normalize_action(turn(call("a", "{}", "x"), call("submit", '{"v": 1}', "y"), call("b", "{}", "z")))
+    parsed = normalize_action(
+        turn(call("a", "{}", "x"), call("submit", '{"v": 1}', "y"), call("b", "{}", "z"))
+    )
     answer = Recorder()
     messages, result = answer_calls(parsed, answer)
     assert answer.seen == [("a", False), ("submit", False), ("b", True)]
-    assert [(m["tool_call_id"], m["content"]) for m in messages] == [("x", "ran a"), ("y", "ran submit"), ("z", "ran b")]
+    assert [(m["tool_call_id"], m["content"]) for m in messages] == [
+        ("x", "ran a"),
+        ("y", "ran submit"),
+        ("z", "ran b"),
+    ]
     assert result == "submitted {'v': 1}"
 
 
 def test_first_submission_wins() -> None:
-    parsed = normalize_action(turn(call("submit", '{"v": 1}', "x"), call("submit", '{"v": 2}', "y")))
+    parsed = normalize_action(
+        turn(call("submit", '{"v": 1}', "x"), call("submit", '{"v": 2}', "y"))
+    )
     _, result = answer_calls(parsed, Recorder())
     assert result == "submitted {'v': 1}"
 
 
 def test_broken_call_keeps_its_place_and_message_notes_come_last() -> None:
-    parsed = normalize_action(turn(call("a", "{}", "x"), call("b", "{not json", "y"), call("c", "{}", "z"), content=7))
+    parsed = normalize_action(
+        turn(call("a", "{}", "x"), call("b", "{not json", "y"), call("c", "{}", "z"), content=7)
+    )
     answer = Recorder()
     messages, result = answer_calls(parsed, answer)
     assert answer.seen == [("a", False), ("c", False)]  # the broken call never runs
@@ -64,7 +74,10 @@ def test_broken_call_keeps_its_place_and_message_notes_come_last() -> None:
 
 
 def test_no_calls_no_messages() -> None:
-    assert answer_calls(normalize_action({"role": "assistant", "content": "hi"}), Recorder()) == ([], None)
+    assert answer_calls(normalize_action({"role": "assistant", "content": "hi"}), Recorder()) == (
+        [],
+        None,
+    )
 
 
 def test_read_counts_turns_and_problems_and_keeps_ids_unique() -> None:
@@ -94,6 +107,8 @@ def test_counting_gives_the_context_a_counter_only_when_it_must_count() -> None:
     assert plain.counter is None and plain.context.counter is None
     assert isinstance(plain.budget, ApproxTokenCounter)
     windowed = counting("thinking-retention", None, window=True)
-    assert windowed.counter is None and windowed.budget is windowed.context.counter  # one counter, one cache
+    assert (
+        windowed.counter is None and windowed.budget is windowed.context.counter
+    )  # one counter, one cache
     given = ContextManager(policy="keep-all")
     assert counting(given, None, window=False).context is given

@@ -34,7 +34,9 @@ class StartFailsEnv(BundleEnv):
 
 
 def _results(errored: int, ok: int) -> list[EpisodeResult]:
-    bad = [EpisodeResult("t", i, error="env", error_message=f"boom {i}\n  now") for i in range(errored)]
+    bad = [
+        EpisodeResult("t", i, error="env", error_message=f"boom {i}\n  now") for i in range(errored)
+    ]
     return bad + [EpisodeResult("t", errored + i) for i in range(ok)]
 
 
@@ -46,7 +48,9 @@ def test_the_share_names_the_first_cause() -> None:
     assert ErroredShare().share == 0.0
 
 
-def test_warns_past_a_few_percent_and_stops_past_the_limit(caplog: pytest.LogCaptureFixture) -> None:
+def test_warns_past_a_few_percent_and_stops_past_the_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with caplog.at_level(logging.WARNING, logger="test-errored"):
         check_errored(tally(_results(1, 99)), 0.1, where="step 1", log=LOG)  # 1 %: quiet
         assert not caplog.records
@@ -60,17 +64,22 @@ def test_warns_past_a_few_percent_and_stops_past_the_limit(caplog: pytest.LogCap
 
 @pytest.mark.timeout(300)
 def test_training_stops_when_most_episodes_errored(
-    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    tmp_path: Path,
+    tokenizer: Any,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bundle = parity_bundle(tmp_path / "b")
     registry.discover()
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    registry.register("start-fails-v0", lambda **kw: StartFailsEnv(bundle, **kw),
-                      bundle_dir=lambda: bundle)
+    registry.register(
+        "start-fails-v0", lambda **kw: StartFailsEnv(bundle, **kw), bundle_dir=lambda: bundle
+    )
     config = train_config(tmp_path, "start-fails-v0", steps=1)
     assert config.rollout.max_errored_share == 0.1  # on by default
     trainer = Trainer(config, model=tiny_model(), tokenizer=tokenizer)
-    with pytest.raises(TooManyErrored, match=r"(\d+) of \1 episodes errored \(100%\).*did not start"):
+    with pytest.raises(
+        TooManyErrored, match=r"(\d+) of \1 episodes errored \(100%\).*did not start"
+    ):
         trainer.run()
     assert trainer.step == 0  # nothing was trained on the survivors
 
@@ -78,19 +87,33 @@ def test_training_stops_when_most_episodes_errored(
 def test_the_training_limit_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="rollout.max_errored_share"):
         train_config(tmp_path, "x", **{"rollout.max_errored_share": 1.5})
-    assert train_config(tmp_path, "x", **{"rollout.max_errored_share": None}).rollout.max_errored_share is None
+    assert (
+        train_config(tmp_path, "x", **{"rollout.max_errored_share": None}).rollout.max_errored_share
+        is None
+    )
 
 
-def test_eval_warns_and_stops_past_its_limit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_eval_warns_and_stops_past_its_limit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = Store(f"sqlite:///{tmp_path / 'eval.db'}")
     broken = double(fail=lambda session, turn: "policy" if session.startswith("trip-001") else None)
     with caplog.at_level(logging.WARNING, logger="envgym.evaluate.runner"):
-        run = evaluate("trip-planning-v0", DOUBLE, EvalConfig(k=1, limit=3), store=store, policy=broken)
+        run = evaluate(
+            "trip-planning-v0", DOUBLE, EvalConfig(k=1, limit=3), store=store, policy=broken
+        )
     assert run.summary.errored == 1
-    assert any("1 of 3 episodes errored (33%); first cause: policy" in r.message for r in caplog.records)
+    assert any(
+        "1 of 3 episodes errored (33%); first cause: policy" in r.message for r in caplog.records
+    )
     store = Store(f"sqlite:///{tmp_path / 'eval2.db'}")
     with pytest.raises(EvalError, match="1 of .* episodes errored"):
-        evaluate("trip-planning-v0", DOUBLE, EvalConfig(k=1, limit=3, max_errored_share=0.1),
-                 store=store, policy=double(fail=lambda s, t: "policy" if s.startswith("trip-001") else None))
+        evaluate(
+            "trip-planning-v0",
+            DOUBLE,
+            EvalConfig(k=1, limit=3, max_errored_share=0.1),
+            store=store,
+            policy=double(fail=lambda s, t: "policy" if s.startswith("trip-001") else None),
+        )
     with pytest.raises(EvalError, match="max errored share"):
         EvalConfig(max_errored_share=-0.5)

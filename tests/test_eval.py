@@ -7,8 +7,8 @@ import json
 import pickle
 import subprocess
 import sys
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -182,7 +182,8 @@ def test_cli_eval_prints_json_and_writes_the_report(tmp_path: Path) -> None:
     ).is_file()
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [t["function"]["name"] for t in report["tools"]][:2] == [
-        "get_all_cities", "get_all_hotels_by_city"
+        "get_all_cities",
+        "get_all_hotels_by_city",
     ]  # the tools the model was given; the gold agent has no tokenizer, so no prompt text
     assert report["decoded"] is False and report["episodes"][0]["prompt_text"] is None
     table = cli(
@@ -275,13 +276,19 @@ def test_evaluation_runs_the_registered_env_class_not_a_plain_bundle_env(
     store: Store, marked_env: str
 ) -> None:
     policy = _Watching(lambda task, sample: SCRIPT)
-    run = evaluate(marked_env, DOUBLE, EvalConfig(k=1, limit=2, concurrency=2), store=store, policy=policy)
+    run = evaluate(
+        marked_env, DOUBLE, EvalConfig(k=1, limit=2, concurrency=2), store=store, policy=policy
+    )
     assert run.ran == 2 and all(e.error is None and e.terminated for e in run.episodes)
     assert sorted(policy.systems.values()) == [MARK, MARK]  # a plain BundleEnv says something else
     assert all(e.messages[0]["content"] == MARK for e in run.episodes)
     # What builds the envs is part of the key: the same bundle as a bare directory is another run.
     bare = evaluate(
-        str(registry.resolve_bundle(marked_env)), DOUBLE, EvalConfig(k=1, limit=2), store=store, policy=double()
+        str(registry.resolve_bundle(marked_env)),
+        DOUBLE,
+        EvalConfig(k=1, limit=2),
+        store=store,
+        policy=double(),
     )
     assert bare.key != run.key and bare.ran == 2
     assert all(e.messages[0]["content"] != MARK for e in bare.episodes)
@@ -291,13 +298,19 @@ def test_env_factory_builds_what_make_builds(marked_env: str) -> None:
     factory = registry.env_factory(marked_env, sandbox="inprocess")
     env = factory()
     try:
-        assert type(env) is type(made := registry.make(marked_env, sandbox="inprocess")) is _MarkedEnv
+        assert (
+            type(env) is type(made := registry.make(marked_env, sandbox="inprocess")) is _MarkedEnv
+        )
         made.close()
     finally:
         env.close()
-    with pytest.raises(KeyError, match="no environment 'eval-markd-v0'.*did you mean eval-marked-v0"):
+    with pytest.raises(
+        KeyError, match="no environment 'eval-markd-v0'.*did you mean eval-marked-v0"
+    ):
         registry.env_factory("eval-markd-v0")
-    assert pickle.loads(pickle.dumps(registry.env_factory("trip-planning-v0"))).args == ("trip-planning-v0",)
+    assert pickle.loads(pickle.dumps(registry.env_factory("trip-planning-v0"))).args == (
+        "trip-planning-v0",
+    )
 
 
 @pytest.mark.heavy

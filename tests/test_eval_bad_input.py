@@ -156,7 +156,11 @@ def test_server_down_errors_every_episode_but_finishes_the_run(tmp_path: Path) -
     with pytest.raises(ModelSpecError, match="cannot read the context window .*--context-window"):
         evaluate("trip-planning-v0", ref, CONFIG, store=store, policy=http_policy(url))  # type: ignore[arg-type]
     run = evaluate(
-        "trip-planning-v0", ref, replace(CONFIG, context_window=4096), store=store, policy=http_policy(url)
+        "trip-planning-v0",
+        ref,
+        replace(CONFIG, context_window=4096),
+        store=store,
+        policy=http_policy(url),
     )  # type: ignore[arg-type]
     assert run.summary.episodes == 3 and run.summary.errored == 3
     assert all(e.error == "policy" and "ConnectError" in e.error_message for e in run.episodes)
@@ -177,5 +181,8 @@ def test_jobs_that_need_a_language_model_refuse_scripted_agents() -> None:
     from envgym.evaluate import load_language_model
 
     for spec in ("gold", "random"):
-        with pytest.raises(ModelSpecError, match=f"'{spec}' is a scripted agent, not a language model that can judge"):
+        with pytest.raises(
+            ModelSpecError,
+            match=f"'{spec}' is a scripted agent, not a language model that can judge",
+        ):
             load_language_model(spec, "judge")

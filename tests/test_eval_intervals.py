@@ -146,7 +146,10 @@ def test_paired_uses_each_files_sample_counts(tmp_path: Path) -> None:
     b = write("b.json", [1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
     out = subprocess.run(
         [sys.executable, "-m", "envgym.cli", "compare", str(a), str(b), "--json"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     data = json.loads(out.stdout)
     la, ua = wilson(0.5, 48)  # no spread between A's tasks: all 48 episodes count
@@ -156,15 +159,31 @@ def test_paired_uses_each_files_sample_counts(tmp_path: Path) -> None:
     assert (data["low"], data["high"]) == approx(expected)
     text = subprocess.run(
         [sys.executable, "-m", "envgym.cli", "compare", str(a), str(b)],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     assert f"[{expected[0]:+.3f}, {expected[1]:+.3f}]" in text and "Newcombe" in text
 
 
 def test_cli_limit_1_prints_an_interval(tmp_path: Path) -> None:
     # `envgym eval --limit 1` always printed a point; one passed episode is [1/(1 + z²), 1].
-    base = [sys.executable, "-m", "envgym.cli", "eval", "trip-planning-v0", "--model", "gold",
-            "-k", "1", "--limit", "1", "--db", f"sqlite:///{tmp_path / 'e.db'}"]
+    base = [
+        sys.executable,
+        "-m",
+        "envgym.cli",
+        "eval",
+        "trip-planning-v0",
+        "--model",
+        "gold",
+        "-k",
+        "1",
+        "--limit",
+        "1",
+        "--db",
+        f"sqlite:///{tmp_path / 'e.db'}",
+    ]
     done = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stderr[-2000:]
     at1 = json.loads(done.stdout)["pass_at_k"]["1"]

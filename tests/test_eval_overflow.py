@@ -23,8 +23,16 @@ from envgym.tokens import ApproxTokenCounter
 pytestmark = pytest.mark.timeout(120)
 
 DOUBLE = ModelRef("window-double", "test", "window-double:v1")
-WRONG_PLAN = [{"time": "2025-10-05", "city": "Beijing", "hotel": "h", "afternoon_restaurant": "r",
-               "afternoon_attraction": "a", "evening_restaurant": "e"}]
+WRONG_PLAN = [
+    {
+        "time": "2025-10-05",
+        "city": "Beijing",
+        "hotel": "h",
+        "afternoon_restaurant": "r",
+        "afternoon_attraction": "a",
+        "evening_restaurant": "e",
+    }
+]
 # The trip-planning prompt (system, task, 15 tool schemas) is ~2040 approximate tokens; each
 # get_all_cities call and its result add ~55.  Fourteen of them pass a 2400-token window.
 SCRIPT = [("get_all_cities", {})] * 14 + [
@@ -73,8 +81,9 @@ def store(tmp_path: Path) -> Store:
 def test_a_prompt_past_the_window_truncates_and_counts(store: Store) -> None:
     # No window known to the eval, no compaction: the model itself hits its window.
     p = policy()
-    run = evaluate("trip-planning-v0", DOUBLE, EvalConfig(k=1, limit=2, overflow=None),
-                   store=store, policy=p)
+    run = evaluate(
+        "trip-planning-v0", DOUBLE, EvalConfig(k=1, limit=2, overflow=None), store=store, policy=p
+    )
     s = run.summary
     assert p.overflows == 2
     for e in run.episodes:
@@ -83,7 +92,10 @@ def test_a_prompt_past_the_window_truncates_and_counts(store: Store) -> None:
         assert 1 <= e.turns < len(SCRIPT) and not e.terminated  # never reached its submission
     # counted in n as failures, not filed as infrastructure errors and dropped
     assert (s.episodes, s.errored, s.errors_by_kind, s.truncations) == (
-        2, 0, {}, {"context_window": 2}
+        2,
+        0,
+        {},
+        {"context_window": 2},
     )
     assert [(t.n, t.c) for t in s.per_task] == [(1, 0), (1, 0)]
     assert s.pass_at_k[1].value == 0.0 and s.pass_at_k[1].high > 0.5 and s.excluded == {1: 0}
@@ -104,8 +116,13 @@ def test_eval_runs_the_env_with_the_models_window_and_compacts(store: Store) -> 
 
     # Without a strategy the env truncates at the window itself, before the model overflows.
     bare = policy(context_window=WINDOW)
-    cut = evaluate("trip-planning-v0", DOUBLE, EvalConfig(k=1, limit=2, overflow=None),
-                   store=store, policy=bare)
+    cut = evaluate(
+        "trip-planning-v0",
+        DOUBLE,
+        EvalConfig(k=1, limit=2, overflow=None),
+        store=store,
+        policy=bare,
+    )
     assert cut.key != run.key and bare.overflows == 0
     assert all(
         (e.error, e.truncated_by, e.reward) == (None, "context_window", 0.0) for e in cut.episodes
@@ -132,9 +149,20 @@ def test_cli_context_option() -> None:
     with pytest.raises(ValueError, match="unknown context policy 'keep-some'"):
         parse_context("keep-some+discard-all")
     done = subprocess.run(
-        [sys.executable, "-m", "envgym.cli", "eval", "trip-planning-v0", "--model", "gold",
-         "--context", "keep-all+discard-12"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "envgym.cli",
+            "eval",
+            "trip-planning-v0",
+            "--model",
+            "gold",
+            "--context",
+            "keep-all+discard-12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2 and "unknown overflow strategy 'discard-12'" in done.stderr
 
@@ -153,8 +181,14 @@ def test_the_models_window_is_read_without_loading_it(tmp_path: Path) -> None:
 
     class Models(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the http.server API
-            body = json.dumps({"data": [{"id": "other", "max_model_len": 1024},
-                                        {"id": "m", "max_model_len": 4096}]}).encode()
+            body = json.dumps(
+                {
+                    "data": [
+                        {"id": "other", "max_model_len": 1024},
+                        {"id": "m", "max_model_len": 4096},
+                    ]
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -54,11 +54,13 @@ def test_bad_eval_files_name_the_file_and_what_is_wrong(tmp_path: Path) -> None:
         "row.json": json.dumps({"per_task": [{"task_id": "t", "mean_reward": "1"}]}),
         "bool.json": json.dumps({"per_task": [{"task_id": "t", "mean_reward": True}]}),
         "nan.json": '{"per_task": [{"task_id": "t", "mean_reward": NaN}]}',
-        "twice.json": json.dumps({"per_task": [{"task_id": "t", "mean_reward": 1},
-                                               {"task_id": "t", "mean_reward": 0}]}),
+        "twice.json": json.dumps(
+            {"per_task": [{"task_id": "t", "mean_reward": 1}, {"task_id": "t", "mean_reward": 0}]}
+        ),
     }
     messages = {
-        "missing.json": "cannot read it", "text.json": "not JSON",
+        "missing.json": "cannot read it",
+        "text.json": "not JSON",
         "list.json": "no 'per_task'",
         "row.json": r"per_task\[0\] needs a string task_id and a numeric mean_reward",
         "bool.json": r"per_task\[0\] needs",
@@ -78,12 +80,14 @@ def test_the_command_prints_the_difference_and_exits_2_on_bad_input(tmp_path: Pa
     a = _eval_json(tmp_path / "a.json", {f"t{i}": 0.0 for i in range(20)})
     b = _eval_json(tmp_path / "b.json", {f"t{i}": float(i < 10) for i in range(20)})
     cmd = [sys.executable, "-m", "envgym.cli", "compare"]
-    out = subprocess.run([*cmd, str(a), str(b), "--json"], capture_output=True, text=True,
-                         timeout=60, check=True)
+    out = subprocess.run(
+        [*cmd, str(a), str(b), "--json"], capture_output=True, text=True, timeout=60, check=True
+    )
     data = json.loads(out.stdout)
     assert data["difference"] == 0.5 and data["excludes_zero"] and data["gained"] == 10
     text = subprocess.run([*cmd, str(a), str(b)], capture_output=True, text=True, timeout=60)
     assert "B − A = +0.500" in text.stdout and "excludes 0" in text.stdout
-    bad = subprocess.run([*cmd, str(a), str(tmp_path / "nope.json")], capture_output=True,
-                         text=True, timeout=60)
+    bad = subprocess.run(
+        [*cmd, str(a), str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "nope.json: cannot read it" in bad.stderr

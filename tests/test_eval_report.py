@@ -22,8 +22,16 @@ from envgym.store import Store
 pytestmark = pytest.mark.timeout(180)
 
 CALL_ID = "Call_AbC9xY"  # mixed case: an upper-cased label would mangle it
-WRONG_PLAN = [{"time": "2025-10-05", "city": "Beijing", "hotel": "h", "afternoon_restaurant": "r",
-               "afternoon_attraction": "a", "evening_restaurant": "e"}]
+WRONG_PLAN = [
+    {
+        "time": "2025-10-05",
+        "city": "Beijing",
+        "hotel": "h",
+        "afternoon_restaurant": "r",
+        "afternoon_attraction": "a",
+        "evening_restaurant": "e",
+    }
+]
 
 
 @dataclass
@@ -48,8 +56,11 @@ class TemplatePolicy:
         )
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         arguments = json.dumps({"answer_text": json.dumps(WRONG_PLAN)})
-        call = {"id": CALL_ID, "type": "function",
-                "function": {"name": "submit_result", "arguments": arguments}}
+        call = {
+            "id": CALL_ID,
+            "type": "function",
+            "function": {"name": "submit_result", "arguments": arguments},
+        }
         sampled = self.tokenizer.encode(
             f'<tool_call>{{"name": "submit_result", "arguments": {arguments}}}</tool_call>',
             add_special_tokens=False,
@@ -145,10 +156,22 @@ def test_the_page_shows_tools_prompt_and_call_ids_as_written(
     if exe is None:
         pytest.fail("chromium is not installed: apt-get install -y chromium")
     done = subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'p'}", "--dump-dom", f"file://{probe}#expand=all"],
-        capture_output=True, text=True, timeout=90,
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'p'}",
+            "--dump-dom",
+            f"file://{probe}#expand=all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = re.search(r'<pre id="probe">PROBE-START(.*)PROBE-END</pre>', done.stdout, re.S)

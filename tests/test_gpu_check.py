@@ -19,7 +19,12 @@ def _run_without_a_gpu(**extra: str) -> subprocess.CompletedProcess[str]:
     env.pop("TRITON_INTERPRET", None)
     return subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_check.sh")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=110, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
     )
 
 

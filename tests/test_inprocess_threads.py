@@ -33,7 +33,9 @@ def talk(word: str, pause: float) -> str:
 '''
 
 
-def test_overlapping_calls_keep_their_own_output(make_bundle: Callable[..., Path], tmp_path: Path) -> None:
+def test_overlapping_calls_keep_their_own_output(
+    make_bundle: Callable[..., Path], tmp_path: Path
+) -> None:
     bundle = make_bundle(TOOLS)
     boxes = [open_sandbox(bundle, "inprocess") for _ in range(2)]
     for i, box in enumerate(boxes):
@@ -63,7 +65,9 @@ def test_overlapping_calls_keep_their_own_output(make_bundle: Callable[..., Path
             box.close()
 
 
-def test_closing_while_other_threads_import(make_bundle: Callable[..., Path], tmp_path: Path) -> None:
+def test_closing_while_other_threads_import(
+    make_bundle: Callable[..., Path], tmp_path: Path
+) -> None:
     """close() drops the bundle's modules from sys.modules while other threads add theirs."""
     import types
 

@@ -29,7 +29,14 @@ def _pairs(argv: list[str], flag: str) -> list[str]:
 def test_every_jail_gets_the_same_namespaces_and_privileges(root: bool) -> None:
     argv = build_argv(JailSpec(root=root))
     assert argv[0] == BWRAP
-    for flag in ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--die-with-parent", "--new-session"):
+    for flag in (
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+    ):
         assert flag in argv
     if root:  # no user namespace (NPROC would not hold for uid 0); only setuid/setgid kept
         assert "--unshare-user" not in argv and argv[argv.index("--cap-drop") + 1] == "ALL"
@@ -46,15 +53,30 @@ def test_network_is_the_only_namespace_a_spec_can_keep() -> None:
 
 
 def test_mounts_come_after_proc_and_dev_in_order_with_their_ancestors_searchable() -> None:
-    spec = JailSpec(root=True, chdir="/w", mounts=(
-        Tmpfs("/tmp", size=1024), Bind("/host/a", "/tmp/deep/a"), Bind("/host/w", "/w", writable=True),
-        Dir("/etc")), after_dev=(Tmpfs("/dev/shm", size=10),))
+    spec = JailSpec(
+        root=True,
+        chdir="/w",
+        mounts=(
+            Tmpfs("/tmp", size=1024),
+            Bind("/host/a", "/tmp/deep/a"),
+            Bind("/host/w", "/w", writable=True),
+            Dir("/etc"),
+        ),
+        after_dev=(Tmpfs("/dev/shm", size=10),),
+    )
     argv = build_argv(spec)
     dev = argv.index("--dev")
     shm, tmp = argv.index("/dev/shm"), argv.index("/tmp")
     assert dev < shm < tmp < argv.index("/tmp/deep/a")  # a bind below /dev would not be hidden
-    assert argv[argv.index("/host/a") - 1] == "--ro-bind" and argv[argv.index("/host/w") - 1] == "--bind"
-    assert argv[argv.index("/tmp/deep") - 3 : argv.index("/tmp/deep")] == ["--perms", "0755", "--dir"]
+    assert (
+        argv[argv.index("/host/a") - 1] == "--ro-bind"
+        and argv[argv.index("/host/w") - 1] == "--bind"
+    )
+    assert argv[argv.index("/tmp/deep") - 3 : argv.index("/tmp/deep")] == [
+        "--perms",
+        "0755",
+        "--dir",
+    ]
     assert argv[-2:] == ["--chdir", "/w"] and "--remount-ro" in argv
 
 
@@ -83,11 +105,15 @@ def test_only_hides_the_rest_of_a_directory(tmp_path: Path) -> None:
 def test_identity_plan() -> None:
     rlimits = {"AS": 1 << 30, "CORE": 0}
     root = plan_identity(True, rlimits, 64)
-    assert root.uid is not None and root.uid >= UID_BASE and root.rlimits == {**rlimits, "NPROC": 64}
+    assert (
+        root.uid is not None and root.uid >= UID_BASE and root.rlimits == {**rlimits, "NPROC": 64}
+    )
     assert plan_identity(True, rlimits, 64).uid != root.uid  # fresh per jail
     assert plan_identity(True, rlimits, 64, uid=UID_BASE + 7).uid == UID_BASE + 7
     user = plan_identity(False, rlimits, 64)
-    assert user.uid is None and user.rlimits["NPROC"] > 64  # counts the user's running processes too
+    assert (
+        user.uid is None and user.rlimits["NPROC"] > 64
+    )  # counts the user's running processes too
     assert rlimits == {"AS": 1 << 30, "CORE": 0}  # the caller's dict is not changed
 
 

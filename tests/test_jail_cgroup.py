@@ -19,7 +19,9 @@ from envgym.sandbox.bwrap import bwrap_available
 from envgym.sandbox.command_jail import CommandLimits, run_command
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not usable here")
-needs_cgroup = pytest.mark.skipif(not cgroup.support()[0], reason=f"no cgroup for jails: {cgroup.describe()}")
+needs_cgroup = pytest.mark.skipif(
+    not cgroup.support()[0], reason=f"no cgroup for jails: {cgroup.describe()}"
+)
 
 MIB = 1024**2
 # Each child touches 100 MiB (bytearray pages are written), holds it, and waits; the parent
@@ -55,7 +57,9 @@ def test_processes_together_over_the_jail_bound_are_killed() -> None:
     assert result.error is not None and "memory bound" in result.error, result
 
 
-def test_the_same_jail_without_cgroup_has_only_per_process_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_same_jail_without_cgroup_has_only_per_process_limits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(cgroup, "_detected", [("", (), "turned off for this test")])
     result = run_command(_hog(), mounts=[], workdir="/", limits=LIMITS)
     assert result.ok and "survivors 4" in result.stdout, result
@@ -76,7 +80,10 @@ def test_the_jail_group_is_removed_afterwards() -> None:
 def test_describe_says_which_bound_is_active(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cgroup, "_detected", [])
     monkeypatch.setenv(cgroup.ENV_SWITCH, "0")
-    assert cgroup.describe() == "jail memory bound: rlimits only (per process): turned off (ENVGYM_JAIL_CGROUP=0)"
+    assert (
+        cgroup.describe()
+        == "jail memory bound: rlimits only (per process): turned off (ENVGYM_JAIL_CGROUP=0)"
+    )
     monkeypatch.setattr(cgroup, "_detected", [])
 
 
@@ -152,8 +159,9 @@ def test_bundle_worker_processes_together_are_bounded(make_bundle, tmp_path: Pat
     assert not outcome.ok or outcome.value < 4, outcome
 
 
-def test_bundle_worker_without_cgroup_has_only_per_process_limits(make_bundle, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bundle_worker_without_cgroup_has_only_per_process_limits(
+    make_bundle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(cgroup, "_detected", [("", (), "turned off for this test")])
     outcome = _bundle_hog(make_bundle, tmp_path)
     assert outcome.ok and outcome.value == 4, outcome

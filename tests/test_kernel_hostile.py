@@ -58,12 +58,19 @@ def test_infinite_loop_is_interrupted_and_the_namespace_kept(session: SyncKernel
     session.execute("kept = 'yes'")
     result = session.execute("while True:\n    pass")
     assert result.status == "timeout" and not result.restarted
-    assert result.text == "Execution timed out after 3 seconds and was interrupted; the kernel's variables are kept."
+    assert (
+        result.text
+        == "Execution timed out after 3 seconds and was interrupted; the kernel's variables are kept."
+    )
     assert session.execute("kept").text == "'yes'\n"
 
 
-def test_a_loop_that_ignores_interrupts_gets_the_kernel_restarted(session: SyncKernelSession) -> None:
-    result = session.execute("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass")
+def test_a_loop_that_ignores_interrupts_gets_the_kernel_restarted(
+    session: SyncKernelSession,
+) -> None:
+    result = session.execute(
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+    )
     assert result.status == "timeout" and result.restarted
     assert "did not respond to the interrupt and was restarted" in result.text
     assert "files in the working directory were kept" in result.text
@@ -75,7 +82,10 @@ def test_fork_bomb_stops_at_the_process_limit_and_is_cleaned_up(session: SyncKer
     # take longer than the module's 3 s cell timeout, so this cell gets more time.
     result = session.execute("import os\nwhile True:\n    os.fork()", timeout_s=30.0)
     assert result.status == "error"
-    assert result.text.splitlines()[-3] == "BlockingIOError: [Errno 11] Resource temporarily unavailable"
+    assert (
+        result.text.splitlines()[-3]
+        == "BlockingIOError: [Errno 11] Resource temporarily unavailable"
+    )
     assert result.strays_killed > 0
     assert result.text.endswith("background process(es) left by this code were stopped.")
     after = session.execute("import subprocess\nprint(subprocess.run(['true']).returncode)")
@@ -139,34 +149,59 @@ def test_no_network_even_to_a_listener_on_the_host_loopback(session: SyncKernelS
     assert dns.status == "error" and "gaierror" in dns.text
 
 
-def test_files_outside_the_working_directory_are_out_of_reach(pool: SyncKernelPool, session: SyncKernelSession, tmp_path: Path) -> None:
+def test_files_outside_the_working_directory_are_out_of_reach(
+    pool: SyncKernelPool, session: SyncKernelSession, tmp_path: Path
+) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("host secret")
     with pool.acquire() as other:  # another episode's working directory
         (other.workspace / "theirs.txt").write_text("other episode")
-        for path in (secret, Path("/etc/shadow"), other.workspace / "theirs.txt", Path("/root/.bashrc")):
+        for path in (
+            secret,
+            Path("/etc/shadow"),
+            other.workspace / "theirs.txt",
+            Path("/root/.bashrc"),
+        ):
             result = session.execute(f"open({str(path)!r}).read()")
             assert result.status == "error", path
-            assert result.text.splitlines()[-1].startswith("FileNotFoundError: [Errno 2] No such file or directory")
+            assert result.text.splitlines()[-1].startswith(
+                "FileNotFoundError: [Errno 2] No such file or directory"
+            )
     proc1 = session.execute("open('/proc/1/environ').read()")
     assert proc1.text.splitlines()[-1].startswith("PermissionError")
-    escape = session.execute("import os\nprint(sorted(os.listdir('../..')) == sorted(os.listdir('/')), os.path.exists('/etc'))")
+    escape = session.execute(
+        "import os\nprint(sorted(os.listdir('../..')) == sorted(os.listdir('/')), os.path.exists('/etc'))"
+    )
     assert escape.text == "True False\n"
     write = session.execute("open('/usr/lib/evil', 'w')")
     assert write.text.splitlines()[-1].startswith("OSError: [Errno 30] Read-only file system")
 
 
-def test_printing_a_hundred_megabytes_is_cut_and_the_cell_stopped(session: SyncKernelSession) -> None:
+def test_printing_a_hundred_megabytes_is_cut_and_the_cell_stopped(
+    session: SyncKernelSession,
+) -> None:
     # Building and sending 100 MB takes more than the module's 3 s cell timeout on a loaded
     # 2-core machine, and this test is about the output caps, not the timeout: 30 s per cell.
-    result = session.execute("print('x' * 5_000_000)", timeout_s=30.0)  # over the 2 MiB flood, under the 8 MiB frame cap
+    result = session.execute(
+        "print('x' * 5_000_000)", timeout_s=30.0
+    )  # over the 2 MiB flood, under the 8 MiB frame cap
     assert result.status == "output_limit"
     assert len(result.text) < 8_000 + 400
     assert "characters of output omitted" in result.text
-    assert result.text.endswith("The code printed more than 2 MiB, so it was interrupted; print less (e.g. summaries, head(), len()).")
-    huge = session.execute("print('x' * 100_000_000)", timeout_s=30.0)  # one message over the cap: refused on the socket
-    assert huge.status == "output_limit" and not huge.restarted, (huge.status, huge.error, huge.text[-600:])
-    assert huge.text.startswith("The code sent an output of more than 8 MiB at once; it was discarded unread")
+    assert result.text.endswith(
+        "The code printed more than 2 MiB, so it was interrupted; print less (e.g. summaries, head(), len())."
+    )
+    huge = session.execute(
+        "print('x' * 100_000_000)", timeout_s=30.0
+    )  # one message over the cap: refused on the socket
+    assert huge.status == "output_limit" and not huge.restarted, (
+        huge.status,
+        huge.error,
+        huge.text[-600:],
+    )
+    assert huge.text.startswith(
+        "The code sent an output of more than 8 MiB at once; it was discarded unread"
+    )
     flood = session.execute("while True:\n    print('y' * 1000)", timeout_s=30.0)
     assert flood.status == "output_limit" and not flood.restarted
     assert session.execute("print('ok')").text == "ok\n"
@@ -200,20 +235,27 @@ def test_a_kernel_that_never_answers_an_interrupt_is_restarted(session: SyncKern
     assert session.execute("print('x' * 5_000_000)").status == "output_limit"
     after = session.execute("print('kept' in dir())")
     assert after.restarted and after.text.startswith(
-        "The Python kernel had died (it did not answer an interrupt request) and was restarted.")
+        "The Python kernel had died (it did not answer an interrupt request) and was restarted."
+    )
     assert after.text.endswith("False\n")
 
 
 @pytest.mark.parametrize(
     "code",
-    ["import os\nos.kill(os.getpid(), 9)", "import os\nos._exit(3)", "import os, signal\nos.kill(0, signal.SIGKILL)"],
+    [
+        "import os\nos.kill(os.getpid(), 9)",
+        "import os\nos._exit(3)",
+        "import os, signal\nos.kill(0, signal.SIGKILL)",
+    ],
 )
 def test_killing_the_kernel_from_inside_restarts_it(session: SyncKernelSession, code: str) -> None:
     session.execute("lost = 1")
     result = session.execute(code)
     assert result.status == "died" and result.restarted
     assert result.text.startswith("The Python kernel died while running this code (")
-    assert result.text.endswith("and was restarted. Variables from earlier executions are lost; files in the working directory were kept.")
+    assert result.text.endswith(
+        "and was restarted. Variables from earlier executions are lost; files in the working directory were kept."
+    )
     assert session.execute("'lost' in dir()").text == "False\n"
 
 

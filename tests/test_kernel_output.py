@@ -10,7 +10,13 @@ from tools.python_kernel.output import OutputCollector, render_data, shorten_tra
 
 
 def _png(width: int, height: int) -> str:
-    header = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">II", width, height) + b"\x08\x06\x00\x00\x00"
+    header = (
+        b"\x89PNG\r\n\x1a\n"
+        + struct.pack(">I", 13)
+        + b"IHDR"
+        + struct.pack(">II", width, height)
+        + b"\x08\x06\x00\x00\x00"
+    )
     return base64.b64encode(header + b"\x00" * 1000).decode()
 
 
@@ -43,7 +49,10 @@ def test_images_and_html_become_placeholders() -> None:
     assert render_data({"image/png": png, "text/plain": "<Figure size 640x480 with 1 Axes>"}) == (
         f"<image/png image 640x480, {len(png) * 3 // 4 / 1024:.1f} KiB: not shown>"
     )
-    assert render_data({"text/html": "<table>" + "x" * 93 + "</table>"}) == "<HTML output, 108 characters: not shown>"
+    assert (
+        render_data({"text/html": "<table>" + "x" * 93 + "</table>"})
+        == "<HTML output, 108 characters: not shown>"
+    )
     # A DataFrame carries text/plain beside its HTML: the model gets the plain text.
     assert render_data({"text/html": "<table/>", "text/plain": "   a\n0  1"}) == "   a\n0  1"
 
@@ -51,7 +60,7 @@ def test_images_and_html_become_placeholders() -> None:
 def test_traceback_is_plain_short_and_ends_with_the_exception() -> None:
     site = f"{sys.prefix}/lib/python3.11/site-packages/"
     lines = ["\x1b[31mTraceback (most recent call last):\n", "  Cell In[3], line 1\n    f()\n"]
-    lines += [f'  File {site}lib/m.py:{i} in g\n    step{i}()\n' for i in range(10)]
+    lines += [f"  File {site}lib/m.py:{i} in g\n    step{i}()\n" for i in range(10)]
     lines += ["ValueError: bad\n"]
     text = shorten_traceback(lines, "ValueError", "bad", max_lines=8)
     assert text.splitlines() == [
@@ -70,9 +79,18 @@ def test_traceback_is_plain_short_and_ends_with_the_exception() -> None:
 def test_error_message_follows_the_output() -> None:
     out = OutputCollector(max_chars=1000, flood_bytes=10_000)
     out.add_message("stream", {"name": "stdout", "text": "before"})
-    out.add_message("error", {"ename": "ZeroDivisionError", "evalue": "division by zero",
-                              "traceback": ["Traceback (most recent call last):\n", "  Cell In[1], line 1\n    1/0\n",
-                                            "ZeroDivisionError: division by zero\n"]})
+    out.add_message(
+        "error",
+        {
+            "ename": "ZeroDivisionError",
+            "evalue": "division by zero",
+            "traceback": [
+                "Traceback (most recent call last):\n",
+                "  Cell In[1], line 1\n    1/0\n",
+                "ZeroDivisionError: division by zero\n",
+            ],
+        },
+    )
     assert out.render() == (
         "before\nTraceback (most recent call last):\n  Cell In[1], line 1\n    1/0\nZeroDivisionError: division by zero"
     )

@@ -39,7 +39,9 @@ def test_runs_in_the_workspace_as_an_unprivileged_user(pool: SyncKernelPool) -> 
     with pool.acquire() as s:
         (s.workspace / "data.csv").write_text("a,b\n1,2\n")
         s.hand_over_workspace()
-        result = s.execute("import os\nprint(os.getcwd(), sorted(os.listdir()), os.getuid() != 0)\nopen('data.csv').read()")
+        result = s.execute(
+            "import os\nprint(os.getcwd(), sorted(os.listdir()), os.getuid() != 0)\nopen('data.csv').read()"
+        )
         assert result.text == "/workspace ['data.csv'] True\n'a,b\\n1,2\\n'\n"
         assert s.execute("open('out.txt', 'w').write('hi')").text == "2\n"
         assert (s.workspace / "out.txt").read_text() == "hi"
@@ -104,7 +106,9 @@ def test_a_kernel_killed_from_outside_mid_episode_is_restarted(pool: SyncKernelP
         jail.proc.wait()
         result = s.execute("print('alive')")
         assert result.restarted and result.status == "ok"
-        assert result.text.startswith("The Python kernel had died (killed by SIGKILL) and was restarted.")
+        assert result.text.startswith(
+            "The Python kernel had died (killed by SIGKILL) and was restarted."
+        )
         assert result.text.endswith("alive\n")
         assert s.execute("y").status == "error"  # the namespace went with the kernel
         assert s.restarts == 1
@@ -173,9 +177,13 @@ def test_a_process_exits_promptly_with_its_pool_closed() -> None:
     """Before, closing at exit hung for 30 s ("Task was destroyed but it is pending")."""
     import sys
 
-    done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=100)
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=100
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     root, printed = done.stdout.split()
     assert printed == "2"
-    assert "Task was destroyed" not in done.stderr and "TimeoutError" not in done.stderr, done.stderr[-2000:]
+    assert "Task was destroyed" not in done.stderr and "TimeoutError" not in done.stderr, (
+        done.stderr[-2000:]
+    )
     assert not Path(root).exists()  # close() ran to the end: kernels killed, workspaces unmounted

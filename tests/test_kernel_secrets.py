@@ -22,12 +22,24 @@ def pool() -> Iterator[SyncKernelPool]:
         yield p
 
 
-def test_generator_packages_and_the_project_are_not_importable_in_a_kernel(pool: SyncKernelPool) -> None:
+def test_generator_packages_and_the_project_are_not_importable_in_a_kernel(
+    pool: SyncKernelPool,
+) -> None:
     with pool.acquire() as s:
-        for module in ("reasoning_gym", "envs", "envgym", "tools.python_kernel", "cellpylib", "torch"):
+        for module in (
+            "reasoning_gym",
+            "envs",
+            "envgym",
+            "tools.python_kernel",
+            "cellpylib",
+            "torch",
+        ):
             result = s.execute(f"import {module}")
             assert result.status == "error", (module, result.text)
-            assert result.text.splitlines()[-1] == f"ModuleNotFoundError: No module named '{module.split('.')[0]}'"
+            assert (
+                result.text.splitlines()[-1]
+                == f"ModuleNotFoundError: No module named '{module.split('.')[0]}'"
+            )
         # Not through the metadata either, nor by walking the venv's directory.
         listing = s.execute(
             "import importlib.metadata as md, os, sysconfig\n"
@@ -50,4 +62,8 @@ def test_the_documented_stack_is_importable(pool: SyncKernelPool) -> None:
 def test_the_view_holds_only_the_closure_of_the_kernel_packages() -> None:
     names = site_entries(KERNEL_PACKAGES)
     assert {"ipykernel", "numpy", "pandas", "sympy", "matplotlib", "zmq"} <= set(names)
-    assert not {n for n in names if n.lower().startswith(("reasoning_gym", "torch", "envgym", "__editable__"))}
+    assert not {
+        n
+        for n in names
+        if n.lower().startswith(("reasoning_gym", "torch", "envgym", "__editable__"))
+    }

@@ -38,7 +38,9 @@ _SCRIPT = textwrap.dedent(
 
 
 def test_an_oversized_output_message_never_reaches_host_memory() -> None:
-    done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=150)
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=150
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["status"] == "output_limit"
@@ -46,5 +48,7 @@ def test_an_oversized_output_message_never_reaches_host_memory() -> None:
         "The code sent an output of more than 8 MiB at once; it was discarded unread and the code "
         "interrupted. Print less (e.g. summaries, head(), len())."
     )
-    assert out["grew"] < 100 * 1024**2, out["grew"]  # 400 MB of output; the socket caps frames at 8 MiB
+    assert out["grew"] < 100 * 1024**2, out[
+        "grew"
+    ]  # 400 MB of output; the socket caps frames at 8 MiB
     assert out["next"] == "next\n"  # IOPub was reconnected: the kernel is usable

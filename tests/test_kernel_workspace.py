@@ -52,9 +52,14 @@ raise error
 """
 
 
-def test_writing_past_the_quota_fails_with_enospc_and_host_shm_does_not_grow(pool: SyncKernelPool) -> None:
+def test_writing_past_the_quota_fails_with_enospc_and_host_shm_does_not_grow(
+    pool: SyncKernelPool,
+) -> None:
     with pool.acquire() as s:
-        assert _used(s.workspace) < QUOTA and os.statvfs(s.workspace).f_blocks * os.statvfs(s.workspace).f_frsize == QUOTA
+        assert (
+            _used(s.workspace) < QUOTA
+            and os.statvfs(s.workspace).f_blocks * os.statvfs(s.workspace).f_frsize == QUOTA
+        )
         before = _used(SHM)
         result = s.execute(_FILL.replace("{DIR}", "/workspace"))
         grown = _used(SHM) - before
@@ -65,7 +70,9 @@ def test_writing_past_the_quota_fails_with_enospc_and_host_shm_does_not_grow(poo
         assert grown < 256 * 1024**2, grown  # the 512 MiB did not land on host /dev/shm
         assert _used(s.workspace) <= QUOTA
         # The kernel is fine, and space comes back when the agent deletes its files.
-        after = s.execute("import os\nfor f in os.listdir():\n    os.remove(f)\nopen('ok.txt', 'w').write('y' * 4096)")
+        after = s.execute(
+            "import os\nfor f in os.listdir():\n    os.remove(f)\nopen('ok.txt', 'w').write('y' * 4096)"
+        )
         assert (after.status, after.text) == ("ok", "4096\n")
 
 

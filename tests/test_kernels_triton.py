@@ -31,10 +31,10 @@ finally:
     else:
         os.environ["TRITON_INTERPRET"] = _previous
 
-from kernels.logprob import naive_selected_logprobs, selected_logprobs
-from kernels.logprob_inputs import check_inputs
-from kernels.moe import moe_forward
-from kernels.moe_grouped import grouped_mm
+from kernels.logprob import naive_selected_logprobs, selected_logprobs  # noqa: E402
+from kernels.logprob_inputs import check_inputs  # noqa: E402
+from kernels.moe import moe_forward  # noqa: E402
+from kernels.moe_grouped import grouped_mm  # noqa: E402
 
 F64 = torch.float64
 SMALL = logprob_triton.Blocks(tokens=16, vocab=16, hidden=16, kept=16)

@@ -61,11 +61,16 @@ def test_sandbox_reset_call_and_kill_with_high_fds(
 
 
 def test_command_jail_with_high_fds(many_fds: None, tmp_path: Path) -> None:
-    result = run_command(["/bin/sh", "-c", "echo hi > out.txt && cat out.txt"],
-                         mounts=[Mount(tmp_path, "/w", writable=True)], workdir="/w")
+    result = run_command(
+        ["/bin/sh", "-c", "echo hi > out.txt && cat out.txt"],
+        mounts=[Mount(tmp_path, "/w", writable=True)],
+        workdir="/w",
+    )
     assert result.ok and result.stdout == "hi\n", result
 
 
 def test_command_jail_killed_on_timeout_with_high_fds(many_fds: None, tmp_path: Path) -> None:
-    result = run_command(["/bin/sleep", "30"], mounts=[], workdir="/", limits=CommandLimits(timeout_s=1))
+    result = run_command(
+        ["/bin/sleep", "30"], mounts=[], workdir="/", limits=CommandLimits(timeout_s=1)
+    )
     assert result.timed_out and result.returncode is None, result

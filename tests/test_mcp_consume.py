@@ -18,7 +18,7 @@ import pytest
 from bundle_factory import make_notes_bundle
 
 from envgym.bundle_env import BundleEnv
-from envgym.mcp.client import McpDied, McpConnection, ServerSpec
+from envgym.mcp.client import McpConnection, McpDied, ServerSpec
 from envgym.mcp.sandbox import McpSandbox
 from envgym.mcp.toolset import McpToolset
 from envgym.sandbox import open_sandbox
@@ -28,7 +28,9 @@ HOSTILE = Path(__file__).with_name("mcp_hostile_server.py")
 
 
 def _hostile(starts: Path, **kw) -> McpToolset:
-    spec = ServerSpec(command=(sys.executable, str(HOSTILE)), env={"HOSTILE_STARTS": str(starts)}, name="hostile")
+    spec = ServerSpec(
+        command=(sys.executable, str(HOSTILE)), env={"HOSTILE_STARTS": str(starts)}, name="hostile"
+    )
     return McpToolset(spec, **kw)
 
 
@@ -51,22 +53,31 @@ def test_tools_become_specs_and_calls_outcomes(toolset: McpToolset) -> None:
     echoed = toolset.call_tool("echo", {"text": "hi"})
     assert echoed.ok and echoed.rendered == "hi"
     failed = toolset.call_tool("fail", {})  # isError: the server's own message, no restart
-    assert not failed.ok and failed.error is CallError.EXCEPTION and failed.message == "it failed on purpose"
+    assert (
+        not failed.ok
+        and failed.error is CallError.EXCEPTION
+        and failed.message == "it failed on purpose"
+    )
     assert toolset.restarts == 0
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("tool", "error"), [("die", CallError.CRASH), ("hang", CallError.TIMEOUT),
-                                             ("malformed", CallError.PROTOCOL)])
-def test_bad_server_is_an_error_and_is_restarted(toolset: McpToolset, tmp_path: Path, tool: str,
-                                                 error: CallError) -> None:
+@pytest.mark.parametrize(
+    ("tool", "error"),
+    [("die", CallError.CRASH), ("hang", CallError.TIMEOUT), ("malformed", CallError.PROTOCOL)],
+)
+def test_bad_server_is_an_error_and_is_restarted(
+    toolset: McpToolset, tmp_path: Path, tool: str, error: CallError
+) -> None:
     toolset.describe_tools()
     assert _starts(tmp_path / "starts") == 1
     began = time.monotonic()
     outcome = toolset.call_tool(tool, {})
     assert not outcome.ok and outcome.error is error and "restarted" in outcome.message
     assert time.monotonic() - began < 15  # the 2 s call timeout, plus stopping the hung process
-    assert _starts(tmp_path / "starts") == 2 and toolset.restarts == 1  # restarted for the next call
+    assert (
+        _starts(tmp_path / "starts") == 2 and toolset.restarts == 1
+    )  # restarted for the next call
     after = toolset.call_tool("echo", {"text": "still here"})
     assert after.ok and after.rendered == "still here"
 
@@ -74,17 +85,27 @@ def test_bad_server_is_an_error_and_is_restarted(toolset: McpToolset, tmp_path: 
 @pytest.mark.timeout(30)
 def test_a_server_that_cannot_start_is_reported(tmp_path: Path) -> None:
     with pytest.raises(McpDied, match="could not be started"):
-        McpConnection(ServerSpec(command=(str(tmp_path / "no-such-server"),), name="ghost"), connect_timeout_s=10)
+        McpConnection(
+            ServerSpec(command=(str(tmp_path / "no-such-server"),), name="ghost"),
+            connect_timeout_s=10,
+        )
     quits = "import sys; print('no repository at /x', file=sys.stderr); sys.exit(1)"
-    with pytest.raises(McpDied, match="could not be started.*stderr: no repository at /x"):  # says why
-        McpConnection(ServerSpec(command=(sys.executable, "-c", quits), name="quitter"), connect_timeout_s=10)
+    with pytest.raises(
+        McpDied, match="could not be started.*stderr: no repository at /x"
+    ):  # says why
+        McpConnection(
+            ServerSpec(command=(sys.executable, "-c", quits), name="quitter"), connect_timeout_s=10
+        )
 
 
 @pytest.mark.timeout(60)
 def test_env_over_mcp_tools_validates_and_turns_failures_into_observations(tmp_path: Path) -> None:
     bundle = make_notes_bundle(tmp_path / "notes")
     starts = tmp_path / "starts"
-    box = McpSandbox(open_sandbox(bundle, backend="inprocess"), [_hostile(starts, prefix="h_", call_timeout_s=2.0)])
+    box = McpSandbox(
+        open_sandbox(bundle, backend="inprocess"),
+        [_hostile(starts, prefix="h_", call_timeout_s=2.0)],
+    )
     env = BundleEnv(bundle, sandbox=box)
     try:
         obs, _ = env.reset(options={"task": "secret"})
@@ -92,8 +113,17 @@ def test_env_over_mcp_tools_validates_and_turns_failures_into_observations(tmp_p
         assert {"get_note", "submit_result", "h_echo", "h_die"} <= names
 
         def call(name: str, args: dict, i: int) -> tuple[str, dict]:
-            action = {"role": "assistant", "content": "", "tool_calls": [
-                {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+            action = {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                ],
+            }
             obs, _, terminated, truncated, info = env.step(action)
             assert not (terminated or truncated)
             return obs["messages"][-1]["content"], info
@@ -110,9 +140,22 @@ def test_env_over_mcp_tools_validates_and_turns_failures_into_observations(tmp_p
         assert text.startswith("Error: h_hang failed (timeout)") and info["errors"]["timeout"] == 1
         text, _ = call("h_echo", {"text": "pong"}, 5)  # restarted for the next call
         assert text == "pong"
-        _, reward, terminated, _, _ = env.step({"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c6", "type": "function",
-             "function": {"name": "submit_result", "arguments": json.dumps({"answer_text": "tangerine"})}}]})
+        _, reward, terminated, _, _ = env.step(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c6",
+                        "type": "function",
+                        "function": {
+                            "name": "submit_result",
+                            "arguments": json.dumps({"answer_text": "tangerine"}),
+                        },
+                    }
+                ],
+            }
+        )
         assert terminated and reward == 1.0
     finally:
         env.close()
@@ -123,7 +166,9 @@ def test_env_over_mcp_tools_validates_and_turns_failures_into_observations(tmp_p
 def test_a_state_bound_server_is_restarted_on_the_fresh_state_each_episode(tmp_path: Path) -> None:
     bundle = make_notes_bundle(tmp_path / "notes")
     starts = tmp_path / "starts"
-    spec = ServerSpec(command=(sys.executable, str(HOSTILE), "{state_dir}"), env={"HOSTILE_STARTS": str(starts)})
+    spec = ServerSpec(
+        command=(sys.executable, str(HOSTILE), "{state_dir}"), env={"HOSTILE_STARTS": str(starts)}
+    )
     toolset = McpToolset(spec)
     box = McpSandbox(open_sandbox(bundle, backend="inprocess"), [toolset])
     env = BundleEnv(bundle, sandbox=box)
@@ -140,9 +185,25 @@ def test_a_state_bound_server_is_restarted_on_the_fresh_state_each_episode(tmp_p
 
 
 def _serve_http(bundle: Path, port: int, log: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "envgym.cli", "serve-mcp", str(bundle), "--sandbox", "inprocess",
-            "--transport", "http", "--port", str(port)]
-    proc = subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[1], stdout=log.open("a"), stderr=subprocess.STDOUT)
+    argv = [
+        sys.executable,
+        "-m",
+        "envgym.cli",
+        "serve-mcp",
+        str(bundle),
+        "--sandbox",
+        "inprocess",
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+    ]
+    proc = subprocess.Popen(
+        argv,
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=log.open("a"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -162,7 +223,9 @@ def test_http_server_as_toolset_survives_the_server_dying(tmp_path: Path) -> Non
         port = s.getsockname()[1]
     log = tmp_path / "server.txt"
     proc = _serve_http(bundle, port, log)
-    toolset = McpToolset(ServerSpec(url=f"http://127.0.0.1:{port}/mcp", name="remote"), call_timeout_s=10)
+    toolset = McpToolset(
+        ServerSpec(url=f"http://127.0.0.1:{port}/mcp", name="remote"), call_timeout_s=10
+    )
     try:
         assert {"reset", "get_note", "submit"} <= {s.name for s in toolset.describe_tools()}
         assert toolset.call_tool("reset", {}).ok

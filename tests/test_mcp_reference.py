@@ -35,7 +35,7 @@ def submit_done(note: str) -> str:
     return "submitted"
 '''
 
-FS_VERIFIER = '''
+FS_VERIFIER = """
 from envgym.runtime import state_dir
 
 
@@ -44,9 +44,9 @@ def verify_copy(submission, task):
     text = done.read_text() if done.is_file() else None
     return {"checks": [{"name": "done_written", "passed": text is not None, "detail": ""},
                        {"name": "first_todo", "passed": (text or "").strip() == "buy milk", "detail": repr(text)}]}
-'''
+"""
 
-GIT_VERIFIER = '''
+GIT_VERIFIER = """
 import subprocess
 
 from envgym.runtime import state_dir
@@ -57,7 +57,7 @@ def verify_commit(submission, task):
     git = lambda *a: subprocess.run(["git", "-C", repo, *a], capture_output=True, text=True).stdout.strip()
     return {"checks": [{"name": "committed", "passed": git("log", "-1", "--format=%s") == "add notes", "detail": ""},
                        {"name": "clean", "passed": git("status", "--porcelain") == "", "detail": ""}]}
-'''
+"""
 
 SOLUTION = "def solve(tools, task):\n    tools.submit_done(note='done')\n"
 
@@ -66,8 +66,15 @@ def _bundle(root: Path, *, name: str, verifier: str, function: str, prompt: str)
     (root / "tools.py").write_text(SUBMIT_TOOLS)
     (root / "solution.py").write_text(SOLUTION)
     (root / "verifier.py").write_text(verifier)
-    task = {"id": name, "prompt": prompt, "solution": "solve", "verifier": function, "difficulty": 1,
-            "submit_tool": "submit_done", "metadata": {}}
+    task = {
+        "id": name,
+        "prompt": prompt,
+        "solution": "solve",
+        "verifier": function,
+        "difficulty": 1,
+        "submit_tool": "submit_done",
+        "metadata": {},
+    }
     (root / "tasks.jsonl").write_text(json.dumps(task) + "\n")
     write_manifest(root, name=name, category="mcp", provenance={"agent": "test", "seed": 0})
     return root
@@ -91,13 +98,26 @@ class Agent:
 
     def __call__(self, name: str, **args):
         self.n += 1
-        obs, reward, terminated, truncated, info = self.env.step({"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"c{self.n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
+        obs, reward, terminated, truncated, info = self.env.step(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": f"c{self.n}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                ],
+            }
+        )
         return obs["messages"][-1]["content"], reward, terminated
 
 
 @pytest.mark.timeout(600)  # the first run installs the servers (npm, pip) in the session fixture
-@pytest.mark.parametrize("backend", ["inprocess", "bwrap"])  # bwrap: the verifier sees the server's writes
+@pytest.mark.parametrize(
+    "backend", ["inprocess", "bwrap"]
+)  # bwrap: the verifier sees the server's writes
 def test_filesystem_server_as_toolset(servers, tmp_path: Path, backend: str) -> None:
     if backend == "bwrap" and not bwrap_available():
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -106,22 +126,34 @@ def test_filesystem_server_as_toolset(servers, tmp_path: Path, backend: str) -> 
     root = tmp_path / "fs-bundle"
     (root / "state" / "docs").mkdir(parents=True)
     (root / "state" / "docs" / "todo.txt").write_text("buy milk\nwrite report\n")
-    bundle = _bundle(root, name="fs-copy", verifier=FS_VERIFIER, function="verify_copy",
-                     prompt="Write the first line of docs/todo.txt into done.txt, then call submit_done.")
-    fs = McpToolset(ServerSpec(command=(*servers["filesystem"], "{state_dir}"), name="filesystem"), prefix="fs_")
+    bundle = _bundle(
+        root,
+        name="fs-copy",
+        verifier=FS_VERIFIER,
+        function="verify_copy",
+        prompt="Write the first line of docs/todo.txt into done.txt, then call submit_done.",
+    )
+    fs = McpToolset(
+        ServerSpec(command=(*servers["filesystem"], "{state_dir}"), name="filesystem"), prefix="fs_"
+    )
     box = McpSandbox(open_sandbox(bundle, backend=backend), [fs])
     env = BundleEnv(bundle, sandbox=box)
     try:
         obs, _ = env.reset()
         assert {"fs_read_text_file", "fs_write_file", "fs_list_allowed_directories"} <= {
-            t["function"]["name"] for t in obs["tools"]}
+            t["function"]["name"] for t in obs["tools"]
+        }
         agent = Agent(env)
         allowed, _, _ = agent("fs_list_allowed_directories")
         assert str(box.state_dir) in allowed  # the server works on this episode's state copy
         home = box.state_dir
         denied, _, _ = agent("fs_read_text_file", path="/etc/hostname")
-        assert denied.startswith("Error: fs_read_text_file failed (exception)") and "denied" in denied
-        bad, _, _ = agent("fs_write_file", path=str(home / "x.txt"))  # missing `content`: never sent
+        assert (
+            denied.startswith("Error: fs_read_text_file failed (exception)") and "denied" in denied
+        )
+        bad, _, _ = agent(
+            "fs_write_file", path=str(home / "x.txt")
+        )  # missing `content`: never sent
         assert "invalid arguments for fs_write_file" in bad and not (home / "x.txt").exists()
         todo, _, _ = agent("fs_read_text_file", path=str(home / "docs" / "todo.txt"))
         assert todo.splitlines()[0] == "buy milk"
@@ -151,8 +183,13 @@ def test_git_server_as_toolset(servers, tmp_path: Path) -> None:
     git("add", "README.md")
     git("commit", "-q", "-m", "first")
     (repo / "notes.txt").write_text("remember the milk\n")
-    bundle = _bundle(root, name="git-commit", verifier=GIT_VERIFIER, function="verify_commit",
-                     prompt="Commit notes.txt in the repository with the message 'add notes'.")
+    bundle = _bundle(
+        root,
+        name="git-commit",
+        verifier=GIT_VERIFIER,
+        function="verify_commit",
+        prompt="Commit notes.txt in the repository with the message 'add notes'.",
+    )
     server = ServerSpec(command=(*servers["git"], "--repository", "{state_dir}/repo"), name="git")
     box = McpSandbox(open_sandbox(bundle, backend="inprocess"), [McpToolset(server)])
     env = BundleEnv(bundle, sandbox=box)

@@ -24,7 +24,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _serve_argv(bundle: Path, *extra: str, sandbox: str = "inprocess") -> list[str]:
-    return [sys.executable, "-m", "envgym.cli", "serve-mcp", str(bundle), "--sandbox", sandbox, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "envgym.cli",
+        "serve-mcp",
+        str(bundle),
+        "--sandbox",
+        sandbox,
+        *extra,
+    ]
 
 
 def _text(result) -> str:
@@ -38,7 +47,9 @@ def bundle(tmp_path: Path) -> Path:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sandbox", ["inprocess", "bwrap"])
-def test_stdio_one_episode_with_env_errors_as_tool_errors(bundle: Path, tmp_path: Path, sandbox: str) -> None:
+def test_stdio_one_episode_with_env_errors_as_tool_errors(
+    bundle: Path, tmp_path: Path, sandbox: str
+) -> None:
     if sandbox == "bwrap" and not bwrap_available():
         pytest.skip("bubblewrap unavailable")
     argv = _serve_argv(bundle, sandbox=sandbox)
@@ -46,7 +57,9 @@ def test_stdio_one_episode_with_env_errors_as_tool_errors(bundle: Path, tmp_path
 
     async def main() -> None:
         with open(tmp_path / "stderr.txt", "w") as errlog:
-            async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=30) as client:
+            async with Client(
+                stdio_client(params, errlog=errlog), read_timeout_seconds=30
+            ) as client:
                 tools = {t.name: t for t in (await client.list_tools()).tools}
                 assert {"reset", "submit", "get_note", "set_note", "submit_result"} <= set(tools)
                 assert tools["get_note"].input_schema["required"] == ["key"]  # the env's own schema
@@ -77,8 +90,13 @@ def test_stdio_one_episode_with_env_errors_as_tool_errors(bundle: Path, tmp_path
                 await client.call_tool("reset", {"task": "secret"})  # a fresh state copy
                 fresh = await client.call_tool("get_note", {"key": "secret"})
                 assert _text(fresh) == "tangerine"
-                right = await client.call_tool("submit", {"arguments": {"answer_text": "tangerine"}})
-                assert right.structured_content["reward"] == 1.0 and right.structured_content["terminated"]
+                right = await client.call_tool(
+                    "submit", {"arguments": {"answer_text": "tangerine"}}
+                )
+                assert (
+                    right.structured_content["reward"] == 1.0
+                    and right.structured_content["terminated"]
+                )
                 assert "Episode over: reward 1.0" in _text(right)
 
     anyio.run(main)
@@ -93,7 +111,9 @@ def _wait_listening(proc: subprocess.Popen, port: int, log: Path, timeout_s: flo
             return
         except OSError:
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "serve-mcp did not start listening\n" + log.read_text()
+            assert time.monotonic() < deadline, (
+                "serve-mcp did not start listening\n" + log.read_text()
+            )
             time.sleep(0.1)
 
 
@@ -107,8 +127,12 @@ def _free_port() -> int:
 def http_server(bundle: Path, tmp_path: Path):
     port = _free_port()
     with open(tmp_path / "http-stderr.txt", "w") as errlog:
-        proc = subprocess.Popen(_serve_argv(bundle, "--transport", "http", "--port", str(port)), cwd=REPO,
-                                stdout=errlog, stderr=errlog)
+        proc = subprocess.Popen(
+            _serve_argv(bundle, "--transport", "http", "--port", str(port)),
+            cwd=REPO,
+            stdout=errlog,
+            stderr=errlog,
+        )
         try:
             _wait_listening(proc, port, tmp_path / "http-stderr.txt")
             yield f"http://127.0.0.1:{port}/mcp", port, proc
@@ -121,7 +145,9 @@ def http_server(bundle: Path, tmp_path: Path):
 def test_http_sessions_are_separate_episodes(http_server) -> None:
     url, _, proc = http_server
 
-    async def session(value: str, results: dict[str, str], entered: anyio.Event, other: anyio.Event) -> None:
+    async def session(
+        value: str, results: dict[str, str], entered: anyio.Event, other: anyio.Event
+    ) -> None:
         async with Client(url, read_timeout_seconds=30) as client:
             assert not (await client.call_tool("reset", {"task": "secret"})).is_error
             await client.call_tool("set_note", {"key": "secret", "value": value})
@@ -195,8 +221,12 @@ def test_http_sessions_are_bounded(bundle: Path, tmp_path: Path) -> None:
     """Each session holds an env: past --max-sessions a new session is refused, open ones go on."""
     port = _free_port()
     log = tmp_path / "bounded.txt"
-    proc = subprocess.Popen(_serve_argv(bundle, "--transport", "http", "--port", str(port), "--max-sessions", "1"),
-                            cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        _serve_argv(bundle, "--transport", "http", "--port", str(port), "--max-sessions", "1"),
+        cwd=REPO,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         _wait_listening(proc, port, log)
         url = f"http://127.0.0.1:{port}/mcp"

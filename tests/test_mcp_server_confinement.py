@@ -48,10 +48,15 @@ def _state(tmp_path: Path, owner: int | None = None) -> Path:
     return state
 
 
-def _run(install: Path, state: Path, *extra: str, options: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], dict]:
+def _run(
+    install: Path, state: Path, *extra: str, options: tuple[str, ...] = ()
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     from envs.mcp_suite.servers import confined
 
-    argv = [a.replace("{state_dir}", str(state)) for a in confined(["/usr/bin/python3", str(install / "probe.py"), "{state_dir}", *extra])]
+    argv = [
+        a.replace("{state_dir}", str(state))
+        for a in confined(["/usr/bin/python3", str(install / "probe.py"), "{state_dir}", *extra])
+    ]
     if options:
         split = argv.index("--")
         argv[split:split] = list(options)
@@ -71,7 +76,10 @@ def test_server_is_unprivileged_and_sees_only_its_jail(install: Path, tmp_path: 
     assert probe["remount_rc"] != 0  # mount -o remount,rw / is refused
     assert probe["writes"][str(install / "planted.txt")] == "Read-only file system"
     assert not (install / "planted.txt").exists()
-    assert probe["writes"][str(state / "ok.txt")] == "written" and (state / "ok.txt").read_text() == "x"
+    assert (
+        probe["writes"][str(state / "ok.txt")] == "written"
+        and (state / "ok.txt").read_text() == "x"
+    )
     assert probe["cwd"] == str(state)
 
 
@@ -99,14 +107,29 @@ def test_server_memory_is_bounded_in_all(install: Path, tmp_path: Path) -> None:
 
 def test_bad_launcher_options_are_a_clear_error(tmp_path: Path) -> None:
     launcher = Path(__file__).resolve().parents[1] / "envgym" / "sandbox" / "jail_exec.py"
-    for options, needle in ((["--rw", "relative", "--", "true"], "existing absolute path"),
-                            (["--rw", "/", "--", "true"], "other than /"),
-                            (["--pids", "-3", "--", "true"], "positive integer"),
-                            (["--evil", "x", "--", "true"], "unknown option"),
-                            (["--", ], "no program")):
-        done = subprocess.run([sys.executable, "-I", "-S", str(launcher), *options], capture_output=True, text=True, timeout=30,
-                              check=False)
-        assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, (options, done.stderr)
+    for options, needle in (
+        (["--rw", "relative", "--", "true"], "existing absolute path"),
+        (["--rw", "/", "--", "true"], "other than /"),
+        (["--pids", "-3", "--", "true"], "positive integer"),
+        (["--evil", "x", "--", "true"], "unknown option"),
+        (
+            [
+                "--",
+            ],
+            "no program",
+        ),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(launcher), *options],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, (
+            options,
+            done.stderr,
+        )
 
 
 def test_terminating_the_launcher_ends_the_jail(install: Path, tmp_path: Path) -> None:
@@ -143,7 +166,9 @@ def _descendants(pid: int) -> list[int]:
             continue
         for tid in tasks:
             try:
-                kids = [int(k) for k in Path(f"/proc/{current}/task/{tid}/children").read_text().split()]
+                kids = [
+                    int(k) for k in Path(f"/proc/{current}/task/{tid}/children").read_text().split()
+                ]
             except OSError:
                 continue
             found += kids

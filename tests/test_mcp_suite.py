@@ -52,7 +52,15 @@ def test_every_task_loads_in_mcpmark_layout() -> None:
     by_service = {s: sum(t.service == s for t in tasks) for s in servers.SERVICES}
     assert all(n >= 5 for n in by_service.values()), by_service
     for t in tasks:
-        assert {"task_id", "task_name", "category_id", "category_name", "difficulty", "mcp", "tags"} <= set(t.meta)
+        assert {
+            "task_id",
+            "task_name",
+            "category_id",
+            "category_name",
+            "difficulty",
+            "mcp",
+            "tags",
+        } <= set(t.meta)
         assert t.service in t.meta["mcp"] and t.meta["task_id"] == t.folder.name
         assert t.gold and t.description and "sys.exit(1)" in t.verify_source
     assert len({t.id for t in tasks}) == len(tasks)
@@ -61,9 +69,20 @@ def test_every_task_loads_in_mcpmark_layout() -> None:
 def _task_folder(root: Path, **meta_overrides) -> Path:
     folder = root / "tasks" / "sqlite" / "shop" / "t1"
     folder.mkdir(parents=True)
-    meta = {"task_id": "t1", "task_name": "T", "category_id": "shop", "category_name": "Shop",
-            "description": "d", "author": "a", "created_at": "2026", "difficulty": "L2", "tags": [],
-            "mcp": ["sqlite"], "meta_data": {"stateType": "sql"}, **meta_overrides}
+    meta = {
+        "task_id": "t1",
+        "task_name": "T",
+        "category_id": "shop",
+        "category_name": "Shop",
+        "description": "d",
+        "author": "a",
+        "created_at": "2026",
+        "difficulty": "L2",
+        "tags": [],
+        "mcp": ["sqlite"],
+        "meta_data": {"stateType": "sql"},
+        **meta_overrides,
+    }
     (folder / "meta.json").write_text(json.dumps(meta))
     (folder / "description.md").write_text("Do it.\n")
     (folder / "verify.py").write_text("import sys\nsys.exit(1)\n")
@@ -77,21 +96,39 @@ def test_a_task_without_gold_loads_as_mcpmark_ships_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("breakage", "message"), [
-    (lambda f: (f / "meta.json").write_text("{nope"), "meta.json: not valid JSON"),
-    (lambda f: (f / "meta.json").write_text(json.dumps({"task_id": "t1"})), "missing fields: task_name"),
-    (lambda f: (f / "meta.json").write_text(json.dumps({**json.loads((f / "meta.json").read_text()),
-                                                        "task_id": "other"})), "is not the folder name"),
-    (lambda f: (f / "meta.json").write_text(json.dumps({**json.loads((f / "meta.json").read_text()),
-                                                        "mcp": ["notion"]})), "does not list the service"),
-    (lambda f: (f / "meta.json").write_text(json.dumps({**json.loads((f / "meta.json").read_text()),
-                                                        "difficulty": "L0"})), "difficulty 'L0'"),
-    (lambda f: (f / "description.md").unlink(), "description.md: required file is missing"),
-    (lambda f: (f / "description.md").write_text("  \n"), "description.md: is empty"),
-    (lambda f: (f / "verify.py").write_text("def (:\n"), "verify.py: syntax error at line 1"),
-    (lambda f: (f / "gold.json").write_text("[]"), "gold.json: must be a non-empty list"),
-    (lambda f: (f / "gold.json").write_text('[{"tool": 3}]'), "gold.json: call 0 must be"),
-])
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        (lambda f: (f / "meta.json").write_text("{nope"), "meta.json: not valid JSON"),
+        (
+            lambda f: (f / "meta.json").write_text(json.dumps({"task_id": "t1"})),
+            "missing fields: task_name",
+        ),
+        (
+            lambda f: (f / "meta.json").write_text(
+                json.dumps({**json.loads((f / "meta.json").read_text()), "task_id": "other"})
+            ),
+            "is not the folder name",
+        ),
+        (
+            lambda f: (f / "meta.json").write_text(
+                json.dumps({**json.loads((f / "meta.json").read_text()), "mcp": ["notion"]})
+            ),
+            "does not list the service",
+        ),
+        (
+            lambda f: (f / "meta.json").write_text(
+                json.dumps({**json.loads((f / "meta.json").read_text()), "difficulty": "L0"})
+            ),
+            "difficulty 'L0'",
+        ),
+        (lambda f: (f / "description.md").unlink(), "description.md: required file is missing"),
+        (lambda f: (f / "description.md").write_text("  \n"), "description.md: is empty"),
+        (lambda f: (f / "verify.py").write_text("def (:\n"), "verify.py: syntax error at line 1"),
+        (lambda f: (f / "gold.json").write_text("[]"), "gold.json: must be a non-empty list"),
+        (lambda f: (f / "gold.json").write_text('[{"tool": 3}]'), "gold.json: call 0 must be"),
+    ],
+)
 def test_malformed_task_folders_are_refused_by_name(tmp_path: Path, breakage, message: str) -> None:
     folder = _task_folder(tmp_path)
     breakage(folder)
@@ -118,8 +155,12 @@ def test_snapshots_materialize_deterministically(tmp_path: Path) -> None:
     import subprocess
 
     repo = snapshot.materialize("git", "service_repo", tmp_path / "g") / "repo"
-    tip = subprocess.run(["git", "-C", str(repo), "rev-parse", "main"], capture_output=True, text=True).stdout.strip()
-    verify = layout.load_task(layout.TASKS_DIR / "git" / "service_repo" / "commit_notes").verify_source
+    tip = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "main"], capture_output=True, text=True
+    ).stdout.strip()
+    verify = layout.load_task(
+        layout.TASKS_DIR / "git" / "service_repo" / "commit_notes"
+    ).verify_source
     assert f'MAIN = "{tip}"' in verify  # the verifiers' expectations match the snapshot
     assert (repo / "notes.txt").is_file()
     db = snapshot.materialize("sqlite", "shop", tmp_path / "s") / "db.sqlite"
@@ -136,8 +177,16 @@ def _run_verify(tmp_path: Path, source: str, *, timeout: float | None = None, mo
     state.mkdir(exist_ok=True)
     token = runtime._state_dir.set(state)
     try:
-        return verifier.verify_task({}, {"metadata": {"state_env": ["FILESYSTEM_TEST_DIR", ""], "verify_py": source,
-                                                       "meta_json": "{}"}})
+        return verifier.verify_task(
+            {},
+            {
+                "metadata": {
+                    "state_env": ["FILESYSTEM_TEST_DIR", ""],
+                    "verify_py": source,
+                    "meta_json": "{}",
+                }
+            },
+        )
     finally:
         runtime._state_dir.reset(token)
 
@@ -145,20 +194,28 @@ def _run_verify(tmp_path: Path, source: str, *, timeout: float | None = None, mo
 @pytest.mark.timeout(60)
 def test_verify_exit_code_is_the_verdict_and_runs_isolated(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "sitecustomize.py").write_text("raise SystemExit(0)\n")  # planted by an agent
+    (tmp_path / "state" / "sitecustomize.py").write_text(
+        "raise SystemExit(0)\n"
+    )  # planted by an agent
     (tmp_path / "state" / "json.py").write_text("raise SystemExit(0)\n")
-    probe = ("import json, os, sys\n"
-             "root = os.environ['FILESYSTEM_TEST_DIR']\n"
-             "print('cwd', os.getcwd() != root, 'path', all(not p.startswith(root) for p in sys.path))\n"
-             "sys.exit(0 if os.path.isfile(os.path.join(root, 'ok')) else 3)\n")
+    probe = (
+        "import json, os, sys\n"
+        "root = os.environ['FILESYSTEM_TEST_DIR']\n"
+        "print('cwd', os.getcwd() != root, 'path', all(not p.startswith(root) for p in sys.path))\n"
+        "sys.exit(0 if os.path.isfile(os.path.join(root, 'ok')) else 3)\n"
+    )
     failed = _run_verify(tmp_path, probe)
-    assert failed["checks"][0]["passed"] is False and failed["checks"][0]["detail"].startswith("exit 3: cwd True path True")
+    assert failed["checks"][0]["passed"] is False and failed["checks"][0]["detail"].startswith(
+        "exit 3: cwd True path True"
+    )
     (tmp_path / "state" / "ok").write_text("")
     assert _run_verify(tmp_path, probe)["checks"][0]["passed"] is True
 
 
 @pytest.mark.timeout(60)
-def test_a_hanging_or_killed_verify_is_an_error_not_a_rejection(tmp_path: Path, monkeypatch) -> None:
+def test_a_hanging_or_killed_verify_is_an_error_not_a_rejection(
+    tmp_path: Path, monkeypatch
+) -> None:
     with pytest.raises(TimeoutError, match="did not finish within 1"):
         _run_verify(tmp_path, "while True:\n    pass\n", timeout=1, monkeypatch=monkeypatch)
     with pytest.raises(RuntimeError, match="killed by signal 9"):
@@ -181,7 +238,9 @@ def envs():
         env.close()
 
 
-ALL_TASKS = [(s, t.meta["task_id"]) for s, c in CATEGORIES.items() for t in layout.load_category(s, c)]
+ALL_TASKS = [
+    (s, t.meta["task_id"]) for s, c in CATEGORIES.items() for t in layout.load_category(s, c)
+]
 
 
 @pytest.mark.timeout(900)  # the first run installs the three servers
@@ -198,9 +257,18 @@ def test_every_task_passes_the_check_gold_passes_noop_fails(envs) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_wrong_or_missing_gold_plan_fails_the_check(envs) -> None:
-    task = next(t for t in layout.load_category("sqlite", "shop") if t.meta["task_id"] == "restock_lamp")
-    wrong = dataclasses.replace(task, gold=({"tool": "write_query", "arguments": {
-        "query": "UPDATE products SET stock = 49 WHERE name = 'Desk Lamp'"}},))
+    task = next(
+        t for t in layout.load_category("sqlite", "shop") if t.meta["task_id"] == "restock_lamp"
+    )
+    wrong = dataclasses.replace(
+        task,
+        gold=(
+            {
+                "tool": "write_query",
+                "arguments": {"query": "UPDATE products SET stock = 49 WHERE name = 'Desk Lamp'"},
+            },
+        ),
+    )
     result = check_task(envs["sqlite"], wrong, reruns=1)
     assert not result.passed and not result.gold_passed and result.noop_rejected
     assert any(p.startswith("gold rejected") for p in result.problems)
@@ -212,8 +280,19 @@ def test_a_wrong_or_missing_gold_plan_fails_the_check(envs) -> None:
 
 
 def _step(env, name: str, **args):
-    obs, reward, terminated, _, info = env.step({"role": "assistant", "content": "", "tool_calls": [
-        {"id": f"c{time.monotonic_ns()}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
+    obs, reward, terminated, _, info = env.step(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": f"c{time.monotonic_ns()}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
+            ],
+        }
+    )
     return obs["messages"][-1]["content"], reward, terminated, info
 
 
@@ -277,8 +356,14 @@ def test_a_real_server_killed_mid_episode_is_an_error_and_restarted(envs) -> Non
     assert pids
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
-    reply, _, terminated, info = _step(env, "read_query", query="SELECT stock FROM products WHERE id = 1")
-    assert reply.startswith("Error: read_query failed (crash)") and "restarted" in reply and not terminated
+    reply, _, terminated, info = _step(
+        env, "read_query", query="SELECT stock FROM products WHERE id = 1"
+    )
+    assert (
+        reply.startswith("Error: read_query failed (crash)")
+        and "restarted" in reply
+        and not terminated
+    )
     assert info["errors"].get("crash") == 1
     assert _server_pids(db) and set(_server_pids(db)).isdisjoint(pids)  # a new process
     reply, _, _, _ = _step(env, "read_query", query="SELECT stock FROM products WHERE id = 1")
@@ -295,8 +380,10 @@ def test_registered_env_and_host_gold_solution(envs) -> None:
     from envs.mcp_suite import registration
 
     declared = tomllib.loads((layout.ROOT.parents[1] / "pyproject.toml").read_text())
-    assert declared["project"]["entry-points"]["envgym.envs"]["mcp-suite"] == \
-        "envs.mcp_suite.registration:register_envs"
+    assert (
+        declared["project"]["entry-points"]["envgym.envs"]["mcp-suite"]
+        == "envs.mcp_suite.registration:register_envs"
+    )
     registration.register_envs()  # what discovery calls (an installed package's metadata may be older)
     env = envgym.make("mcp-suite-sqlite-v0", sandbox="inprocess")
     try:
@@ -336,7 +423,9 @@ def test_reviews_table_verifier_refuses_a_trigger_that_rejects_every_insert(tmp_
     import sys
 
     verify = tmp_path / "verify.py"  # the script that runs: the category's prelude + the task's own
-    verify.write_text(layout.load_task(layout.ROOT / "tasks" / "sqlite" / "shop" / "reviews_table").verify_source)
+    verify.write_text(
+        layout.load_task(layout.ROOT / "tasks" / "sqlite" / "shop" / "reviews_table").verify_source
+    )
     schema = ("CREATE TABLE products (id INTEGER PRIMARY KEY);"
               "INSERT INTO products VALUES (1);"
               "CREATE TABLE reviews (id INTEGER PRIMARY KEY, product_id INTEGER NOT NULL "
@@ -352,8 +441,12 @@ def test_reviews_table_verifier_refuses_a_trigger_that_rejects_every_insert(tmp_
 
     assert verdict("CHECK (rating BETWEEN 1 AND 5)") == 0  # the real solution
     assert verdict("") != 0  # no rule
-    assert verdict("", "CREATE TRIGGER no BEFORE INSERT ON reviews BEGIN "
-                       "SELECT RAISE(ABORT, 'no'); END;") != 0  # refuses everything
+    assert (
+        verdict(
+            "", "CREATE TRIGGER no BEFORE INSERT ON reviews BEGIN SELECT RAISE(ABORT, 'no'); END;"
+        )
+        != 0
+    )  # refuses everything
 
 
 @pytest.mark.timeout(300)
@@ -367,6 +460,11 @@ def test_eval_with_the_gold_agent_replays_through_the_suite_env(envs, tmp_path: 
 
     registration.register_envs()
     with Store(f"sqlite:///{tmp_path / 'e.db'}") as store:
-        run = evaluate("mcp-suite-sqlite-v0", model_ref("gold"), EvalConfig(k=1, limit=3, concurrency=3), store=store)
+        run = evaluate(
+            "mcp-suite-sqlite-v0",
+            model_ref("gold"),
+            EvalConfig(k=1, limit=3, concurrency=3),
+            store=store,
+        )
     assert run.summary.errored == 0 and run.summary.episodes == 3
     assert all(e.reward == 1.0 for e in run.episodes)

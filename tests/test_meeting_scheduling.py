@@ -48,11 +48,17 @@ def test_world_rules_match_the_database(bundle: Path) -> None:
     task = load_bundle(bundle).tasks[2].metadata
     schedule = next(world.schedules(task, limit=1))
     assert [row["meeting"] for row in schedule] == ["M1", "M2"]
-    spans = sorted((minutes(r["start_utc"]), minutes(r["start_utc"]) + m["duration_min"])
-                   for r, m in zip(schedule, task["meetings"]))
-    assert spans[1][0] >= spans[0][1] + task["buffer_min"]  # any order, never overlapping, buffer kept
+    spans = sorted(
+        (minutes(r["start_utc"]), minutes(r["start_utc"]) + m["duration_min"])
+        for r, m in zip(schedule, task["meetings"])
+    )
+    assert (
+        spans[1][0] >= spans[0][1] + task["buffer_min"]
+    )  # any order, never overlapping, buffer kept
     sizes = {r.name: r.capacity for r in world.rooms}
-    assert all(sizes[row["room"]] >= len(m["attendees"]) for row, m in zip(schedule, task["meetings"]))
+    assert all(
+        sizes[row["room"]] >= len(m["attendees"]) for row, m in zip(schedule, task["meetings"])
+    )
 
 
 def test_tools(bundle: Path) -> None:
@@ -64,7 +70,8 @@ def test_tools(bundle: Path) -> None:
         rooms = ep.call_tool("list_rooms", min_capacity=6, needs_video=True)
         assert all(r["capacity"] >= 6 and r["has_video"] for r in rooms)
         assert [(r["capacity"], r["floor"], r["name"]) for r in rooms] == sorted(
-            (r["capacity"], r["floor"], r["name"]) for r in rooms)
+            (r["capacity"], r["floor"], r["name"]) for r in rooms
+        )
         teams = ep.call_tool("list_teams")
         people = ep.call_tool("list_people", team=teams[0])
         assert people and all(p["team"] == teams[0] for p in people)
@@ -77,12 +84,20 @@ def test_verifier_names_each_broken_rule(bundle: Path) -> None:
         rows = json.loads(gold["answer_text"])["schedule"]
         assert failed(ep.verify(gold, task)) == set()
         clash = [dict(rows[0], start_utc=rows[1]["start_utc"]), *rows[1:]]
-        assert failed(ep.verify({"answer_text": json.dumps({"schedule": clash})}, task)) == {"no_overlap"}
+        assert failed(ep.verify({"answer_text": json.dumps({"schedule": clash})}, task)) == {
+            "no_overlap"
+        }
         odd = [dict(rows[0], start_utc="10:15"), *rows[1:]]
-        assert failed(ep.verify({"answer_text": json.dumps({"schedule": odd})}, task)) == {"start_format"}
+        assert failed(ep.verify({"answer_text": json.dumps({"schedule": odd})}, task)) == {
+            "start_format"
+        }
         renamed = [dict(rows[0], meeting="M9"), *rows[1:]]
-        assert "meetings_in_order" in failed(ep.verify({"answer_text": json.dumps({"schedule": renamed})}, task))
-        assert failed(ep.verify({"answer_text": json.dumps({"schedule": rows[:1]})}, task)) == {"valid_json"}
+        assert "meetings_in_order" in failed(
+            ep.verify({"answer_text": json.dumps({"schedule": renamed})}, task)
+        )
+        assert failed(ep.verify({"answer_text": json.dumps({"schedule": rows[:1]})}, task)) == {
+            "valid_json"
+        }
 
 
 def test_envgym_check_passes_in_the_sandbox(bundle: Path, require_backend) -> None:

@@ -325,7 +325,9 @@ from hypothesis import strategies as _st  # noqa: E402
 from envgym.actions import _repair, _well_formed  # noqa: E402
 
 _args_text = _st.one_of(
-    _st.dictionaries(_st.text(max_size=5), _st.integers() | _st.text(max_size=5), max_size=3).map(json.dumps),
+    _st.dictionaries(_st.text(max_size=5), _st.integers() | _st.text(max_size=5), max_size=3).map(
+        json.dumps
+    ),
     _st.sampled_from(["", " ", "{}", "[]", "1", '{"a": NaN}', "{bad", '{"a": 1} ', "null"]),
 )
 _wf_call = _st.fixed_dictionaries(

@@ -110,13 +110,35 @@ class Handler(BaseHTTPRequestHandler):
         elif kind == "400":
             self._send(400, '{"error": "bad model name"}')
         elif kind == "window":  # vLLM's refusal of a prompt over --max-model-len
-            self._send(400, json.dumps({"error": {"message": (
-                "This model's maximum context length is 8192 tokens. However, you requested "
-                "8300 tokens (8291 in the messages, 9 in the completion)."), "code": 400}}))
+            self._send(
+                400,
+                json.dumps(
+                    {
+                        "error": {
+                            "message": (
+                                "This model's maximum context length is 8192 tokens. However, you requested "
+                                "8300 tokens (8291 in the messages, 9 in the completion)."
+                            ),
+                            "code": 400,
+                        }
+                    }
+                ),
+            )
         elif kind == "no_room":  # the prompt fits; prompt + max_tokens does not
-            self._send(400, json.dumps({"error": {"message": (
-                "This model's maximum context length is 8192 tokens. However, you requested "
-                "8300 tokens (8000 in the messages, 300 in the completion)."), "code": 400}}))
+            self._send(
+                400,
+                json.dumps(
+                    {
+                        "error": {
+                            "message": (
+                                "This model's maximum context length is 8192 tokens. However, you requested "
+                                "8300 tokens (8000 in the messages, 300 in the completion)."
+                            ),
+                            "code": 400,
+                        }
+                    }
+                ),
+            )
         elif kind == "truncated":
             self._send(200, json.dumps(GOOD)[:60])
         elif kind == "no_choices":
@@ -266,9 +288,7 @@ def test_a_client_error_is_not_retried(server: tuple[str, Script]) -> None:
     assert len(script.bodies) == 1
 
 
-def test_a_window_refusal_is_the_episode_outcome_not_a_failure(
-    server: tuple[str, Script]
-) -> None:
+def test_a_window_refusal_is_the_episode_outcome_not_a_failure(server: tuple[str, Script]) -> None:
     """A 400 that says the prompt is over the window raises ContextWindowExceeded (the rollout
     truncates the episode and counts it in n); any other 400 stays a plain PolicyError."""
     url, script = server

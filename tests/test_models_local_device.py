@@ -28,18 +28,36 @@ class _Recorder(torch.nn.Module):
 
     def __init__(self, vocab: int) -> None:
         super().__init__()
-        self.config = LlamaConfig(vocab_size=vocab, hidden_size=8, num_hidden_layers=1,
-                                  num_attention_heads=2, num_key_value_heads=1,
-                                  max_position_embeddings=4096)
+        self.config = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=4096,
+        )
         self.generation_config = None
         self.weight = torch.nn.Parameter(torch.empty(1, device=META))
         self.seen: list[dict[str, torch.device]] = []
 
-    def forward(self, *, input_ids: Any, position_ids: Any, past_key_values: Any,
-                attention_mask: Any, use_cache: bool, logits_to_keep: int = 0) -> Any:
-        self.seen.append({"input_ids": input_ids.device, "position_ids": position_ids.device,
-                          "attention_mask": attention_mask.device,
-                          "kv": past_key_values.rows[0].keys[0].device})
+    def forward(
+        self,
+        *,
+        input_ids: Any,
+        position_ids: Any,
+        past_key_values: Any,
+        attention_mask: Any,
+        use_cache: bool,
+        logits_to_keep: int = 0,
+    ) -> Any:
+        self.seen.append(
+            {
+                "input_ids": input_ids.device,
+                "position_ids": position_ids.device,
+                "attention_mask": attention_mask.device,
+                "kv": past_key_values.rows[0].keys[0].device,
+            }
+        )
         return SimpleNamespace(logits=torch.zeros(input_ids.shape[0], 1, self.config.vocab_size))
 
 
@@ -47,12 +65,15 @@ class _Recorder(torch.nn.Module):
 def test_prefill_and_decode_feed_the_model_on_its_device() -> None:
     tokenizer = load_tokenizer()
     model = _Recorder(len(tokenizer))
-    engine = Engine(model, ChatFormat(tokenizer), max_batch=2, max_kv_bytes=1 << 30,
-                    stop_at_tool_call=False)
+    engine = Engine(
+        model, ChatFormat(tokenizer), max_batch=2, max_kv_bytes=1 << 30, stop_at_tool_call=False
+    )
     try:
         params = SamplingParams(temperature=1.0, max_tokens=8, seed=0)
-        rows = [engine._prefill(Request(f"s{i}", START, [], params, None, None))  # type: ignore[arg-type]
-                for i in range(2)]
+        rows = [
+            engine._prefill(Request(f"s{i}", START, [], params, None, None))  # type: ignore[arg-type]
+            for i in range(2)
+        ]
         engine._rows = [r for r in rows if r is not None]
         engine._step()  # one batched decode step of both rows
         sampled = [len(r.tokens) for r in engine._rows]
@@ -66,7 +87,7 @@ def test_prefill_and_decode_feed_the_model_on_its_device() -> None:
 
 
 def test_ragged_attention_builds_its_mask_on_the_querys_device(
-    monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     masks: list[Any] = []
 
@@ -79,7 +100,12 @@ def test_ragged_attention_builds_its_mask_on_the_querys_device(
     store.reserve(5)
     keys = store.keys[0][:, :, :5]
     query = torch.empty(1, 2, 2, 4, device=META)  # 2 new tokens after 3 cached: a masked prefill
-    kv.ragged_attention(torch.nn.Module(), query, kv.RaggedKV([keys], [keys], 2),
-                        kv.RaggedKV([keys], [keys], 2), None)
+    kv.ragged_attention(
+        torch.nn.Module(),
+        query,
+        kv.RaggedKV([keys], [keys], 2),
+        kv.RaggedKV([keys], [keys], 2),
+        None,
+    )
     assert [m.device for m in masks] == [META]
     assert kv.mask_placeholder(3, META).device == META

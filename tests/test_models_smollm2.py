@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 import torch
+from bundle_factory import make_notes_bundle
 
 from envgym.bundle_env import BundleEnv
+from envgym.models.kept import decode_kept
 from envgym.models.local import LocalPolicy
 from envgym.policy import SamplingParams, Turn
-from envgym.models.kept import decode_kept
 from envgym.record import EpisodeRecord
 from envgym.rollout import RecordBuilder
-from bundle_factory import make_notes_bundle
 
 PARAMS = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=40, seed=11)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from bundle_factory import make_notes_bundle
+
 from envgym.bundle_env import BundleEnv
 from envgym.embedded import load_model
 from envgym.models.openai_http import OpenAIPolicy
@@ -124,8 +124,12 @@ def test_the_synthesis_agent_runs_end_to_end_on_the_server(
     from synth_agents.validate import REASONS
 
     require_backend("bwrap")
-    config = LLMConfig(max_rounds=2, max_tool_turns=1, max_levels=1,
-                       params=SamplingParams(temperature=0.7, max_tokens=300, seed=0))
+    config = LLMConfig(
+        max_rounds=2,
+        max_tool_turns=1,
+        max_levels=1,
+        params=SamplingParams(temperature=0.7, max_tokens=300, seed=0),
+    )
     agent = LLMAgent.from_model("library loans", f"{server.base_url}#{server.served_name}", config)
     try:
         summary = run_synthesis(agent, n=1, seed=0, recorder=SynthRecorder(tmp_path / "out", None))
@@ -154,11 +158,14 @@ def test_weight_sync_reaches_every_weight_of_the_real_server_and_the_probe_catch
     from trainer.weight_sync import EngineWeightsMismatch, check_engine_weights, sync_weights
 
     model = AutoModelForCausalLM.from_pretrained(str(hf_dir()), dtype=torch.float32)
-    config = config_from_dict({
-        "model": {"engine": "vllm", "vllm_url": server.base_url},
-        "envs": [{"id": "unused"}], "checkpoint": {"dir": str(tmp_path / "ck")},
-        "metrics": {"dir": str(tmp_path / "metrics")},
-    })
+    config = config_from_dict(
+        {
+            "model": {"engine": "vllm", "vllm_url": server.base_url},
+            "envs": [{"id": "unused"}],
+            "checkpoint": {"dir": str(tmp_path / "ck")},
+            "metrics": {"dir": str(tmp_path / "metrics")},
+        }
+    )
     policy = VLLMPolicy(server.base_url, server.served_name)
 
     async def sync(version: int) -> None:

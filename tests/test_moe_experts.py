@@ -59,8 +59,15 @@ def test_keep_routing_replays_through_kernel_experts() -> None:
 
 
 def test_dense_models_and_other_layouts_are_left_alone() -> None:
-    dense = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=8,
-                                         num_hidden_layers=1, num_attention_heads=2))
+    dense = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=32,
+            hidden_size=8,
+            intermediate_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+    )
     assert use_kernel_experts(dense) == "no MoE experts module (a dense model)"
     model = build("mixtral")
     for m in model.modules():
@@ -82,7 +89,8 @@ def test_the_trainer_loads_moe_models_with_kernel_experts(tmp_path) -> None:
 
     build("mixtral").save_pretrained(tmp_path / "moe")
     AutoTokenizer.from_pretrained(str(embedded.hf_dir())).save_pretrained(tmp_path / "moe")
-    config = config_from_dict({"envs": [{"id": "code-interpreter-math-v0"}],
-                               "model": {"path": str(tmp_path / "moe")}})
+    config = config_from_dict(
+        {"envs": [{"id": "code-interpreter-math-v0"}], "model": {"path": str(tmp_path / "moe")}}
+    )
     model, _ = load_model(config)
     assert model.config._experts_implementation == NAME

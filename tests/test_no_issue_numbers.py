@@ -10,6 +10,7 @@ word "issue"), ``issue #{key}`` (no digit) and other projects' URLs such as
 ``github.com/x/y/issues/N`` (the separator is "/") are not.  The examples below are assembled
 from parts, so this file passes its own rule.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SUFFIXES = (".py", ".md", ".sh", ".yaml", ".toml")
 WORD = "issue"
-CITATION = re.compile(
-    rf"(?<![a-z]){WORD}s?(?:[ \t_-]|[ \t]*\n[ \t#*>\"']*)?#?\d", re.IGNORECASE)
+CITATION = re.compile(rf"(?<![a-z]){WORD}s?(?:[ \t_-]|[ \t]*\n[ \t#*>\"']*)?#?\d", re.IGNORECASE)
 
 
 def citations(text: str) -> list[tuple[int, str]]:
@@ -35,19 +35,40 @@ def citations(text: str) -> list[tuple[int, str]]:
 
 def test_the_rule_matches_citations_and_nothing_else() -> None:
     w, W = WORD, WORD.capitalize()
-    for cited in (f"see {w} 12", f"({w} #3)", f"{W} 8 item 2: x", f"{w}s 8 and 9",
-                  f"the {w}-11 report", f"def test_of_{w}_9():", f"({w}#4)",
-                  f"rejected (see the\n    # {w}\n    # 9 report)", f"x ({w}\n    # 9)"):
+    for cited in (
+        f"see {w} 12",
+        f"({w} #3)",
+        f"{W} 8 item 2: x",
+        f"{w}s 8 and 9",
+        f"the {w}-11 report",
+        f"def test_of_{w}_9():",
+        f"({w}#4)",
+        f"rejected (see the\n    # {w}\n    # 9 report)",
+        f"x ({w}\n    # 9)",
+    ):
         assert citations(cited), cited
-    for plain in (f"an {w} in a repo", f"the t{w} 3", f"{w}–PR pairs", "Fixes #3",
-                  f"{w} #{{key}} is neither", f"https://github.com/x/y/{w}s/123",
-                  f"mobile_data_{w}]", f"{W}s are bugs. 2 more", f"the {w}\n\n3. next"):
+    for plain in (
+        f"an {w} in a repo",
+        f"the t{w} 3",
+        f"{w}–PR pairs",
+        "Fixes #3",
+        f"{w} #{{key}} is neither",
+        f"https://github.com/x/y/{w}s/123",
+        f"mobile_data_{w}]",
+        f"{W}s are bugs. 2 more",
+        f"the {w}\n\n3. next",
+    ):
         assert not citations(plain), plain
 
 
 def test_no_tracked_text_file_cites_an_issue_by_number() -> None:
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
-                            timeout=60, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, timeout=60, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     offenders = []
     for name in sorted(n for n in listed if n.endswith(SUFFIXES)):
         path = REPO / name

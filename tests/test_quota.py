@@ -15,7 +15,9 @@ import pytest
 
 from envgym.sandbox.quota import BoundedDir, quota_supported, sweep_stale
 
-needs_mount = pytest.mark.skipif(not quota_supported(), reason="mounting a tmpfs needs root / CAP_SYS_ADMIN")
+needs_mount = pytest.mark.skipif(
+    not quota_supported(), reason="mounting a tmpfs needs root / CAP_SYS_ADMIN"
+)
 MIB = 2**20
 
 

@@ -341,8 +341,11 @@ def test_untruncated_vllm_turns_are_recorded_as_not_truncated(tokenizer: Any) ->
 
     async def post_json(path: str, body: dict[str, Any], check: Any) -> Any:
         bodies.append(body)
-        reply = {"token_ids": [5, 2], "logprobs": {"token_logprobs": [-0.5, -0.25]},
-                 "finish_reason": "stop"}
+        reply = {
+            "token_ids": [5, 2],
+            "logprobs": {"token_logprobs": [-0.5, -0.25]},
+            "finish_reason": "stop",
+        }
         return check({"choices": [reply]})
 
     policy.client.post_json = post_json  # type: ignore[method-assign]
@@ -362,7 +365,7 @@ def test_untruncated_vllm_turns_are_recorded_as_not_truncated(tokenizer: Any) ->
     builder = RecordBuilder(model="vllm", policy_version=0)
     builder.add(untruncated)
     [seg] = builder.record.segments
-    assert seg.kept[len(untruncated.prompt_ids or []):] == [None, None]
+    assert seg.kept[len(untruncated.prompt_ids or []) :] == [None, None]
 
 
 def _npy_b64(array: np.ndarray) -> str:

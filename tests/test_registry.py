@@ -16,10 +16,20 @@ class _Dummy(envgym.Env):
         self.flavour = flavour
 
     def reset(self, *, seed=None, options=None):
-        return {"messages": [], "tools": []}, {"reward_components": {}, "tool_calls": 0, "errors": {}}
+        return {"messages": [], "tools": []}, {
+            "reward_components": {},
+            "tool_calls": 0,
+            "errors": {},
+        }
 
     def step(self, action):
-        return {"messages": [], "tools": []}, 0.0, True, False, {"reward_components": {}, "tool_calls": 0, "errors": {}}
+        return (
+            {"messages": [], "tools": []},
+            0.0,
+            True,
+            False,
+            {"reward_components": {}, "tool_calls": 0, "errors": {}},
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -84,6 +84,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Episode
         env.reset(options={"task": task})
         gold[task] = env.gold_calls()
     env.close()
+
     # trip-001-d1 thinks aloud once (the env nudges it back to tools); under `discard-reasoning`
     # reasoning followed by any message is dropped. trip-002-d2 sample 1 hits a backend failure.
     def script(task: str, sample: int) -> list:

@@ -28,7 +28,9 @@ def failed(report: dict) -> set[str]:
 
 
 def test_database_is_deterministic(tmp_path: Path) -> None:
-    a, b, c = (write_db(tmp_path / f"{n}.sqlite", seed) for n, seed in (("a", 1), ("b", 1), ("c", 2)))
+    a, b, c = (
+        write_db(tmp_path / f"{n}.sqlite", seed) for n, seed in (("a", 1), ("b", 1), ("c", 2))
+    )
     assert a.read_bytes() == b.read_bytes()
     assert a.read_bytes() != c.read_bytes()
     with pytest.raises(FileExistsError):
@@ -38,8 +40,18 @@ def test_database_is_deterministic(tmp_path: Path) -> None:
 def test_bundle_tasks_cycle_difficulties_and_kinds(bundle: Path) -> None:
     tasks = load_bundle(bundle).tasks
     assert [t.difficulty for t in tasks] == [1, 2, 3, 4, 5]
-    assert [t.metadata["kind"] for t in tasks] == ["basket", "returns", "basket", "returns", "basket"]
-    assert [len(t.metadata["categories"]) for t in tasks if t.metadata["kind"] == "basket"] == [2, 3, 8]
+    assert [t.metadata["kind"] for t in tasks] == [
+        "basket",
+        "returns",
+        "basket",
+        "returns",
+        "basket",
+    ]
+    assert [len(t.metadata["categories"]) for t in tasks if t.metadata["kind"] == "basket"] == [
+        2,
+        3,
+        8,
+    ]
     assert tasks[3].metadata["one_per_order"] and tasks[3].metadata["exclude_category"]
 
 
@@ -58,7 +70,10 @@ def test_tools_on_known_rows(bundle: Path) -> None:
         assert cats == sorted(cats) and "electronics" in cats
         prices = [p["price"] for p in ep.call_tool("list_products", category="books")]
         assert prices == sorted(prices)
-        assert all(p["rating"] >= 4.0 for p in ep.call_tool("list_products", category="toys", min_rating=4.0))
+        assert all(
+            p["rating"] >= 4.0
+            for p in ep.call_tool("list_products", category="toys", min_rating=4.0)
+        )
         with pytest.raises(KeyError, match="no customer"):
             ep.ctx.run(ep.bundle.tool_functions["get_customer"], name="Nobody Here")
         with pytest.raises(KeyError, match="no category"):
@@ -78,7 +93,9 @@ def test_verifier_names_each_broken_rule(bundle: Path) -> None:
         assert failed(ep.verify({"answer_text": json.dumps(off)}, basket)) == {"total_correct"}
         # an unreadable answer reports the parse check alone (no "not checked" failures)
         assert failed(ep.verify({"answer_text": "not json"}, basket)) == {"valid_json"}
-        assert [c["name"] for c in ep.verify({"answer_text": "not json"}, basket)["checks"]] == ["valid_json"]
+        assert [c["name"] for c in ep.verify({"answer_text": "not json"}, basket)["checks"]] == [
+            "valid_json"
+        ]
         returns = tasks[3]
         gold = ep.solve(returns).submission
         answer = json.loads(gold["answer_text"])
@@ -104,7 +121,8 @@ def test_strictness_gate_catches_a_lenient_verifier(bundle: Path, tmp_path: Path
         "import json\n"
         "def verify_retail(submission, task):\n"
         "    ok = 'skus' in str(submission.get('answer_text'))\n"
-        "    return {'checks': [{'name': 'has_skus', 'passed': ok, 'detail': ''}]}\n")
+        "    return {'checks': [{'name': 'has_skus', 'passed': ok, 'detail': ''}]}\n"
+    )
     with LocalBundle(lenient).episode() as ep:
         assert strictness_problem(ep, task) == "verifier accepts a corrupted answer"
 

@@ -18,8 +18,8 @@ from test_rollout_doubles import ScriptedPolicy
 from envgym import registry
 from envgym.bundle_env import BundleEnv
 from envgym.context import ContextManager
-from envgym.policy import SamplingParams, Turn
 from envgym.models.kept import encode_kept
+from envgym.policy import SamplingParams, Turn
 from envgym.record import Segment, TurnInfo
 from envgym.rollout import (
     AgentPolicy,
@@ -180,7 +180,11 @@ def test_thinking_retention_drop_starts_a_new_segment_and_is_recorded(
     # the retained reasoning), so the prompt keeps extending: one segment, nothing dropped.
     calls = gold["trip-001-d1"]
     script = [calls[0], "let me think", *calls[1:]]
-    [kept] = run(ScriptedPolicy(lambda task, sample: script, reasoning="because"), bundle_dir, [EpisodeSpec("trip-001-d1")])
+    [kept] = run(
+        ScriptedPolicy(lambda task, sample: script, reasoning="because"),
+        bundle_dir,
+        [EpisodeSpec("trip-001-d1")],
+    )
     assert kept.passed and kept.turns == len(calls) + 1
     assert len(kept.record.segments) == 1 and kept.context_dropped == []
     # When the env's nudges end the turn, retention drops the earlier reasoning, the prompt
@@ -191,7 +195,10 @@ def test_thinking_retention_drop_starts_a_new_segment_and_is_recorded(
     assert r.passed and r.turns == len(calls) + 1
     assert len(r.record.segments) == 2
     assert [d["what"] for d in r.context_dropped] == ["reasoning", "reasoning"]
-    assert {d["index"] for d in r.context_dropped} == {2, 4}  # the two assistant turns before the nudge
+    assert {d["index"] for d in r.context_dropped} == {
+        2,
+        4,
+    }  # the two assistant turns before the nudge
     assert all(d["turn"] == 2 for d in r.context_dropped)
 
 
@@ -223,8 +230,13 @@ class _MeetingPolicy(ScriptedPolicy):
     """Each session's first turn waits (bounded) until two sessions are in ``act`` at once, so
     reaching the bound does not depend on how the scheduler interleaves a loaded machine."""
 
-    async def act(self, session: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-                  params: SamplingParams) -> Turn:
+    async def act(
+        self,
+        session: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        params: SamplingParams,
+    ) -> Turn:
         if session not in self._state:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -544,7 +556,11 @@ def test_closing_an_env_while_its_worker_launches_leaves_no_child(bundle_dir: Pa
     closer.join(timeout=60)
     assert handles and not resetter.is_alive() and not closer.is_alive()
     # Every worker this env launched was killed and reaped (no zombie, nothing running).
-    left = {h.proc.pid: (_proc_state(h.proc.pid), _cmdline(h.proc.pid)) for h in handles if h.proc.returncode is None}
+    left = {
+        h.proc.pid: (_proc_state(h.proc.pid), _cmdline(h.proc.pid))
+        for h in handles
+        if h.proc.returncode is None
+    }
     # Before the fix: a live bwrap nobody would kill; once its pipes were garbage-collected it
     # exited and stayed a zombie (state Z, empty command line) until the next Popen reaped it.
     assert not left, left

@@ -35,9 +35,17 @@ from trainer.smolmoe import upcycle_model
 
 VOCAB = 64
 COMMON = dict(
-    vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, num_experts_per_tok=2,
-    max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_experts_per_tok=2,
+    max_position_embeddings=64,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
 )
 
 
@@ -63,7 +71,10 @@ def olmoe() -> nn.Module:  # norm_topk_prob=False: gates are the un-renormalized
 
 
 ARCHS: dict[str, Callable[[], nn.Module]] = {
-    "mixtral": mixtral, "qwen2_moe": qwen2_moe, "qwen3_moe": qwen3_moe, "olmoe": olmoe,
+    "mixtral": mixtral,
+    "qwen2_moe": qwen2_moe,
+    "qwen3_moe": qwen3_moe,
+    "olmoe": olmoe,
 }
 
 
@@ -276,8 +287,11 @@ def test_hooks_are_removed_even_on_error() -> None:
 def test_qwen2_moe_dense_layers_are_not_counted() -> None:
     torch.manual_seed(0)
     config = Qwen2MoeConfig(
-        num_experts=4, moe_intermediate_size=16, shared_expert_intermediate_size=16,
-        mlp_only_layers=[0], **COMMON,
+        num_experts=4,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        mlp_only_layers=[0],
+        **COMMON,
     )
     model = Qwen2MoeForCausalLM(config).eval()
     assert route_shape(model) == (1, 2)
@@ -316,8 +330,15 @@ def test_bad_input() -> None:
     with pytest.raises(ValueError, match="repeat an expert"):
         with replay_routes(model, torch.zeros_like(routes)):
             pass
-    dense = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=16,
-                                         num_hidden_layers=1, num_attention_heads=2))
+    dense = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=16,
+            intermediate_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+    )
     with pytest.raises(ValueError, match="LlamaForCausalLM has no MoE router"):
         capture_routes(dense, ids)
     with pytest.raises(ValueError, match="no MoE router"):

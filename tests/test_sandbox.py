@@ -98,7 +98,7 @@ def _private() -> None:
     pass
 '''
 
-SOLUTION = '''
+SOLUTION = """
 def solve(tools, task):
     total = tools.price("apple") + tools.price(name="pear")
     tools.submit(answer=str(total))
@@ -119,9 +119,9 @@ def broken(tools, task):
 
 def final_message(tools, task):
     return "forty-two"
-'''
+"""
 
-VERIFIER = '''
+VERIFIER = """
 from envgym.runtime import sqlite
 
 
@@ -133,9 +133,19 @@ def verify(submission, task):
 
 def not_a_dict(submission, task):
     return [1]
-'''
+"""
 
-TOOL_NAMES = ["bump", "chatty", "counter", "leave", "module_calls", "odd", "out_of_memory", "price", "submit"]
+TOOL_NAMES = [
+    "bump",
+    "chatty",
+    "counter",
+    "leave",
+    "module_calls",
+    "odd",
+    "out_of_memory",
+    "price",
+    "submit",
+]
 BACKENDS = ["inprocess", "bwrap", pytest.param("docker", marks=pytest.mark.docker)]
 
 
@@ -196,7 +206,9 @@ def test_reset_switches_state(box: Sandbox, bundle: Path, tmp_path: Path) -> Non
 def test_exception_has_short_bundle_traceback(box: Sandbox, tmp_path: Path) -> None:
     outcome = box.call_tool("price", {"name": "banana"})
     assert not outcome.ok and outcome.error is CallError.EXCEPTION
-    assert outcome.message.startswith("Traceback (most recent call last):\n  File \"tools.py\", line ")
+    assert outcome.message.startswith(
+        'Traceback (most recent call last):\n  File "tools.py", line '
+    )
     assert outcome.message.endswith("KeyError: \"no item 'banana'\"")
     assert str(tmp_path) not in outcome.message and "/bundle" not in outcome.message
     assert "runner.py" not in outcome.message
@@ -248,10 +260,16 @@ def test_memory_error_and_sys_exit(box: Sandbox) -> None:
 def test_solve_records_calls_and_submission(box: Sandbox) -> None:
     solved = box.solve("solve", {"id": "t"}, "submit")
     assert solved.outcome.ok, solved.outcome.message
-    assert solved.calls == [("price", {"name": "apple"}), ("price", {"name": "pear"}), ("submit", {"answer": "8"})]
+    assert solved.calls == [
+        ("price", {"name": "apple"}),
+        ("price", {"name": "pear"}),
+        ("submit", {"answer": "8"}),
+    ]
     assert solved.submission == {"answer": "8"}
     report = box.verify("verify", solved.submission, {"id": "t"})
-    assert report.ok and report.value == {"checks": [{"name": "total", "passed": True, "detail": ""}]}
+    assert report.ok and report.value == {
+        "checks": [{"name": "total", "passed": True, "detail": ""}]
+    }
     assert box.verify("verify", {"answer": "9"}, {}).value["checks"][0]["passed"] is False
 
 
@@ -267,7 +285,10 @@ def test_solve_errors(box: Sandbox) -> None:
     assert twice.submission == {"answer": "1"}
     broken = box.solve("broken", {}, "submit")
     assert broken.outcome.error is CallError.EXCEPTION
-    assert 'File "solution.py"' in broken.outcome.message and 'File "tools.py"' in broken.outcome.message
+    assert (
+        'File "solution.py"' in broken.outcome.message
+        and 'File "tools.py"' in broken.outcome.message
+    )
     assert broken.calls == [("price", {"name": "banana"})] and broken.submission is None
     final = box.solve("final_message", {}, None)
     assert final.outcome.ok and final.submission == {"content": "forty-two"}
@@ -281,19 +302,26 @@ def test_verifier_must_return_a_dict(box: Sandbox) -> None:
 def test_calls_before_reset_fail_cleanly(bundle: Path, backend: str) -> None:
     with open_sandbox(bundle, backend) as sandbox:
         outcome = sandbox.call_tool("counter", {})
-        assert outcome.error is CallError.EXCEPTION and "no episode state is active" in outcome.message
+        assert (
+            outcome.error is CallError.EXCEPTION and "no episode state is active" in outcome.message
+        )
 
 
 @pytest.mark.parametrize(
     ("tools", "needle"),
     [
         ("def f(x: int) -> int:\n    return x +\n", "tools.py: tools.py line 2: SyntaxError"),
-        ("def f(x) -> int:\n    return 1\n", "tools.py line 1: tool f, parameter 'x': missing type hint"),
+        (
+            "def f(x) -> int:\n    return 1\n",
+            "tools.py line 1: tool f, parameter 'x': missing type hint",
+        ),
         ("import json\n\nraise RuntimeError('boom')\n", "tools.py line 3: failed to import"),
         ("import no_such_module\n", "ModuleNotFoundError: No module named 'no_such_module'"),
     ],
 )
-def test_malformed_tools_raise_bundle_error(make_bundle: Callable[..., Path], backend: str, tools: str, needle: str) -> None:
+def test_malformed_tools_raise_bundle_error(
+    make_bundle: Callable[..., Path], backend: str, tools: str, needle: str
+) -> None:
     with open_sandbox(make_bundle(tools), backend) as sandbox:
         with pytest.raises(BundleError) as err:
             sandbox.describe_tools()
@@ -327,7 +355,9 @@ def test_many_calls_in_a_row(box: Sandbox, backend: str) -> None:
     assert values == {3}
 
 
-def test_sandbox_unavailable_names_the_problem(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sandbox_unavailable_names_the_problem(
+    bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from envgym.sandbox import bwrap, docker_backend
 
     monkeypatch.setattr(bwrap, "BWRAP", "/nonexistent/bwrap")
@@ -349,7 +379,9 @@ def test_missing_tools_py_is_a_bundle_error(tmp_path: Path, backend: str) -> Non
             sandbox.describe_tools()
 
 
-def test_dropped_sandbox_leaves_no_worker(bundle: Path, tmp_path: Path, require_backend: Callable[[str], None]) -> None:
+def test_dropped_sandbox_leaves_no_worker(
+    bundle: Path, tmp_path: Path, require_backend: Callable[[str], None]
+) -> None:
     import gc
 
     require_backend("bwrap")

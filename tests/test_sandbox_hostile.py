@@ -146,14 +146,14 @@ def import_host_package(name: str) -> str:
     return "imported"
 '''
 
-SOLUTION = '''
+SOLUTION = """
 import os
 import signal
 
 
 def kill_host(tools, task):
     os.kill(task["metadata"]["host_pid"], signal.SIGKILL)
-'''
+"""
 
 LIMITS = Limits(
     call_timeout_s=3,
@@ -209,10 +209,27 @@ def test_cannot_read_outside(box: Sandbox, backend: str, tmp_path: Path) -> None
         message = refused(box.call_tool("read_file", {"path": path}))
         assert "TOP-SECRET" not in message
     # The bundle as the worker sees it: code only, no tasks (gold data) and no pristine state.
-    assert box.call_tool("list_dir", {"path": "/bundle"}).value == ["solution.py", "tools.py", "verifier.py"]
+    assert box.call_tool("list_dir", {"path": "/bundle"}).value == [
+        "solution.py",
+        "tools.py",
+        "verifier.py",
+    ]
     if backend == "bwrap":
         top = set(box.call_tool("list_dir", {"path": "/"}).value)
-        assert top <= {"usr", "lib", "lib64", "bin", "sbin", "root", "opt", "bundle", "state", "proc", "dev", "tmp"}
+        assert top <= {
+            "usr",
+            "lib",
+            "lib64",
+            "bin",
+            "sbin",
+            "root",
+            "opt",
+            "bundle",
+            "state",
+            "proc",
+            "dev",
+            "tmp",
+        }
         prefix = Path(sys.base_prefix)
         if prefix.is_relative_to("/root"):  # only the way to the Python prefix, nothing else
             assert box.call_tool("list_dir", {"path": "/root"}).value == [prefix.parts[2]]
@@ -234,14 +251,25 @@ def test_host_environment_does_not_leak(
         assert "ENVGYM_TEST_API_KEY" not in outcome.value and "hunter2" not in repr(outcome.value)
         for pid in ("self", "1"):
             outcome = sandbox.call_tool("read_file", {"path": f"/proc/{pid}/environ"})
-            assert "hunter2" not in str(outcome.value) and "ENVGYM_TEST_API_KEY" not in str(outcome.value)
+            assert "hunter2" not in str(outcome.value) and "ENVGYM_TEST_API_KEY" not in str(
+                outcome.value
+            )
 
 
-def test_cannot_write_outside_the_state(box: Sandbox, bundle: Path, state: Path, tmp_path: Path) -> None:
+def test_cannot_write_outside_the_state(
+    box: Sandbox, bundle: Path, state: Path, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir(mode=0o777)
     outside.chmod(0o777)
-    targets = [str(outside / "new.txt"), "/bundle/tools.py", "/bundle/evil.py", "/tmp/evil", "/opt/envgym/envgym/evil.py", "/usr/evil"]
+    targets = [
+        str(outside / "new.txt"),
+        "/bundle/tools.py",
+        "/bundle/evil.py",
+        "/tmp/evil",
+        "/opt/envgym/envgym/evil.py",
+        "/usr/evil",
+    ]
     for path in targets:
         refused(box.call_tool("write_file", {"path": path}))
     assert list(outside.iterdir()) == []
@@ -265,7 +293,9 @@ def test_no_network(box: Sandbox) -> None:
 
 
 def test_venv_packages_are_not_visible(box: Sandbox) -> None:
-    assert "No module named 'jsonschema'" in refused(box.call_tool("import_host_package", {"name": "jsonschema"}))
+    assert "No module named 'jsonschema'" in refused(
+        box.call_tool("import_host_package", {"name": "jsonschema"})
+    )
     assert box.call_tool("import_host_package", {"name": "socket"}).ok  # the stdlib is whole
     assert box.call_tool("import_host_package", {"name": "ctypes"}).ok
     still_works(box)
@@ -309,18 +339,25 @@ def test_signalling_parent_init_and_host(box: Sandbox) -> None:
         assert outcome.ok or outcome.error is CallError.EXCEPTION, outcome
     solved = box.solve("kill_host", {"metadata": {"host_pid": os.getpid()}}, None)
     assert solved.outcome.error is CallError.EXCEPTION
-    assert "ProcessLookupError" in solved.outcome.message or "PermissionError" in solved.outcome.message
+    assert (
+        "ProcessLookupError" in solved.outcome.message
+        or "PermissionError" in solved.outcome.message
+    )
     still_works(box)
 
 
 def test_printing_100_mib(box: Sandbox) -> None:
     outcome = box.call_tool("flood", {"mib": 100})
-    assert outcome.ok or outcome.error is CallError.EXCEPTION  # RLIMIT_FSIZE may refuse the fd write
+    assert (
+        outcome.ok or outcome.error is CallError.EXCEPTION
+    )  # RLIMIT_FSIZE may refuse the fd write
     assert len(outcome.stdout) < 3 * 4096 and "dropped" in outcome.stdout
     still_works(box)
 
 
-@pytest.mark.parametrize(("tool", "needle"), [("hard_exit", "exited (status 3)"), ("segfault", "SIGSEGV")])
+@pytest.mark.parametrize(
+    ("tool", "needle"), [("hard_exit", "exited (status 3)"), ("segfault", "SIGSEGV")]
+)
 def test_crashes_restart(box: Sandbox, tool: str, needle: str) -> None:
     assert needle in refused(box.call_tool(tool, {}), CallError.CRASH)
     still_works(box)
@@ -349,13 +386,15 @@ def test_hostile_import_is_a_bundle_error(
         assert not sandbox.call_tool("anything", {}).ok
 
 
-def test_printing_at_import_cannot_fake_replies(make_bundle: Callable[..., Path], backend: str, state: Path) -> None:
+def test_printing_at_import_cannot_fake_replies(
+    make_bundle: Callable[..., Path], backend: str, state: Path
+) -> None:
     tools = (
         "import os\n"
-        "os.write(1, b'{\"id\": 1, \"ok\": true, \"value\": {\"tools\": []}}\\n' * 3)\n"
+        'os.write(1, b\'{"id": 1, "ok": true, "value": {"tools": []}}\\n\' * 3)\n'
         "print('noise')\n\n"
         "def ping() -> str:\n"
-        "    \"\"\"Ping.\"\"\"\n"
+        '    """Ping."""\n'
         "    return 'pong'\n"
     )
     with open_sandbox(make_bundle(tools), backend, LIMITS) as sandbox:

@@ -229,7 +229,9 @@ def test_thread_of_episode_1_cannot_write_episode_2(box: Sandbox, dirs: EpisodeD
 
 
 @pytest.mark.timeout(120)
-def test_thread_of_call_n_cannot_forge_the_reply_to_call_n_plus_1(box: Sandbox, dirs: EpisodeDirs) -> None:
+def test_thread_of_call_n_cannot_forge_the_reply_to_call_n_plus_1(
+    box: Sandbox, dirs: EpisodeDirs
+) -> None:
     box.reset(dirs.refill())
     for _ in range(3):
         assert box.call_tool("forge", {}).value == "armed"
@@ -255,7 +257,10 @@ def test_episode_state_is_bounded(box: Sandbox, dirs: EpisodeDirs) -> None:
     assert shutil.disk_usage("/dev/shm").used - shm_before < 96 * MIB
     assert box.call_tool("ping", {}).value == "pong"
     box.reset(dirs.refill())  # a new episode starts with the space back
-    assert box.call_tool("fill", {"files": 1, "mib": 16}).value == {"written_mib": 16, "error": None}
+    assert box.call_tool("fill", {"files": 1, "mib": 16}).value == {
+        "written_mib": 16,
+        "error": None,
+    }
 
 
 def test_host_secret_not_in_worker_environment(

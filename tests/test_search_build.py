@@ -50,7 +50,9 @@ def test_cache_key_follows_the_apt_lists(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_failed_build_leaves_nothing_and_the_next_one_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_build_leaves_nothing_and_the_next_one_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path))
     final = tmp_path / "search" / "entry"
 
@@ -87,7 +89,9 @@ def test_killed_build_restarts_cleanly(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path))
     final, started = tmp_path / "search" / "entry", tmp_path / "started"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", _KILLED_BUILDER, str(final), str(started)], env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_BUILDER, str(final), str(started)], env=env
+    )
     try:
         deadline = time.monotonic() + 30
         while not started.exists():
@@ -126,7 +130,9 @@ def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.heavy
 @pytest.mark.timeout(120)
-def test_full_corpus_index_builds_once_and_answers(real_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_corpus_index_builds_once_and_answers(
+    real_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(real_cache))
     from tools.search.build import default_folder, default_index
 
@@ -143,9 +149,14 @@ def test_full_corpus_index_builds_once_and_answers(real_cache: Path, monkeypatch
 
 @pytest.mark.heavy
 @pytest.mark.timeout(120)
-def test_make_search_qa_v0_on_the_real_corpus(real_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_search_qa_v0_on_the_real_corpus(
+    real_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert pyproject["project"]["entry-points"]["envgym.envs"]["search-qa"] == "envs.search_qa.registration:register_envs"
+    assert (
+        pyproject["project"]["entry-points"]["envgym.envs"]["search-qa"]
+        == "envs.search_qa.registration:register_envs"
+    )
     monkeypatch.setenv("ENVGYM_CACHE", str(real_cache))
     import envgym
     from envs.search_qa.registration import register_envs
@@ -165,22 +176,33 @@ def test_make_search_qa_v0_on_the_real_corpus(real_cache: Path, monkeypatch: pyt
 
 
 def _call(name: str, **args: object) -> dict[str, object]:
-    call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
     return {"role": "assistant", "content": "", "tool_calls": [call]}
 
 
 @pytest.mark.heavy
 @pytest.mark.timeout(120)
-def test_bench_search_is_registered_and_prints_its_keys(real_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_search_is_registered_and_prints_its_keys(
+    real_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert pyproject["project"]["entry-points"]["envgym.benchmarks"]["search"] == "benchmarks.search:run"
+    assert (
+        pyproject["project"]["entry-points"]["envgym.benchmarks"]["search"]
+        == "benchmarks.search:run"
+    )
     import envgym.bench as bench
 
     # the installed entry points may predate this checkout's pyproject: run the declared one
     point = EntryPoint("search", "benchmarks.search:run", bench.GROUP)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(bench, "available", lambda: {"search": point})
-        bench.run_benchmark("search", as_json=True, quick=True, console=Console(stderr=True, quiet=True))
+        bench.run_benchmark(
+            "search", as_json=True, quick=True, console=Console(stderr=True, quiet=True)
+        )
     lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     assert len(lines) == 1
     payload = json.loads(lines[0])

@@ -5,15 +5,17 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from search_corpus import dumpavail_text
+
 from tools.search import debian
 from tools.search.debian import CorpusUnavailable, parse_packages, parse_stanzas, relation_names
 
 
 @pytest.mark.timeout(10)
 def test_stanzas_keep_continuations_and_skip_nameless() -> None:
-    text = "Package: a\nDescription: one\n more\n\nVersion: 2\n\n\nPackage: Bad Name\n\nPackage: b\n"
+    text = (
+        "Package: a\nDescription: one\n more\n\nVersion: 2\n\n\nPackage: Bad Name\n\nPackage: b\n"
+    )
     stanzas = list(parse_stanzas(text.splitlines()))
     assert stanzas[0] == {"Package": "a", "Description": "one\nmore"}
     assert [p.name for p in parse_packages(text.splitlines())] == ["a", "b"]

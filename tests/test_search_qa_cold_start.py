@@ -20,8 +20,19 @@ from typer.testing import CliRunner
 from envgym.messages import ToolCall
 from envgym.models.chat import ChatFormat, end_tokens
 from synth_agents.search_qa.agent_loop import TOOL_SPECS
-from synth_agents.search_qa.cold_start import Played, construction_script, example_from, scripts_for, verification_script
-from synth_agents.search_qa.cold_start_run import ColdStartConfig, play, run_cold_start, training_entities
+from synth_agents.search_qa.cold_start import (
+    Played,
+    construction_script,
+    example_from,
+    scripts_for,
+    verification_script,
+)
+from synth_agents.search_qa.cold_start_run import (
+    ColdStartConfig,
+    play,
+    run_cold_start,
+    training_entities,
+)
 from synth_agents.search_qa.facts import Facts, maintainer_name
 from synth_agents.search_qa.model_pipeline import ground, sample_entities
 from tools.search import SearchTools
@@ -65,16 +76,26 @@ def test_constructions_are_grounded_and_each_hop_is_named_uniquely(hops: int) ->
             assert pair is not None, why
             path = raw["evidence"]
             assert path[0] == name and len(path) == hops == len(set(path))
-            assert [s.arguments["id"] for s in script.steps[:-1]] == path[1:]  # opens every hop, in order
+            assert [s.arguments["id"] for s in script.steps[:-1]] == path[
+                1:
+            ]  # opens every hop, in order
             for parent, child in zip(path, path[1:]):
                 assert child in FACTS.packages[parent].depends
                 summary = FACTS.packages[child].summary
                 assert f'"{summary}"' in raw["question"]
-                same = [d for d in FACTS.known_depends(parent) if d.summary.casefold() == summary.casefold()]
+                same = [
+                    d
+                    for d in FACTS.known_depends(parent)
+                    if d.summary.casefold() == summary.casefold()
+                ]
                 assert [d.name for d in same] == [child]
             target = FACTS.packages[path[-1]]
-            truth = maintainer_name(target.maintainer) if kind == "person" else target.fields["Version"]
-            assert raw["answer"] == truth and pair.kind == ("person" if kind == "person" else "version")
+            truth = (
+                maintainer_name(target.maintainer) if kind == "person" else target.fields["Version"]
+            )
+            assert raw["answer"] == truth and pair.kind == (
+                "person" if kind == "person" else "version"
+            )
     assert made >= 20
 
 
@@ -84,7 +105,10 @@ def test_a_description_shared_by_two_dependencies_names_no_hop() -> None:
         for n, d, s in [("twin-a", "", "same words"), ("twin-b", "", "same words"),
                         ("root", "twin-a, twin-b", "the root package")])  # fmt: skip
     facts = Facts.of(list(parse_packages(text.splitlines())))
-    assert construction_script("root", facts, random.Random(0), hops=2, breadth=1, kind="person") is None
+    assert (
+        construction_script("root", facts, random.Random(0), hops=2, breadth=1, kind="person")
+        is None
+    )
 
 
 def test_verification_traces_say_correct_only_for_the_true_answer() -> None:
@@ -100,7 +124,11 @@ def test_verification_traces_say_correct_only_for_the_true_answer() -> None:
     for s in checks:
         proposed = re.search(r"Proposed answer: (.*)\n", s.messages[1]["content"]).group(1)  # type: ignore[union-attr]
         verdict = json.loads(s.steps[-1])["verdict"]
-        assert (verdict == "correct") == (proposed == s.pair.answer), (proposed, s.pair.answer, verdict)
+        assert (verdict == "correct") == (proposed == s.pair.answer), (
+            proposed,
+            s.pair.answer,
+            verdict,
+        )
         assert s.steps[0] == ToolCall("v0", "open", {"id": s.pair.evidence[-1]})
     wrong = verification_script(checks[0].pair, checks[0].entity, FACTS, rng, correct=False)
     assert wrong is not None and json.loads(wrong.steps[-1])["verdict"] == "incorrect"
@@ -122,9 +150,13 @@ def _spans(ids: tuple[int, ...], mask: tuple[int, ...]) -> list[list[int]]:
     return spans
 
 
-def test_examples_are_what_the_engine_prompts_and_the_model_writes(tools: SearchTools, fmt: ChatFormat) -> None:
+def test_examples_are_what_the_engine_prompts_and_the_model_writes(
+    tools: SearchTools, fmt: ChatFormat
+) -> None:
     scripts = scripts_for(NAMES[:6], FACTS, hops=2, breadth=2, seed=0)
-    examples = play(scripts, tools, fmt, end_tokens(fmt.tokenizer), ColdStartConfig(hops=2, breadth=2))
+    examples = play(
+        scripts, tools, fmt, end_tokens(fmt.tokenizer), ColdStartConfig(hops=2, breadth=2)
+    )
     assert len(examples) == len(scripts) >= 4
     im_end = fmt.tokenizer.convert_tokens_to_ids("<|im_end|>")
     for script, example in zip(scripts, examples):

@@ -37,8 +37,16 @@ def _bundle_module(name: str) -> ModuleType:
 verifier = _bundle_module("verifier")
 
 
-@pytest.mark.parametrize("text", ["", "one line", "a\n" * 3000, "x" * 4500 + "\nshort\n" + "y" * 10,
-                                  "\n".join(f"Field{i}: " + "v" * (i * 37 % 300) for i in range(200))])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "one line",
+        "a\n" * 3000,
+        "x" * 4500 + "\nshort\n" + "y" * 10,
+        "\n".join(f"Field{i}: " + "v" * (i * 37 % 300) for i in range(200)),
+    ],
+)
 def test_the_bundle_stand_in_pages_like_the_host_tool(text: str) -> None:
     """The bundle's stdlib ``open`` (used by envgym check's gold replays) mirrors tools/search's
     pages, so a gold solution's page numbers mean the same in check and in an episode."""
@@ -58,7 +66,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SearchTools]:
 
 
 def _call(name: str, **args: Any) -> dict[str, Any]:
-    call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
     return {"role": "assistant", "content": "", "tool_calls": [call]}
 
 
@@ -72,22 +84,36 @@ def test_bundle_passes_envgym_check(world: tuple[Path, SearchTools], require_bac
 
 
 @pytest.mark.timeout(60)
-def test_episode_searches_the_full_index_and_rewards_an_equivalent_answer(world: tuple[Path, SearchTools]) -> None:
+def test_episode_searches_the_full_index_and_rewards_an_equivalent_answer(
+    world: tuple[Path, SearchTools],
+) -> None:
     bundle, tools = world
-    snapshot = {json.loads(line)["id"] for line in (bundle / "state" / "docs.jsonl").read_text().splitlines()}
+    snapshot = {
+        json.loads(line)["id"]
+        for line in (bundle / "state" / "docs.jsonl").read_text().splitlines()
+    }
     env = SearchQAEnv(bundle, search=tools, task=0, sandbox="inprocess")
     try:
         obs, _ = env.reset()
-        assert [t["function"]["name"] for t in obs["tools"]] == ["search", "open", "find", "submit_answer"]
+        assert [t["function"]["name"] for t in obs["tools"]] == [
+            "search",
+            "open",
+            "find",
+            "submit_answer",
+        ]
         obs, *_ = env.step(_call("search", query="filler package", k=50))
         found = {hit["id"] for hit in json.loads(obs["messages"][-1]["content"])}
         assert found - snapshot, "search answered from the bundle snapshot, not the full index"
         obs, reward, done, *_ = env.step(_call("find", id="spacerocks", pattern="(a)\\1"))
-        assert "find: invalid pattern" in obs["messages"][-1]["content"] and not done and reward == 0
+        assert (
+            "find: invalid pattern" in obs["messages"][-1]["content"] and not done and reward == 0
+        )
         obs, *_ = env.step(_call("open", id="spacerocks", page=9))
         assert "page 9 is out of range" in obs["messages"][-1]["content"]
         answer = env.task.metadata["answer"]
-        obs, reward, done, _, info = env.step(_call("submit_answer", answer=f'  "{answer.upper()}". '))
+        obs, reward, done, _, info = env.step(
+            _call("submit_answer", answer=f'  "{answer.upper()}". ')
+        )
         assert done and reward == 1.0 and info["reward_components"]["answer_correct"] == 1.0
     finally:
         env.close()
@@ -124,7 +150,9 @@ def test_wrong_answer_earns_nothing(world: tuple[Path, SearchTools]) -> None:
         ("", "libfoo1", [], "name", False),
     ],
 )
-def test_answer_equivalence(given: str, expected: str, aliases: list[str], kind: str, ok: bool) -> None:
+def test_answer_equivalence(
+    given: str, expected: str, aliases: list[str], kind: str, ok: bool
+) -> None:
     assert verifier.equivalent(given, expected, aliases, kind) is ok
 
 
@@ -133,4 +161,8 @@ def test_answer_equivalence(given: str, expected: str, aliases: list[str], kind:
 def test_verifier_rejects_hostile_submissions_without_raising(answer: object) -> None:
     task = {"metadata": {"answer": "libfoo1", "aliases": [], "kind": "name"}}
     report = verifier.verify_answer({"answer": answer}, task)
-    assert report["checks"][0] == {"name": "answer_given", "passed": False, "detail": "no answer was submitted"}
+    assert report["checks"][0] == {
+        "name": "answer_given",
+        "passed": False,
+        "detail": "no answer was submitted",
+    }

@@ -59,7 +59,9 @@ def test_search_qa_v0_episodes_run_with_the_embedded_model(smollm2: Any) -> None
     for r in results:
         assert r.error is None, r.error_message
         assert 1 <= r.turns <= 3 and r.sampled_tokens <= 3 * 32
-        assert r.messages[0]["role"] in ("system", "user") and any(m["role"] == "assistant" for m in r.messages)
+        assert r.messages[0]["role"] in ("system", "user") and any(
+            m["role"] == "assistant" for m in r.messages
+        )
         # The reward is the verdict on what was submitted, recomputed here from the transcript.
         submitted = [json.loads(c["function"]["arguments"]) for m in r.messages if m["role"] == "assistant"
                      for c in m.get("tool_calls") or [] if c["function"]["name"] == "submit_answer"]  # fmt: skip
@@ -79,13 +81,19 @@ def test_synthesis_with_the_embedded_model(smollm2: Any, tmp_path: Path) -> None
         mp.setenv("ENVGYM_CACHE", str(tmp_path / "cache"))
         tools = SearchTools(Index(build_at(tmp_path / "cache" / "search" / "fixture", packages)))
     config = SynthConfig(n=2, hops=1, breadth=1, constructor="smollm2", max_tokens=48)
-    payload = synthesize_with_models(tmp_path / "all", packages, tools, config, policies={"smollm2": smollm2})
+    payload = synthesize_with_models(
+        tmp_path / "all", packages, tools, config, policies={"smollm2": smollm2}
+    )
     y = payload["yield"]
-    assert y["explored"] == 2 and y["decided"] == 2 and y["model_s"] > 0 and y["completion_tokens"] > 0
+    assert (
+        y["explored"] == 2 and y["decided"] == 2 and y["model_s"] > 0 and y["completion_tokens"] > 0
+    )
     assert y["kept"] <= y["verified"] <= y["constructed"] <= y["explored"]
     for record in Journal(tmp_path / "all" / JOURNAL).records("construct"):  # a failure says why
         assert record["ok"] or record["reason"]
-    assert (payload["bundle"] is None) == (y["kept"] == 0) and (not y["kept"] or payload["check"]["passed"])
+    assert (payload["bundle"] is None) == (y["kept"] == 0) and (
+        not y["kept"] or payload["check"]["passed"]
+    )
     print("all roles on smollm2:", json.dumps(y))
 
     server = ScriptedServer()
@@ -97,10 +105,16 @@ def test_synthesis_with_the_embedded_model(smollm2: Any, tmp_path: Path) -> None
     finally:
         server.stop()
     y = payload["yield"]
-    assert (y["explored"], y["constructed"], y["verified"]) == (4, 3, 2)  # the script's garbage and reject
+    assert (y["explored"], y["constructed"], y["verified"]) == (
+        4,
+        3,
+        2,
+    )  # the script's garbage and reject
     answers = Journal(tmp_path / "answers" / JOURNAL).records("answer")
     assert answers and all(r["model"] == "smollm2" for r in answers)
-    assert y["kept"] == 2 - sum(y["answered_by"].values())  # a pair a SmolLM2 agent answered is dropped
+    assert y["kept"] == 2 - sum(
+        y["answered_by"].values()
+    )  # a pair a SmolLM2 agent answered is dropped
     if y["kept"]:
         assert payload["check"]["passed"] is True
     print("smollm2 answer agents:", json.dumps(y))

@@ -69,8 +69,12 @@ class ScriptedServer:
                 time.sleep(server.delay_s)
                 message = server.reply(body["messages"])
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
-                raw = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                                  "usage": {"prompt_tokens": 10, "completion_tokens": 5}}).encode()
+                raw = json.dumps(
+                    {
+                        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
@@ -85,7 +89,9 @@ class ScriptedServer:
 
     def reply(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         system, user = messages[0]["content"], messages[1]["content"]
-        role = {roles.CONSTRUCT_SYSTEM: "construct", roles.VERIFY_SYSTEM: "verify"}.get(system) or STYLE_OF[system]
+        role = {roles.CONSTRUCT_SYSTEM: "construct", roles.VERIFY_SYSTEM: "verify"}.get(
+            system
+        ) or STYLE_OF[system]
         entity = _entity_in(user.split("Its document:")[0])
         self.log.append((role, entity))
         scenario, used_tools = SCENARIOS[entity], any(m["role"] == "tool" for m in messages)
@@ -95,13 +101,23 @@ class ScriptedServer:
                 return {"role": "assistant", "content": "I would rather not write a question."}
             if not used_tools:  # look the entity up first: exercises the tools through the loop
                 return _call("open", {"id": entity})
-            pair = {"question": f"Who maintains the Debian package {entity}?", "answer": who, "evidence": [entity]}
-            return {"role": "assistant", "content": "Here it is:\n```json\n" + json.dumps(pair) + "\n```"}
+            pair = {
+                "question": f"Who maintains the Debian package {entity}?",
+                "answer": who,
+                "evidence": [entity],
+            }
+            return {
+                "role": "assistant",
+                "content": "Here it is:\n```json\n" + json.dumps(pair) + "\n```",
+            }
         if role == "verify":
             if not used_tools:
                 return _call("find", {"id": entity, "pattern": "^Maintainer"})
             verdict = "incorrect" if scenario == "reject" else "correct"
-            return {"role": "assistant", "content": json.dumps({"verdict": verdict, "reason": "checked"})}
+            return {
+                "role": "assistant",
+                "content": json.dumps({"verdict": verdict, "reason": "checked"}),
+            }
         right = scenario == "answered" and role == "searcher"
         return {"role": "assistant", "content": f"Answer: {who if right else 'Nobody Knows'}"}
 
@@ -139,26 +155,42 @@ def _expected_decisions() -> dict[str, str]:
     return {e: stage[s] for e, s in SCENARIOS.items()}
 
 
-def test_stages_keep_only_verified_pairs_every_candidate_fails(server: ScriptedServer, index_dir: Path,
-                                                               tmp_path: Path) -> None:
+def test_stages_keep_only_verified_pairs_every_candidate_fails(
+    server: ScriptedServer, index_dir: Path, tmp_path: Path
+) -> None:
     payload = synthesize_with_models(tmp_path / "out", PACKAGES, SearchTools(Index(index_dir)), CONFIG,
                                      policies={"scripted": _policy(server.url)}, check="bwrap")  # fmt: skip
     journal = Journal(tmp_path / "out" / JOURNAL)
-    decided = {journal.get("construct", r["key"])["entity"]: r["stage"] for r in journal.records("decision")}
+    decided = {
+        journal.get("construct", r["key"])["entity"]: r["stage"]
+        for r in journal.records("decision")
+    }
     assert decided == _expected_decisions()
     y = payload["yield"]
     assert (y["explored"], y["constructed"], y["verified"], y["kept"]) == (6, 5, 4, 2)
-    assert y["fraction"] == {"constructed": round(5 / 6, 4), "verified": 0.8, "kept": 0.5, "overall": round(2 / 6, 4)}
-    assert y["dropped_at"] == {"construct": 1, "verify": 1, "answer": 2} and y["answered_by"] == {"searcher": 2}
+    assert y["fraction"] == {
+        "constructed": round(5 / 6, 4),
+        "verified": 0.8,
+        "kept": 0.5,
+        "overall": round(2 / 6, 4),
+    }
+    assert y["dropped_at"] == {"construct": 1, "verify": 1, "answer": 2} and y["answered_by"] == {
+        "searcher": 2
+    }
     assert y["model_s"] > 0 and y["kept_per_model_hour"] > 0 and y["completion_tokens"] > 0
     # A candidate that answered ends the stage: the later 'quick' agent never runs on that pair.
     answered = [e for e, s in SCENARIOS.items() if s == "answered"]
     assert not [r for r in server.log if r[0] == "quick" and r[1] in answered]
-    assert sum(1 for r in server.log if r[0] == "closed-book") == 4  # every verified pair, first agent
+    assert (
+        sum(1 for r in server.log if r[0] == "closed-book") == 4
+    )  # every verified pair, first agent
     # The bundle: the two kept pairs, a failed candidate as the wrong-answer witness, check passed.
     assert payload["check"] == {"passed": True, "tasks": 2, "sandbox": "bwrap"}
     bundle = load_bundle(payload["bundle"])
-    tasks = [json.loads(line) for line in (Path(payload["bundle"]) / "tasks.jsonl").read_text().splitlines()]
+    tasks = [
+        json.loads(line)
+        for line in (Path(payload["bundle"]) / "tasks.jsonl").read_text().splitlines()
+    ]
     kept = [e for e, s in SCENARIOS.items() if s == "keep"]
     assert [t["metadata"]["evidence"] for t in tasks] == [[e] for e in kept]
     assert all(t["metadata"]["kind"] == "person" and t["witnesses"][0]["submission"] == {"answer": "Nobody Knows"}
@@ -174,7 +206,12 @@ def test_grounding_rejects_pairs_the_corpus_does_not_support() -> None:
     who = maintainer_name(BY_NAME[entity].maintainer)
 
     def why(**change: Any) -> str:
-        raw = {"question": f"Who maintains {entity}?", "answer": who, "evidence": [entity], **change}
+        raw = {
+            "question": f"Who maintains {entity}?",
+            "answer": who,
+            "evidence": [entity],
+            **change,
+        }
         return ground(raw, entity, BY_NAME, hops=1)[1]
 
     assert why() == ""
@@ -184,15 +221,19 @@ def test_grounding_rejects_pairs_the_corpus_does_not_support() -> None:
     assert "answer is in the question" in why(question=f"Is {who} the maintainer of {entity}?")
     assert "the depth asks for 2" in ground({"question": "q?", "answer": who, "evidence": [entity]}, entity,
                                             BY_NAME, hops=2)[1]  # fmt: skip
-    for text, reason in [("no json", "no JSON object"),
-                         ('{"question": "", "answer": "x", "evidence": ["a"]}', "no question"),
-                         ('{"question": "q", "answer": "x", "evidence": []}', "evidence is not")]:
+    for text, reason in [
+        ("no json", "no JSON object"),
+        ('{"question": "", "answer": "x", "evidence": ["a"]}', "no question"),
+        ('{"question": "q", "answer": "x", "evidence": []}', "evidence is not"),
+    ]:
         assert reason in roles.read_pair(text)[1]
     assert roles.read_verdict("looks right to me") == (False, "no readable verdict")
     assert roles.read_verdict('{"verdict": "Correct"}')[0] is True
 
 
-def test_a_killed_run_resumes_without_redoing_journaled_stages(index_dir: Path, tmp_path: Path) -> None:
+def test_a_killed_run_resumes_without_redoing_journaled_stages(
+    index_dir: Path, tmp_path: Path
+) -> None:
     slow = ScriptedServer(delay_s=0.3)
     out = tmp_path / "out"
     script = (
@@ -204,7 +245,9 @@ def test_a_killed_run_resumes_without_redoing_journaled_stages(index_dir: Path, 
         f"synthesize_with_models(Path({str(out)!r}), PACKAGES, SearchTools(Index(Path({str(index_dir)!r}))), CONFIG,\n"
         f"    policies={{'scripted': _policy({slow.url!r})}}, check=None)\n")  # fmt: skip
     try:
-        child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        child = subprocess.Popen(
+            [sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and child.poll() is None:
             records = [json.loads(x) for x in (out / JOURNAL).read_text().splitlines()
@@ -220,9 +263,15 @@ def test_a_killed_run_resumes_without_redoing_journaled_stages(index_dir: Path, 
         child.send_signal(signal.SIGKILL)
         child.wait(10)
         before = Journal(out / JOURNAL)
-        done = {(r["type"], r["key"]) for t in ("construct", "verify", "answer") for r in before.records(t)}
+        done = {
+            (r["type"], r["key"])
+            for t in ("construct", "verify", "answer")
+            for r in before.records(t)
+        }
         assert 2 <= len(before.records("decision")) < N
-        assert len(before.records("construct")) > len(before.records("decision"))  # killed mid-entity
+        assert len(before.records("construct")) > len(
+            before.records("decision")
+        )  # killed mid-entity
         slow.log.clear()
         slow.delay_s = 0.0
         payload = synthesize_with_models(out, PACKAGES, SearchTools(Index(index_dir)), CONFIG,
@@ -234,14 +283,18 @@ def test_a_killed_run_resumes_without_redoing_journaled_stages(index_dir: Path, 
         role = {"construct": "construct", "verify": "verify"}.get(type_) or key.split("/")[1]
         assert (role, entity_of[key.split("/")[0]]) not in slow.log, (type_, key)
     after = Journal(out / JOURNAL)
-    decided = {after.get("construct", r["key"])["entity"]: r["stage"] for r in after.records("decision")}
+    decided = {
+        after.get("construct", r["key"])["entity"]: r["stage"] for r in after.records("decision")
+    }
     assert decided == _expected_decisions() and payload["yield"]["kept"] == 2
     lines = (out / JOURNAL).read_text().splitlines()
     keys = [(json.loads(x)["type"], json.loads(x)["key"]) for x in lines]
     assert len(keys) == len(set(keys))
 
 
-def test_resuming_with_other_settings_is_refused(server: ScriptedServer, index_dir: Path, tmp_path: Path) -> None:
+def test_resuming_with_other_settings_is_refused(
+    server: ScriptedServer, index_dir: Path, tmp_path: Path
+) -> None:
     tools, policies = SearchTools(Index(index_dir)), {"scripted": _policy(server.url)}
     synthesize_with_models(tmp_path, PACKAGES, tools, SynthConfig(n=1, hops=1, constructor="scripted"),
                            policies=policies, check=None)  # fmt: skip
@@ -250,7 +303,9 @@ def test_resuming_with_other_settings_is_refused(server: ScriptedServer, index_d
                                policies=policies, check=None)  # fmt: skip
 
 
-def test_a_model_server_that_is_down_stops_the_run_with_its_reason(index_dir: Path, tmp_path: Path) -> None:
+def test_a_model_server_that_is_down_stops_the_run_with_its_reason(
+    index_dir: Path, tmp_path: Path
+) -> None:
     dead = ScriptedServer()
     dead.stop()
     with pytest.raises(RuntimeError, match="127.0.0.1"):

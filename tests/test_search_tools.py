@@ -6,7 +6,6 @@ One index (45 packages) is built per module into a temporary envgym cache throug
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +25,9 @@ def tools(tmp_path_factory: pytest.TempPathFactory) -> SearchTools:
     root = tmp_path_factory.mktemp("search-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENVGYM_CACHE", str(root))
-        folder = build_at(root / "search" / "fixture", parse_packages(dumpavail_text().splitlines()))
+        folder = build_at(
+            root / "search" / "fixture", parse_packages(dumpavail_text().splitlines())
+        )
     return SearchTools(Index(folder))
 
 
@@ -37,7 +38,9 @@ def tools(tmp_path_factory: pytest.TempPathFactory) -> SearchTools:
 def test_search_ranks_the_described_package_first(tools: SearchTools) -> None:
     hits = tools.search("zebrafish microscopy", k=3)
     assert hits[0]["id"] == "zebrafish-viewer"
-    assert hits[0]["title"] == "zebrafish-viewer: interactive viewer for zebrafish microscopy images"
+    assert (
+        hits[0]["title"] == "zebrafish-viewer: interactive viewer for zebrafish microscopy images"
+    )
     assert "zebrafish" in hits[0]["snippet"].lower()
     assert set(hits[0]) == {"id", "title", "score", "snippet"}
 
@@ -51,7 +54,9 @@ def test_search_returns_at_most_k_best_first(tools: SearchTools) -> None:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("query", ['http:client', 'unbalanced "quote', "title:(x OR", "a AND NOT b", "[1 TO 3]", "*"])
+@pytest.mark.parametrize(
+    "query", ["http:client", 'unbalanced "quote', "title:(x OR", "a AND NOT b", "[1 TO 3]", "*"]
+)
 def test_query_syntax_in_agent_text_is_just_words(tools: SearchTools, query: str) -> None:
     """tantivy's query language must not leak: these are searched as words (or rejected cleanly)."""
     try:
@@ -71,8 +76,16 @@ def test_field_syntax_does_not_restrict_the_search(tools: SearchTools) -> None:
     [
         ("", 5, "query is empty"),
         ("   \n\t", 5, "query is empty"),
-        ("x" * (MAX_QUERY_CHARS + 1), 5, f"{MAX_QUERY_CHARS + 1} characters; the limit is {MAX_QUERY_CHARS}"),
-        (" ".join(f"w{i}" for i in range(MAX_QUERY_TERMS + 1)), 5, f"the limit is {MAX_QUERY_TERMS}"),
+        (
+            "x" * (MAX_QUERY_CHARS + 1),
+            5,
+            f"{MAX_QUERY_CHARS + 1} characters; the limit is {MAX_QUERY_CHARS}",
+        ),
+        (
+            " ".join(f"w{i}" for i in range(MAX_QUERY_TERMS + 1)),
+            5,
+            f"the limit is {MAX_QUERY_TERMS}",
+        ),
         ("!!! ???", 5, "no searchable words"),
         ("game", 0, f"k must be an integer from 1 to {MAX_K}, got 0"),
         ("game", MAX_K + 1, f"got {MAX_K + 1}"),
@@ -80,7 +93,9 @@ def test_field_syntax_does_not_restrict_the_search(tools: SearchTools) -> None:
         ("game", True, "got True"),
     ],
 )
-def test_bad_search_input_names_what_was_wrong(tools: SearchTools, query: str, k: object, message: str) -> None:
+def test_bad_search_input_names_what_was_wrong(
+    tools: SearchTools, query: str, k: object, message: str
+) -> None:
     with pytest.raises(SearchError, match="^search: ") as info:
         tools.search(query, k)  # type: ignore[arg-type]
     assert message in str(info.value)
@@ -92,10 +107,17 @@ def test_bad_search_input_names_what_was_wrong(tools: SearchTools, query: str, k
 @pytest.mark.timeout(30)
 def test_open_pages_a_long_document_without_losing_text(tools: SearchTools) -> None:
     first = tools.open("bigprovides")
-    assert first["pages"] > 1 and first["page"] == 1 and first["text"].startswith("Package: bigprovides")
+    assert (
+        first["pages"] > 1
+        and first["page"] == 1
+        and first["text"].startswith("Package: bigprovides")
+    )
     text = "".join(tools.open("bigprovides", p)["text"] for p in range(1, first["pages"] + 1))
     assert "virtual-feature-0," in text and "virtual-feature-599" in text
-    assert all(len(tools.open("bigprovides", p)["text"]) <= PAGE_CHARS for p in range(1, first["pages"] + 1))
+    assert all(
+        len(tools.open("bigprovides", p)["text"]) <= PAGE_CHARS
+        for p in range(1, first["pages"] + 1)
+    )
 
 
 @pytest.mark.timeout(30)
@@ -111,7 +133,9 @@ def test_open_pages_a_long_document_without_losing_text(tools: SearchTools) -> N
         ("spacerocks", "2", "page must be an integer, got '2'"),
     ],
 )
-def test_bad_open_input_names_what_was_wrong(tools: SearchTools, doc_id: str, page: object, message: str) -> None:
+def test_bad_open_input_names_what_was_wrong(
+    tools: SearchTools, doc_id: str, page: object, message: str
+) -> None:
     with pytest.raises(SearchError, match="^open: ") as info:
         tools.open(doc_id, page)  # type: ignore[arg-type]
     assert message in str(info.value)
@@ -133,7 +157,11 @@ def test_ids_are_exact_not_searched(tools: SearchTools) -> None:
 def test_find_reports_page_line_and_context(tools: SearchTools) -> None:
     found = tools.find("zebrafish-viewer", r"libpng[\w-]*")
     assert [m["match"] for m in found["matches"]] == ["libpng16-16", "libpng-dev"]
-    line = next(i for i, t in enumerate(tools.open("zebrafish-viewer")["text"].splitlines(), 1) if "Depends" in t)
+    line = next(
+        i
+        for i, t in enumerate(tools.open("zebrafish-viewer")["text"].splitlines(), 1)
+        if "Depends" in t
+    )
     assert {m["line"] for m in found["matches"]} == {line}
     assert all(m["page"] == 1 and m["match"] in m["context"] for m in found["matches"])
     assert found["truncated"] is False
@@ -172,14 +200,19 @@ def test_exploding_regexes_finish(tools: SearchTools, pattern: str) -> None:
     ("pattern", "message"),
     [
         ("", "the pattern is empty"),
-        ("a" * (MAX_PATTERN + 1), f"the pattern is {MAX_PATTERN + 1} characters; the limit is {MAX_PATTERN}"),
+        (
+            "a" * (MAX_PATTERN + 1),
+            f"the pattern is {MAX_PATTERN + 1} characters; the limit is {MAX_PATTERN}",
+        ),
         ("(unclosed", "invalid pattern '(unclosed': missing )"),
         (r"(a)\1", "invalid pattern"),
         ("(?<=a)b", "no backreferences or lookaround"),
         ("a{5000}", "invalid repetition size"),
     ],
 )
-def test_bad_find_input_names_what_was_wrong(tools: SearchTools, pattern: str, message: str) -> None:
+def test_bad_find_input_names_what_was_wrong(
+    tools: SearchTools, pattern: str, message: str
+) -> None:
     with pytest.raises(SearchError, match="^find: ") as info:
         tools.find("spacerocks", pattern)
     assert message in str(info.value)
@@ -196,7 +229,9 @@ def test_find_on_unknown_id_is_an_id_error(tools: SearchTools) -> None:
 
 @pytest.mark.timeout(60)
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.sampled_from("ab \n"), max_size=400), st.integers(min_value=1, max_value=50))
+@given(
+    st.text(alphabet=st.sampled_from("ab \n"), max_size=400), st.integers(min_value=1, max_value=50)
+)
 def test_paginate_keeps_every_character_and_bounds_pages(text: str, size: int) -> None:
     pages = paginate(text, size)
     assert "".join(pages) == text

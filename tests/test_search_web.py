@@ -24,11 +24,15 @@ from tools.search.web import WebSearch
 pytestmark = pytest.mark.timeout(60)
 
 PAGES = {
-    "/doc/httpx": ("<html><head><title>HTTPX</title><style>p{}</style></head><body><h1>HTTPX</h1>"
-                   "<p>A next-generation HTTP client for Python.</p><script>var x = 'hidden';</script>"
-                   "<p>Version 0.28 supports HTTP/2 &amp; async.</p></body></html>"),
+    "/doc/httpx": (
+        "<html><head><title>HTTPX</title><style>p{}</style></head><body><h1>HTTPX</h1>"
+        "<p>A next-generation HTTP client for Python.</p><script>var x = 'hidden';</script>"
+        "<p>Version 0.28 supports HTTP/2 &amp; async.</p></body></html>"
+    ),
     "/doc/requests": "<html><body><p>Requests: HTTP for humans, a Python library.</p></body></html>",
-    "/doc/long": "<html><body>" + "".join(f"<p>line {i} {'word ' * 30}</p>" for i in range(300)) + "</body></html>",
+    "/doc/long": "<html><body>"
+    + "".join(f"<p>line {i} {'word ' * 30}</p>" for i in range(300))
+    + "</body></html>",
 }
 
 
@@ -79,10 +83,18 @@ class Server:
                 words = set(query["q"][0].lower().split())
                 results = []
                 for path, page in PAGES.items():
-                    overlap = len(words & set(page.lower().replace("<", " ").replace(">", " ").split()))
+                    overlap = len(
+                        words & set(page.lower().replace("<", " ").replace(">", " ").split())
+                    )
                     if overlap:
-                        results.append({"url": f"{outer.base}{path}", "title": path.rsplit("/", 1)[1],
-                                        "content": page[:200], "score": float(overlap)})
+                        results.append(
+                            {
+                                "url": f"{outer.base}{path}",
+                                "title": path.rsplit("/", 1)[1],
+                                "content": page[:200],
+                                "score": float(overlap),
+                            }
+                        )
                 results.sort(key=lambda r: -r["score"])
                 results.insert(1, {"title": "an odd result without a url"})
                 if outer.mode == "redirects":
@@ -92,10 +104,16 @@ class Server:
                                {"url": f"{outer.localhost}/redirect/1/to:{outer.base.replace('/', '|')}|doc|httpx",
                                 "title": "public→private"}]  # fmt: skip
                 if outer.mode == "binary":
-                    results = [{"url": f"{outer.base}/binary", "title": "bin", "content": ""},
-                               {"url": f"{outer.base}/gone", "title": "gone", "content": ""},
-                               {"url": f"{outer.base}/huge", "title": "huge", "content": ""}]
-                self._send(200, "application/json", json.dumps({"query": query["q"][0], "results": results}).encode())
+                    results = [
+                        {"url": f"{outer.base}/binary", "title": "bin", "content": ""},
+                        {"url": f"{outer.base}/gone", "title": "gone", "content": ""},
+                        {"url": f"{outer.base}/huge", "title": "huge", "content": ""},
+                    ]
+                self._send(
+                    200,
+                    "application/json",
+                    json.dumps({"query": query["q"][0], "results": results}).encode(),
+                )
 
             def _send(self, status: int, kind: str, body: bytes) -> None:
                 self.send_response(status)
@@ -121,14 +139,19 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture
 def tools(server: Server) -> Iterator[SearchTools]:
-    backend = WebSearch(server.base, timeout_s=0.5, allow_private=True)  # the test pages live on 127.0.0.1
+    backend = WebSearch(
+        server.base, timeout_s=0.5, allow_private=True
+    )  # the test pages live on 127.0.0.1
     yield SearchTools(backend)
     backend.close()
 
 
 def test_search_open_find_over_the_web_backend(server: Server, tools: SearchTools) -> None:
     hits = tools.search("python http client", k=5)
-    assert [h["id"] for h in hits][:2] == [f"{server.base}/doc/httpx", f"{server.base}/doc/requests"]
+    assert [h["id"] for h in hits][:2] == [
+        f"{server.base}/doc/httpx",
+        f"{server.base}/doc/requests",
+    ]
     assert all(set(h) == {"id", "title", "score", "snippet"} for h in hits)
     assert any(p.startswith("/search?") and "format=json" in p for p in server.requests)
     assert len(tools.search("python http client", k=1)) == 1
@@ -147,14 +170,19 @@ def test_private_addresses_are_refused_by_default(server: Server) -> None:
     tools = SearchTools(backend)
     try:
         url = tools.search("python http client", k=1)[0]["id"]
-        with pytest.raises(SearchError, match=r"open: http://127\.0\.0\.1:\d+/doc/httpx is on a private or local address; refused"):
+        with pytest.raises(
+            SearchError,
+            match=r"open: http://127\.0\.0\.1:\d+/doc/httpx is on a private or local address; refused",
+        ):
             tools.open(url)
         assert not any(p.startswith("/doc/") for p in server.requests)  # nothing was fetched
     finally:
         backend.close()
 
 
-def test_redirects_are_followed_by_hand_and_checked(server: Server, tools: SearchTools, monkeypatch) -> None:
+def test_redirects_are_followed_by_hand_and_checked(
+    server: Server, tools: SearchTools, monkeypatch
+) -> None:
     from tools.search import web
 
     server.mode = "redirects"
@@ -167,7 +195,10 @@ def test_redirects_are_followed_by_hand_and_checked(server: Server, tools: Searc
     # "localhost" stands in for a public host: a public page redirecting to a private address
     tools.backend.allow_private = False
     monkeypatch.setattr(web, "_private_host", lambda host: host != "localhost")
-    with pytest.raises(SearchError, match=r"redirects to 127\.0\.0\.1, which is on a private or local address; refused"):
+    with pytest.raises(
+        SearchError,
+        match=r"redirects to 127\.0\.0\.1, which is on a private or local address; refused",
+    ):
         tools.open(ids[3])
 
 
@@ -182,7 +213,9 @@ def test_long_pages_are_paged_like_the_local_index(tools: SearchTools) -> None:
 
 
 def test_only_urls_from_results_can_be_opened(server: Server, tools: SearchTools) -> None:
-    with pytest.raises(SearchError, match="open: no document with id .*use an id from search results"):
+    with pytest.raises(
+        SearchError, match="open: no document with id .*use an id from search results"
+    ):
         tools.open(f"{server.base}/doc/httpx")  # real page, but never returned by a search
     with pytest.raises(SearchError, match="find: no document with id"):
         tools.find("http://169.254.169.254/latest/meta-data", "x")
@@ -190,7 +223,11 @@ def test_only_urls_from_results_can_be_opened(server: Server, tools: SearchTools
 
 
 def test_the_local_input_checks_apply_unchanged(server: Server, tools: SearchTools) -> None:
-    for bad, message in [("", "the query is empty"), ("x" * 1001, "the limit is 1000"), ("!!!", "no searchable words")]:
+    for bad, message in [
+        ("", "the query is empty"),
+        ("x" * 1001, "the limit is 1000"),
+        ("!!!", "no searchable words"),
+    ]:
         with pytest.raises(SearchError, match=message):
             tools.search(bad)
     with pytest.raises(SearchError, match="k must be an integer"):
@@ -204,8 +241,9 @@ def test_the_local_input_checks_apply_unchanged(server: Server, tools: SearchToo
     ("no-results-key", r"answered JSON without a 'results' list"),
     ("slow", r"search: http://127\.0\.0\.1:\d+ did not answer within 0\.5 s"),
 ])  # fmt: skip
-def test_a_misbehaving_service_is_a_clear_search_error(server: Server, tools: SearchTools, mode: str,
-                                                       message: str) -> None:
+def test_a_misbehaving_service_is_a_clear_search_error(
+    server: Server, tools: SearchTools, mode: str, message: str
+) -> None:
     server.mode = mode
     with pytest.raises(SearchError, match=message):
         tools.search("python")
@@ -214,12 +252,17 @@ def test_a_misbehaving_service_is_a_clear_search_error(server: Server, tools: Se
 def test_pages_that_are_not_text_or_gone(server: Server, tools: SearchTools) -> None:
     server.mode = "binary"
     ids = [h["id"] for h in tools.search("anything", k=5)]
-    with pytest.raises(SearchError, match="open: .*/binary is application/octet-stream, not a text page"):
+    with pytest.raises(
+        SearchError, match="open: .*/binary is application/octet-stream, not a text page"
+    ):
         tools.open(ids[0])
     with pytest.raises(SearchError, match=r"open: .*/gone answered HTTP 404"):
         tools.open(ids[1])
     huge = tools.open(ids[2])  # cut at the cap, and the agent is told so at the end
-    assert "[the page was cut: only its first 2000000 bytes were read]" in tools.open(ids[2], page=huge["pages"])["text"]
+    assert (
+        "[the page was cut: only its first 2000000 bytes were read]"
+        in tools.open(ids[2], page=huge["pages"])["text"]
+    )
 
 
 def test_a_server_that_is_down() -> None:
@@ -227,7 +270,9 @@ def test_a_server_that_is_down() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     backend = WebSearch(f"http://127.0.0.1:{port}", timeout_s=0.5)
-    with pytest.raises(SearchError, match=rf"search: cannot reach http://127\.0\.0\.1:{port} \(ConnectError"):
+    with pytest.raises(
+        SearchError, match=rf"search: cannot reach http://127\.0\.0\.1:{port} \(ConnectError"
+    ):
         SearchTools(backend).search("python")
     backend.close()
 

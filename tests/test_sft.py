@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from bundle_factory import TASK, make_notes_bundle
+
 from envgym.bundle import write_manifest
 from trainer.sft import SFTConfig, batch_logprobs, lr_at, save_policy, sft_loss, train_sft
 from trainer.sft_data import HeldOut, SFTExample
@@ -22,13 +22,27 @@ from trainer.sft_run import SFTConfigError, load_run_config, override, run_confi
 
 pytestmark = pytest.mark.timeout(300)  # the gold replays start envs; generous under load
 INPROCESS = EnvOptions(sandbox="inprocess")  # the notes bundle is trusted test code
-NOTES = {"secret": "tangerine", "other": "plum", "k1": "apricot", "k2": "quince", "k3": "lime",
-         "k4": "melon", "k5": "cherry", "k6": "grape", "k7": "mango", "k8": "olive"}
+NOTES = {
+    "secret": "tangerine",
+    "other": "plum",
+    "k1": "apricot",
+    "k2": "quince",
+    "k3": "lime",
+    "k4": "melon",
+    "k5": "cherry",
+    "k6": "grape",
+    "k7": "mango",
+    "k8": "olive",
+}
 
 
 def _task(key: str, task_id: str | None = None) -> dict[str, Any]:
-    return {**TASK, "id": task_id or f"note-{key}", "metadata": {"key": key},
-            "prompt": f"Find the note called '{key}' and submit its value with submit_result."}
+    return {
+        **TASK,
+        "id": task_id or f"note-{key}",
+        "metadata": {"key": key},
+        "prompt": f"Find the note called '{key}' and submit its value with submit_result.",
+    }
 
 
 def notes_bundle(root: Path, keys: list[str], *, ids: list[str] | None = None) -> Path:
@@ -89,8 +103,10 @@ def test_gold_replay_tokens_are_the_engines_and_the_parser_reads_them_back(
         assert list(ex.token_ids[s:e]) == fmt.encode(text)  # exact ids, mask 1 exactly there
         parsed = fmt.parser.parse(fmt.tokenizer.decode(list(ex.token_ids[s:e])))
         assert not parsed.problems and len(parsed.tool_calls) == 1
-    calls = [fmt.parser.parse(fmt.tokenizer.decode(list(ex.token_ids[s:e]))).tool_calls[0]
-             for s, e in spans]
+    calls = [
+        fmt.parser.parse(fmt.tokenizer.decode(list(ex.token_ids[s:e]))).tool_calls[0]
+        for s, e in spans
+    ]
     assert [(c.name, c.arguments) for c in calls] == [
         ("get_note", {"key": "secret"}),
         ("submit_result", {"answer_text": "tangerine"}),
@@ -116,7 +132,7 @@ def test_a_turn_the_env_parses_differently_is_dropped(tmp_path: Path, fmt: Any) 
         name = "hermes"
 
         def format_calls(self, calls: Any) -> str:
-            return "<tool_call>\n{\"name\": \"get_note\", \"arguments\": {\n</tool_call>"
+            return '<tool_call>\n{"name": "get_note", "arguments": {\n</tool_call>'
 
         def __getattr__(self, item: str) -> Any:
             return getattr(fmt.parser, item)
@@ -158,11 +174,14 @@ def test_the_run_records_its_split_and_what_it_trained_on(tmp_path: Path, fmt: A
 
     train = notes_bundle(tmp_path / "train", ["k1", "k2"])
     held = notes_bundle(tmp_path / "held", ["k5"])
-    cfg = run_config_from_dict({
-        "train": [str(train)], "out": str(tmp_path / "out"),
-        "held_out": {"bundles": [str(held)], "tasks": ["note-k2"]},
-        "data": {"sandbox": "inprocess"},
-    })
+    cfg = run_config_from_dict(
+        {
+            "train": [str(train)],
+            "out": str(tmp_path / "out"),
+            "held_out": {"bundles": [str(held)], "tasks": ["note-k2"]},
+            "data": {"sandbox": "inprocess"},
+        }
+    )
     run = build_examples(cfg, fmt, vocab_size=len(fmt.tokenizer))
     assert {e.task_id for e in run.examples} == {"note-k1"}
     assert run.held_out.to_dict()["bundle_specs"] == [str(held)]
@@ -180,14 +199,16 @@ def test_store_episodes_with_reward_1_of_the_named_model_only(tmp_path: Path, fm
     train = notes_bundle(tmp_path / "train", ["k1", "k2", "k3"])
     bundle = load_bundle(train)
     tasks = ["note-k1", "note-k2", "note-k3"]
-    results = [r for r, _ in asyncio.run(_replay(train, bundle, fmt, INPROCESS, tasks, True, 1,
-                                                 None))]
+    results = [
+        r for r, _ in asyncio.run(_replay(train, bundle, fmt, INPROCESS, tasks, True, 1, None))
+    ]
     assert all(r.passed for r in results)
     store = Store(f"sqlite:///{tmp_path / 'store.db'}")
     h = store.add_bundle(bundle)
     for key, model in (("ev-m", "m"), ("ev-other", "other")):
-        store.open_evaluation(key, bundle_hash=h, model=model, model_hash=model,
-                              config_hash="c", config={})
+        store.open_evaluation(
+            key, bundle_hash=h, model=model, model_hash=model, config_hash="c", config={}
+        )
     failed = dataclasses.replace(results[2], reward=0.0)
     for r in (results[0], results[1], failed):
         store.add_episode("ev-m", r)
@@ -227,9 +248,16 @@ def _tiny_model() -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(cfg).double().eval()
 
 
@@ -285,13 +313,23 @@ def test_train_sft_lowers_the_loss_and_saves_a_folder_load_policy_loads(
 
     torch.manual_seed(0)
     tok = fmt.tokenizer
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-    ))
-    rows = [_example([1, 2, 3, 4, 5, 6], [0, 0, 1, 1, 1, 1], "a"),
-            _example([1, 2, 9, 8, 7], [0, 0, 1, 1, 1], "b")]
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    )
+    rows = [
+        _example([1, 2, 3, 4, 5, 6], [0, 0, 1, 1, 1, 1], "a"),
+        _example([1, 2, 9, 8, 7], [0, 0, 1, 1, 1], "b"),
+    ]
     # The rows share 2 < MIN_SHARED tokens: two length buckets, two steps per epoch.
     result = train_sft(model, rows, SFTConfig(epochs=10, lr=1e-2, warmup_ratio=0.0))
     assert len(result.steps) == 20 and result.skipped == 0

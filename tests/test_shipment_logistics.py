@@ -27,7 +27,10 @@ def failed(report: dict) -> set[str]:
 
 
 def test_database_is_deterministic(tmp_path: Path) -> None:
-    assert write_db(tmp_path / "a.sqlite", 9).read_bytes() == write_db(tmp_path / "b.sqlite", 9).read_bytes()
+    assert (
+        write_db(tmp_path / "a.sqlite", 9).read_bytes()
+        == write_db(tmp_path / "b.sqlite", 9).read_bytes()
+    )
 
 
 def test_levels(bundle: Path) -> None:
@@ -44,7 +47,9 @@ def test_routes_respect_every_rule(bundle: Path) -> None:
         routes = world.routes(sid, meta["max_hops"], tuple(meta["allowed_modes"]))
         assert routes and [r.cost for r in routes] == sorted(r.cost for r in routes)
         for route in routes[:5]:
-            assert route.lanes[0].origin == s.origin and route.lanes[-1].destination == s.destination
+            assert (
+                route.lanes[0].origin == s.origin and route.lanes[-1].destination == s.destination
+            )
             assert all(a.destination == b.origin for a, b in zip(route.lanes, route.lanes[1:]))
             assert all(lane.mode in meta["allowed_modes"] for lane in route.lanes)
             assert not s.hazmat or all(lane.hazmat_ok for lane in route.lanes)
@@ -56,8 +61,12 @@ def test_tools(bundle: Path) -> None:
         lanes = ep.call_tool("list_lanes_from", hub=hub)
         assert lanes == sorted(lanes, key=lambda lane: lane["lane_id"])
         lane = lanes[0]
-        assert ep.call_tool("quote_lane", lane_id=lane["lane_id"], weight_kg=100) == round(lane["cost_per_kg"] * 100, 2)
-        assert all(x["mode"] == "rail" for x in ep.call_tool("list_lanes_from", hub=hub, mode="rail"))
+        assert ep.call_tool("quote_lane", lane_id=lane["lane_id"], weight_kg=100) == round(
+            lane["cost_per_kg"] * 100, 2
+        )
+        assert all(
+            x["mode"] == "rail" for x in ep.call_tool("list_lanes_from", hub=hub, mode="rail")
+        )
         with pytest.raises(KeyError, match="no lane"):
             ep.call_tool("get_lane", lane_id="LN-0")
 
@@ -71,11 +80,17 @@ def test_verifier_names_each_broken_rule(bundle: Path) -> None:
         off = dict(answer, total_cost=round(answer["total_cost"] + 1, 2))
         assert failed(ep.verify({"answer_text": json.dumps(off)}, task)) == {"total_cost_correct"}
         routes = [dict(r) for r in answer["routes"]]
-        routes[0] = dict(routes[0], lanes=routes[0]["lanes"][::-1] if len(routes[0]["lanes"]) > 1 else ["LN-0"])
+        routes[0] = dict(
+            routes[0], lanes=routes[0]["lanes"][::-1] if len(routes[0]["lanes"]) > 1 else ["LN-0"]
+        )
         assert failed(ep.verify({"answer_text": json.dumps(dict(answer, routes=routes))}, task)) & {
-            "route_connects", "lanes_exist"}
+            "route_connects",
+            "lanes_exist",
+        }
         reordered = dict(answer, routes=answer["routes"][::-1])
-        assert "shipments_in_order" in failed(ep.verify({"answer_text": json.dumps(reordered)}, task))
+        assert "shipments_in_order" in failed(
+            ep.verify({"answer_text": json.dumps(reordered)}, task)
+        )
 
 
 def test_envgym_check_passes_in_the_sandbox(bundle: Path, require_backend) -> None:

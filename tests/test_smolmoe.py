@@ -27,9 +27,17 @@ TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfo
 def tiny_llama(seed: int = 0, **overrides: object) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
         **overrides,
     )
     model = LlamaForCausalLM(config).eval()
@@ -47,7 +55,10 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+        tokenizer_object=backend,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
         pad_token="<unk>",
     )
     tok.chat_template = TEMPLATE
@@ -208,7 +219,9 @@ def test_embedded_smollm2_upcycle_generates_like_dense(tmp_path: Path) -> None:
     tok = AutoTokenizer.from_pretrained(str(out))
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],
-        add_generation_prompt=True, return_tensors="pt", return_dict=True,
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
     )
     greedy = {"max_new_tokens": 8, "do_sample": False}
     with torch.no_grad():
@@ -229,7 +242,9 @@ def test_the_cli_upcycles_and_refuses_bad_input(dense_dir: Path, tmp_path: Path)
 
     runner = CliRunner()
     out = tmp_path / "moe"
-    res = runner.invoke(app, ["upcycle", str(dense_dir), str(out), "--experts", "3", "--top-k", "1"])
+    res = runner.invoke(
+        app, ["upcycle", str(dense_dir), str(out), "--experts", "3", "--top-k", "1"]
+    )
     assert res.exit_code == 0, res.output
     config = json.loads((out / "config.json").read_text())
     assert (config["num_local_experts"], config["num_experts_per_tok"]) == (3, 1)

@@ -17,7 +17,9 @@ def _make_source(root: Path) -> Path:
     return root
 
 
-def test_refill_restores_exact_contents_at_the_same_path_on_a_new_filesystem(tmp_path: Path) -> None:
+def test_refill_restores_exact_contents_at_the_same_path_on_a_new_filesystem(
+    tmp_path: Path,
+) -> None:
     dirs = EpisodeDirs(_make_source(tmp_path / "src"))
     try:
         first = dirs.refill()

@@ -23,11 +23,27 @@ class _Text(str):
 
 @pytest.mark.parametrize(
     "value",
-    [5, -7, 10**30, 0, 2.5, True, False, None, "héllo", _Text("sub"), _Level.HIGH,
-     [1, "ü", None], {"a": {"b": [1.5, True]}}, {"emoji": "🙂"}],
+    [
+        5,
+        -7,
+        10**30,
+        0,
+        2.5,
+        True,
+        False,
+        None,
+        "héllo",
+        _Text("sub"),
+        _Level.HIGH,
+        [1, "ü", None],
+        {"a": {"b": [1.5, True]}},
+        {"emoji": "🙂"},
+    ],
 )
 def test_render_is_json_dumps(value: Any) -> None:
-    expected = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, allow_nan=False)
+    expected = (
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, allow_nan=False)
+    )
     assert _render(value) == expected
     assert type(_render(value)) is type(expected)  # a str subclass is handed over as it is
 
@@ -43,7 +59,9 @@ def _call(arguments: str) -> dict[str, Any]:
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}]}  # fmt: skip
 
 
-@pytest.mark.parametrize("text", ['{"a": 1}', '{"a": 1} ', ' {"a": 1}', '{"a": 1}\n', '{"a": 1} x', "{}"])
+@pytest.mark.parametrize(
+    "text", ['{"a": 1}', '{"a": 1} ', ' {"a": 1}', '{"a": 1}\n', '{"a": 1} x', "{}"]
+)
 def test_fast_path_agrees_with_the_general_path_around_whitespace(text: str) -> None:
     fast, slow = _well_formed(_call(text)), _repair(_call(text))
     if fast is not None:

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, func, select, text
+from test_train_loop import parity_bundle, tiny_model, train_config
 
 from envgym.embedded import load_tokenizer
 from envgym.store import SCHEMA_VERSION, Store, StoreError, TrainingRun
 from envgym.store.schema import Base, BundleRow, Meta, TrainingRunRow
-from test_train_loop import parity_bundle, tiny_model, train_config
 from trainer.loop import StepReport, Trainer
 from trainer.metrics import RunRecord, write_run
 
@@ -56,9 +56,18 @@ def test_a_run_round_trips(tmp_path: Path) -> None:
         (run,) = store.training_runs()
         assert store.training_run("sha256:abc") == run == returned
     assert run == TrainingRun(
-        "sha256:abc", "smollm2", ["code-interpreter-v0", "trip-v0"],
-        {"steps": 3, "optimizer": {"lr": 1e-6}}, "running", 1, 1, "/runs/m", "/runs/ck",
-        {"step": 1.0, "reward_mean": 0.25}, T0, T1,  # a naive time is read as UTC
+        "sha256:abc",
+        "smollm2",
+        ["code-interpreter-v0", "trip-v0"],
+        {"steps": 3, "optimizer": {"lr": 1e-6}},
+        "running",
+        1,
+        1,
+        "/runs/m",
+        "/runs/ck",
+        {"step": 1.0, "reward_mean": 0.25},
+        T0,
+        T1,  # a naive time is read as UTC
     )
 
 
@@ -68,10 +77,16 @@ def test_upsert_keeps_one_row_per_run_key_and_updates_it(tmp_path: Path) -> None
         store.record_training_run(**_run(run_key="sha256:other", model="other"))
         # the same run resumed later: a new Trainer starts a new clock, the row keeps the first
         later = datetime(2025, 3, 2, tzinfo=UTC)
-        store.record_training_run(**_run(
-            status="finished", step=3, policy_version=2, started_at=later, updated_at=later,
-            last_metrics={"step": 3.0, "reward_mean": 0.75, "kl": 0.5},
-        ))
+        store.record_training_run(
+            **_run(
+                status="finished",
+                step=3,
+                policy_version=2,
+                started_at=later,
+                updated_at=later,
+                last_metrics={"step": 3.0, "reward_mean": 0.75, "kl": 0.5},
+            )
+        )
         runs = store.training_runs()
         with store.engine.connect() as conn:
             rows = conn.scalar(select(func.count()).select_from(TrainingRunRow.__table__))
@@ -92,13 +107,23 @@ def test_non_finite_metrics_are_stored_as_null(tmp_path: Path) -> None:
         with store.engine.connect() as conn:
             raw = conn.execute(text("SELECT last_metrics, config FROM training_runs")).one()
         # the column text is strict JSON: null where the value was not finite (no NaN token)
-        assert json.loads(raw[0]) == {"step": 2.0, "kl": None, "grad_norm": None,
-                                      "lm_loss": None, "x": 1.0}
+        assert json.loads(raw[0]) == {
+            "step": 2.0,
+            "kl": None,
+            "grad_norm": None,
+            "lm_loss": None,
+            "x": 1.0,
+        }
         assert "NaN" not in raw[0] and "Infinity" not in raw[0]
         assert json.loads(raw[1]) == {"eps": None}
         run = store.training_run("sha256:abc")
-        assert run.last_metrics == {"step": 2.0, "kl": None, "grad_norm": None, "lm_loss": None,
-                                    "x": 1.0}
+        assert run.last_metrics == {
+            "step": 2.0,
+            "kl": None,
+            "grad_norm": None,
+            "lm_loss": None,
+            "x": 1.0,
+        }
 
 
 def test_a_database_from_before_the_table_opens_and_gains_it(tmp_path: Path) -> None:
@@ -109,9 +134,16 @@ def test_a_database_from_before_the_table_opens_and_gains_it(tmp_path: Path) -> 
     Base.metadata.create_all(engine, tables=old_tables)
     with engine.begin() as conn:
         conn.execute(Meta.__table__.insert().values(key="schema_version", value="1"))
-        conn.execute(BundleRow.__table__.insert().values(
-            content_hash="sha256:b", name="b", category="c", path="/b", manifest={}, created_at=T0
-        ))
+        conn.execute(
+            BundleRow.__table__.insert().values(
+                content_hash="sha256:b",
+                name="b",
+                category="c",
+                path="/b",
+                manifest={},
+                created_at=T0,
+            )
+        )
         names = {r[0] for r in conn.execute(text("SELECT name FROM sqlite_master"))}
     engine.dispose()
     assert "training_runs" not in names and "bundles" in names and SCHEMA_VERSION == 1
@@ -127,8 +159,11 @@ def test_a_database_from_before_the_table_opens_and_gains_it(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
-        ({"status": "done"}, ValueError,
-         "unknown training-run status 'done' \\(expected one of running, finished, failed\\)"),
+        (
+            {"status": "done"},
+            ValueError,
+            "unknown training-run status 'done' \\(expected one of running, finished, failed\\)",
+        ),
         ({"step": -1}, ValueError, "step must be ≥ 0, got -1"),
         ({"step": 1.5}, TypeError, "step must be an int, got float"),
         ({"policy_version": True}, TypeError, "policy_version must be an int, got bool"),
@@ -138,10 +173,16 @@ def test_a_database_from_before_the_table_opens_and_gains_it(tmp_path: Path) -> 
         ({"envs": "trip-v0"}, TypeError, "envs must be a list of env ids, got str"),
         ({"envs": ["a", 3]}, TypeError, "envs\\[\\] must be a string, got int"),
         ({"config": [1]}, TypeError, "config must be a mapping, got list"),
-        ({"last_metrics": {"kl": "high"}}, TypeError,
-         "last_metrics\\['kl'\\] must be a number, got str"),
-        ({"started_at": "yesterday"}, ValueError,
-         "started_at is not an ISO-8601 time: 'yesterday'"),
+        (
+            {"last_metrics": {"kl": "high"}},
+            TypeError,
+            "last_metrics\\['kl'\\] must be a number, got str",
+        ),
+        (
+            {"started_at": "yesterday"},
+            ValueError,
+            "started_at is not an ISO-8601 time: 'yesterday'",
+        ),
         ({"updated_at": 12}, TypeError, "updated_at must be a datetime or an ISO-8601 string"),
     ],
 )
@@ -168,8 +209,14 @@ def test_reading_an_unknown_run_or_status_is_a_clear_error(tmp_path: Path) -> No
 
 
 def test_write_run_writes_run_json_and_the_row(tmp_path: Path) -> None:
-    record = RunRecord("sha256:r", "smollm2", ["trip-v0"], {"steps": 2}, step=2,
-                       last_metrics={"step": 2.0, "kl": math.nan})
+    record = RunRecord(
+        "sha256:r",
+        "smollm2",
+        ["trip-v0"],
+        {"steps": 2},
+        step=2,
+        last_metrics={"step": 2.0, "kl": math.nan},
+    )
     assert write_run(record, tmp_path) is False  # no store configured: run.json only
     assert json.loads((tmp_path / "run.json").read_text())["run_key"] == "sha256:r"
     assert write_run(record, tmp_path, _url(tmp_path)) is True
@@ -189,10 +236,18 @@ def test_a_training_run_writes_its_row_running_then_finished(
     tmp_path: Path, tokenizer: Any
 ) -> None:
     url = _url(tmp_path)
-    config = train_config(tmp_path, parity_bundle(tmp_path / "b"), steps=1,
-                          **{"metrics.store": url, "metrics.plot": False,
-                             "metrics.tensorboard": False, "rollout.prompts": 1,
-                             "rollout.group_size": 2})
+    config = train_config(
+        tmp_path,
+        parity_bundle(tmp_path / "b"),
+        steps=1,
+        **{
+            "metrics.store": url,
+            "metrics.plot": False,
+            "metrics.tensorboard": False,
+            "rollout.prompts": 1,
+            "rollout.group_size": 2,
+        },
+    )
     seen: list[TrainingRun] = []
 
     def on_step(report: StepReport) -> None:
@@ -209,8 +264,9 @@ def test_a_training_run_writes_its_row_running_then_finished(
     assert (run.status, run.step, run.policy_version) == ("finished", 1, trainer.version)
     assert run.model == config.model.path and run.envs == [str(tmp_path / "b")]
     assert run.config == json.loads(json.dumps(config.to_dict()))
-    assert run.last_metrics == {k: (v if math.isfinite(v) else None)
-                                for k, v in report.metrics.items()}
+    assert run.last_metrics == {
+        k: (v if math.isfinite(v) else None) for k, v in report.metrics.items()
+    }
     assert run.metrics_dir == str((tmp_path / "metrics").resolve())
     assert run.checkpoint_dir == str((tmp_path / "ck").resolve())
 
@@ -218,9 +274,12 @@ def test_a_training_run_writes_its_row_running_then_finished(
 @pytest.mark.timeout(300)
 def test_a_training_run_that_raises_is_recorded_failed(tmp_path: Path, tokenizer: Any) -> None:
     url = _url(tmp_path)
-    config = train_config(tmp_path, parity_bundle(tmp_path / "b"), steps=1,
-                          **{"metrics.store": url, "metrics.plot": False,
-                             "metrics.tensorboard": False})
+    config = train_config(
+        tmp_path,
+        parity_bundle(tmp_path / "b"),
+        steps=1,
+        **{"metrics.store": url, "metrics.plot": False, "metrics.tensorboard": False},
+    )
 
     def on_phase(text: str) -> None:
         raise RuntimeError("interrupted by the test")

@@ -29,17 +29,23 @@ SHA = "a" * 40
 
 
 def _modify(path: str, old: str, new: str) -> str:
-    return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+    return (
+        f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+    )
 
 
 TWO = _modify("src/a.py", "x = 1", "x = 2") + _modify("src/b.py", "y = 1", "z = 1")
-RENAME = ("diff --git a/src/old.py b/src/new.py\nsimilarity index 90%\nrename from src/old.py\n"
-          "rename to src/new.py\n")
+RENAME = (
+    "diff --git a/src/old.py b/src/new.py\nsimilarity index 90%\nrename from src/old.py\n"
+    "rename to src/new.py\n"
+)
 
 
 def test_removable_paths_are_python_files_of_single_path_sections_of_a_multi_file_patch() -> None:
     assert removable_paths(TWO) == ["src/a.py", "src/b.py"]
-    assert removable_paths(_modify("src/a.py", "x = 1", "x = 2")) == []  # one file: nothing to leave out
+    assert (
+        removable_paths(_modify("src/a.py", "x = 1", "x = 2")) == []
+    )  # one file: nothing to leave out
     assert removable_paths(TWO + _modify("README.md", "a", "b")) == ["src/a.py", "src/b.py"]
     assert removable_paths(TWO + RENAME) == ["src/a.py", "src/b.py"]  # a rename is not split
     assert removable_paths(TWO + _modify("src/c.py", "1", "2"), limit=2) == ["src/a.py", "src/b.py"]
@@ -70,7 +76,10 @@ def test_check_tries_the_files_synthesis_tries() -> None:
 
 def test_a_rewarded_partial_fix_is_named_unrelated_change() -> None:
     ok = Episode("gold", 1.0, "ok")
-    rows = [Episode("partial_fix[-src/b.py]", 1.0, "ok", omitted="src/b.py"), Episode("delete_tests", 0.0, "ok")]
+    rows = [
+        Episode("partial_fix[-src/b.py]", 1.0, "ok", omitted="src/b.py"),
+        Episode("delete_tests", 0.0, "ok"),
+    ]
     row = InstanceCheck("x-1", True, "", (ok,), Episode("empty", 0.0, "ok"), tuple(rows))
     assert row.problems == [unrelated_reason("src/b.py")]
     assert row.problems[0].startswith("unrelated_change[src/b.py]: ") and not row.passed
@@ -81,8 +90,10 @@ def test_a_rewarded_partial_fix_is_named_unrelated_change() -> None:
 
 OPS_BUGGY = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
 OPS_FIXED = OPS_BUGGY.replace("return a - b", "return a + b", 1)
-FIX_MESSAGE = ("Fix add() returning the difference\n\nadd(2, 3) returned -1 instead of 5: the function"
-               " subtracted its arguments. It must return their sum.")
+FIX_MESSAGE = (
+    "Fix add() returning the difference\n\nadd(2, 3) returned -1 instead of 5: the function"
+    " subtracted its arguments. It must return their sum."
+)
 SHOW = "def show({0}):\n    return 'value: ' + str({0})\n"
 TEST_SHOW = "from calc.fmt import show\n\n\ndef test_show():\n    assert show(2) == 'value: 2'\n"
 
@@ -137,7 +148,9 @@ def test_synth_and_check_agree_on_a_fix_with_a_cosmetic_rename(tmp_path: Path) -
         clean = _check(out / "instances.jsonl")
         assert clean["passed"], clean["instances"][0]["problems"]
         # the uncleaned instance: check names the same file with the same reason
-        raw = replace(instance, instance_id="raw", patch=instance.patch + instance.metadata["unrelated_patch"])
+        raw = replace(
+            instance, instance_id="raw", patch=instance.patch + instance.metadata["unrelated_patch"]
+        )
         report = _check(write_instances(tmp_path / "raw.jsonl", [raw]))
         assert not report["passed"]
         assert report["instances"][0]["problems"] == [unrelated_reason("src/calc/fmt.py")], report

@@ -26,11 +26,19 @@ from envs.swe.miner import mine
 from envs.swe.validation import validate_instance
 
 pytestmark = [pytest.mark.heavy]
-BASIC = {"trivial_tests", "conftest_force_pass", "delete_tests", "sitecustomize", "pyproject_addopts"}
+BASIC = {
+    "trivial_tests",
+    "conftest_force_pass",
+    "delete_tests",
+    "sitecustomize",
+    "pyproject_addopts",
+}
 
 
 @pytest.fixture(scope="module")
-def accepted(tmp_path_factory: pytest.TempPathFactory, require_bwrap: None) -> Iterator[dict[str, SweInstance]]:
+def accepted(
+    tmp_path_factory: pytest.TempPathFactory, require_bwrap: None
+) -> Iterator[dict[str, SweInstance]]:
     """The validated ``bugfix`` (one source file) and ``square`` (two) instances."""
     root = tmp_path_factory.mktemp("swe-check")
     with private_cache(root / "cache"):
@@ -57,7 +65,9 @@ def _rewarded(report: Any) -> set[str]:
 
 
 @pytest.mark.timeout(300)
-def test_check_passes_on_accepted_instances_from_the_cli(accepted: dict[str, SweInstance], tmp_path: Path) -> None:
+def test_check_passes_on_accepted_instances_from_the_cli(
+    accepted: dict[str, SweInstance], tmp_path: Path
+) -> None:
     path = write_instances(tmp_path / "tasks.jsonl", accepted.values())
     assert claims(str(path)) and claims(f"swe:{path}")
     result = CliRunner().invoke(app, ["check", f"swe:{path}", "--json", "--reruns", "2"])
@@ -66,16 +76,26 @@ def test_check_passes_on_accepted_instances_from_the_cli(accepted: dict[str, Swe
     assert payload["passed"] and payload["backend"] == "bwrap" and payload["reruns"] == 2
     rows = {row["instance_id"]: row for row in payload["instances"]}
     for row in rows.values():
-        assert row["gold_rewards"] == [1.0, 1.0] and row["reruns_agree"] and row["empty_reward"] == 0.0
+        assert (
+            row["gold_rewards"] == [1.0, 1.0] and row["reruns_agree"] and row["empty_reward"] == 0.0
+        )
         assert all(e["reward"] == 0.0 for e in row["exploits"]), row["exploits"]
         assert BASIC <= {e["name"] for e in row["exploits"]}
     square = {e["name"] for e in rows[accepted["square"].instance_id]["exploits"]}
-    assert {"partial_fix[-src/calc/ops.py]", "partial_fix[-src/calc/mul.py]"} <= square  # two files: partial fixes
-    assert not any(n.startswith("partial_fix") for n in {e["name"] for e in rows[accepted["bugfix"].instance_id]["exploits"]})
+    assert {
+        "partial_fix[-src/calc/ops.py]",
+        "partial_fix[-src/calc/mul.py]",
+    } <= square  # two files: partial fixes
+    assert not any(
+        n.startswith("partial_fix")
+        for n in {e["name"] for e in rows[accepted["bugfix"].instance_id]["exploits"]}
+    )
 
 
 @pytest.mark.timeout(300)
-def test_broken_and_invalid_instances_fail_with_their_reason(accepted: dict[str, SweInstance]) -> None:
+def test_broken_and_invalid_instances_fail_with_their_reason(
+    accepted: dict[str, SweInstance],
+) -> None:
     good = accepted["bugfix"]
     comment_only = good.patch.replace("+    return a + b", "+    return a - b  # looked at")
     broken = [replace(good, instance_id="no-fix", patch=comment_only),
@@ -104,9 +124,14 @@ def test_broken_grading_lets_exploits_through_and_the_check_names_them(
     report = check_instances(good, reruns=1)
     assert _rewarded(report) == {"pyproject_addopts", "conftest_force_pass", "sitecustomize", "source_rig[skip_bodies]",
                                  "source_rig[forge_reports]", "source_rig[magic_globals]"}  # fmt: skip
-    assert not report.passed and "exploit rewarded: conftest_force_pass" in report.instances[0].problems
+    assert (
+        not report.passed
+        and "exploit rewarded: conftest_force_pass" in report.instances[0].problems
+    )
     # the test files are still put back: rewritten or deleted tests earn nothing
-    assert {"trivial_tests", "delete_tests"} <= {e.name for e in report.instances[0].exploits if e.reward == 0}
+    assert {"trivial_tests", "delete_tests"} <= {
+        e.name for e in report.instances[0].exploits if e.reward == 0
+    }
 
 
 @pytest.mark.timeout(300)
@@ -123,13 +148,17 @@ def test_partial_fix_is_caught_and_weak_tests_are_named(accepted: dict[str, SweI
 
 def _new_file(path: str, text: str) -> str:
     lines = text.splitlines(keepends=True)
-    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
-            f"@@ -0,0 +1,{len(lines)} @@\n" + "".join("+" + line for line in lines))
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n" + "".join("+" + line for line in lines)
+    )
 
 
 @pytest.mark.docker
 @pytest.mark.timeout(900)
-def test_check_with_the_docker_backend(accepted: dict[str, SweInstance], require_backend: Any) -> None:
+def test_check_with_the_docker_backend(
+    accepted: dict[str, SweInstance], require_backend: Any
+) -> None:
     require_backend("docker")
     report = check_instances([accepted["bugfix"]], backend="docker", reruns=1)
     assert report.passed, report.to_dict()

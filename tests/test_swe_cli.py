@@ -27,12 +27,19 @@ def instances_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.timeout(60)
-def test_harbor_round_trip_is_byte_exact(instances_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_harbor_round_trip_is_byte_exact(
+    instances_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)  # a relative --out (git archive runs elsewhere)
-    done = runner.invoke(app, ["swe", "export", "--format", "harbor", str(instances_file), "--out", "tasks", "--json"])
+    done = runner.invoke(
+        app,
+        ["swe", "export", "--format", "harbor", str(instances_file), "--out", "tasks", "--json"],
+    )
     assert done.exit_code == 0, done.output
     written = json.loads(done.stdout)["written"]
-    assert len(written) == 2 and all((Path(w) / "environment" / "repo.tar").is_file() for w in written)
+    assert len(written) == 2 and all(
+        (Path(w) / "environment" / "repo.tar").is_file() for w in written
+    )
     again = runner.invoke(app, ["swe", "export", str(instances_file), "--out", "tasks"])
     assert again.exit_code == 2 and "exists" in again.output  # never silently overwritten
     back = runner.invoke(app, ["swe", "import", "tasks", "--out", "back.jsonl"])
@@ -45,7 +52,9 @@ def test_harbor_round_trip_is_byte_exact(instances_file: Path, tmp_path: Path, m
 
 @pytest.mark.timeout(60)
 def test_swebench_export_and_import_errors(instances_file: Path, tmp_path: Path) -> None:
-    done = runner.invoke(app, ["swe", "export", "--format", "swebench", str(instances_file), "--out", str(tmp_path)])
+    done = runner.invoke(
+        app, ["swe", "export", "--format", "swebench", str(instances_file), "--out", str(tmp_path)]
+    )
     assert done.exit_code == 0, done.output
     assert (tmp_path / "instances.jsonl").read_bytes() == instances_file.read_bytes()
     cases = ((["swe", "export", "--format", "zip", str(instances_file), "--out", str(tmp_path)], "--format"),
@@ -63,7 +72,11 @@ def test_which_targets_the_swe_check_claims(instances_file: Path, tmp_path: Path
     other = tmp_path / "other.jsonl"
     other.write_text('{"id": "t", "prompt": "p"}\n')
     (tmp_path / "bad.jsonl").write_text("not json\n")
-    assert not claims(str(other)) and not claims(str(tmp_path / "bad.jsonl")) and not claims(str(tmp_path))
+    assert (
+        not claims(str(other))
+        and not claims(str(tmp_path / "bad.jsonl"))
+        and not claims(str(tmp_path))
+    )
     assert not claims("tau2/mock") and not claims("swe-v0")
     bundle = tmp_path / "bundle"
     (bundle / "t" / "tests").mkdir(parents=True)

@@ -23,7 +23,9 @@ from envs.swe.pyenv import PythonEnv
 from envs.swe.recipe import Recipe
 from envs.swe.repo import git
 
-_TEST_HEAD = "from calc.ops import add, mean\n" + "".join(f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(6))
+_TEST_HEAD = "from calc.ops import add, mean\n" + "".join(
+    f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(6)
+)
 _BUGGY = "def add(a, b):\n    return a + b\n\n\ndef mean(xs):\n    return sum(xs) / (len(xs) + 1)\n"
 _FIXED = _BUGGY.replace("(len(xs) + 1)", "len(xs)")
 _NEW_TEST = "\n\ndef test_mean():\n    assert mean([1, 2, 3]) == 2\n"
@@ -66,14 +68,24 @@ def python_env(tmp_path_factory: pytest.TempPathFactory) -> PythonEnv:
     root = tmp_path_factory.mktemp("venv") / "venv"
     venv.EnvBuilder(with_pip=False).create(root)
     ours = Path(sysconfig.get_paths()["purelib"])
-    theirs = root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    theirs = (
+        root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    )
     for name in ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py.py"):
         source = ours / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, theirs / name)
     for info in ours.glob("*.dist-info"):
-        if info.name.split("-")[0].lower() in ("pytest", "pluggy", "iniconfig", "packaging", "pygments"):
+        if info.name.split("-")[0].lower() in (
+            "pytest",
+            "pluggy",
+            "iniconfig",
+            "packaging",
+            "pygments",
+        ):
             shutil.copytree(info, theirs / info.name)
-    return PythonEnv(backend="bwrap", key="test", venv=root, image=None, recipe=Recipe(env={"PYTHONPATH": "."}))
+    return PythonEnv(
+        backend="bwrap", key="test", venv=root, image=None, recipe=Recipe(env={"PYTHONPATH": "."})
+    )
 
 
 @pytest.fixture
@@ -103,9 +115,27 @@ SUBMIT = ("submit", {})
 def test_gold_fix_through_str_replace_is_rewarded(env: SweEnv) -> None:
     obs, info = env.reset()
     assert "mean([1, 2, 3])" in obs["messages"][1]["content"]
-    assert {t["function"]["name"] for t in obs["tools"]} == {"bash", "view", "search", "str_replace", "create", "run_tests", "submit"}
-    assert not (env.tools.workspace.root / "tests" / "test_ops.py").read_text().count("test_mean")  # hidden
-    out = _play(env, [("view", {"path": "calc/ops.py"}), FIX, ("run_tests", {"paths_or_ids": ["tests/test_other.py"]}), SUBMIT])
+    assert {t["function"]["name"] for t in obs["tools"]} == {
+        "bash",
+        "view",
+        "search",
+        "str_replace",
+        "create",
+        "run_tests",
+        "submit",
+    }
+    assert (
+        not (env.tools.workspace.root / "tests" / "test_ops.py").read_text().count("test_mean")
+    )  # hidden
+    out = _play(
+        env,
+        [
+            ("view", {"path": "calc/ops.py"}),
+            FIX,
+            ("run_tests", {"paths_or_ids": ["tests/test_other.py"]}),
+            SUBMIT,
+        ],
+    )
     assert out["reward"] == 1.0 and out["terminated"], (out, _tool_replies(env))
     assert out["components"] == {"f2p_passed": 1.0, "f2p_total": 1.0, "p2p_failed": 0.0, "patch_applied": 1.0,
                                  "tests_ok": 1.0, "canary_ok": 1.0}  # fmt: skip
@@ -125,13 +155,20 @@ def test_gold_calls_replay_and_no_op(env: SweEnv) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_truncation_grades_the_final_state(instance: SweInstance, python_env: PythonEnv, require_backend: Any) -> None:
+def test_truncation_grades_the_final_state(
+    instance: SweInstance, python_env: PythonEnv, require_backend: Any
+) -> None:
     require_backend("bwrap")
     env = SweEnv(instance, python_env=python_env, max_turns=1)
     try:
         env.reset()
         obs, reward, terminated, truncated, info = env.step(_action(FIX))
-        assert (reward, terminated, truncated, info["truncated_by"]) == (1.0, False, True, "max_turns")
+        assert (reward, terminated, truncated, info["truncated_by"]) == (
+            1.0,
+            False,
+            True,
+            "max_turns",
+        )
         assert info["reward_components"]["f2p_passed"] == 1.0 and "report" in info
     finally:
         env.close()
@@ -153,7 +190,10 @@ def test_editing_the_tests_earns_nothing(env: SweEnv) -> None:
 @pytest.mark.timeout(120)
 def test_deleting_a_failing_pass_to_pass_test_earns_nothing(env: SweEnv) -> None:
     env.reset()
-    breaks_add = ("str_replace", {"path": "calc/ops.py", "old": "return a + b", "new": "return a + b + (a == 2)"})
+    breaks_add = (
+        "str_replace",
+        {"path": "calc/ops.py", "old": "return a + b", "new": "return a + b + (a == 2)"},
+    )
     out = _play(env, [FIX, breaks_add, ("bash", {"command": "rm tests/test_other.py"}), SUBMIT])
     assert out["reward"] == 0.0 and out["components"]["p2p_failed"] == 1.0
     assert out["report"]["outcomes"]["tests/test_other.py::test_add_other"] == "failed"
@@ -188,7 +228,9 @@ def test_a_plugin_forcing_passes_is_caught_by_the_canary(env: SweEnv) -> None:
                       ("create", {"path": "pyproject.toml", "content": config}), SUBMIT])  # fmt: skip
     assert out["reward"] == 0.0
     assert out["report"]["tests_status"] == "rigged" and out["components"]["canary_ok"] == 0.0
-    assert out["report"]["outcomes"]["tests/test_ops.py::test_mean"] == "passed"  # what the rig claimed
+    assert (
+        out["report"]["outcomes"]["tests/test_ops.py::test_mean"] == "passed"
+    )  # what the rig claimed
 
 
 _FORCE_ALL_BUT_OBVIOUS_CANARIES = """
@@ -240,7 +282,9 @@ def test_file_tools_refuse_escapes_even_through_bash_links(env: SweEnv) -> None:
     replies = _tool_replies(env)
     assert "rootlink ->" in replies[4]
     for i in (0, 1, 2, 3, 5, 6, 7, 8):
-        assert replies[i].startswith("Error:") and ("outside" in replies[i] or "off limits" in replies[i]), replies[i]
+        assert replies[i].startswith("Error:") and (
+            "outside" in replies[i] or "off limits" in replies[i]
+        ), replies[i]
     assert not Path("/tmp/planted").exists() and not Path("/root/planted.txt").exists()
 
 
@@ -258,8 +302,11 @@ def test_bash_has_no_network_and_writes_only_the_repository(env: SweEnv) -> None
     assert (env.tools.workspace.root / "ok.txt").read_text() == "written\n"
     assert not Path("/etc/envgym-x").exists()
     env.tools.limits = ToolLimits(bash_timeout_s=1.0)
-    obs, *_ , info = env.step(_action(("bash", {"command": "sleep 30 & sleep 30"})))
-    assert "[killed: the command ran over 1 s]" in _tool_replies(env)[-1] and info["errors"]["timeout"] == 1
+    obs, *_, info = env.step(_action(("bash", {"command": "sleep 30 & sleep 30"})))
+    assert (
+        "[killed: the command ran over 1 s]" in _tool_replies(env)[-1]
+        and info["errors"]["timeout"] == 1
+    )
     env.step(_action(("bash", {"command": "yes | head -c 100000"})))
     assert "characters cut" in _tool_replies(env)[-1]
 
@@ -267,32 +314,45 @@ def test_bash_has_no_network_and_writes_only_the_repository(env: SweEnv) -> None
 @pytest.mark.timeout(120)
 def test_malformed_actions_come_back_as_tool_errors(env: SweEnv) -> None:
     env.reset()
-    bad_json = {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "view", "arguments": "{bad"}}]}
+    bad_json = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "view", "arguments": "{bad"}}
+        ],
+    }
     env.step(bad_json)
     env.step(_action(("no_such_tool", {})))
     env.step(_action(("str_replace", {"path": "calc/ops.py"})))
     env.step(_action(("view", {"path": 3})))
-    env.step("<tool_call>\n{\"name\": \"view\", \"arguments\": {\"path\": \"calc/ops.py\"}}\n</tool_call>")
-    obs, reward, terminated, truncated, info = env.step({"role": "assistant", "content": "thinking..."})
+    env.step('<tool_call>\n{"name": "view", "arguments": {"path": "calc/ops.py"}}\n</tool_call>')
+    obs, reward, terminated, truncated, info = env.step(
+        {"role": "assistant", "content": "thinking..."}
+    )
     replies = _tool_replies(env)
     assert replies[0].startswith("Error:") and "char 1" in replies[0], replies[0]
     assert "unknown tool 'no_such_tool'" in replies[1]
     assert "'old' is a required property" in replies[2]
     assert "is not of type" in replies[3]
     assert "def mean" in replies[4]  # raw text through the hermes parser
-    assert obs["messages"][-1]["role"] == "user" and "No tool call" in obs["messages"][-1]["content"]
+    assert (
+        obs["messages"][-1]["role"] == "user" and "No tool call" in obs["messages"][-1]["content"]
+    )
     assert info["errors"]["bad_json"] == 1 and info["errors"]["unknown_tool"] == 1
     assert info["errors"]["bad_arguments"] == 2 and info["errors"]["no_tool_call"] == 1
     assert (reward, terminated, truncated) == (0.0, False, False)
 
 
 @pytest.mark.timeout(60)
-def test_registered_through_the_entry_point(instance: SweInstance, python_env: PythonEnv, tmp_path: Path) -> None:
+def test_registered_through_the_entry_point(
+    instance: SweInstance, python_env: PythonEnv, tmp_path: Path
+) -> None:
     from importlib.metadata import entry_points
 
     from envs.swe.instance import write_instances
 
-    assert "envs.swe.registration:register_envs" in {e.value for e in entry_points(group="envgym.envs")}
+    assert "envs.swe.registration:register_envs" in {
+        e.value for e in entry_points(group="envgym.envs")
+    }
     path = write_instances(tmp_path / "tasks.jsonl", [instance])
     env = envgym.make("swe-v0", instance=f"{path}#0", python_env=python_env)
     try:
@@ -307,16 +367,18 @@ def _action(call: tuple[str, dict[str, Any]]) -> dict[str, Any]:
             "function": {"name": name, "arguments": json.dumps(args)}}]}  # fmt: skip
 
 
-
-
 @pytest.mark.docker
 @pytest.mark.heavy
 @pytest.mark.timeout(600)
-def test_docker_backend_episode(instance: SweInstance, python_env: PythonEnv, docker_engine: str) -> None:
+def test_docker_backend_episode(
+    instance: SweInstance, python_env: PythonEnv, docker_engine: str
+) -> None:
     """The same episode with every command (bash, run_tests, grading) in Docker containers."""
     import dataclasses
 
-    env = SweEnv(instance, python_env=dataclasses.replace(python_env, backend="docker"), max_turns=10)
+    env = SweEnv(
+        instance, python_env=dataclasses.replace(python_env, backend="docker"), max_turns=10
+    )
     try:
         probe = ("python -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\" 2>&1 | tail -1; "
                  "touch /usr/envgym-x 2>&1; id -u")  # fmt: skip

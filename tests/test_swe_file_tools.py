@@ -36,8 +36,18 @@ def test_view_directory_lists_without_git(ws: Workspace) -> None:
     assert "pkg/" in out and "pkg/mod.py" in out and ".git" not in out
 
 
-@pytest.mark.parametrize("path", ["../secret.txt", "/etc/passwd", "/repo/../secret.txt", "pkg/../../secret.txt",
-                                  ".git/HEAD", "/repo/.git/config", "pkg/../.GIT/HEAD"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../secret.txt",
+        "/etc/passwd",
+        "/repo/../secret.txt",
+        "pkg/../../secret.txt",
+        ".git/HEAD",
+        "/repo/.git/config",
+        "pkg/../.GIT/HEAD",
+    ],
+)
 def test_paths_outside_or_in_git_are_refused(ws: Workspace, path: str) -> None:
     for attempt in (lambda: ws.view(path), lambda: ws.create(path, "x"),
                     lambda: ws.str_replace(path, "secret", "public")):  # fmt: skip
@@ -49,7 +59,9 @@ def test_paths_outside_or_in_git_are_refused(ws: Workspace, path: str) -> None:
 def test_symlinks_out_of_the_workspace_are_refused(ws: Workspace) -> None:
     os.symlink(ws.root.parent / "secret.txt", ws.root / "link.txt")
     os.symlink("/etc", ws.root / "etc")
-    os.symlink(ws.root.parent / "nowhere.txt", ws.root / "dangling.txt")  # create would write through it
+    os.symlink(
+        ws.root.parent / "nowhere.txt", ws.root / "dangling.txt"
+    )  # create would write through it
     for path in ("link.txt", "etc/passwd", "etc"):
         with pytest.raises(FileToolError, match="leads outside"):
             ws.view(path)
@@ -68,7 +80,9 @@ def test_str_replace_needs_exactly_one_match(ws: Workspace) -> None:
         ws.str_replace("pkg/mod.py", "return 1", "return 2")
     with pytest.raises(FileToolError, match="0 matches"):
         ws.str_replace("pkg/mod.py", "return 3", "return 2")
-    assert "line 3" in ws.str_replace("pkg/mod.py", "\n\ndef g():\n    return 1", "\n\ndef g():\n    return 2")
+    assert "line 3" in ws.str_replace(
+        "pkg/mod.py", "\n\ndef g():\n    return 1", "\n\ndef g():\n    return 2"
+    )
     assert (ws.root / "pkg" / "mod.py").read_text().endswith("def g():\n    return 2\n")
     with pytest.raises(FileToolError, match="does not exist"):
         ws.str_replace("pkg/none.py", "a", "b")

@@ -47,17 +47,28 @@ def _plant(repo: Path, root: Path) -> Path:
     evil = _script(root / "evil.sh", f'touch "{markers}/$1"\n')
     hooks = root / "hooks"
     hooks.mkdir()
-    for name in ("pre-commit", "post-checkout", "post-commit", "post-merge", "pre-push",
-                 "reference-transaction", "post-index-change", "pre-auto-gc", "post-rewrite",
-                 "fsmonitor-watchman", "push-to-checkout"):
+    for name in (
+        "pre-commit",
+        "post-checkout",
+        "post-commit",
+        "post-merge",
+        "pre-push",
+        "reference-transaction",
+        "post-index-change",
+        "pre-auto-gc",
+        "post-rewrite",
+        "fsmonitor-watchman",
+        "push-to-checkout",
+    ):
         _script(hooks / name, f'touch "{markers}/hook-{name}"\n')
         _script(repo / ".git" / "hooks" / name, f'touch "{markers}/githook-{name}"\n')
     fsmonitor = _script(root / "fsmonitor.sh", f'touch "{markers}/fsmonitor"\n')
     (root / "attributes").write_text(ATTRIBUTES)
     (repo / ".git" / "info").mkdir(exist_ok=True)
     (repo / ".git" / "info" / "attributes").write_text(ATTRIBUTES)
-    (root / "included").write_text(f'[filter "evil"]\n\tprocess = {evil} process\n'
-                                   f'[diff "evil"]\n\tcachetextconv = true\n')
+    (root / "included").write_text(
+        f'[filter "evil"]\n\tprocess = {evil} process\n[diff "evil"]\n\tcachetextconv = true\n'
+    )
     with (repo / ".git" / "config").open("a") as config:
         config.write(f"""[diff "evil"]
 \ttextconv = {evil} textconv; cat
@@ -112,8 +123,15 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[
     (repo / "src" / "calc" / "ops.py").write_text(FIXED)
     (repo / "tests" / "test_add.py").write_text(TEST)
     run_git(repo, "add", "-A")
-    run_git(repo, "commit", "-q", "-m", "Fix add() returning the difference of its arguments "
-            "instead of their sum, which every caller of add relies on", tick=tick)
+    run_git(
+        repo,
+        "commit",
+        "-q",
+        "-m",
+        "Fix add() returning the difference of its arguments "
+        "instead of their sum, which every caller of add relies on",
+        tick=tick,
+    )
     shas.append(run_git(repo, "rev-parse", "HEAD"))
     markers = _plant(repo, root)
     return repo, markers, shas
@@ -129,12 +147,19 @@ def _markers(markers: Path) -> list[str]:
 def test_the_fixture_is_live(hostile: tuple[Path, Path, list[str]]) -> None:
     """Plain git over the repository does run its drivers: the fixture is hostile indeed."""
     repo, markers, shas = hostile
-    env = {"PATH": os.environ["PATH"], "HOME": str(repo.parent), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_CONFIG_GLOBAL": os.devnull}
-    for args in (["diff", "--no-ext-diff", shas[0], shas[1]],
-                 ["archive", "-o", str(repo.parent / "a.tar"), shas[0]]):
-        subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, check=False,
-                       timeout=60)  # the planted process filter makes them fail, after running
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(repo.parent),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+    }
+    for args in (
+        ["diff", "--no-ext-diff", shas[0], shas[1]],
+        ["archive", "-o", str(repo.parent / "a.tar"), shas[0]],
+    ):
+        subprocess.run(
+            ["git", *args], cwd=repo, env=env, capture_output=True, check=False, timeout=60
+        )  # the planted process filter makes them fail, after running
     assert {"process", "textconv", "smudge"} & set(_markers(markers))
 
 
@@ -146,15 +171,19 @@ def test_mining_and_synth_run_nothing_of_the_repository(hostile, tmp_path: Path)
     assert "+    return a + b" in result.candidates[0].patch
     from synth_agents.swe.pipeline import SweSynthConfig, SweSynthesis
 
-    synthesis = SweSynthesis(tmp_path / "out", SweSynthConfig(repo=str(repo), judge_model="u#m"),
-                             judge=lambda c: (False, "not this one"))
+    synthesis = SweSynthesis(
+        tmp_path / "out",
+        SweSynthConfig(repo=str(repo), judge_model="u#m"),
+        judge=lambda c: (False, "not this one"),
+    )
     assert synthesis.run()["repo"] == str(repo)
     assert _markers(markers) == []
 
 
 @pytest.mark.timeout(120)
-def test_checkout_apply_diff_and_mirrors_run_nothing(hostile, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_checkout_apply_diff_and_mirrors_run_nothing(
+    hostile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What validation, `envgym check swe:` and grading do on the host with a repository."""
     repo, markers, shas = hostile
     work = checkout(repo, shas[0], tmp_path / "work")
@@ -222,12 +251,19 @@ def test_export_ignore_does_not_drop_files_from_the_snapshot(tmp_path: Path) -> 
         assert "tests/test_x.py" in tar.getnames()
 
 
-@pytest.mark.parametrize("url", [
-    "--upload-pack=touch /tmp/envgym-pwned", "ext::sh -c touch% /tmp/envgym-pwned",
-    "-oProxyCommand=x", "https://example.com/a b", "file:///x\nevil",
-])
-def test_clone_urls_that_are_options_or_commands_are_refused(url: str, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        "--upload-pack=touch /tmp/envgym-pwned",
+        "ext::sh -c touch% /tmp/envgym-pwned",
+        "-oProxyCommand=x",
+        "https://example.com/a b",
+        "file:///x\nevil",
+    ],
+)
+def test_clone_urls_that_are_options_or_commands_are_refused(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path / "cache"))
     with pytest.raises(GitError, match="not a repository URL"):
         resolve_source("owner/name", repo_url=url)

@@ -84,7 +84,9 @@ def test_an_oversize_report_is_not_read_and_counts_as_failed(tmp_path: Path) -> 
         report.truncate(MAX_REPORT_BYTES + 1)
     run = judge(_result(), tmp_path, tmp_path)
     assert run.status == "report_too_large" and run.outcomes == {}
-    assert f"over the {MAX_REPORT_BYTES}-byte limit" in run.detail and "counts as failed" in run.detail
+    assert (
+        f"over the {MAX_REPORT_BYTES}-byte limit" in run.detail and "counts as failed" in run.detail
+    )
 
 
 def test_the_parser_streams_and_still_refuses_a_doctype_in_a_later_chunk() -> None:
@@ -92,11 +94,15 @@ def test_the_parser_streams_and_still_refuses_a_doctype_in_a_later_chunk() -> No
     cases = [f'<testcase classname="t" name="test_{i}"><failure message="m">{"x" * 50}</failure></testcase>'.encode()
              for i in range(2000)]  # fmt: skip
     data = head + b"".join(cases) + b"</testsuite></testsuites>"
-    chunks = [data[i:i + 777] for i in range(0, len(data), 777)]  # boundaries inside tags and text
+    chunks = [
+        data[i : i + 777] for i in range(0, len(data), 777)
+    ]  # boundaries inside tags and text
     outcomes = parse_junit_chunks(chunks)
     assert len(outcomes) == 2000 and set(outcomes.values()) == {"failed"}
     with pytest.raises(JunitError, match="DOCTYPE"):
-        parse_junit_chunks([b'<?xml version="1.0"?>\n<!DOCTY', b'PE x [<!ENTITY a "b">]><testsuites/>'])
+        parse_junit_chunks(
+            [b'<?xml version="1.0"?>\n<!DOCTY', b'PE x [<!ENTITY a "b">]><testsuites/>']
+        )
     with pytest.raises(JunitError, match="truncated"):
         parse_junit_chunks(chunks[:-3])
 
@@ -122,7 +128,9 @@ def pytest_unconfigure(config):
 
 
 @pytest.mark.timeout(300)
-def test_the_agents_run_tests_never_shows_a_host_file_through_a_swapped_report(env: SweEnv, secret_file: Path) -> None:
+def test_the_agents_run_tests_never_shows_a_host_file_through_a_swapped_report(
+    env: SweEnv, secret_file: Path
+) -> None:
     env.reset()
     conftest = _SWAP_REPORT.format(target=str(secret_file))
     run_episode(env, ScriptedAgent([("create", {"path": "conftest.py", "content": conftest}),
@@ -150,8 +158,10 @@ def test_an_oversize_report_is_named_to_the_agent_and_grades_as_failed(env: SweE
 
 # -- the gold replay -------------------------------------------------------------------------------
 def _link_section(path: str, target: str) -> str:
-    return (f"diff --git a/{path} b/{path}\nnew file mode 120000\n--- /dev/null\n+++ b/{path}\n"
-            f"@@ -0,0 +1 @@\n+{target}\n\\ No newline at end of file\n")
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 120000\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1 @@\n+{target}\n\\ No newline at end of file\n"
+    )
 
 
 @pytest.mark.timeout(300)

@@ -17,9 +17,14 @@ SHA = "a" * 40
 
 def _record(**over: object) -> dict[str, object]:
     record: dict[str, object] = {
-        "instance_id": "o__r-1", "repo": "o/r", "base_commit": SHA,
-        "problem_statement": "It breaks.", "patch": "diff", "test_patch": "tdiff",
-        "FAIL_TO_PASS": ["tests/test_a.py::test_x"], "PASS_TO_PASS": [],
+        "instance_id": "o__r-1",
+        "repo": "o/r",
+        "base_commit": SHA,
+        "problem_statement": "It breaks.",
+        "patch": "diff",
+        "test_patch": "tdiff",
+        "FAIL_TO_PASS": ["tests/test_a.py::test_x"],
+        "PASS_TO_PASS": [],
     }
     record.update(over)
     return record
@@ -46,11 +51,19 @@ def test_instance_is_frozen_with_immutable_defaults() -> None:
 
 @pytest.mark.timeout(10)
 def test_reads_lists_and_json_encoded_strings_and_keeps_unknown_fields(tmp_path: Path) -> None:
-    path = _jsonl(tmp_path,
-                  _record(),
-                  "",
-                  _record(instance_id="o__r-2", FAIL_TO_PASS='["tests/t.py::a", "tests/t.py::b"]',
-                          PASS_TO_PASS="[]", difficulty="<15 min", hints_text=None, version="3.0"))
+    path = _jsonl(
+        tmp_path,
+        _record(),
+        "",
+        _record(
+            instance_id="o__r-2",
+            FAIL_TO_PASS='["tests/t.py::a", "tests/t.py::b"]',
+            PASS_TO_PASS="[]",
+            difficulty="<15 min",
+            hints_text=None,
+            version="3.0",
+        ),
+    )
     first, second = read_instances(path)
     assert first.fail_to_pass == ("tests/test_a.py::test_x",) and first.metadata == {}
     assert second.fail_to_pass == ("tests/t.py::a", "tests/t.py::b")
@@ -59,20 +72,24 @@ def test_reads_lists_and_json_encoded_strings_and_keeps_unknown_fields(tmp_path:
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize(("line", "field", "words"), [
-    ("{not json", "", "not valid JSON"),
-    ('["a list"]', "", "expected a JSON object"),
-    (json.dumps({k: v for k, v in _record().items() if k != "patch"}), "patch", "missing"),
-    (json.dumps(_record(base_commit="abc123")), "base_commit", "40-hex"),
-    (json.dumps(_record(base_commit="g" * 40)), "base_commit", "40-hex"),
-    (json.dumps(_record(repo=5)), "repo", "must be a string"),
-    (json.dumps(_record(FAIL_TO_PASS="not json")), "FAIL_TO_PASS", "not a JSON list"),
-    (json.dumps(_record(PASS_TO_PASS=[1, 2])), "PASS_TO_PASS", "list of test id strings"),
-    (json.dumps(_record(version=3.0)), "version", "must be a string"),
-    (json.dumps(_record(instance_id=" ")), "instance_id", "empty"),
-])
-def test_bad_lines_name_the_line_and_the_field(tmp_path: Path, line: str, field: str,
-                                               words: str) -> None:
+@pytest.mark.parametrize(
+    ("line", "field", "words"),
+    [
+        ("{not json", "", "not valid JSON"),
+        ('["a list"]', "", "expected a JSON object"),
+        (json.dumps({k: v for k, v in _record().items() if k != "patch"}), "patch", "missing"),
+        (json.dumps(_record(base_commit="abc123")), "base_commit", "40-hex"),
+        (json.dumps(_record(base_commit="g" * 40)), "base_commit", "40-hex"),
+        (json.dumps(_record(repo=5)), "repo", "must be a string"),
+        (json.dumps(_record(FAIL_TO_PASS="not json")), "FAIL_TO_PASS", "not a JSON list"),
+        (json.dumps(_record(PASS_TO_PASS=[1, 2])), "PASS_TO_PASS", "list of test id strings"),
+        (json.dumps(_record(version=3.0)), "version", "must be a string"),
+        (json.dumps(_record(instance_id=" ")), "instance_id", "empty"),
+    ],
+)
+def test_bad_lines_name_the_line_and_the_field(
+    tmp_path: Path, line: str, field: str, words: str
+) -> None:
     path = _jsonl(tmp_path, _record(instance_id="ok-1"), line)
     with pytest.raises(InstanceError, match=words) as caught:
         read_instances(path)
@@ -115,27 +132,43 @@ def test_swe_bench_lines_round_trip_field_for_field(tmp_path: Path) -> None:
     again = tmp_path / "again.jsonl"
     write_instances(again, read_instances(path))
     written = json.loads(again.read_text())
-    assert written == {**original, "FAIL_TO_PASS": ["a::b"], "version": "",
-                       "environment_setup_commit": "", "hints_text": "", "repo_url": ""}
+    assert written == {
+        **original,
+        "FAIL_TO_PASS": ["a::b"],
+        "version": "",
+        "environment_setup_commit": "",
+        "hints_text": "",
+        "repo_url": "",
+    }
 
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 _instances = st.builds(
     SweInstance,
     instance_id=st.text("abcxyz_-0123", min_size=1, max_size=12),
-    repo=_text, base_commit=st.text("0123456789abcdef", min_size=40, max_size=40),
-    problem_statement=_text, patch=_text, test_patch=_text,
+    repo=_text,
+    base_commit=st.text("0123456789abcdef", min_size=40, max_size=40),
+    problem_statement=_text,
+    patch=_text,
+    test_patch=_text,
     fail_to_pass=st.lists(_text, max_size=3).map(tuple),
     pass_to_pass=st.lists(_text, max_size=3).map(tuple),
-    version=_text, created_at=_text, hints_text=_text, repo_url=_text,
-    metadata=st.dictionaries(st.text("mnop", min_size=1, max_size=5),
-                             st.one_of(st.integers(), _text, st.lists(st.integers(), max_size=2)),
-                             max_size=3),
+    version=_text,
+    created_at=_text,
+    hints_text=_text,
+    repo_url=_text,
+    metadata=st.dictionaries(
+        st.text("mnop", min_size=1, max_size=5),
+        st.one_of(st.integers(), _text, st.lists(st.integers(), max_size=2)),
+        max_size=3,
+    ),
 )
 
 
 @pytest.mark.timeout(60)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(_instances, max_size=4, unique_by=lambda i: i.instance_id))
 def test_write_then_read_is_the_identity(tmp_path: Path, instances: list[SweInstance]) -> None:
     path = tmp_path / "prop.jsonl"

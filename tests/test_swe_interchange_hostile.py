@@ -22,11 +22,19 @@ from envs.swe.instance import InstanceError, SweInstance, from_record, read_inst
 from envs.swe.interchange import export_harbor_task, import_harbor, import_harbor_dir
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
-PATCH = ("diff --git a/tests/t.py b/tests/t.py\n--- a/tests/t.py\n+++ b/tests/t.py\n"
-         "@@ -1 +1 @@\n-a\n+b\n")
-GOOD = SweInstance(instance_id="owner__name-1", repo="owner/name", base_commit=SHA,
-                   problem_statement="Fix it.", patch=PATCH.replace("tests/t.py", "m.py"),
-                   test_patch=PATCH, fail_to_pass=("tests/t.py::test_a",))
+PATCH = (
+    "diff --git a/tests/t.py b/tests/t.py\n--- a/tests/t.py\n+++ b/tests/t.py\n"
+    "@@ -1 +1 @@\n-a\n+b\n"
+)
+GOOD = SweInstance(
+    instance_id="owner__name-1",
+    repo="owner/name",
+    base_commit=SHA,
+    problem_statement="Fix it.",
+    patch=PATCH.replace("tests/t.py", "m.py"),
+    test_patch=PATCH,
+    fail_to_pass=("tests/t.py::test_a",),
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +47,14 @@ def _copy(task: Path, dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.parametrize("relpath", ["tests/config.json", "instruction.md", "task.toml",
-                                     "tests/test.patch", "solution/solve.sh"])
+@pytest.mark.parametrize(
+    "relpath",
+    ["tests/config.json", "instruction.md", "task.toml", "tests/test.patch", "solution/solve.sh"],
+)
 @pytest.mark.parametrize("target", ["/etc/shadow", "/proc/self/environ", "/etc/passwd"])
-def test_a_linked_file_is_refused_not_read(exported: Path, tmp_path: Path, relpath: str,
-                                           target: str) -> None:
+def test_a_linked_file_is_refused_not_read(
+    exported: Path, tmp_path: Path, relpath: str, target: str
+) -> None:
     task = _copy(exported, tmp_path / "t")
     if relpath != "tests/config.json":  # without the record, every other file is read
         (task / "tests/config.json").unlink()
@@ -91,12 +102,26 @@ def test_deep_nesting_is_an_error_not_a_traceback(exported: Path, tmp_path: Path
         read_instances(tmp_path / "deep.jsonl")
 
 
-@pytest.mark.parametrize("bad_id", [
-    "x\nreward 1", "x; reward 1", "$(touch /tmp/envgym-pwned)", "a b", "../../etc", "x/y",
-    "..", "", "x'y", "ü", "a\rb", "x" * 201,
-])
-def test_hostile_instance_ids_are_refused_at_import(exported: Path, tmp_path: Path,
-                                                    bad_id: str) -> None:
+@pytest.mark.parametrize(
+    "bad_id",
+    [
+        "x\nreward 1",
+        "x; reward 1",
+        "$(touch /tmp/envgym-pwned)",
+        "a b",
+        "../../etc",
+        "x/y",
+        "..",
+        "",
+        "x'y",
+        "ü",
+        "a\rb",
+        "x" * 201,
+    ],
+)
+def test_hostile_instance_ids_are_refused_at_import(
+    exported: Path, tmp_path: Path, bad_id: str
+) -> None:
     task = _copy(exported, tmp_path / "t")
     record = json.loads((task / "tests/config.json").read_text())
     (task / "tests/config.json").write_text(json.dumps({**record, "instance_id": bad_id}))
@@ -115,45 +140,86 @@ def test_hostile_instance_ids_are_refused_at_import(exported: Path, tmp_path: Pa
 
 
 def test_a_lone_surrogate_is_refused_at_load(tmp_path: Path) -> None:
-    line = json.dumps({"instance_id": "a-1", "repo": "o/r", "base_commit": SHA,
-                       "problem_statement": "x\\ud800", "patch": "", "test_patch": ""})
+    line = json.dumps(
+        {
+            "instance_id": "a-1",
+            "repo": "o/r",
+            "base_commit": SHA,
+            "problem_statement": "x\\ud800",
+            "patch": "",
+            "test_patch": "",
+        }
+    )
     (tmp_path / "s.jsonl").write_text(line.replace("\\\\ud800", "\\ud800") + "\n")
     with pytest.raises(InstanceError, match="surrogate"):
         read_instances(tmp_path / "s.jsonl")
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("metadata", {"recipe": {"python": "3.11-slim\nRUN touch /pwned"}}),
-    ("metadata", {"recipe": "pip install x \\"}),
-    ("metadata", {"recipe": ["cat <<EOF"]}),
-    ("metadata", {"recipe": ["pip install x\x0bRUN y", "a\x00b"]}),
-    ("repo_url", "--upload-pack=touch /tmp/x"),
-    ("repo_url", "https://example.com/a\nRUN touch /pwned"),
-    ("patch", "a\x00b"),
-])
-def test_values_a_dockerfile_cannot_hold_are_refused_at_export(tmp_path: Path, field: str,
-                                                               value: object) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("metadata", {"recipe": {"python": "3.11-slim\nRUN touch /pwned"}}),
+        ("metadata", {"recipe": "pip install x \\"}),
+        ("metadata", {"recipe": ["cat <<EOF"]}),
+        ("metadata", {"recipe": ["pip install x\x0bRUN y", "a\x00b"]}),
+        ("repo_url", "--upload-pack=touch /tmp/x"),
+        ("repo_url", "https://example.com/a\nRUN touch /pwned"),
+        ("patch", "a\x00b"),
+    ],
+)
+def test_values_a_dockerfile_cannot_hold_are_refused_at_export(
+    tmp_path: Path, field: str, value: object
+) -> None:
     bad = SweInstance(**{**GOOD.__dict__, field: value})
     with pytest.raises(InstanceError, match="cannot be exported|recipe"):
         export_harbor_task(bad, tmp_path / "t")
     assert not (tmp_path / "t").exists()
 
 
-_value = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                 min_size=1, max_size=40)
-_hostile = st.sampled_from(["--co", "-p no:x", "$(touch /tmp/envgym-pwned)", "`id`", "'", '"',
-                            "x\nreward 1", "a b", "\\", "${tests[@]}", "*", "!"])
+_value = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    min_size=1,
+    max_size=40,
+)
+_hostile = st.sampled_from(
+    [
+        "--co",
+        "-p no:x",
+        "$(touch /tmp/envgym-pwned)",
+        "`id`",
+        "'",
+        '"',
+        "x\nreward 1",
+        "a b",
+        "\\",
+        "${tests[@]}",
+        "*",
+        "!",
+    ]
+)
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ids=st.lists(st.one_of(_hostile, _value), min_size=1, max_size=4),
-       statement=_value, patch_line=st.one_of(_hostile, _value))
-def test_exported_scripts_keep_every_value_as_data(tmp_path: Path, ids: list[str], statement: str,
-                                                   patch_line: str) -> None:
-    instance = SweInstance(**{**GOOD.__dict__, "fail_to_pass": tuple(ids), "pass_to_pass": (),
-                              "problem_statement": statement,
-                              "patch": GOOD.patch + patch_line.replace("\n", " ") + "\n"})
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ids=st.lists(st.one_of(_hostile, _value), min_size=1, max_size=4),
+    statement=_value,
+    patch_line=st.one_of(_hostile, _value),
+)
+def test_exported_scripts_keep_every_value_as_data(
+    tmp_path: Path, ids: list[str], statement: str, patch_line: str
+) -> None:
+    instance = SweInstance(
+        **{
+            **GOOD.__dict__,
+            "fail_to_pass": tuple(ids),
+            "pass_to_pass": (),
+            "problem_statement": statement,
+            "patch": GOOD.patch + patch_line.replace("\n", " ") + "\n",
+        }
+    )
     task = export_harbor_task(instance, tmp_path / "t", overwrite=True)
     # Bytes as bash reads them: read_text() would turn a "\r" inside a quoted id into "\n".
     test_sh = (task / "tests/test.sh").read_bytes().decode()
@@ -161,13 +227,25 @@ def test_exported_scripts_keep_every_value_as_data(tmp_path: Path, ids: list[str
         subprocess.run(["bash", "-n", str(task / script)], check=True, timeout=30)
     # The ids line, run on its own, gives back exactly the ids, and pytest reads them after "--".
     [line] = [x for x in test_sh.split("\ntests=(", 1)[1:]]
-    array = "tests=(" + line.split('\npython -m pytest', 1)[0]
-    out = subprocess.run(["bash", "-c", array + '\nprintf "%s\\0" "${tests[@]}"'],
-                         capture_output=True, check=True, timeout=30).stdout
+    array = "tests=(" + line.split("\npython -m pytest", 1)[0]
+    out = subprocess.run(
+        ["bash", "-c", array + '\nprintf "%s\\0" "${tests[@]}"'],
+        capture_output=True,
+        check=True,
+        timeout=30,
+    ).stdout
     assert out.decode().split("\0")[:-1] == ids
     assert 'python -m pytest -rA -p no:cacheprovider -- "${tests[@]}"' in test_sh
     docker = (task / "environment/Dockerfile").read_bytes().decode()
     assert [line.split()[0] for line in docker.splitlines() if line] == [
-        "#", "FROM", "RUN", "WORKDIR", "ENV", "RUN", "RUN", "RUN"]
+        "#",
+        "FROM",
+        "RUN",
+        "WORKDIR",
+        "ENV",
+        "RUN",
+        "RUN",
+        "RUN",
+    ]
     assert import_harbor(task) == instance
     assert not Path("/tmp/envgym-pwned").exists()

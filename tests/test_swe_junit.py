@@ -13,9 +13,12 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def _xml(*cases: str) -> str:
-    return ('<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests">'
-            '<testsuite name="pytest" errors="0" failures="0" skipped="0" tests="1">'
-            + "".join(cases) + "</testsuite></testsuites>")
+    return (
+        '<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests">'
+        '<testsuite name="pytest" errors="0" failures="0" skipped="0" tests="1">'
+        + "".join(cases)
+        + "</testsuite></testsuites>"
+    )
 
 
 def test_outcomes_params_classes_errors_skips() -> None:
@@ -50,14 +53,18 @@ def test_module_found_from_files_and_file_attribute(tmp_path: Path) -> None:
     (tmp_path / "Pkg" / "test_m.py").write_text("")
     text = _xml('<testcase classname="Pkg.test_m.lowercls" name="test_q"/>')
     assert parse_junit(text, repo_dir=tmp_path) == {"Pkg/test_m.py::lowercls::test_q": "passed"}
-    xunit1 = _xml('<testcase classname="a.b.test_c.TestD" name="test_e" file="a/b/test_c.py" line="3"/>')
+    xunit1 = _xml(
+        '<testcase classname="a.b.test_c.TestD" name="test_e" file="a/b/test_c.py" line="3"/>'
+    )
     assert parse_junit(xunit1) == {"a/b/test_c.py::TestD::test_e": "passed"}
 
 
 def test_duplicate_id_keeps_the_worse_outcome() -> None:
-    text = _xml('<testcase classname="t" name="test_x"/>',
-                '<testcase classname="t" name="test_x"><error message="teardown"/></testcase>',
-                '<testcase classname="t" name="test_x"/>')
+    text = _xml(
+        '<testcase classname="t" name="test_x"/>',
+        '<testcase classname="t" name="test_x"><error message="teardown"/></testcase>',
+        '<testcase classname="t" name="test_x"/>',
+    )
     assert parse_junit(text) == {"t.py::test_x": "error"}
 
 
@@ -67,15 +74,18 @@ def test_a_bare_testsuite_root_and_bytes_parse() -> None:
     assert parse_junit(_xml()) == {}
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ("", "empty"),
-    ("   \n", "empty"),
-    ('<testsuites><testsuite name="pytest"><testcase classname="t" name="te', "malformed"),
-    ("not xml at all", "malformed"),
-    ("<html><body/></html>", "root element <html>"),
-    ('<!DOCTYPE x [<!ENTITY a "aaaa">]><testsuites/>', "DOCTYPE"),
-    ('<testsuites><testcase classname="" name=""/></testsuites>', "neither"),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("", "empty"),
+        ("   \n", "empty"),
+        ('<testsuites><testsuite name="pytest"><testcase classname="t" name="te', "malformed"),
+        ("not xml at all", "malformed"),
+        ("<html><body/></html>", "root element <html>"),
+        ('<!DOCTYPE x [<!ENTITY a "aaaa">]><testsuites/>', "DOCTYPE"),
+        ('<testsuites><testcase classname="" name=""/></testsuites>', "neither"),
+    ],
+)
 def test_unusable_reports_raise_junit_error(text: str, words: str) -> None:
     with pytest.raises(JunitError, match=words):
         parse_junit(text)
@@ -87,13 +97,20 @@ P, F, E, S = "passed", "failed", "error", "skipped"
 
 
 def test_classify_exact_sets() -> None:
-    base = [{"t.py::a": F, "t.py::b": P, "t.py::c": P, "t.py::d": P, "t.py::e": S, "t.py::f": E},
-            {"t.py::a": E, "t.py::b": P, "t.py::c": P, "t.py::d": F, "t.py::e": S, "t.py::f": F}]
-    gold = [{"t.py::a": P, "t.py::b": P, "t.py::c": F, "t.py::d": P, "t.py::e": P, "t.py::f": P},
-            {"t.py::a": P, "t.py::b": P, "t.py::c": F, "t.py::d": P, "t.py::e": P, "t.py::f": F}]
+    base = [
+        {"t.py::a": F, "t.py::b": P, "t.py::c": P, "t.py::d": P, "t.py::e": S, "t.py::f": E},
+        {"t.py::a": E, "t.py::b": P, "t.py::c": P, "t.py::d": F, "t.py::e": S, "t.py::f": F},
+    ]
+    gold = [
+        {"t.py::a": P, "t.py::b": P, "t.py::c": F, "t.py::d": P, "t.py::e": P, "t.py::f": P},
+        {"t.py::a": P, "t.py::b": P, "t.py::c": F, "t.py::d": P, "t.py::e": P, "t.py::f": F},
+    ]
     assert classify(base, gold) == Classification(
-        fail_to_pass=("t.py::a",), pass_to_pass=("t.py::b",), pass_to_fail=("t.py::c",),
-        flaky=("t.py::d", "t.py::f"))
+        fail_to_pass=("t.py::a",),
+        pass_to_pass=("t.py::b",),
+        pass_to_fail=("t.py::c",),
+        flaky=("t.py::d", "t.py::f"),
+    )
 
 
 def test_collection_error_before_the_fix_counts_as_fail() -> None:
@@ -101,7 +118,9 @@ def test_collection_error_before_the_fix_counts_as_fail() -> None:
     gold = [{"tests/test_new.py::test_fix": P, "tests/test_old.py::t": P}]
     assert outcome_class("tests/test_new.py::test_fix", base[0]) == "fail"
     assert outcome_class("tests/test_x.py::gone", base[0]) == "absent"
-    assert classify(base, gold) == Classification(("tests/test_new.py::test_fix",), ("tests/test_old.py::t",), (), ())
+    assert classify(base, gold) == Classification(
+        ("tests/test_new.py::test_fix",), ("tests/test_old.py::t",), (), ()
+    )
 
 
 def test_a_test_that_disappears_or_is_skipped_after_the_fix_is_p2f() -> None:
@@ -123,4 +142,5 @@ def test_check_expected_names_every_disagreement() -> None:
     assert check_expected(found, ["t.py::a"], ["t.py::b"]) == ""
     assert check_expected(found, ["t.py::b", "t.py::d"], ["t.py::a"]) == (
         "FAIL_TO_PASS test t.py::b does not flip from fail to pass; FAIL_TO_PASS test t.py::d is flaky; "
-        "PASS_TO_PASS test t.py::a does not pass before and after")
+        "PASS_TO_PASS test t.py::a does not pass before and after"
+    )

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from swe_history import ISSUES, make_history, run_git
 
 from envs.swe.instance import InstanceError, SweInstance
 from envs.swe.miner import MineLimits, describe, llm_judge, load_issues, mine
 from envs.swe.patch import changed_files, is_test_file
 from envs.swe.repo import GitError, apply_patch, checkout
-from swe_history import ISSUES, make_history, run_git
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,10 @@ def test_mining_keeps_fixes_with_tests_and_names_every_rejection(history) -> Non
     assert reasons[shas["huge"]] == "too large: 40 files > 20"
     assert reasons[shas["vague"]] == "description too short: only a title ('fix')"
     assert reasons[shas["tests_only"]] == "no source change"
-    assert reasons[shas["binary"]].startswith("binary changes") and "logo.png" in reasons[shas["binary"]]
+    assert (
+        reasons[shas["binary"]].startswith("binary changes")
+        and "logo.png" in reasons[shas["binary"]]
+    )
     assert len(result.candidates) + len(result.rejected) == 9  # first parent: not "feature"
 
     fix = by_commit[shas["bugfix"]]
@@ -56,7 +59,11 @@ def test_mining_keeps_fixes_with_tests_and_names_every_rejection(history) -> Non
     assert changed_files(fix.test_patch) == ["tests/test_add.py"]
     assert fix.metadata["source"] == "mined" and fix.metadata["merge"] is False
     assert 0 < fix.metadata["score"] <= 1 and set(fix.metadata["scores"]) == {
-        "description", "size", "tests", "issue"}
+        "description",
+        "size",
+        "tests",
+        "issue",
+    }
 
     linked = by_commit[shas["issue_fix"]]
     assert linked.problem_statement.startswith("sub() crashes on None\n\nCalling sub(None, 1)")
@@ -83,7 +90,9 @@ def test_mined_patches_apply_to_their_base(history, tmp_path: Path) -> None:
 @pytest.mark.timeout(60)
 def test_limits_issues_and_first_parent_change_the_outcome(history) -> None:
     repo, shas, _ = history
-    plain = mine(repo)  # without the issues file "Handle None in sub / Fixes #3" (6 words) is too short
+    plain = mine(
+        repo
+    )  # without the issues file "Handle None in sub / Fixes #3" (6 words) is too short
     assert _reasons(plain)[shas["issue_fix"]] == "description too short: 6 words < 8"
     roomy = mine(repo, limits=MineLimits(max_files=50, max_changed_lines=5))
     assert _reasons(roomy)[shas["huge"]] == "too large: 140 changed lines > 5"
@@ -140,27 +149,43 @@ def _endpoint(reply: object, status: int = 200, seen: list | None = None) -> htt
             body = {"choices": [{"message": {"role": "assistant", "content": reply}}]}
             return httpx.Response(status, json=body)
         return httpx.Response(status, content=json.dumps(reply).encode())
+
     return httpx.Client(transport=httpx.MockTransport(handle))
 
 
-CANDIDATE = SweInstance("c-1", "r", "a" * 40, "add(2, 3) returns -1 instead of 5.",
-                        "--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n-a\n+b\n", "")
+CANDIDATE = SweInstance(
+    "c-1",
+    "r",
+    "a" * 40,
+    "add(2, 3) returns -1 instead of 5.",
+    "--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n-a\n+b\n",
+    "",
+)
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("reply", "status", "verdict"), [
-    ('{"keep": true, "reason": "states the bug"}', 200, (True, "states the bug")),
-    ('<think>{"keep": true}</think>Sure: {"keep": false, "reason": "vague"}', 200,
-     (False, "judge: vague")),
-    ('```json\n{"keep": false, "reason": "needs the patch"}\n```', 200,
-     (False, "judge: needs the patch")),
-    ("I think yes", 200, (False, "judge reply unreadable")),
-    ('{"keep": "yes", "reason": "x"}', 200, (False, "judge reply unreadable")),
-    ('{"keep": true', 200, (False, "judge reply unreadable")),
-    ({"no": "choices"}, 200, (False, "judge reply unreadable")),
-    ({"choices": [{"message": {"content": None}}]}, 200, (False, "judge reply unreadable")),
-    ("<html>", 500, None),
-])
+@pytest.mark.parametrize(
+    ("reply", "status", "verdict"),
+    [
+        ('{"keep": true, "reason": "states the bug"}', 200, (True, "states the bug")),
+        (
+            '<think>{"keep": true}</think>Sure: {"keep": false, "reason": "vague"}',
+            200,
+            (False, "judge: vague"),
+        ),
+        (
+            '```json\n{"keep": false, "reason": "needs the patch"}\n```',
+            200,
+            (False, "judge: needs the patch"),
+        ),
+        ("I think yes", 200, (False, "judge reply unreadable")),
+        ('{"keep": "yes", "reason": "x"}', 200, (False, "judge reply unreadable")),
+        ('{"keep": true', 200, (False, "judge reply unreadable")),
+        ({"no": "choices"}, 200, (False, "judge reply unreadable")),
+        ({"choices": [{"message": {"content": None}}]}, 200, (False, "judge reply unreadable")),
+        ("<html>", 500, None),
+    ],
+)
 def test_llm_judge_reads_replies_defensively(reply, status, verdict) -> None:
     seen: list = []
     judge = llm_judge("http://model.test/v1/", "judge-model", client=_endpoint(reply, status, seen))
@@ -180,15 +205,21 @@ def test_llm_judge_unreachable_server_is_a_rejection_not_a_crash() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    judge = llm_judge("http://nowhere.test/v1/chat/completions", "m",
-                      client=httpx.Client(transport=httpx.MockTransport(refuse)))
+    judge = llm_judge(
+        "http://nowhere.test/v1/chat/completions",
+        "m",
+        client=httpx.Client(transport=httpx.MockTransport(refuse)),
+    )
     keep, reason = judge(CANDIDATE)
     assert keep is False and reason.startswith("judge unavailable: ConnectError")
 
 
 @pytest.mark.timeout(10)
 def test_describe_and_bad_issue_files(tmp_path: Path) -> None:
-    assert describe("Merge branch 'x' into main\n\nReal words here", {}) == ("Real words here", None)
+    assert describe("Merge branch 'x' into main\n\nReal words here", {}) == (
+        "Real words here",
+        None,
+    )
     assert describe("Title\n\nCloses #9", {9: "Issue nine"}) == ("Issue nine", 9)
     assert describe("Title\n\nCloses #9", {}) == ("Title\n\nCloses #9", None)
     bad = tmp_path / "issues.json"

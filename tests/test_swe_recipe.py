@@ -22,7 +22,9 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_round_trip_key_and_immutability() -> None:
-    recipe = Recipe(install=("python -m pip install -e .",), env={"B": "2", "A": "1"}, notes=("why",))
+    recipe = Recipe(
+        install=("python -m pip install -e .",), env={"B": "2", "A": "1"}, notes=("why",)
+    )
     again = Recipe.from_json(json.loads(json.dumps(recipe.to_json())))
     assert again == recipe and again.key() == recipe.key()
     assert list(recipe.env) == ["A", "B"]
@@ -36,8 +38,10 @@ def test_round_trip_key_and_immutability() -> None:
 
 
 def test_pyproject_with_test_extra_and_pytest_plugins(tmp_path: Path) -> None:
-    repo = _write(tmp_path, {
-        "pyproject.toml": """
+    repo = _write(
+        tmp_path,
+        {
+            "pyproject.toml": """
             [build-system]
             requires = ["setuptools>=64"]
             build-backend = "setuptools.build_meta"
@@ -53,9 +57,10 @@ def test_pyproject_with_test_extra_and_pytest_plugins(tmp_path: Path) -> None:
             addopts = "--cov=demo -n 2 --strict-markers"
             asyncio_mode = "auto"
         """,
-        "src/demo/__init__.py": "",
-        "tests/test_demo.py": "def test_x():\n    pass\n",
-    })
+            "src/demo/__init__.py": "",
+            "tests/test_demo.py": "def test_x():\n    pass\n",
+        },
+    )
     recipe = detect_recipe(repo)
     assert recipe.install == (
         "python -m pip install -e '.[test]'",
@@ -67,15 +72,17 @@ def test_pyproject_with_test_extra_and_pytest_plugins(tmp_path: Path) -> None:
 
 
 def test_setup_py_requirements_tox_and_unittest(tmp_path: Path) -> None:
-    repo = _write(tmp_path, {
-        "setup.py": """
+    repo = _write(
+        tmp_path,
+        {
+            "setup.py": """
             from setuptools import setup
             setup(name="legacy", extras_require={"testing": ["mock"], "docs": ["sphinx"]})
         """,
-        "requirements.txt": "six\n",
-        "requirements-test.txt": "iniconfig\n",
-        "requirements-docs.txt": "sphinx\n",
-        "tox.ini": """
+            "requirements.txt": "six\n",
+            "requirements-test.txt": "iniconfig\n",
+            "requirements-docs.txt": "sphinx\n",
+            "tox.ini": """
             [testenv]
             deps =
                 -rrequirements.txt
@@ -85,8 +92,9 @@ def test_setup_py_requirements_tox_and_unittest(tmp_path: Path) -> None:
                 {[base]deps}
             commands = python -m unittest discover
         """,
-        "tests/test_legacy.py": "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n        pass\n",
-    })
+            "tests/test_legacy.py": "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n        pass\n",
+        },
+    )
     recipe = detect_recipe(repo)
     assert recipe.install == (
         "python -m pip install -r requirements.txt",
@@ -101,20 +109,30 @@ def test_setup_py_requirements_tox_and_unittest(tmp_path: Path) -> None:
 
 
 def test_src_layout_without_packaging_and_noxfile(tmp_path: Path) -> None:
-    repo = _write(tmp_path, {
-        "src/lib/__init__.py": "",
-        "noxfile.py": "import nox\n@nox.session\ndef tests(session):\n"
-                      "    session.install('attrs', '-e', '.')\n    session.run('pytest')\n",
-        "tests/test_lib.py": "import pytest\n",
-    })
+    repo = _write(
+        tmp_path,
+        {
+            "src/lib/__init__.py": "",
+            "noxfile.py": "import nox\n@nox.session\ndef tests(session):\n"
+            "    session.install('attrs', '-e', '.')\n    session.run('pytest')\n",
+            "tests/test_lib.py": "import pytest\n",
+        },
+    )
     recipe = detect_recipe(repo)
     assert recipe.install == ("python -m pip install attrs", "python -m pip install pytest")
     assert dict(recipe.env) == {"PYTHONPATH": "src"}
 
 
 def test_broken_config_files_are_noted_not_fatal(tmp_path: Path) -> None:
-    repo = _write(tmp_path, {"pyproject.toml": "[project\nname=", "tox.ini": "no section header\n",
-                             "noxfile.py": "def (:\n", "setup.py": "this is not python("})
+    repo = _write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project\nname=",
+            "tox.ini": "no section header\n",
+            "noxfile.py": "def (:\n",
+            "setup.py": "this is not python(",
+        },
+    )
     recipe = detect_recipe(repo)
     assert recipe.install == ("python -m pip install -e .", "python -m pip install pytest")
     text = " | ".join(recipe.notes)
@@ -122,10 +140,18 @@ def test_broken_config_files_are_noted_not_fatal(tmp_path: Path) -> None:
     assert "noxfile.py does not parse" in text
 
 
-def test_tests_pytest_would_not_collect_by_default_get_a_python_files_option(tmp_path: Path) -> None:
+def test_tests_pytest_would_not_collect_by_default_get_a_python_files_option(
+    tmp_path: Path,
+) -> None:
     # decorator's sdist keeps its tests in tests/test.py: the default test_*.py collects nothing
-    repo = _write(tmp_path, {"pyproject.toml": "[project]\nname = 'deco'\nversion = '1'\n",
-                             "src/deco/__init__.py": "", "tests/test.py": "def test_a():\n    pass\n"})
+    repo = _write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname = 'deco'\nversion = '1'\n",
+            "src/deco/__init__.py": "",
+            "tests/test.py": "def test_a():\n    pass\n",
+        },
+    )
     recipe = detect_recipe(repo)
     assert recipe.test_command[-2:] == ("-o", "python_files=test*.py tests.py *_test.py")
     assert any("tests/test.py" in n for n in recipe.notes)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from swe_history import OPS_BUGGY, OPS_FIXED, make_history, run_git
 
 from envs.swe.instance import SweInstance
 from envs.swe.patch import changed_files, is_test_file, parse_patch, split_patch
 from envs.swe.repo import GitError, apply_patch, checkout, diff, git, resolve_source
-from swe_history import OPS_BUGGY, OPS_FIXED, make_history, run_git
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,9 @@ def test_checkout_of_a_local_path_holds_the_commit_and_no_future(history, tmp_pa
     deep = checkout(repo, shas["docs"], tmp_path / "deep", depth=None)
     assert _all_shas(deep) == {shas["initial"], shas["bugfix"], shas["docs"]}
     instance = SweInstance("i", str(repo), shas["bugfix"], "p", "", "")
-    assert (checkout(instance, shas["bugfix"], tmp_path / "i") / "src/calc/ops.py").read_text() \
-        == OPS_FIXED
+    assert (
+        checkout(instance, shas["bugfix"], tmp_path / "i") / "src/calc/ops.py"
+    ).read_text() == OPS_FIXED
 
 
 @pytest.mark.timeout(30)
@@ -67,8 +68,9 @@ def test_a_source_another_uid_owns_checks_out(history, tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_file_url_is_mirrored_once_and_updated_for_unknown_commits(tmp_path: Path,
-                                                                   cache: Path) -> None:
+def test_file_url_is_mirrored_once_and_updated_for_unknown_commits(
+    tmp_path: Path, cache: Path
+) -> None:
     repo = tmp_path / "upstream"
     shas = make_history(repo)
     url = repo.as_uri()
@@ -86,8 +88,9 @@ def test_file_url_is_mirrored_once_and_updated_for_unknown_commits(tmp_path: Pat
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("repo", ["missing-dir", "file:///nonexistent/repo.git", "owner/name",
-                                  "not-a-repo"])
+@pytest.mark.parametrize(
+    "repo", ["missing-dir", "file:///nonexistent/repo.git", "owner/name", "not-a-repo"]
+)
 def test_bad_sources_raise_git_error(tmp_path: Path, repo: str, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "not-a-repo").mkdir()
@@ -126,18 +129,22 @@ def test_apply_gold_patch_then_again_fails_with_gits_reason(history, tmp_path: P
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("patch", "words"), [
-    ("", "empty"),
-    ("this is not a diff\n", "no file changes"),
-    ("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-nope\n+yes\n", "x.py"),
-    ("--- a/../evil.py\n+++ b/../evil.py\n@@ -0,0 +1 @@\n+x\n", "outside"),
-    ("--- /dev/null\n+++ b//etc/evil\n@@ -0,0 +1 @@\n+x\n", "outside"),
-    ("--- /dev/null\n+++ b/.git/hooks/post-commit\n@@ -0,0 +1 @@\n+x\n", ".git"),
-    ("--- /dev/null\n+++ b/sub/.GIT/config\n@@ -0,0 +1 @@\n+x\n", ".git"),
-    ("--- /dev/null\n+++ b/link/evil.py\n@@ -0,0 +1 @@\n+x\n", "symlink"),
-])
-def test_bad_patches_are_results_not_exceptions(history, tmp_path: Path, patch: str,
-                                                words: str) -> None:
+@pytest.mark.parametrize(
+    ("patch", "words"),
+    [
+        ("", "empty"),
+        ("this is not a diff\n", "no file changes"),
+        ("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-nope\n+yes\n", "x.py"),
+        ("--- a/../evil.py\n+++ b/../evil.py\n@@ -0,0 +1 @@\n+x\n", "outside"),
+        ("--- /dev/null\n+++ b//etc/evil\n@@ -0,0 +1 @@\n+x\n", "outside"),
+        ("--- /dev/null\n+++ b/.git/hooks/post-commit\n@@ -0,0 +1 @@\n+x\n", ".git"),
+        ("--- /dev/null\n+++ b/sub/.GIT/config\n@@ -0,0 +1 @@\n+x\n", ".git"),
+        ("--- /dev/null\n+++ b/link/evil.py\n@@ -0,0 +1 @@\n+x\n", "symlink"),
+    ],
+)
+def test_bad_patches_are_results_not_exceptions(
+    history, tmp_path: Path, patch: str, words: str
+) -> None:
     repo, shas = history
     work = checkout(repo, shas["initial"], tmp_path / "w")
     outside = tmp_path / "outside"
@@ -155,8 +162,10 @@ def test_bad_patches_are_results_not_exceptions(history, tmp_path: Path, patch: 
 def test_apply_is_all_or_nothing_and_takes_plain_diffs(history, tmp_path: Path) -> None:
     repo, shas = history
     work = checkout(repo, shas["initial"], tmp_path / "w")
-    half_bad = ("--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-# calc\n+# Calc\n"
-                "--- a/src/calc/ops.py\n+++ b/src/calc/ops.py\n@@ -1 +1 @@\n-nope\n+yes\n")
+    half_bad = (
+        "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-# calc\n+# Calc\n"
+        "--- a/src/calc/ops.py\n+++ b/src/calc/ops.py\n@@ -1 +1 @@\n-nope\n+yes\n"
+    )
     assert not apply_patch(work, half_bad).ok
     assert (work / "README.md").read_text() == "# calc\n"
     assert apply_patch(work, half_bad.split("--- a/src")[0]).ok  # plain diff, no git headers
@@ -166,14 +175,20 @@ def test_apply_is_all_or_nothing_and_takes_plain_diffs(history, tmp_path: Path) 
 
 
 @pytest.mark.timeout(30)
-def test_diff_has_new_files_not_junk_and_leaves_the_workspace_alone(history, tmp_path: Path) -> None:
+def test_diff_has_new_files_not_junk_and_leaves_the_workspace_alone(
+    history, tmp_path: Path
+) -> None:
     repo, shas = history
     work = checkout(repo, shas["initial"], tmp_path / "w")
     (work / "src/calc/ops.py").write_text(OPS_FIXED)
     (work / "src/calc/new.py").write_text("NEW = 1\n")
     (work / "README.md").unlink()
-    for junk in ("src/calc/__pycache__/ops.cpython-311.pyc", "calc.egg-info/PKG-INFO",
-                 ".pytest_cache/v/x", "stray.pyc"):
+    for junk in (
+        "src/calc/__pycache__/ops.cpython-311.pyc",
+        "calc.egg-info/PKG-INFO",
+        ".pytest_cache/v/x",
+        "stray.pyc",
+    ):
         (work / junk).parent.mkdir(parents=True, exist_ok=True)
         (work / junk).write_bytes(b"\0junk")
     status = git(["status", "--porcelain"], cwd=work).stdout
@@ -246,8 +261,14 @@ Binary files /dev/null and b/img.png differ
 
 @pytest.mark.timeout(10)
 def test_changed_files_reads_quoted_renamed_deleted_binary_and_ignores_hunk_lines() -> None:
-    assert changed_files(TRICKY) == ['docs/naïve "q".txt', "old name.py", "new name.py",
-                                     "src/m.py", "gone.py", "img.png"]
+    assert changed_files(TRICKY) == [
+        'docs/naïve "q".txt',
+        "old name.py",
+        "new name.py",
+        "src/m.py",
+        "gone.py",
+        "img.png",
+    ]
     sections = parse_patch(TRICKY)
     assert [s.binary for s in sections] == [False, False, False, False, True]
     assert sections[3].new_path is None and sections[0].old_path is None
@@ -255,22 +276,46 @@ def test_changed_files_reads_quoted_renamed_deleted_binary_and_ignores_hunk_line
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize(("path", "is_test"), [
-    ("tests/test_a.py", True), ("pkg/tests/data/x.json", True), ("test/helpers.py", True),
-    ("src/test_utils.py", True), ("src/thing_test.py", True), ("conftest.py", True),
-    ("src/pkg/conftest.py", True), ("src/testing.py", False), ("src/contest.py", False),
-    ("docs/tests.md", False), ("src/test_data.txt", False), ("latest/x.py", False),
-])
+@pytest.mark.parametrize(
+    ("path", "is_test"),
+    [
+        ("tests/test_a.py", True),
+        ("pkg/tests/data/x.json", True),
+        ("test/helpers.py", True),
+        ("src/test_utils.py", True),
+        ("src/thing_test.py", True),
+        ("conftest.py", True),
+        ("src/pkg/conftest.py", True),
+        ("src/testing.py", False),
+        ("src/contest.py", False),
+        ("docs/tests.md", False),
+        ("src/test_data.txt", False),
+        ("latest/x.py", False),
+    ],
+)
 def test_which_files_are_tests(path: str, is_test: bool) -> None:
     assert is_test_file(path) is is_test
 
 
-_names = st.sampled_from(["src/a.py", "tests/test_a.py", "b.py", "test/x.py", "conftest.py",
-                          "pkg/b_test.py", "docs/c.md"])
+_names = st.sampled_from(
+    [
+        "src/a.py",
+        "tests/test_a.py",
+        "b.py",
+        "test/x.py",
+        "conftest.py",
+        "pkg/b_test.py",
+        "docs/c.md",
+    ]
+)
 # Hunk lines whose text looks like headers once the +/-/space prefix is added ("--- a/y").
-_lines = st.lists(st.tuples(st.sampled_from(" -+"),
-                            st.sampled_from(["x", "-- a/y", "++ b/z", "@@ q", "-- /dev/null"])),
-                  min_size=1, max_size=4)
+_lines = st.lists(
+    st.tuples(
+        st.sampled_from(" -+"), st.sampled_from(["x", "-- a/y", "++ b/z", "@@ q", "-- /dev/null"])
+    ),
+    min_size=1,
+    max_size=4,
+)
 
 
 def _hunk(lines: list[tuple[str, str]]) -> str:
@@ -280,10 +325,14 @@ def _hunk(lines: list[tuple[str, str]]) -> str:
 
 
 @pytest.mark.timeout(60)
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.tuples(_names, _lines), max_size=5, unique_by=lambda t: t[0]))
 def test_split_patch_partitions_the_files(files: list[tuple[str, list[str]]]) -> None:
-    patch = "".join(f"diff --git a/{n} b/{n}\n--- a/{n}\n+++ b/{n}\n" + _hunk(ls) for n, ls in files)
+    patch = "".join(
+        f"diff --git a/{n} b/{n}\n--- a/{n}\n+++ b/{n}\n" + _hunk(ls) for n, ls in files
+    )
     source, tests = split_patch(patch)
     assert changed_files(patch) == [n for n, _ in files]
     assert changed_files(tests) == [n for n, _ in files if is_test_file(n)]

@@ -16,13 +16,26 @@ HOST_CODE = "def secret(a):\n    return a + 1\n"
 
 
 def _trace(functions: list[str]) -> Probe:
-    return Probe("ok", {"tests/test_x.py::test_x": {"outcome": "passed", "message": "",
-                                                   "functions": functions}}, 0.1, "")
+    return Probe(
+        "ok",
+        {"tests/test_x.py::test_x": {"outcome": "passed", "message": "", "functions": functions}},
+        0.1,
+        "",
+    )
 
 
 def test_paths_outside_the_copy_are_not_candidates() -> None:
-    covering = _covering(_trace(["../../outside.py:1", "/etc/x.py:1", "src/.git/x.py:1",
-                                 "src/ok.py:1", "src/bad.py:nan"]))
+    covering = _covering(
+        _trace(
+            [
+                "../../outside.py:1",
+                "/etc/x.py:1",
+                "src/.git/x.py:1",
+                "src/ok.py:1",
+                "src/bad.py:nan",
+            ]
+        )
+    )
     assert list(covering) == [("src/ok.py", 1)]
 
 
@@ -45,6 +58,7 @@ def test_a_probe_report_that_is_a_link_or_malformed_is_no_report(tmp_path: Path)
     for text in ('{"tests": 3}', "[1]", "{", "[" * 100_000):
         (tmp_path / "probe.json").write_text(text)
         assert _probe_report(tmp_path) is None
-    (tmp_path / "probe.json").write_text('{"tests": {"a": {"outcome": "passed", "functions": 7},'
-                                         ' "b": 5}}')
+    (tmp_path / "probe.json").write_text(
+        '{"tests": {"a": {"outcome": "passed", "functions": 7}, "b": 5}}'
+    )
     assert _probe_report(tmp_path) == {"a": {"outcome": "passed", "message": "", "functions": []}}

@@ -67,32 +67,56 @@ def test_synth_mines_validates_and_resumes_after_a_kill(repo: tuple[Path, dict[s
     with pytest.raises(Killed):
         SweSynthesis(out, config).run()
     first = list(counted)
-    assert len(first) == 1 and len(read_instances(out / "instances.jsonl")) <= 1  # outputs kept up to date
+    assert (
+        len(first) == 1 and len(read_instances(out / "instances.jsonl")) <= 1
+    )  # outputs kept up to date
     monkeypatch.setattr(validation, "validate_instance", spy)
     payload = SweSynthesis(out, config).run()
     assert not set(first) & set(counted[1:]), "a validated candidate was validated again"
-    assert len(counted) == 1 + payload["candidates"] - 1  # each candidate validated exactly once overall
+    assert (
+        len(counted) == 1 + payload["candidates"] - 1
+    )  # each candidate validated exactly once overall
     accepted = read_instances(out / "instances.jsonl")
     ids = {i.metadata["commit"]: i for i in accepted}
     assert {shas["bugfix"], shas["merge"], shas["square"]} <= set(ids) and shas["exact"] not in ids
     bugfix = ids[shas["bugfix"]]
-    assert bugfix.fail_to_pass == ("tests/test_add.py::test_add",) and bugfix.version.startswith("deps-")
+    assert bugfix.fail_to_pass == ("tests/test_add.py::test_add",) and bugfix.version.startswith(
+        "deps-"
+    )
     rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     by_commit = {r.get("commit"): r for r in rejected}
-    assert by_commit[shas["huge"]]["category"] == "too large" and by_commit[shas["vague"]]["stage"] == "mine"
+    assert (
+        by_commit[shas["huge"]]["category"] == "too large"
+        and by_commit[shas["vague"]]["stage"] == "mine"
+    )
     assert by_commit[shas["binary"]]["category"] == "binary changes"
     exact = next(r for r in rejected if r["stage"] == "validate")
-    assert exact["instance_id"].endswith(shas["exact"][:10]) and exact["category"] == "no FAIL_TO_PASS test"
-    assert payload["rejected_validation"] == {"no FAIL_TO_PASS test": 1} and payload["accepted"] == len(accepted)
-    assert payload["rejected_heuristic"]["description too short"] == 2 and payload["setup_failures"] == {}
+    assert (
+        exact["instance_id"].endswith(shas["exact"][:10])
+        and exact["category"] == "no FAIL_TO_PASS test"
+    )
+    assert payload["rejected_validation"] == {"no FAIL_TO_PASS test": 1} and payload[
+        "accepted"
+    ] == len(accepted)
+    assert (
+        payload["rejected_heuristic"]["description too short"] == 2
+        and payload["setup_failures"] == {}
+    )
 
     # The CLI on the finished run: nothing is validated again; --json is one object.
     counted.clear()
-    done = CliRunner().invoke(app, ["synth", "swe", "--repo", str(path), "--out", str(out), "--json"])
+    done = CliRunner().invoke(
+        app, ["synth", "swe", "--repo", str(path), "--out", str(out), "--json"]
+    )
     assert done.exit_code == 0, done.output
-    assert json.loads(done.stdout.strip().splitlines()[-1])["accepted"] == len(accepted) and counted == []
+    assert (
+        json.loads(done.stdout.strip().splitlines()[-1])["accepted"] == len(accepted)
+        and counted == []
+    )
     # Other settings into the same --out: refused, with the reason.
-    refused = CliRunner().invoke(app, ["synth", "swe", "--repo", str(path), "--out", str(out), "--repeats", "3"])
+    refused = CliRunner().invoke(
+        app, ["synth", "swe", "--repo", str(path), "--out", str(out), "--repeats", "3"]
+    )
     assert refused.exit_code == 2 and "other settings" in refused.output
     with pytest.raises(ValueError, match="other settings"):
         SweSynthesis(out, SweSynthConfig(repo=str(path), sandbox="docker"))
@@ -108,13 +132,17 @@ def test_judge_rejections_are_named_and_not_validated(repo: tuple[Path, dict[str
         asked.append(candidate.instance_id)
         return False, "the statement names no observable behaviour"
 
-    config = SweSynthConfig(repo=str(path), max_candidates=2, judge_model="http://judge.invalid/v1#m")
+    config = SweSynthConfig(
+        repo=str(path), max_candidates=2, judge_model="http://judge.invalid/v1#m"
+    )
     payload = SweSynthesis(tmp_path, config, judge=judge).run()
     assert payload["rejected_judge"] == {"judge": 2} and payload["accepted"] == 0 and counted == []
     SweSynthesis(tmp_path, config, judge=judge).run()  # resumed: the judge is not asked again
     assert len(asked) == 2
     rows = [json.loads(line) for line in (tmp_path / "rejected.jsonl").read_text().splitlines()]
-    assert [r["reason"] for r in rows if r["stage"] == "judge"] == ["judge: the statement names no observable behaviour"] * 2
+    assert [r["reason"] for r in rows if r["stage"] == "judge"] == [
+        "judge: the statement names no observable behaviour"
+    ] * 2
 
 
 @pytest.mark.timeout(60)

@@ -8,13 +8,23 @@ from synth_agents.categories import UnknownCategory, find_category, known_names,
 from synth_agents.llm_agent import category_problem
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("trip planning", "trip planning"), ("Trip Planning", "trip planning"), ("trip-planning", "trip planning"),
-    ("TRIP_PLANNING", "trip planning"), ("tripPlanning", "trip planning"), ("  travel  ", "trip planning"),
-    ("Retail-Orders", "retail orders"), ("retail orders and returns", "retail orders"),
-    ("meeting_scheduling", "meeting scheduling"), ("Calendars", "meeting scheduling"),
-    ("shipment logistics", "shipment logistics"), ("Logistics", "shipment logistics"),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("trip planning", "trip planning"),
+        ("Trip Planning", "trip planning"),
+        ("trip-planning", "trip planning"),
+        ("TRIP_PLANNING", "trip planning"),
+        ("tripPlanning", "trip planning"),
+        ("  travel  ", "trip planning"),
+        ("Retail-Orders", "retail orders"),
+        ("retail orders and returns", "retail orders"),
+        ("meeting_scheduling", "meeting scheduling"),
+        ("Calendars", "meeting scheduling"),
+        ("shipment logistics", "shipment logistics"),
+        ("Logistics", "shipment logistics"),
+    ],
+)
 def test_lenient_names(name: str, expected: str) -> None:
     assert find_category(name).name == expected
 

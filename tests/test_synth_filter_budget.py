@@ -31,7 +31,10 @@ def solve_secret(tools, task):
 def test_budget_for_is_derived_from_the_gold_length() -> None:
     config = FilterConfig()
     assert config.budget_for(0) == Budget()  # the floors: 128 turns, 8192 tokens
-    assert (config.budget_for(144).max_turns, config.budget_for(144).max_tokens) == (2 * 144 + 8, 2 * 144 * 128)
+    assert (config.budget_for(144).max_turns, config.budget_for(144).max_tokens) == (
+        2 * 144 + 8,
+        2 * 144 * 128,
+    )
     fixed = FilterConfig(derive_budget=False, budget=Budget(max_turns=5, max_tokens=99))
     assert fixed.budget_for(144) == fixed.budget
     with pytest.raises(ValueError, match="headroom"):
@@ -48,19 +51,32 @@ def long_task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     validation = validate_bundle(root)
     assert validation.passed, validation.problems
     assert validation.tasks[0]["tool_calls"] == CALLS + 1
-    record = {"status": "kept", "content_hash": validation.content_hash, "tasks": ["secret"], "bundle": str(root),
-              "validation": validation.to_dict()}
+    record = {
+        "status": "kept",
+        "content_hash": validation.content_hash,
+        "tasks": ["secret"],
+        "bundle": str(root),
+        "validation": validation.to_dict(),
+    }
     return root, record
 
 
 @pytest.mark.parametrize(("derive", "decision"), [(True, KEEP), (False, NEVER)])
 def test_a_perfect_policy_keeps_a_long_task_only_with_a_derived_budget(
-        long_task: tuple[Path, dict], tmp_path: Path, require_backend, derive: bool, decision: str) -> None:  # noqa: ANN001
+    long_task: tuple[Path, dict], tmp_path: Path, require_backend, derive: bool, decision: str
+) -> None:  # noqa: ANN001
     require_backend("bwrap")
     _, record = long_task
-    config = FilterConfig(k=1, width=1, concurrency=1, derive_budget=derive)  # derive=False: the old fixed 128
-    summary = filter_run(SynthRecorder(tmp_path / "out", None), [record], model="gold",
-                         factory=model_policy_factory("gold", "bwrap"), config=config)
+    config = FilterConfig(
+        k=1, width=1, concurrency=1, derive_budget=derive
+    )  # derive=False: the old fixed 128
+    summary = filter_run(
+        SynthRecorder(tmp_path / "out", None),
+        [record],
+        model="gold",
+        factory=model_policy_factory("gold", "bwrap"),
+        config=config,
+    )
     assert dict(summary.decisions) == {decision: 1}
     line = next(json.loads(x) for x in (tmp_path / "out" / "synth.jsonl").read_text().splitlines())
     expected_turns = 2 * (CALLS + 1) + 8 if derive else 128
@@ -71,19 +87,32 @@ def test_a_perfect_policy_keeps_a_long_task_only_with_a_derived_budget(
     assert (line["declared_difficulty"], line["difficulty"]) == (1, 1.0 - rate)
 
 
-def test_the_table_says_how_the_budget_was_set(long_task: tuple[Path, dict], tmp_path: Path,
-                                               require_backend) -> None:  # noqa: ANN001
+def test_the_table_says_how_the_budget_was_set(
+    long_task: tuple[Path, dict], tmp_path: Path, require_backend
+) -> None:  # noqa: ANN001
     require_backend("bwrap")
     from rich.console import Console
 
     from envgym.commands.synth import print_summary
     from synth_agents.pipeline import RunSummary
 
-    summary = filter_run(SynthRecorder(tmp_path / "out", None), [long_task[1]], model="gold",
-                         factory=model_policy_factory("gold", "bwrap"), config=FilterConfig(k=1, width=1))
+    summary = filter_run(
+        SynthRecorder(tmp_path / "out", None),
+        [long_task[1]],
+        model="gold",
+        factory=model_policy_factory("gold", "bwrap"),
+        config=FilterConfig(k=1, width=1),
+    )
     console = Console(record=True, width=400)
-    print_summary({"synthesis": RunSummary("test", "test", 1).to_dict(), "filter": summary.to_dict(),
-                   "out": "o", "store": "s"}, console)
+    print_summary(
+        {
+            "synthesis": RunSummary("test", "test", 1).to_dict(),
+            "filter": summary.to_dict(),
+            "out": "o",
+            "store": "s",
+        },
+        console,
+    )
     text = console.export_text()
     assert f"≤ {2 * (CALLS + 1) + 8} turns" in text and f"longest gold: {CALLS + 1} calls" in text
     assert "derived per bundle from its longest gold solution" in text and "1: 100% of 1" in text

@@ -45,7 +45,11 @@ def message_rule_problems(messages: list[dict[str, Any]]) -> list[str]:
             pending = []
         for call in m.get("tool_calls") or [] if role == "assistant" else []:
             fn = call.get("function") or {}
-            if not call.get("id") or call.get("type") != "function" or not isinstance(fn.get("arguments"), str):
+            if (
+                not call.get("id")
+                or call.get("type") != "function"
+                or not isinstance(fn.get("arguments"), str)
+            ):
                 problems.append(f"messages[{i}]: malformed tool call {call}")
             pending.append(call.get("id"))
     if pending:
@@ -73,18 +77,38 @@ class RuleServer:
                 problems = message_rule_problems(body["messages"])
                 if problems:
                     server.violations.append(problems)
-                    self._send(400, {"error": {"message": "; ".join(problems), "type": "invalid_request_error"}})
+                    self._send(
+                        400,
+                        {
+                            "error": {
+                                "message": "; ".join(problems),
+                                "type": "invalid_request_error",
+                            }
+                        },
+                    )
                     return
                 reply = server.replies.pop(0) if server.replies else "I have nothing more to add."
-                message: dict[str, Any] = {"role": "assistant", "content": reply if isinstance(reply, str) else None}
+                message: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": reply if isinstance(reply, str) else None,
+                }
                 if not isinstance(reply, str):
                     message["tool_calls"] = [
-                        {"id": f"call_{server.requests}_{j}", "type": "function",
-                         "function": {"name": name, "arguments": json.dumps(args)}}
-                        for j, (name, args) in enumerate(reply)]
+                        {
+                            "id": f"call_{server.requests}_{j}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)},
+                        }
+                        for j, (name, args) in enumerate(reply)
+                    ]
                 finish = "stop" if isinstance(reply, str) else "tool_calls"
-                self._send(200, {"choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+                self._send(
+                    200,
+                    {
+                        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                    },
+                )
 
             def _send(self, status: int, data: dict[str, Any]) -> None:
                 raw = json.dumps(data).encode()
@@ -127,12 +151,23 @@ def run_agent(tmp_path: Path, server: RuleServer, **config: Any) -> dict[str, An
 
 
 def test_the_rule_checker_itself() -> None:
-    call = {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "x", "arguments": "{}"}}]}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "x", "arguments": "{}"}}
+        ],
+    }
     answer = {"role": "tool", "tool_call_id": "a", "content": "1"}
     assert message_rule_problems([{"role": "user", "content": "hi"}, call, answer]) == []
-    assert "have no tool message" in message_rule_problems([call, {"role": "user", "content": "go on"}])[0]
-    assert "answers no pending" in message_rule_problems([{"role": "user", "content": "hi"}, answer])[0]
+    assert (
+        "have no tool message"
+        in message_rule_problems([call, {"role": "user", "content": "go on"}])[0]
+    )
+    assert (
+        "answers no pending"
+        in message_rule_problems([{"role": "user", "content": "hi"}, answer])[0]
+    )
     assert "invalid role" in message_rule_problems([{"role": "robot", "content": "hi"}])[0]
 
 
@@ -140,7 +175,13 @@ def test_calls_past_the_tool_turn_limit_get_a_tool_message(tmp_path: Path) -> No
     """The model keeps calling tools after "stop calling tools": those calls must still be answered,
     or the next request (the feedback round) is rejected by the API."""
     ls = [("list_files", {})]
-    replies: list[Any] = [ls, ls, DATA, TOOLS, task(1800)]  # 2 calls with max_tool_turns=1, then answers
+    replies: list[Any] = [
+        ls,
+        ls,
+        DATA,
+        TOOLS,
+        task(1800),
+    ]  # 2 calls with max_tool_turns=1, then answers
     with RuleServer(replies) as server:
         record = run_agent(tmp_path, server, max_rounds=2, max_tool_turns=1, max_levels=0)
     assert server.violations == [], server.violations
@@ -153,32 +194,50 @@ def test_calls_past_the_tool_turn_limit_get_a_tool_message(tmp_path: Path) -> No
 # -- fences ------------------------------------------------------------------------------------
 def test_a_fence_inside_code_does_not_end_the_block() -> None:
     code = 'def solve(tools, task):\n    note = "use ```json``` blocks"  # ``` in a comment\n    return note'
-    found = cb.blocks(f"Here:\n```python solution\n{code}\n```\nand\n```python verifier\ndef verify(s, t):\n    pass\n```")
-    assert [(b.label, b.code) for b in found] == [("solution", code), ("verifier", "def verify(s, t):\n    pass")]
+    found = cb.blocks(
+        f"Here:\n```python solution\n{code}\n```\nand\n```python verifier\ndef verify(s, t):\n    pass\n```"
+    )
+    assert [(b.label, b.code) for b in found] == [
+        ("solution", code),
+        ("verifier", "def verify(s, t):\n    pass"),
+    ]
     assert cb.blocks("```python\ndef f(): pass")[0].code == "def f(): pass"  # a cut-off reply
 
 
 def test_unlabelled_solution_and_verifier_blocks_are_distinct() -> None:
     solve = "def solve(tools, task):\n    tools.submit_result(answer_text='x')"
     verify = "def verify(submission, task):\n    return {'checks': []}"
-    for reply in (f"```python\n{solve}\n```\n```python\n{verify}\n```", f"```python\n{verify}\n```\n```python\n{solve}\n```"):
+    for reply in (
+        f"```python\n{solve}\n```\n```python\n{verify}\n```",
+        f"```python\n{verify}\n```\n```python\n{solve}\n```",
+    ):
         roles = cb.pick_distinct(cb.blocks(reply), {"solution": "solve", "verifier": "verify"})
         assert (roles["solution"].code, roles["verifier"].code) == (solve, verify)  # type: ignore[union-attr]
     other = "def find(tools, task):\n    pass"
     check = "def judge(submission, task):\n    pass"
-    roles = cb.pick_distinct(cb.blocks(f"```python\n{other}\n```\n```python\n{check}\n```"),
-                             {"solution": "solve", "verifier": "verify"})
+    roles = cb.pick_distinct(
+        cb.blocks(f"```python\n{other}\n```\n```python\n{check}\n```"),
+        {"solution": "solve", "verifier": "verify"},
+    )
     assert (roles["solution"].code, roles["verifier"].code) == (other, check)  # type: ignore[union-attr]
-    one = cb.pick_distinct(cb.blocks(f"```python\n{solve}\n```"), {"solution": "solve", "verifier": "verify"})
+    one = cb.pick_distinct(
+        cb.blocks(f"```python\n{solve}\n```"), {"solution": "solve", "verifier": "verify"}
+    )
     assert one["verifier"] is None  # one block is never both
 
 
 def test_an_unlabelled_reply_synthesizes_end_to_end(tmp_path: Path) -> None:
     """The task stage answered with unlabelled python blocks (verifier first) still agrees."""
-    reply = task(1800).replace("```python solution", "```python").replace("```python verifier", "```python")
+    reply = (
+        task(1800)
+        .replace("```python solution", "```python")
+        .replace("```python verifier", "```python")
+    )
     parts = reply.split("```python\n")
     swapped = parts[0] + "```python\n" + parts[2].rstrip() + "\n" + "```python\n" + parts[1]
-    assert cb.blocks(swapped)[1].code.lstrip().startswith("from envgym.runtime")  # the verifier comes first
+    assert (
+        cb.blocks(swapped)[1].code.lstrip().startswith("from envgym.runtime")
+    )  # the verifier comes first
     with RuleServer([DATA, TOOLS, swapped]) as server:
         record = run_agent(tmp_path, server, max_rounds=1, max_levels=0)
     assert record["status"] == "kept", record["problems"]

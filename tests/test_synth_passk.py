@@ -30,8 +30,16 @@ def play(tally: Tally, outcomes: str) -> list[int | None]:
         seen.append(sample)
         if sample is None:
             break
-        tally.add(EpisodeResult(task_id=tally.task_id, sample=sample, reward=1.0 if o == "P" else 0.0,
-                                error="env" if o == "E" else None, prompt_tokens=10, sampled_tokens=5))
+        tally.add(
+            EpisodeResult(
+                task_id=tally.task_id,
+                sample=sample,
+                reward=1.0 if o == "P" else 0.0,
+                error="env" if o == "E" else None,
+                prompt_tokens=10,
+                sampled_tokens=5,
+            )
+        )
     return seen
 
 
@@ -73,7 +81,9 @@ def tokenizer():  # noqa: ANN201 - a transformers tokenizer
 
 @pytest.fixture(scope="module")
 def retail(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_bundle(tmp_path_factory.mktemp("retail") / "b", seed=1, n_tasks=2, difficulties=(1, 2))
+    return build_bundle(
+        tmp_path_factory.mktemp("retail") / "b", seed=1, n_tasks=2, difficulties=(1, 2)
+    )
 
 
 def run_filter(root: Path, slip: float, config: FilterConfig, tokenizer) -> list:  # noqa: ANN001
@@ -90,20 +100,31 @@ def run_filter(root: Path, slip: float, config: FilterConfig, tokenizer) -> list
 def test_filter_stops_early_and_counts_tokens(retail: Path, tokenizer, require_backend) -> None:  # noqa: ANN001
     require_backend("bwrap")
     solved = run_filter(retail, 0.0, FilterConfig(k=10, width=2), tokenizer)
-    assert [(r.decision, r.n, r.c) for r in solved] == [(KEEP, 2, 2), (KEEP, 2, 2)]  # both lanes ran once
+    assert [(r.decision, r.n, r.c) for r in solved] == [
+        (KEEP, 2, 2),
+        (KEEP, 2, 2),
+    ]  # both lanes ran once
     assert all(r.tokens > 0 and r.full_tokens_estimate == 5 * r.tokens for r in solved)
     always = run_filter(retail, 0.0, FilterConfig(k=4, width=2, drop_always_solved=True), tokenizer)
     assert [(r.decision, r.n, r.c, r.kept) for r in always] == [(ALWAYS, 4, 4, False)] * 2
     never = run_filter(retail, 1.0, FilterConfig(k=3, width=1), tokenizer)
-    assert [(r.decision, r.n, r.c, r.pass_rate, r.difficulty) for r in never] == [(NEVER, 3, 0, 0.0, 1.0)] * 2
+    assert [(r.decision, r.n, r.c, r.pass_rate, r.difficulty) for r in never] == [
+        (NEVER, 3, 0, 0.0, 1.0)
+    ] * 2
 
 
-def test_filter_run_resumes_per_task(retail: Path, tmp_path: Path, tokenizer, require_backend) -> None:  # noqa: ANN001
+def test_filter_run_resumes_per_task(
+    retail: Path, tmp_path: Path, tokenizer, require_backend
+) -> None:  # noqa: ANN001
     require_backend("bwrap")
     recorder = SynthRecorder(tmp_path / "out", None)
     bundle = load_bundle(retail)
-    record = {"status": "kept", "content_hash": bundle.manifest.content_hash, "tasks": [t.id for t in bundle.tasks],
-              "bundle": str(retail)}
+    record = {
+        "status": "kept",
+        "content_hash": bundle.manifest.content_hash,
+        "tasks": [t.id for t in bundle.tasks],
+        "bundle": str(retail),
+    }
     made: list[Path] = []
 
     def factory(root: Path) -> SlipPolicy:
@@ -116,14 +137,31 @@ def test_filter_run_resumes_per_task(retail: Path, tmp_path: Path, tokenizer, re
     again = filter_run(recorder, [record], model="slip", factory=factory, config=config)
     assert again.to_dict() == first.to_dict() and len(made) == 1  # nothing re-run, no model loaded
     lines = [json.loads(x) for x in (tmp_path / "out" / "synth.jsonl").read_text().splitlines()]
-    assert sorted((x["type"], x["task_id"], x["decision"]) for x in lines) == [  # journaled as decided
-        ("filter", "retail-001-d1", NEVER), ("filter", "retail-002-d2", NEVER)]
+    assert sorted(
+        (x["type"], x["task_id"], x["decision"]) for x in lines
+    ) == [  # journaled as decided
+        ("filter", "retail-001-d1", NEVER),
+        ("filter", "retail-002-d2", NEVER),
+    ]
 
 
 def test_cli_filter_with_agent_policies(tmp_path: Path, require_backend) -> None:
     require_backend("bwrap")
-    base = ["synth", "retail", "--n", "1", "--out", str(tmp_path / "o"), "--db", f"sqlite:///{tmp_path}/d.db",
-            "--workers", "1", "--tasks-per-bundle", "2", "--json"]
+    base = [
+        "synth",
+        "retail",
+        "--n",
+        "1",
+        "--out",
+        str(tmp_path / "o"),
+        "--db",
+        f"sqlite:///{tmp_path}/d.db",
+        "--workers",
+        "1",
+        "--tasks-per-bundle",
+        "2",
+        "--json",
+    ]
     gold = runner.invoke(app, base + ["--filter-k", "3", "--filter-model", "gold"])
     assert gold.exit_code == 0, gold.output
     f = json.loads(gold.stdout.strip().splitlines()[-1])["filter"]
@@ -139,14 +177,45 @@ def test_cli_filter_with_agent_policies(tmp_path: Path, require_backend) -> None
 @pytest.mark.timeout(600)
 def test_cli_filter_with_the_embedded_model(tmp_path: Path, require_backend) -> None:
     require_backend("bwrap")
-    result = runner.invoke(app, [
-        "synth", "retail", "--n", "1", "--out", str(tmp_path / "o"), "--db", f"sqlite:///{tmp_path}/d.db",
-        "--workers", "1", "--tasks-per-bundle", "1", "--json", "--filter-k", "2", "--filter-model", "smollm2",
-        "--filter-max-turns", "3", "--filter-episode-tokens", "192", "--filter-max-tokens", "64"])
+    result = runner.invoke(
+        app,
+        [
+            "synth",
+            "retail",
+            "--n",
+            "1",
+            "--out",
+            str(tmp_path / "o"),
+            "--db",
+            f"sqlite:///{tmp_path}/d.db",
+            "--workers",
+            "1",
+            "--tasks-per-bundle",
+            "1",
+            "--json",
+            "--filter-k",
+            "2",
+            "--filter-model",
+            "smollm2",
+            "--filter-max-turns",
+            "3",
+            "--filter-episode-tokens",
+            "192",
+            "--filter-max-tokens",
+            "64",
+        ],
+    )
     assert result.exit_code == 0, result.output
     f = json.loads(result.stdout.strip().splitlines()[-1])["filter"]
     assert f["tasks"] == 1 and sum(f["decisions"].values()) == 1
-    record = next(json.loads(x) for x in (tmp_path / "o" / "synth.jsonl").read_text().splitlines()
-                  if json.loads(x)["type"] == "filter")
-    assert record["model"] == "smollm2" and record["n"] + record["errors"] >= 1 and record["tokens"] > 0
+    record = next(
+        json.loads(x)
+        for x in (tmp_path / "o" / "synth.jsonl").read_text().splitlines()
+        if json.loads(x)["type"] == "filter"
+    )
+    assert (
+        record["model"] == "smollm2"
+        and record["n"] + record["errors"] >= 1
+        and record["tokens"] > 0
+    )
     assert record["kept"] == (record["decision"] == KEEP) and 0.0 <= record["pass_rate"] <= 1.0

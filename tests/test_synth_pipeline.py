@@ -32,12 +32,27 @@ def synth(*args: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("category", ["trip planning", "retail-orders", "Meeting Scheduling", "shipment_logistics"])
-def test_each_category_makes_bundles_that_pass_envgym_check(tmp_path: Path, category: str, require_backend) -> None:
+@pytest.mark.parametrize(
+    "category", ["trip planning", "retail-orders", "Meeting Scheduling", "shipment_logistics"]
+)
+def test_each_category_makes_bundles_that_pass_envgym_check(
+    tmp_path: Path, category: str, require_backend
+) -> None:
     require_backend("bwrap")
     out = tmp_path / "out"
-    payload = synth(category, "--n", "2", "--out", str(out), "--db", f"sqlite:///{tmp_path}/db.sqlite",
-                    "--workers", "1", "--tasks-per-bundle", "3")
+    payload = synth(
+        category,
+        "--n",
+        "2",
+        "--out",
+        str(out),
+        "--db",
+        f"sqlite:///{tmp_path}/db.sqlite",
+        "--workers",
+        "1",
+        "--tasks-per-bundle",
+        "3",
+    )
     s = payload["synthesis"]
     assert (s["requested"], s["made"], s["validated"], s["rejected"]) == (2, 2, 2, {})
     assert s["kept_tasks"] == 6
@@ -55,12 +70,39 @@ def test_each_category_makes_bundles_that_pass_envgym_check(tmp_path: Path, cate
 def test_summary_table_and_resume_without_duplicates(tmp_path: Path, require_backend) -> None:
     require_backend("bwrap")
     out, db = tmp_path / "out", f"sqlite:///{tmp_path}/db.sqlite"
-    first = runner.invoke(app, ["synth", "retail", "--n", "2", "--out", str(out), "--db", db, "--workers", "1",
-                                "--tasks-per-bundle", "1"])
+    first = runner.invoke(
+        app,
+        [
+            "synth",
+            "retail",
+            "--n",
+            "2",
+            "--out",
+            str(out),
+            "--db",
+            db,
+            "--workers",
+            "1",
+            "--tasks-per-bundle",
+            "1",
+        ],
+    )
     assert first.exit_code == 0, first.output
     for word in ("requested", "made", "validated", "retail orders"):
         assert word in first.stdout
-    again = synth("retail", "--n", "3", "--out", str(out), "--db", db, "--workers", "2", "--tasks-per-bundle", "1")
+    again = synth(
+        "retail",
+        "--n",
+        "3",
+        "--out",
+        str(out),
+        "--db",
+        db,
+        "--workers",
+        "2",
+        "--tasks-per-bundle",
+        "1",
+    )
     assert again["synthesis"]["resumed"] == 2 and again["synthesis"]["validated"] == 3
     keys = [json.loads(x)["key"] for x in (out / "synth.jsonl").read_text().splitlines()]
     assert keys == ["retail-orders-0", "retail-orders-1", "retail-orders-2"]
@@ -70,15 +112,20 @@ def test_summary_table_and_resume_without_duplicates(tmp_path: Path, require_bac
             assert [v.kind for v in store.validations(digest)] == ["synth"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["", "--n", "1"], "the category is empty"),
-    (["underwater basket weaving", "--n", "1"], "no procedural category matches"),
-    (["retail", "--n", "1", "--difficulties", "1,x"], "--difficulties must be"),
-    (["retail", "--n", "1", "--agent", "wizard"], "--agent must be"),
-    (["retail", "--n", "1", "--difficulties", "7"], "subset of 1..5"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["", "--n", "1"], "the category is empty"),
+        (["underwater basket weaving", "--n", "1"], "no procedural category matches"),
+        (["retail", "--n", "1", "--difficulties", "1,x"], "--difficulties must be"),
+        (["retail", "--n", "1", "--agent", "wizard"], "--agent must be"),
+        (["retail", "--n", "1", "--difficulties", "7"], "subset of 1..5"),
+    ],
+)
 def test_bad_arguments_are_clear_errors(tmp_path: Path, args: list[str], message: str) -> None:
-    result = runner.invoke(app, ["synth", *args, "--out", str(tmp_path / "o"), "--db", f"sqlite:///{tmp_path}/d.db"])
+    result = runner.invoke(
+        app, ["synth", *args, "--out", str(tmp_path / "o"), "--db", f"sqlite:///{tmp_path}/d.db"]
+    )
     text = " ".join(result.output.split())
     assert result.exit_code == 2 and message in text
     if "category" in message:
@@ -102,20 +149,42 @@ def test_near_duplicate_tasks_are_dropped_and_recorded(tmp_path: Path, require_b
     assert summary.validated == 1 and dict(summary.rejected) == {"duplicate": 1}
     record = recorder.job("copy-1")
     assert record is not None and record["duplicates"] == [
-        {"task_id": "secret", "duplicate_of": "copy-0/secret", "similarity": 1.0}]
-    assert (tmp_path / "out" / "rejected" / "copy-1" / "tasks.jsonl").is_file()  # kept, with its reason
+        {"task_id": "secret", "duplicate_of": "copy-0/secret", "similarity": 1.0}
+    ]
+    assert (
+        tmp_path / "out" / "rejected" / "copy-1" / "tasks.jsonl"
+    ).is_file()  # kept, with its reason
 
 
 @pytest.mark.heavy
 @pytest.mark.timeout(240)
-def test_kill_9_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path, require_backend) -> None:
+def test_kill_9_mid_run_then_rerun_loses_and_duplicates_nothing(
+    tmp_path: Path, require_backend
+) -> None:
     require_backend("bwrap")
     out, db = tmp_path / "out", f"sqlite:///{tmp_path}/db.sqlite"
-    argv = [sys.executable, "-m", "envgym.cli", "synth", "shipment logistics", "--n", "8", "--out", str(out),
-            "--db", db, "--workers", "2", "--tasks-per-bundle", "2"]
+    argv = [
+        sys.executable,
+        "-m",
+        "envgym.cli",
+        "synth",
+        "shipment logistics",
+        "--n",
+        "8",
+        "--out",
+        str(out),
+        "--db",
+        db,
+        "--workers",
+        "2",
+        "--tasks-per-bundle",
+        "2",
+    ]
     journal = out / "synth.jsonl"
     for wanted in (1, 4):  # kill twice, at different points of the run
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             if journal.exists() and len(journal.read_text().splitlines()) >= wanted:
@@ -130,8 +199,12 @@ def test_kill_9_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path, 
     records = [json.loads(x) for x in journal.read_text().splitlines()]
     keys = [r["key"] for r in records]
     assert sorted(keys) == sorted(f"shipment-logistics-{i}" for i in range(8)) and len(keys) == 8
-    placed = sorted(p.name for d in ("bundles", "rejected") if (out / d).is_dir() for p in (out / d).iterdir())
-    assert placed == sorted(r["key"] for r in records if r["made"])  # a failed build leaves no directory
+    placed = sorted(
+        p.name for d in ("bundles", "rejected") if (out / d).is_dir() for p in (out / d).iterdir()
+    )
+    assert placed == sorted(
+        r["key"] for r in records if r["made"]
+    )  # a failed build leaves no directory
     assert all(r["reasons"] == ["build_failed"] for r in records if not r["made"])
     assert not (out / ".staging").exists() or not any((out / ".staging").iterdir())
     with Store(db) as store:

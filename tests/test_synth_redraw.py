@@ -35,8 +35,9 @@ def _make(monkeypatch: pytest.MonkeyPatch, category: _Category, tmp_path: Path):
     return agent.make(Job(key="fake-7", index=0, seed=7), tmp_path / "staging")
 
 
-def test_an_unlucky_database_is_redrawn_and_the_seed_recorded(monkeypatch: pytest.MonkeyPatch,
-                                                                tmp_path: Path) -> None:
+def test_an_unlucky_database_is_redrawn_and_the_seed_recorded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     category = _Category(bad=2)
     outcome = _make(monkeypatch, category, tmp_path)
     assert outcome.made
@@ -47,8 +48,9 @@ def test_an_unlucky_database_is_redrawn_and_the_seed_recorded(monkeypatch: pytes
     assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == ["built"]
 
 
-def test_redraws_are_bounded_and_every_failure_is_reported(monkeypatch: pytest.MonkeyPatch,
-                                                           tmp_path: Path) -> None:
+def test_redraws_are_bounded_and_every_failure_is_reported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     category = _Category(bad=100)
     outcome = _make(monkeypatch, category, tmp_path)
     assert not outcome.made and outcome.reason == "build_failed"

@@ -53,17 +53,20 @@ def test_static_rules_accept_tools_and_computation() -> None:
     assert check_solution_source(textwrap.dedent(source), ("solve_x",)) == []
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("import sqlite3", "imports 'sqlite3'"),
-    ("from envgym.runtime import sqlite", "imports from 'envgym.runtime'"),
-    ("import os.path", "imports 'os.path'"),
-    ("x = open('db.sqlite').read()", "uses 'open'"),
-    ("x = eval('1')", "uses 'eval'"),
-    ("x = __import__('os')", "uses '__import__'"),
-    ("x = (lambda: 0).__globals__", "dunder attribute '__globals__'"),
-    ("x = getattr(task, 'keys')", "getattr() is allowed on the tools object only"),
-    ("x = '__class__'", "spells the dunder name '__class__'"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("import sqlite3", "imports 'sqlite3'"),
+        ("from envgym.runtime import sqlite", "imports from 'envgym.runtime'"),
+        ("import os.path", "imports 'os.path'"),
+        ("x = open('db.sqlite').read()", "uses 'open'"),
+        ("x = eval('1')", "uses 'eval'"),
+        ("x = __import__('os')", "uses '__import__'"),
+        ("x = (lambda: 0).__globals__", "dunder attribute '__globals__'"),
+        ("x = getattr(task, 'keys')", "getattr() is allowed on the tools object only"),
+        ("x = '__class__'", "spells the dunder name '__class__'"),
+    ],
+)
 def test_static_rules_name_each_violation(line: str, message: str) -> None:
     top = line.startswith(("import", "from"))
     body = "x = 1" if top else line
@@ -76,7 +79,9 @@ def test_static_rules_name_each_violation(line: str, message: str) -> None:
 
 def test_static_rules_syntax_and_missing_function() -> None:
     assert "SyntaxError" in str(check_solution_source("def broken(:\n", ()))
-    assert "no top-level function 'solve_y'" in str(check_solution_source("def solve_x(t, k): pass\n", ("solve_y",))[0])
+    assert "no top-level function 'solve_y'" in str(
+        check_solution_source("def solve_x(t, k): pass\n", ("solve_y",))[0]
+    )
 
 
 # -- whole-bundle validation ------------------------------------------------------------------
@@ -88,24 +93,37 @@ def test_a_good_bundle_passes(notes: Path) -> None:
 
 
 def test_a_verifier_that_always_passes_is_rejected(notes: Path) -> None:
-    rewrite(notes, verifier="""
+    rewrite(
+        notes,
+        verifier="""
     def verify_secret(submission, task):
         return {"checks": [{"name": "ok", "passed": True, "detail": ""}]}
-    """)
+    """,
+    )
     result = validate_bundle(notes)
     assert not result.passed
-    assert result.reasons == ("noop_accepted", "corruptions_accepted", "rules_uncovered", "exploit_accepted",
-                              "verifier_answer_key")
+    assert result.reasons == (
+        "noop_accepted",
+        "corruptions_accepted",
+        "rules_uncovered",
+        "exploit_accepted",
+        "verifier_answer_key",
+    )
 
 
-def test_a_solution_reading_the_database_is_rejected_statically_and_dynamically(notes: Path) -> None:
-    rewrite(notes, solution="""
+def test_a_solution_reading_the_database_is_rejected_statically_and_dynamically(
+    notes: Path,
+) -> None:
+    rewrite(
+        notes,
+        solution="""
     from envgym.runtime import sqlite
 
     def solve_secret(tools, task):
         value = sqlite().execute("SELECT value FROM notes WHERE key = 'secret'").fetchone()[0]
         tools.submit_result(answer_text=value)
-    """)
+    """,
+    )
     assert validate_bundle(notes).reasons == ("solution_not_tools_only",)
     isolation = check_isolation(load_bundle(notes))
     assert not isolation[0].ok and "envgym.runtime.sqlite" in isolation[0].detail
@@ -113,29 +131,48 @@ def test_a_solution_reading_the_database_is_rejected_statically_and_dynamically(
 
 def test_isolation_catches_file_reads_and_allows_tools(notes: Path) -> None:
     assert check_isolation(load_bundle(notes))[0].ok  # the gold only calls tools
-    assert check_isolation(load_bundle(notes))[0].calls == (("get_note", {"key": "secret"}),
-                                                           ("submit_result", {"answer_text": "tangerine"}))
-    rewrite(notes, solution="""
+    assert check_isolation(load_bundle(notes))[0].calls == (
+        ("get_note", {"key": "secret"}),
+        ("submit_result", {"answer_text": "tangerine"}),
+    )
+    rewrite(
+        notes,
+        solution="""
     def solve_secret(tools, task):
         data = open("db.sqlite", "rb").read()
         tools.submit_result(answer_text="tangerine" if b"tangerine" in data else "")
-    """)
+    """,
+    )
     result = check_isolation(load_bundle(notes))[0]
     assert not result.ok and "(open)" in result.detail
     assert check_isolation(load_bundle(notes), sandbox="inprocess")[0].skipped
 
 
-@pytest.mark.parametrize(("tool", "why"), [
-    ('def shout(text: str, times: int = 1) -> str:\n    """Shout.\n\n    Args:\n        text: t.\n        times: n.\n    """\n'
-     '    return text.upper() * times + len(text)\n', "does not accept its schema"),
-    ('def shout(text: str) -> str:\n    """Hang.\n\n    Args:\n        text: t.\n    """\n    while True:\n        pass\n',
-     "timeout"),
-    ('def shout(text: str) -> str:\n    """Crash.\n\n    Args:\n        text: t.\n    """\n    import os\n    os._exit(3)\n',
-     "crash"),
-    ('def shout(text: str) -> object:\n    """Not JSON.\n\n    Args:\n        text: t.\n    """\n    return object()\n',
-     "does not accept its schema"),
-])
-def test_tools_that_break_hang_or_crash_are_rejected(tmp_path: Path, require_backend, tool: str, why: str) -> None:
+@pytest.mark.parametrize(
+    ("tool", "why"),
+    [
+        (
+            'def shout(text: str, times: int = 1) -> str:\n    """Shout.\n\n    Args:\n        text: t.\n        times: n.\n    """\n'
+            "    return text.upper() * times + len(text)\n",
+            "does not accept its schema",
+        ),
+        (
+            'def shout(text: str) -> str:\n    """Hang.\n\n    Args:\n        text: t.\n    """\n    while True:\n        pass\n',
+            "timeout",
+        ),
+        (
+            'def shout(text: str) -> str:\n    """Crash.\n\n    Args:\n        text: t.\n    """\n    import os\n    os._exit(3)\n',
+            "crash",
+        ),
+        (
+            'def shout(text: str) -> object:\n    """Not JSON.\n\n    Args:\n        text: t.\n    """\n    return object()\n',
+            "does not accept its schema",
+        ),
+    ],
+)
+def test_tools_that_break_hang_or_crash_are_rejected(
+    tmp_path: Path, require_backend, tool: str, why: str
+) -> None:
     require_backend("bwrap")
     start = TOOLS.index("def shout")
     end = TOOLS.index("def submit_result")
@@ -167,14 +204,19 @@ def test_shingles_and_jaccard_exact() -> None:
 
 def test_near_duplicate_index() -> None:
     index = NearDuplicateIndex(threshold=0.9)
-    base = ("Plan a five day trip from Hangzhou starting on October 1st. Never repeat a city, hotel or "
-            "restaurant. Every hotel must cost under 500 per night and be rated at least 4.0; on rainy days "
-            "visit indoor attractions only, and take trains of at most three hours between cities. Lunch and "
-            "dinner should be at two different restaurants each day, both in the city I stay in, and the total "
-            "spent on meals across the whole trip should stay below two thousand yuan if that is possible.")
+    base = (
+        "Plan a five day trip from Hangzhou starting on October 1st. Never repeat a city, hotel or "
+        "restaurant. Every hotel must cost under 500 per night and be rated at least 4.0; on rainy days "
+        "visit indoor attractions only, and take trains of at most three hours between cities. Lunch and "
+        "dinner should be at two different restaurants each day, both in the city I stay in, and the total "
+        "spent on meals across the whole trip should stay below two thousand yuan if that is possible."
+    )
     meta = {"days": 5}
     index.add("trip", "b1/t1", base, "s1", meta)
-    assert index.find("trip", base.upper(), "s2", {"days": 5}) == ("b1/t1", 1.0)  # same words and parameters
+    assert index.find("trip", base.upper(), "s2", {"days": 5}) == (
+        "b1/t1",
+        1.0,
+    )  # same words and parameters
     tweaked = base.replace("under 500", "under 510", 1)
     hit = index.find("trip", tweaked, "s1", meta)
     assert hit is not None and hit[0] == "b1/t1" and 0.9 <= hit[1] < 1.0
@@ -203,7 +245,9 @@ def test_journal_recovers_from_a_torn_write(tmp_path: Path) -> None:
 
 
 def test_the_guard_goes_after_the_docstring_and_future_imports(notes: Path) -> None:
-    rewrite(notes, solution='''
+    rewrite(
+        notes,
+        solution='''
     """A solution module with a docstring."""
     from __future__ import annotations
 
@@ -212,17 +256,26 @@ def test_the_guard_goes_after_the_docstring_and_future_imports(notes: Path) -> N
     def solve_secret(tools, task):
         sqlite3.connect("db.sqlite")
         tools.submit_result(answer_text="tangerine")
-    ''')
+    ''',
+    )
     result = check_isolation(load_bundle(notes))[0]
     assert not result.ok and "(sqlite3.connect)" in result.detail
 
 
 # -- per-rule witnesses (docs/CHECK.md) --------------------------------------------------------
-@pytest.mark.parametrize(("witnesses", "why"), [
-    ([], "no valid witness for ['correct']"),
-    ([{"rule": "correct", "submission": {"answer_text": "tangerine"}}], "accepted, so the rule is not enforced"),
-])
-def test_a_bundle_without_valid_witnesses_is_rejected(notes: Path, witnesses: list, why: str) -> None:
+@pytest.mark.parametrize(
+    ("witnesses", "why"),
+    [
+        ([], "no valid witness for ['correct']"),
+        (
+            [{"rule": "correct", "submission": {"answer_text": "tangerine"}}],
+            "accepted, so the rule is not enforced",
+        ),
+    ],
+)
+def test_a_bundle_without_valid_witnesses_is_rejected(
+    notes: Path, witnesses: list, why: str
+) -> None:
     from bundle_factory import TASK
     from synth_notes import set_tasks
 
@@ -241,5 +294,9 @@ def test_validation_opens_one_sandbox(notes: Path, monkeypatch: pytest.MonkeyPat
     opened: list[Path] = []
     for module in (isolation, validate, envgym.check):
         real = module.open_sandbox
-        monkeypatch.setattr(module, "open_sandbox", lambda root, real=real, **kw: opened.append(root) or real(root, **kw))
+        monkeypatch.setattr(
+            module,
+            "open_sandbox",
+            lambda root, real=real, **kw: opened.append(root) or real(root, **kw),
+        )
     assert validate_bundle(notes).passed and len(opened) == 1

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.tau2.check_cli import tau2_domain
 from envgym.policy import SamplingParams
+from envs.tau2.check_cli import tau2_domain
 from envs.tau2.env import Tau2Env
 from envs.tau2.link import Tau2Error, Tau2Link
 from envs.tau2.noop_data import flagged_tasks
@@ -41,18 +41,30 @@ def test_check_mock_reports_every_task(link: Tau2Link) -> None:
     # τ²'s data gives this task an env assertion (task_2 completed) but no gold action to reach it:
     # envgym supplies the action the assertion names, and says so.
     supplied = by_id["update_task_with_history_and_env_assertions"]
-    assert supplied.supplied_gold and supplied.gold_calls == 1 and "gold supplied by envgym" in supplied.notes[0]
+    assert (
+        supplied.supplied_gold
+        and supplied.gold_calls == 1
+        and "gold supplied by envgym" in supplied.notes[0]
+    )
     assert report.failed == [] and report.stale == ()
     assert [t.task_id for t in report.tasks if t.supplied_gold] == [supplied.task_id]
     for t in report.tasks:
         assert t.gold_passed and t.gold_reward == 1.0, (t.task_id, t.problems)
     # without the supplied action, the task fails on its env assertion (what τ²'s data alone gives)
-    bare = check_domain("mock", link=link, tasks=[t for t in domain_tasks("mock") if t["id"] == supplied.task_id],
-                        supplied={})
+    bare = check_domain(
+        "mock",
+        link=link,
+        tasks=[t for t in domain_tasks("mock") if t["id"] == supplied.task_id],
+        supplied={},
+    )
     assert not bare.passed and any(p.startswith("ENV:") for p in bare.tasks[0].problems)
     # A task with no gold action and no communicate_info scores 1.0 for a do-nothing agent: a
     # problem of the check, and exactly what the shipped no-op list says (noop_tasks.json)
-    assert [t.task_id for t in report.noop_full] == ["create_task_1_nl_eval"] == sorted(flagged_tasks("mock"))
+    assert (
+        [t.task_id for t in report.noop_full]
+        == ["create_task_1_nl_eval"]
+        == sorted(flagged_tasks("mock"))
+    )
     assert not report.passed and not by_id["create_task_1_nl_eval"].passed
     assert "an agent that does nothing" in str(by_id["create_task_1_nl_eval"].noop_reason)
     assert by_id["create_task_1"].noop_reward == by_id["create_task_1"].transfer_reward == 0.0
@@ -66,13 +78,19 @@ def test_check_airline_first_tasks_pass(link: Tau2Link) -> None:
     assert report.failed == [] and [t.gold_reward for t in report.tasks] == [1.0, 1.0, 1.0]
     # airline 0 and 1 reward an agent that does nothing: problems, as the shipped list says
     assert [t.task_id for t in report.noop_full] == ["0", "1"] and not report.passed
-    assert report.stale == () and {"0", "1"} <= set(flagged_tasks("airline")) and "2" not in flagged_tasks("airline")
+    assert (
+        report.stale == ()
+        and {"0", "1"} <= set(flagged_tasks("airline"))
+        and "2" not in flagged_tasks("airline")
+    )
     assert sum(t.gold_calls for t in report.tasks) > 0  # some airline tasks have no gold action
 
 
 @pytest.mark.timeout(300)
 def test_check_telecom_user_actions_run_as_the_user(link: Tau2Link) -> None:
-    tasks = [t for t in domain_tasks("telecom") if any(a["requestor"] == "user" for a in t["actions"])][:2]
+    tasks = [
+        t for t in domain_tasks("telecom") if any(a["requestor"] == "user" for a in t["actions"])
+    ][:2]
     report = check_domain("telecom", tasks=tasks, link=link)
     assert len(report.tasks) == 2 and report.passed, [t.problems for t in report.tasks]
     assert all(t.gold_reward == 1.0 and t.noop_reward == 0.0 for t in report.tasks)
@@ -86,7 +104,9 @@ def test_failing_gold_action_fails_the_check(link: Tau2Link) -> None:
     report = check_domain("mock", tasks=[task], link=link)
     (only,) = report.tasks
     assert not report.passed and not only.passed
-    assert any("gold action create_task (assistant) failed in τ²" in p for p in only.problems), only.problems
+    assert any("gold action create_task (assistant) failed in τ²" in p for p in only.problems), (
+        only.problems
+    )
     assert report.to_dict()["failed"] == ["create_task_1"]
 
 
@@ -117,7 +137,9 @@ def test_ids_and_targets() -> None:
     assert envgym_task_id("12") == "12"
 
 
-def _scripted_agent_episode(env: Tau2Env, seed: int, user: object) -> tuple[list[dict], float, dict]:
+def _scripted_agent_episode(
+    env: Tau2Env, seed: int, user: object
+) -> tuple[list[dict], float, dict]:
     env.reset(seed=seed, options={"task": "create_task_1", "user": user})
     call = {"role": "assistant", "content": None, "tool_calls": [{"id": "a1", "type": "function", "function": {
         "name": "create_task", "arguments": json.dumps({"user_id": "user_1", "title": "Important Meeting"})}}]}  # fmt: skip
@@ -175,7 +197,10 @@ def test_eval_embedded_model_on_mock_end_to_end_and_replays(tmp_path: Path) -> N
     a, b = runs
     assert a.summary.episodes == 1 and 1 in a.summary.pass_hat_k
     timing = {"duration_s"}
-    first, second = ({k: v for k, v in e.to_dict().items() if k not in timing} for e in (a.episodes[0], b.episodes[0]))
+    first, second = (
+        {k: v for k, v in e.to_dict().items() if k not in timing}
+        for e in (a.episodes[0], b.episodes[0])
+    )
     assert first == second  # the same seeds: the same agent and user turns, the same outcome
     users = [m for m in first["messages"] if m["role"] == "user"]
     assert users and first["turns"] >= 1
@@ -183,16 +208,18 @@ def test_eval_embedded_model_on_mock_end_to_end_and_replays(tmp_path: Path) -> N
 
 @pytest.mark.timeout(300)
 def test_registry_and_check_entry(capsys: pytest.CaptureFixture[str]) -> None:
+    import tomllib
+
     from envgym import registry
     from envgym.bundle import load_bundle
     from envs.tau2.check_cli import tau2_check_main
-
-    import tomllib
-
     from envs.tau2.registration import register_envs
 
     pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
-    assert pyproject["project"]["entry-points"]["envgym.envs"]["tau2"] == "envs.tau2.registration:register_envs"
+    assert (
+        pyproject["project"]["entry-points"]["envgym.envs"]["tau2"]
+        == "envs.tau2.registration:register_envs"
+    )
     register_envs()  # as discovery does (a shared checkout's installed metadata may be stale)
     env = registry.make("tau2-mock-v0", sandbox="bwrap", context="keep-all")  # eval's options pass
     try:
@@ -220,8 +247,17 @@ class _UserServer(BaseHTTPRequestHandler):
     """
 
     replies = [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "u1", "type": "function", "function": {"name": "check_status_bar", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "u1",
+                    "type": "function",
+                    "function": {"name": "check_status_bar", "arguments": "{}"},
+                }
+            ],
+        },
         {"role": "assistant", "content": "My phone shows no signal."},
         {"role": "assistant", "content": "Thanks. ###STOP###"},
     ]
@@ -249,9 +285,15 @@ def test_openai_compatible_user_gets_seeds_and_runs_device_tools(link: Tau2Link)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _UserServer)
     httpd.requests = []  # type: ignore[attr-defined]
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    env = Tau2Env("telecom", link=link, user=f"http://127.0.0.1:{httpd.server_address[1]}/v1#user-model")
+    env = Tau2Env(
+        "telecom", link=link, user=f"http://127.0.0.1:{httpd.server_address[1]}/v1#user-model"
+    )
     try:
-        task = next(t for t in domain_tasks("telecom") if any(a["requestor"] == "user" for a in t["actions"]))
+        task = next(
+            t
+            for t in domain_tasks("telecom")
+            if any(a["requestor"] == "user" for a in t["actions"])
+        )
         obs, _ = env.reset(seed=5, options={"task": task["id"]})
         assert obs["messages"][-1] == {"role": "user", "content": "My phone shows no signal."}
         result = env.step({"role": "assistant", "content": "Please restart your phone."})
@@ -262,8 +304,14 @@ def test_openai_compatible_user_gets_seeds_and_runs_device_tools(link: Tau2Link)
     requests = httpd.requests  # type: ignore[attr-defined]
     assert [r["seed"] for r in requests] == [user_seed(5, i) for i in range(3)]
     assert all(r["model"] == "user-model" and r["tools"] for r in requests)
-    assert requests[0]["messages"][0]["role"] == "system" and "<scenario>" in requests[0]["messages"][0]["content"]
-    assert requests[0]["messages"][1] == {"role": "user", "content": "Hi! How can I help you today?"}
+    assert (
+        requests[0]["messages"][0]["role"] == "system"
+        and "<scenario>" in requests[0]["messages"][0]["content"]
+    )
+    assert requests[0]["messages"][1] == {
+        "role": "user",
+        "content": "Hi! How can I help you today?",
+    }
     report = result[4]["report"]
     assert result[2] and report["termination"] == "user_stop"
     device = [r for r in report["tool_results"] if r["requestor"] == "user"]
@@ -276,7 +324,11 @@ def test_context_options_shape_the_prompt_and_a_full_window_truncates(link: Tau2
     """`envgym eval --context/--context-window` reach τ² episodes as they reach bundle envs."""
     user = [{"seed": None, "content": "Please create a task 'Important Meeting' for user_1.", "calls": []},
             {"seed": None, "content": "Thanks.", "calls": []}]  # fmt: skip
-    thought = {"role": "assistant", "content": "Noted.", "reasoning_content": "the user wants a task"}
+    thought = {
+        "role": "assistant",
+        "content": "Noted.",
+        "reasoning_content": "the user wants a task",
+    }
     env = Tau2Env("mock", link=link, context="discard-reasoning")
     try:
         env.reset(seed=1, options={"task": "create_task_1", "user": ReplayUser(user)})

@@ -70,18 +70,26 @@ def test_probes_rederive_the_shipped_flags_through_the_worker(link: Tau2Link) ->
 
 def test_shipped_list_is_well_formed_and_names_real_tasks() -> None:
     data = shipped()
-    assert data["command"] == "python -m envs.tau2.noop --write" and set(data["agents"]) == {"noop", "transfer"}
+    assert data["command"] == "python -m envs.tau2.noop --write" and set(data["agents"]) == {
+        "noop",
+        "transfer",
+    }
     assert set(data["domains"]) == {"airline", "retail", "telecom", "mock"}
     for domain, entry in data["domains"].items():
         ids = {t["id"] for t in domain_tasks(domain)}
         assert set(entry["flagged"]) <= ids and entry["tasks_measured"] <= len(ids)
         for row in entry["flagged"].values():
-            assert row["reason"].endswith(" 1.0 in τ²'s own evaluation") and 1.0 in (row["noop"], row["transfer"])
+            assert row["reason"].endswith(" 1.0 in τ²'s own evaluation") and 1.0 in (
+                row["noop"],
+                row["transfer"],
+            )
 
 
 def test_descriptor_bundle_carries_the_flag() -> None:
     bundle = load_bundle(bundle_dir("mock"))
-    assert noop_solvable(bundle.tasks) == {envgym_task_id(t): r for t, r in flagged_tasks("mock").items()}
+    assert noop_solvable(bundle.tasks) == {
+        envgym_task_id(t): r for t, r in flagged_tasks("mock").items()
+    }
     task = next(t for t in bundle.tasks if t.id == FLAGGED_MOCK)
     assert task.metadata[NOOP_FLAG] is True and "does nothing" in task.metadata[NOOP_REASON]
 
@@ -91,7 +99,9 @@ def _episode(task: str, sample: int, reward: float, error: str | None = None) ->
 
 
 def test_summary_leaves_flagged_tasks_out_of_every_across_task_number() -> None:
-    eps = [_episode("free", s, 1.0) for s in range(2)] + [_episode("hard", s, 0.0) for s in range(2)]
+    eps = [_episode("free", s, 1.0) for s in range(2)] + [
+        _episode("hard", s, 0.0) for s in range(2)
+    ]
     official = summarize(eps, k=2)
     assert official.pass_at_k[1].value == 0.5 and official.excluded_tasks == {}
     ours = summarize(eps, k=2, exclude={"free": "a do-nothing agent passes it", "absent": "x"})
@@ -161,7 +171,11 @@ def test_eval_leaves_noop_tasks_out_by_default_and_scores_them_on_request(
     print_summary(ours, console)
     text = console.export_text()
     assert "1 tasks excluded from pass@k, pass^k and mean reward" in text
-    assert "an agent that does nothing" in text and FLAGGED_MOCK in text and "--include-noop-tasks" in text
+    assert (
+        "an agent that does nothing" in text
+        and FLAGGED_MOCK in text
+        and "--include-noop-tasks" in text
+    )
 
 
 @pytest.mark.timeout(300)
@@ -176,7 +190,9 @@ def test_the_measurement_runs_without_a_list_and_the_env_names_a_missing_one(
     try:
         measured = measure_domain("mock", link=link, task_ids=[FLAGGED_MOCK])
         assert measured[FLAGGED_MOCK]["noop"].reward == 1.0
-        with pytest.raises(RuntimeError, match=r"no-op task list .*python -m envs.tau2.noop --write"):
+        with pytest.raises(
+            RuntimeError, match=r"no-op task list .*python -m envs.tau2.noop --write"
+        ):
             Tau2Env("mock", link=link)
     finally:
         noop_data.shipped.cache_clear()
@@ -192,9 +208,13 @@ def test_check_prints_a_noop_task_and_a_stale_list_as_problems() -> None:
     plain = Tau2TaskCheck("7", ("DB",), gold_reward=1.0, noop_reward=0.0, transfer_reward=0.0)
     report = Tau2CheckReport("telecom", (flagged, plain), stale=("7: measured flagged, …",))
     assert flagged.gold_passed and not flagged.passed and plain.passed and not report.passed
-    assert report.to_dict()["gold_passed"] == 2 and report.to_dict()["noop_list_stale"] == ["7: measured flagged, …"]
+    assert report.to_dict()["gold_passed"] == 2 and report.to_dict()["noop_list_stale"] == [
+        "7: measured flagged, …"
+    ]
     console = Console(record=True, width=300)
     _print(report, console)
     text = console.export_text()
     assert f"problem: {odd}: an agent that does nothing scores 1.0" in text
-    assert "problem: 7: measured flagged" in text and "FAILED: 2/2 tasks pass the gold check" in text
+    assert (
+        "problem: 7: measured flagged" in text and "FAILED: 2/2 tasks pass the gold check" in text
+    )

@@ -62,7 +62,11 @@ def test_full_schema_is_exact() -> None:
             "properties": {
                 "city": {"type": "string", "description": "the city's name."},
                 "nights": {"type": "integer", "description": "how many nights, at least one."},
-                "budget": {"type": ["number", "null"], "default": None, "description": "the most to pay per night."},
+                "budget": {
+                    "type": ["number", "null"],
+                    "default": None,
+                    "description": "the most to pay per night.",
+                },
                 "tags": {
                     "type": ["array", "null"],
                     "items": {"type": "string"},
@@ -91,7 +95,12 @@ def test_no_parameters_and_no_docstring() -> None:
     assert function_schema(ping) == ToolSpec(
         name="ping",
         description="",
-        parameters={"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+        parameters={
+            "type": "object",
+            "properties": {},
+            "required": [],
+            "additionalProperties": False,
+        },
     )
 
 
@@ -106,18 +115,32 @@ def test_no_parameters_and_no_docstring() -> None:
         (dict, {"type": "object"}),
         (list[int], {"type": "array", "items": {"type": "integer"}}),
         (dict[str, float], {"type": "object", "additionalProperties": {"type": "number"}}),
-        (dict[str, list[str]], {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}),
+        (
+            dict[str, list[str]],
+            {
+                "type": "object",
+                "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            },
+        ),
         (tuple[int, ...], {"type": "array", "items": {"type": "integer"}}),
         (
             tuple[str, int],
-            {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "minItems": 2, "maxItems": 2},
+            {
+                "type": "array",
+                "prefixItems": [{"type": "string"}, {"type": "integer"}],
+                "minItems": 2,
+                "maxItems": 2,
+            },
         ),
         (Literal[1, 2, 3], {"type": "integer", "enum": [1, 2, 3]}),
         (Literal["a", 1], {"enum": ["a", 1]}),
-        (Optional[int], {"type": ["integer", "null"]}),
-        (Union[int, None], {"type": ["integer", "null"]}),
+        (Optional[int], {"type": ["integer", "null"]}),  # noqa: UP045 - the old spelling is the input
+        (Union[int, None], {"type": ["integer", "null"]}),  # noqa: UP007
         (int | None, {"type": ["integer", "null"]}),
-        (Literal["x", "y"] | None, {"anyOf": [{"type": "string", "enum": ["x", "y"]}, {"type": "null"}]}),
+        (
+            Literal["x", "y"] | None,
+            {"anyOf": [{"type": "string", "enum": ["x", "y"]}, {"type": "null"}]},
+        ),
         (int | str, {"anyOf": [{"type": "integer"}, {"type": "string"}]}),
         (Color, {"type": "string", "enum": ["red", "blue"]}),
         (Level, {"type": "integer", "enum": [1, 2]}),
@@ -143,7 +166,10 @@ def test_enum_default_is_recorded_as_its_value() -> None:
 
 def test_string_annotations_resolve() -> None:
     ns: dict = {}
-    exec("from __future__ import annotations\ndef f(a: list[int], b: str | None = None) -> None:\n    'F.'\n", ns)
+    exec(
+        "from __future__ import annotations\ndef f(a: list[int], b: str | None = None) -> None:\n    'F.'\n",
+        ns,
+    )
     params = function_schema(ns["f"]).parameters
     assert params["properties"]["a"] == {"type": "array", "items": {"type": "integer"}}
     assert params["required"] == ["a"]

@@ -26,24 +26,41 @@ def _segment() -> Segment:
     """ids 10..16; sampled: 13, 14 (turn 1, stop, v3) and 16 (turn 2, length, v2)."""
     seg = Segment()
     seg.add_context([10, 11, 12])
-    seg.add_sampled([13, 14], [-0.5, -0.25], full_logprobs=[-0.6, -0.3], kept=[None, [14, 20]],
-                    info=TurnInfo(finish_reason="stop", policy_version=3))
+    seg.add_sampled(
+        [13, 14],
+        [-0.5, -0.25],
+        full_logprobs=[-0.6, -0.3],
+        kept=[None, [14, 20]],
+        info=TurnInfo(finish_reason="stop", policy_version=3),
+    )
     seg.add_context([15])
-    seg.add_sampled([16], [-1.0], kept=[None], info=TurnInfo(finish_reason="length", policy_version=2))
+    seg.add_sampled(
+        [16], [-1.0], kept=[None], info=TurnInfo(finish_reason="length", policy_version=2)
+    )
     return seg
 
 
-def _result(task: str, sample: int, reward: float, *, error: str | None = None,
-            segments: list[Segment] | None = None) -> EpisodeResult:
-    record = EpisodeRecord(segments=segments if segments is not None else [_segment()],
-                           policy_version=7, reward=reward)
+def _result(
+    task: str,
+    sample: int,
+    reward: float,
+    *,
+    error: str | None = None,
+    segments: list[Segment] | None = None,
+) -> EpisodeResult:
+    record = EpisodeRecord(
+        segments=segments if segments is not None else [_segment()], policy_version=7, reward=reward
+    )
     return EpisodeResult(task_id=task, sample=sample, reward=reward, error=error, record=record)
 
 
 def test_group_results_leaves_out_errored_episodes_and_groups_left_with_one() -> None:
     results = [
-        _result("a", 1, 1.0), _result("a", 0, 0.0), _result("a", 2, 0.0, error="env"),
-        _result("b", 0, 1.0), _result("b", 1, 0.0, error="policy"),
+        _result("a", 1, 1.0),
+        _result("a", 0, 0.0),
+        _result("a", 2, 0.0, error="env"),
+        _result("b", 0, 1.0),
+        _result("b", 1, 0.0, error="policy"),
     ]
     groups, dropped = group_results(results)
     assert [g.task_id for g in groups] == ["a"]
@@ -64,8 +81,10 @@ def test_split_informative_drops_all_equal_groups_and_counts_them() -> None:
 
 
 def test_nonfinite_rewards_are_named() -> None:
-    groups = [Group("a", [_result("a", 0, math.nan), _result("a", 1, 1.0)]),
-              Group("b", [_result("b", 0, math.inf), _result("b", 1, 0.0)])]
+    groups = [
+        Group("a", [_result("a", 0, math.nan), _result("a", 1, 1.0)]),
+        Group("b", [_result("b", 0, math.inf), _result("b", 1, 0.0)]),
+    ]
     assert nonfinite_rewards(groups) == ["a#0 = nan", "b#0 = inf"]
     assert nonfinite_rewards(groups[:0]) == []
 
@@ -113,17 +132,26 @@ def test_collate_shifts_pads_and_keeps_kept_sets_of_trained_positions_only() -> 
     short.add_context([30])
     short.add_sampled([31, 32], [-2.0, -3.0], kept=[[31, 40, 41], None], info=TurnInfo())
     g.results.append(_result("t", 1, 0.0, segments=[short]))
-    s = samples_from_groups([g], torch.tensor([[0.25, -0.25]], dtype=torch.float64),
-                            overlong_mask=False)
+    s = samples_from_groups(
+        [g], torch.tensor([[0.25, -0.25]], dtype=torch.float64), overlong_mask=False
+    )
     b = collate(s, pad_id=99, dtype=torch.float64)
-    assert b.input_ids.tolist() == [[10, 11, 12, 13, 14, 15], [30, 31, 32, 99, 99, 99][:2] + [99] * 4]
+    assert b.input_ids.tolist() == [
+        [10, 11, 12, 13, 14, 15],
+        [30, 31, 32, 99, 99, 99][:2] + [99] * 4,
+    ]
     assert b.targets.tolist() == [[11, 12, 13, 14, 15, 16], [31, 32, 99, 99, 99, 99]]
     assert b.attention_mask.tolist() == [[1] * 6, [1, 1, 0, 0, 0, 0]]
     assert b.mask.tolist() == [[0, 0, 1, 1, 0, 1], [1, 1, 0, 0, 0, 0]]
     assert b.engine_logp.tolist() == [[0, 0, -0.5, -0.25, 0, -1.0], [-2.0, -3.0, 0, 0, 0, 0]]
     # trained positions row-major: 13, 14, 16 | 31, 32 → kept sets None, {14,20}, None, {31,40,41}, None
-    assert b.kept_ids.tolist() == [[-1, -1, -1], [14, 20, -1], [-1, -1, -1], [31, 40, 41],
-                                   [-1, -1, -1]]
+    assert b.kept_ids.tolist() == [
+        [-1, -1, -1],
+        [14, 20, -1],
+        [-1, -1, -1],
+        [31, 40, 41],
+        [-1, -1, -1],
+    ]
     assert b.kept_rows.tolist() == [False, True, False, True, False]
     assert b.advantages.tolist() == [0.25, -0.25]
     assert b.rewards.tolist() == [1.0, 0.0]
@@ -151,15 +179,17 @@ def test_collate_bad_input() -> None:
         collate([s])
     seg = _segment()
     seg.fill_routes(torch.zeros(6, 1, 2, dtype=torch.long))
-    routed = samples_from_groups([Group("t", [_result("t", 0, 1.0, segments=[seg])])],
-                                 torch.tensor([[1.0]]))
+    routed = samples_from_groups(
+        [Group("t", [_result("t", 0, 1.0, segments=[seg])])], torch.tensor([[1.0]])
+    )
     dense = samples_from_groups([g], torch.tensor([[1.0]]))
     with pytest.raises(ValueError, match="mixed"):
         collate(routed + dense)
     seg = _segment()
     seg.add_sampled([17], [-1.0], kept=["unknown"], info=TurnInfo())
-    unknown = samples_from_groups([Group("t", [_result("t", 0, 1.0, segments=[seg])])],
-                                  torch.tensor([[1.0]]))
+    unknown = samples_from_groups(
+        [Group("t", [_result("t", 0, 1.0, segments=[seg])])], torch.tensor([[1.0]])
+    )
     with pytest.raises(ValueError, match="unknown"):
         collate(unknown)
     # trained: 13, 14, 17 (16 is overlong-masked); the unknown set of 17 → full vocabulary

@@ -17,7 +17,9 @@ KEYS = ("naive_peak_rss_gib", "efficient_peak_rss_gib", "naive_step_s", "efficie
 def test_bench_train_quick_json_has_the_contract_keys() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "envgym.cli", "bench", "train", "--quick", "--json"],
-        capture_output=True, text=True, timeout=1150,
+        capture_output=True,
+        text=True,
+        timeout=1150,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()

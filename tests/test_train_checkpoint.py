@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import torch
+from test_train_loop import parity_bundle, tiny_model, train_config
 
 from envgym.embedded import load_tokenizer
-from test_train_loop import parity_bundle, tiny_model, train_config
 from trainer.checkpoint import (
     TaskOrder,
     checkpoints,
@@ -38,10 +38,19 @@ class Killed(Exception):
 
 def _config(tmp: Path, bundle: Path, name: str) -> Any:
     # top_k keeps the keep-sampling-mask path in play; 2 minibatches so Adam state matters.
-    return train_config(tmp / name, bundle, steps=3, minibatches=2, **{
-        "rollout.top_k": 40, "checkpoint.every": 1, "checkpoint.keep": 3,
-        "metrics.plot": False, "metrics.tensorboard": False,
-    })
+    return train_config(
+        tmp / name,
+        bundle,
+        steps=3,
+        minibatches=2,
+        **{
+            "rollout.top_k": 40,
+            "checkpoint.every": 1,
+            "checkpoint.keep": 3,
+            "metrics.plot": False,
+            "metrics.tensorboard": False,
+        },
+    )
 
 
 @pytest.mark.timeout(600)
@@ -87,8 +96,16 @@ def test_killed_run_resumes_with_identical_weights_and_data_order(
     assert straight.version == resumed.version == 3
     # The same data: step 3's rollouts and their statistics match the straight run's.
     m_a, m_b = straight_reports[-1].metrics, resumed_reports[-1].metrics
-    for key in ("reward_mean", "pass_rate", "episodes", "response_len_mean", "loss", "kl",
-                "grad_norm", "tis_ratio_mean"):
+    for key in (
+        "reward_mean",
+        "pass_rate",
+        "episodes",
+        "response_len_mean",
+        "loss",
+        "kl",
+        "grad_norm",
+        "tis_ratio_mean",
+    ):
         assert m_a[key] == m_b[key], key
     rows = (tmp_path / "killed" / "metrics" / "metrics.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["1.0", "2.0", "3.0"]  # no duplicate step 3
@@ -129,17 +146,26 @@ def test_save_load_round_trip_prunes_and_restores_rng(tmp_path: Path) -> None:
     model, opt, sched = _parts()
     for step in (1, 2, 3):
         torch.manual_seed(100 + step)
-        save_checkpoint(tmp_path, step=step, policy_version=step + 10, model=model, optimizer=opt,
-                        scheduler=sched, cursor={"epoch": 0, "index": step}, config={"a": 1},
-                        keep=2)
+        save_checkpoint(
+            tmp_path,
+            step=step,
+            policy_version=step + 10,
+            model=model,
+            optimizer=opt,
+            scheduler=sched,
+            cursor={"epoch": 0, "index": step},
+            config={"a": 1},
+            keep=2,
+        )
     assert [p.name for p in checkpoints(tmp_path)] == ["step-000002", "step-000003"]
     expected = torch.rand(4)  # what the RNG gives right after the last save
     model2, opt2, sched2 = _parts()
     with torch.no_grad():
         model2.weight.zero_()
     torch.manual_seed(0)
-    state = load_checkpoint(latest_checkpoint(tmp_path), model=model2, optimizer=opt2,
-                            scheduler=sched2)
+    state = load_checkpoint(
+        latest_checkpoint(tmp_path), model=model2, optimizer=opt2, scheduler=sched2
+    )
     assert torch.equal(torch.rand(4), expected)
     assert torch.equal(model2.weight, model.weight)
     assert (state.step, state.policy_version, state.cursor) == (3, 13, {"epoch": 0, "index": 3})
@@ -148,8 +174,16 @@ def test_save_load_round_trip_prunes_and_restores_rng(tmp_path: Path) -> None:
 
 def test_unreadable_checkpoint_is_named(tmp_path: Path) -> None:
     model, opt, sched = _parts()
-    path = save_checkpoint(tmp_path, step=1, policy_version=1, model=model, optimizer=opt,
-                           scheduler=sched, cursor={"epoch": 0, "index": 0}, config={})
+    path = save_checkpoint(
+        tmp_path,
+        step=1,
+        policy_version=1,
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        cursor={"epoch": 0, "index": 0},
+        config={},
+    )
     (path / "model.pt").write_bytes(b"not a tensor file")
     with pytest.raises(ValueError, match=r"checkpoint .*step-000001 is unreadable"):
         load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)
@@ -157,21 +191,34 @@ def test_unreadable_checkpoint_is_named(tmp_path: Path) -> None:
 
 
 def test_config_changes_names_the_keys() -> None:
-    saved = {"steps": 3, "loss": {"eps_low": 0.2, "kl_beta": 0.0}, "checkpoint": {"resume": True},
-             "seed": 0}
-    now = {"steps": 9, "loss": {"eps_low": 0.1, "kl_beta": 0.0}, "checkpoint": {"resume": False},
-           "seed": 1}
+    saved = {
+        "steps": 3,
+        "loss": {"eps_low": 0.2, "kl_beta": 0.0},
+        "checkpoint": {"resume": True},
+        "seed": 0,
+    }
+    now = {
+        "steps": 9,
+        "loss": {"eps_low": 0.1, "kl_beta": 0.0},
+        "checkpoint": {"resume": False},
+        "seed": 1,
+    }
     assert config_changes(saved, now) == ["loss.eps_low", "seed"]
 
 
 @pytest.mark.timeout(300)
 def test_resume_under_another_config_is_refused(tmp_path: Path, tokenizer: Any) -> None:
     bundle = parity_bundle(tmp_path / "b")
-    config = train_config(tmp_path, bundle, steps=1, **{"metrics.plot": False,
-                                                        "metrics.tensorboard": False})
+    config = train_config(
+        tmp_path, bundle, steps=1, **{"metrics.plot": False, "metrics.tensorboard": False}
+    )
     Trainer(config, model=tiny_model(), tokenizer=tokenizer).run()
-    other = train_config(tmp_path, bundle, steps=2, **{"loss.eps_high": 0.3, "metrics.plot": False,
-                                                       "metrics.tensorboard": False})
+    other = train_config(
+        tmp_path,
+        bundle,
+        steps=2,
+        **{"loss.eps_high": 0.3, "metrics.plot": False, "metrics.tensorboard": False},
+    )
     with pytest.raises(ValueError, match=r"another config \(changed: loss.eps_high\)"):
         Trainer(other, model=tiny_model(), tokenizer=tokenizer).run()
     run = json.loads((tmp_path / "metrics" / "run.json").read_text())

@@ -56,10 +56,12 @@ def test_defaults_and_types() -> None:
 def test_file_keys_expand_home_and_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/home/u")
     monkeypatch.setenv("RUNS", "/data/runs")
-    data = {"model": {"path": "~/sft/e1"},
-            "envs": [{"id": "~/bundles/math"}, {"id": "code-interpreter-math-v0"}],
-            "checkpoint": {"dir": "$RUNS/ck", "export": "$RUNS/policy"},
-            "metrics": {"dir": "~/m"}}
+    data = {
+        "model": {"path": "~/sft/e1"},
+        "envs": [{"id": "~/bundles/math"}, {"id": "code-interpreter-math-v0"}],
+        "checkpoint": {"dir": "$RUNS/ck", "export": "$RUNS/policy"},
+        "metrics": {"dir": "~/m"},
+    }
     c = config_from_dict(data)
     assert c.model.path == "/home/u/sft/e1"
     assert [e.id for e in c.envs] == ["/home/u/bundles/math", "code-interpreter-math-v0"]

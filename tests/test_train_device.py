@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import torch
-
-from envgym.record import Segment, TurnInfo
 from test_train_batch import _result
 from test_train_loop import parity_bundle, tiny_model, train_config
+
+from envgym.record import Segment, TurnInfo
 from trainer import loop
 from trainer.batch import Group, TrainBatch, collate, samples_from_groups
 from trainer.config import ConfigError, config_from_dict, resolve_device
@@ -31,8 +31,9 @@ def _samples() -> list[Any]:
         seg.add_context([10, 11 + i])
         seg.add_sampled([13, 14], [-0.5, -0.25], kept=[None, [14, 20]], info=TurnInfo())
         segs.append(seg)
-    g = Group("t", [_result("t", 0, 1.0, segments=[segs[0]]),
-                    _result("t", 1, 0.0, segments=[segs[1]])])
+    g = Group(
+        "t", [_result("t", 0, 1.0, segments=[segs[0]]), _result("t", 1, 0.0, segments=[segs[1]])]
+    )
     samples = samples_from_groups([g], torch.tensor([[0.5, -0.5]]), overlong_mask=False)
     for s in samples:  # π_old as Update._prepare stores it; MoE routes [L, layers, k]
         s.old_logp = torch.zeros(s.length - 1)
@@ -113,8 +114,9 @@ def test_a_model_passed_in_stays_where_it_is(tmp_path: Path) -> None:
     from envgym.embedded import load_tokenizer
 
     config = train_config(tmp_path, parity_bundle(tmp_path / "b"), **{"model.device": "cuda:7"})
-    trainer = loop.Trainer(config, model=tiny_model(), tokenizer=load_tokenizer(),
-                           engine_policy=object())
+    trainer = loop.Trainer(
+        config, model=tiny_model(), tokenizer=load_tokenizer(), engine_policy=object()
+    )
     assert next(trainer.model.parameters()).device == torch.device("cpu")
 
 

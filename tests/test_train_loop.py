@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import torch
+from bundle_factory import make_notes_bundle
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from bundle_factory import make_notes_bundle
 from envgym import registry
 from envgym.bundle import write_manifest
 from envgym.bundle_env import BundleEnv
@@ -25,7 +25,7 @@ from envgym.embedded import load_tokenizer
 from trainer.config import TrainConfig, config_from_dict
 from trainer.loop import Trainer, task_split
 
-PARITY = '''
+PARITY = """
 
 def verify_parity(submission, task):
     text = submission.get("content") or ""
@@ -34,13 +34,20 @@ def verify_parity(submission, task):
 
 def verify_always(submission, task):
     return {"checks": [{"name": "ok", "passed": True, "detail": ""}]}
-'''
+"""
 
 
 def parity_bundle(root: Path, *, tasks: int = 4, verifier: str = "verify_parity") -> Path:
     specs = [
-        {"id": f"t{i}", "prompt": f"Say something about {i}.", "solution": "solve_secret",
-         "verifier": verifier, "difficulty": 1, "submit_tool": None, "metadata": {"key": "secret"}}
+        {
+            "id": f"t{i}",
+            "prompt": f"Say something about {i}.",
+            "solution": "solve_secret",
+            "verifier": verifier,
+            "difficulty": 1,
+            "submit_tool": None,
+            "metadata": {"key": "secret"},
+        }
         for i in range(tasks)
     ]
     make_notes_bundle(root, tasks=specs)
@@ -52,9 +59,17 @@ def parity_bundle(root: Path, *, tasks: int = 4, verifier: str = "verify_parity"
 def tiny_model(seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        eos_token_id=2, bos_token_id=1, pad_token_id=2, tie_word_embeddings=True,
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        eos_token_id=2,
+        bos_token_id=1,
+        pad_token_id=2,
+        tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).float()
 
@@ -62,8 +77,14 @@ def tiny_model(seed: int = 0) -> LlamaForCausalLM:
 def train_config(tmp: Path, bundle: Path | str, **overrides: Any) -> TrainConfig:
     data: dict[str, Any] = {
         "envs": [{"id": str(bundle), "sandbox": "inprocess"}],
-        "rollout": {"group_size": 4, "prompts": 2, "max_tokens": 10, "episode_tokens": 20,
-                    "max_turns": 2, "concurrency": 1},
+        "rollout": {
+            "group_size": 4,
+            "prompts": 2,
+            "max_tokens": 10,
+            "episode_tokens": 20,
+            "max_turns": 2,
+            "concurrency": 1,
+        },
         "steps": 2,
         "overlong_mask": False,  # a random model never stops by itself: every turn is "length"
         "optimizer": {"lr": 1e-3},
@@ -91,9 +112,17 @@ def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 @pytest.mark.timeout(300)
 def test_two_steps_end_to_end(tmp_path: Path, tokenizer: Any) -> None:
     bundle = parity_bundle(tmp_path / "b", tasks=5)
-    config = train_config(tmp_path, bundle, minibatches=2, **{
-        "loss.kl_beta": 0.01, "heldout.fraction": 0.2, "heldout.every": 2, "rollout.top_k": 50,
-    })
+    config = train_config(
+        tmp_path,
+        bundle,
+        minibatches=2,
+        **{
+            "loss.kl_beta": 0.01,
+            "heldout.fraction": 0.2,
+            "heldout.every": 2,
+            "rollout.top_k": 50,
+        },
+    )
     model = tiny_model()
     before = _weights(model)
     phases: list[str] = []
@@ -109,10 +138,22 @@ def test_two_steps_end_to_end(tmp_path: Path, tokenizer: Any) -> None:
     engine = trainer.engine.model.state_dict()
     assert all(torch.equal(engine[k], after[k]) for k in after)  # and the engine has it
     m = reports[-1].metrics
-    for key in ("reward_mean", "pass_rate", "kl", "entropy", "clip_low_fraction",
-                "clip_high_fraction", "dual_clip_fraction", "opsm_masked_fraction",
-                "tis_ratio_mean", "tis_ratio_mean_truncated", "response_len_mean",
-                "seq_len_mean", "grad_norm", "heldout_pass_rate"):
+    for key in (
+        "reward_mean",
+        "pass_rate",
+        "kl",
+        "entropy",
+        "clip_low_fraction",
+        "clip_high_fraction",
+        "dual_clip_fraction",
+        "opsm_masked_fraction",
+        "tis_ratio_mean",
+        "tis_ratio_mean_truncated",
+        "response_len_mean",
+        "seq_len_mean",
+        "grad_norm",
+        "heldout_pass_rate",
+    ):
         assert key in m and math.isfinite(m[key]), key
     assert m["optimizer_steps"] == 2 and m["policy_version"] == 2
     assert 0.0 < m["entropy"] <= math.log(50) + 1e-6  # π_θ renormalized over the top-50 kept set
@@ -142,8 +183,9 @@ def test_nan_rewards_skip_the_batch_and_are_reported(
     bundle = parity_bundle(tmp_path / "b")
     registry.discover()
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    registry.register("nan-reward-v0", lambda **kw: NanRewardEnv(bundle, **kw),
-                      bundle_dir=lambda: bundle)
+    registry.register(
+        "nan-reward-v0", lambda **kw: NanRewardEnv(bundle, **kw), bundle_dir=lambda: bundle
+    )
     config = train_config(tmp_path, "nan-reward-v0", steps=1)
     model = tiny_model()
     before = _weights(model)
@@ -177,10 +219,16 @@ def test_an_empty_batch_after_filtering_is_refilled_then_the_step_skipped(
 @pytest.mark.timeout(300)
 def test_async_mode_trains_within_the_staleness_bound(tmp_path: Path, tokenizer: Any) -> None:
     bundle = parity_bundle(tmp_path / "b")
-    config = train_config(tmp_path, bundle, **{
-        "async.enabled": True, "async.max_staleness": 0, "async.stale": "regenerate",
-        "dynamic_sampling.enabled": False,
-    })
+    config = train_config(
+        tmp_path,
+        bundle,
+        **{
+            "async.enabled": True,
+            "async.max_staleness": 0,
+            "async.stale": "regenerate",
+            "dynamic_sampling.enabled": False,
+        },
+    )
     trainer = Trainer(config, model=tiny_model(), tokenizer=tokenizer)
     reports = trainer.run()
     assert [r.step for r in reports] == [1, 2] and all(r.skipped is None for r in reports)
@@ -216,15 +264,25 @@ def test_the_cli_trains_from_a_yaml_config(tmp_path: Path, tokenizer: Any) -> No
     tokenizer.save_pretrained(model_dir)
     bundle = parity_bundle(tmp_path / "b")
     config = tmp_path / "run.yaml"
-    config.write_text(json.dumps({  # JSON is YAML
-        "model": {"path": str(model_dir)},
-        "envs": [{"id": str(bundle), "sandbox": "inprocess"}],
-        "rollout": {"group_size": 2, "prompts": 2, "max_tokens": 8, "episode_tokens": 8,
-                    "concurrency": 2},
-        "overlong_mask": False, "steps": 1,
-        "checkpoint": {"dir": str(tmp_path / "ck"), "export": str(tmp_path / "policy")},
-        "metrics": {"dir": str(tmp_path / "m")},
-    }))
+    config.write_text(
+        json.dumps(
+            {  # JSON is YAML
+                "model": {"path": str(model_dir)},
+                "envs": [{"id": str(bundle), "sandbox": "inprocess"}],
+                "rollout": {
+                    "group_size": 2,
+                    "prompts": 2,
+                    "max_tokens": 8,
+                    "episode_tokens": 8,
+                    "concurrency": 2,
+                },
+                "overlong_mask": False,
+                "steps": 1,
+                "checkpoint": {"dir": str(tmp_path / "ck"), "export": str(tmp_path / "policy")},
+                "metrics": {"dir": str(tmp_path / "m")},
+            }
+        )
+    )
     result = CliRunner().invoke(app, ["train", str(config), "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout.strip().splitlines()[-1])
@@ -272,4 +330,3 @@ def test_task_split_bad_input(tmp_path: Path) -> None:
     every = train_config(tmp_path, bundle, **{"heldout.tasks": ["t0", "t1", "t2", "t3"]})
     with pytest.raises(ValueError, match="no training tasks"):
         Trainer(every, model=tiny_model(), tokenizer=None)
-

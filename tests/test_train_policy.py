@@ -21,32 +21,64 @@ V = 97
 
 def _llama(seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(cfg).double()
 
 
 def _mixtral(seed: int = 0) -> MixtralForCausalLM:
     torch.manual_seed(seed)
-    cfg = MixtralConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                        num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0)
+    cfg = MixtralConfig(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        router_jitter_noise=0.0,
+    )
     return MixtralForCausalLM(cfg).float()  # grouped expert matmuls: no float64
 
 
-def _sample(ids: list[int], mask: list[int], kept: list[Any], *, adv: float = 1.0,
-            routes: torch.Tensor | None = None, engine: float = -1.0) -> Sample:
+def _sample(
+    ids: list[int],
+    mask: list[int],
+    kept: list[Any],
+    *,
+    adv: float = 1.0,
+    routes: torch.Tensor | None = None,
+    engine: float = -1.0,
+) -> Sample:
     return Sample(
-        token_ids=ids, loss_mask=mask, engine_logp=[engine if m else 0.0 for m in mask],
-        kept=[None if k is None else encode_kept(k) for k in kept], routes=routes,
-        advantage=adv, reward=float(adv > 0), group=0, task_id="t", policy_version=0,
+        token_ids=ids,
+        loss_mask=mask,
+        engine_logp=[engine if m else 0.0 for m in mask],
+        kept=[None if k is None else encode_kept(k) for k in kept],
+        routes=routes,
+        advantage=adv,
+        reward=float(adv > 0),
+        group=0,
+        task_id="t",
+        policy_version=0,
     )
 
 
 def _samples() -> list[Sample]:
     return [
-        _sample([5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1], [None, None, [7, 3, 50], None, None, [10, 11]]),
+        _sample(
+            [5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1], [None, None, [7, 3, 50], None, None, [10, 11]]
+        ),
         _sample([20, 21, 22], [0, 1, 1], [None, [21, 1, 2, 3], None], adv=-1.0),
     ]
 
@@ -97,8 +129,11 @@ def _group_samples() -> list[Sample]:
     """Three rows with the first 6 ids in common (a GRPO group: one prompt), different lengths."""
     prompt = [3, 4, 5, 6, 7, 8]
     return [
-        _sample(prompt + [30, 31, 32, 33], [0] * 6 + [1, 1, 0, 1],
-                [None] * 6 + [[30, 9], None, None, None]),
+        _sample(
+            prompt + [30, 31, 32, 33],
+            [0] * 6 + [1, 1, 0, 1],
+            [None] * 6 + [[30, 9], None, None, None],
+        ),
         _sample(prompt + [40, 41], [0] * 6 + [1, 1], [None] * 8, adv=-1.0),
         _sample(prompt + [50, 51, 52], [0] * 5 + [1, 1, 1, 1], [None] * 9, adv=0.5),
     ]
@@ -114,8 +149,10 @@ def test_shared_prefix_len() -> None:
     assert shared_prefix_len(collate(same[:1], dtype=torch.float64)) == 0  # nothing to share
     assert shared_prefix_len(collate(_samples(), dtype=torch.float64)) == 0  # 5 vs 20
     # padding is never shared: the padded tail of a short row equals the pad id of another
-    padded = [_sample([3, 4, 0, 0, 9], [0, 1, 1, 1, 1], [None] * 5),
-              _sample([3, 4, 0], [0, 1, 1], [None] * 3)]
+    padded = [
+        _sample([3, 4, 0, 0, 9], [0, 1, 1, 1, 1], [None] * 5),
+        _sample([3, 4, 0], [0, 1, 1], [None] * 3),
+    ]
     assert shared_prefix_len(collate(padded, pad_id=0, dtype=torch.float64)) == 1
 
 
@@ -128,7 +165,8 @@ def test_a_shared_prefix_runs_once_and_changes_nothing(keep: bool) -> None:
         model = _llama()
         seen: list[int] = []
         model.model.embed_tokens.register_forward_hook(
-            lambda _m, args, _o: seen.append(int(args[0].numel())))
+            lambda _m, args, _o: seen.append(int(args[0].numel()))  # noqa: B023
+        )
         batch = collate(_group_samples(), pad_id=0, dtype=torch.float64)
         policy = Policy(model, chunk_size=16, keep_sampling_mask=keep, share_prefix=share)
         logp, ent = policy.logprobs(batch, temperature=0.7, with_entropy=True)
@@ -161,12 +199,18 @@ def test_keep_routing_replays_recorded_routes() -> None:
     assert torch.equal(replay.logprobs(batch, temperature=1.0)[0], plain)
     # other experts (still distinct within each top-k): replay changes π_θ, flips are counted
     other = (own + 1) % 4
-    swapped = _sample(ids, [0, 0, 1, 1, 1, 1, 1], [None] * 7,
-                      routes=torch.cat([other, torch.full((1, *own.shape[1:]), -1)]))
+    swapped = _sample(
+        ids,
+        [0, 0, 1, 1, 1, 1, 1],
+        [None] * 7,
+        routes=torch.cat([other, torch.full((1, *own.shape[1:]), -1)]),
+    )
     sbatch = collate([swapped], dtype=torch.float32)
     assert replay.routing_flip_rate(sbatch) > 0.0
     assert not torch.allclose(replay.logprobs(sbatch, temperature=1.0)[0], plain)
-    assert torch.equal(Policy(model, keep_routing=False).logprobs(sbatch, temperature=1.0)[0], plain)
+    assert torch.equal(
+        Policy(model, keep_routing=False).logprobs(sbatch, temperature=1.0)[0], plain
+    )
     assert Policy(_llama()).routing_flip_rate(collate(_samples())) is None
 
 
@@ -184,8 +228,12 @@ def test_heads_the_hidden_state_path_cannot_score_are_refused() -> None:
 
 
 def _update(model: Any, **overrides: Any) -> Update:
-    data: dict[str, Any] = {"envs": [{"id": "x"}], "rollout": {"group_size": 2, "prompts": 1},
-                            "optimizer": {"lr": 1e-2}, **overrides}
+    data: dict[str, Any] = {
+        "envs": [{"id": "x"}],
+        "rollout": {"group_size": 2, "prompts": 1},
+        "optimizer": {"lr": 1e-2},
+        **overrides,
+    }
     config = config_from_dict(data)
     return Update(config, Policy(model), None)
 
@@ -248,7 +296,14 @@ def test_microbatches_accumulate_to_the_one_pass_gradient(
     ref = _llama()  # the same initial weights: one pass over the whole batch, by hand
     batch = collate(_samples(), dtype=torch.float64)
     logp, _ = Policy(ref).logprobs(batch, temperature=1.0)
-    value, _ = grpo_loss(logp, logp.detach(), batch.advantages, batch.mask, upd.config.loss,
-                         engine_logp=batch.engine_logp, rewards_positive=batch.rewards >= 1.0)
+    value, _ = grpo_loss(
+        logp,
+        logp.detach(),
+        batch.advantages,
+        batch.mask,
+        upd.config.loss,
+        engine_logp=batch.engine_logp,
+        rewards_positive=batch.rewards >= 1.0,
+    )
     value.backward()
     assert torch.allclose(got, ref.lm_head.weight.grad, atol=1e-12, rtol=1e-9)

@@ -34,8 +34,11 @@ def test_plain_turns_record_the_params_and_version_they_were_asked_with(tmp_path
     policy.version = 3
     params = SamplingParams(temperature=0.7, top_p=0.9, top_k=5, max_tokens=3)
     (result,) = rollout(
-        policy, functools.partial(BundleEnv, bundle, sandbox="inprocess"),
-        [EpisodeSpec("t0", 0, seed=1)], concurrency=1, params=params,
+        policy,
+        functools.partial(BundleEnv, bundle, sandbox="inprocess"),
+        [EpisodeSpec("t0", 0, seed=1)],
+        concurrency=1,
+        params=params,
         budget=Budget(max_turns=1, max_tokens=100),
     )
     assert result.error is None, result.error_message
@@ -46,8 +49,16 @@ def test_plain_turns_record_the_params_and_version_they_were_asked_with(tmp_path
     assert policy.version == 4  # the turn was sampled across the sync; it records the old one
 
     row = episode_row("ev", "m", result)["segments"][0]
-    assert row["turn_info"] == [{"temperature": 0.7, "top_p": 0.9, "top_k": 5, "policy_version": 3,
-                                 "finish_reason": "stop", "logprob_kind": "sampled"}]
+    assert row["turn_info"] == [
+        {
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "top_k": 5,
+            "policy_version": 3,
+            "finish_reason": "stop",
+            "logprob_kind": "sampled",
+        }
+    ]
     mask = row["loss_mask"]
     # a plain Turn: full-vocabulary log-probs not reported (null, not NaN: valid JSON) and kept
     # sets unknown

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_train_loop import tiny_model, train_config
 
 from envgym.embedded import load_tokenizer
-from test_train_loop import tiny_model, train_config
 from trainer.weight_sync import PROBE_IDS, EngineWeightsMismatch, sync_weights
 
 
@@ -62,8 +62,11 @@ def test_vllm_sync_saves_safetensors_and_asks_for_an_in_place_reload(
     from envgym.models.vllm_server import VLLMPolicy
 
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm", "model.vllm_url": url,
-                                                  "model.sync_check_tol": None})
+    config = train_config(
+        tmp_path,
+        tmp_path,
+        **{"model.engine": "vllm", "model.vllm_url": url, "model.sync_check_tol": None},
+    )
     model = tiny_model()
     engine = VLLMPolicy(url, tokenizer=load_tokenizer())
     _Recorder.missing = frozenset({"/update_weight_version"})  # an older server: tolerated
@@ -73,8 +76,10 @@ def test_vllm_sync_saves_safetensors_and_asks_for_an_in_place_reload(
     folder = (tmp_path / "ck" / "engine-weights").resolve()
     paths = [p for p, _ in _Recorder.calls]
     assert paths == ["/collective_rpc", "/reset_prefix_cache", "/update_weight_version"]
-    assert _Recorder.calls[0][1] == {"method": "reload_weights",
-                                     "kwargs": {"weights_path": str(folder)}}
+    assert _Recorder.calls[0][1] == {
+        "method": "reload_weights",
+        "kwargs": {"weights_path": str(folder)},
+    }
     assert _Recorder.calls[2][1] == {"new_version": "7"}
     assert engine.version == 7
     saved = load_file(folder / "model.safetensors")
@@ -114,8 +119,11 @@ def test_the_sync_probe_stops_a_run_whose_engine_did_not_take_the_weights(
             assert probe[0] == "/v1/completions" and probe[1]["prompt"] == list(PROBE_IDS)
             assert probe[1]["prompt_logprobs"] == 0 and probe[1]["model"] == "m"
         else:
-            with pytest.raises(EngineWeightsMismatch, match=r"max \|Δ log p\| = 0\.05 .* > "
-                               r"model\.sync_check_tol 0\.001"):
+            with pytest.raises(
+                EngineWeightsMismatch,
+                match=r"max \|Δ log p\| = 0\.05 .* > "
+                r"model\.sync_check_tol 0\.001",
+            ):
                 asyncio.run(sync_weights(engine, model, 1, config))
         _Recorder.prompt_logprobs = [None, {"7": {"logprob": 0.0}}]  # not the probe's tokens
         with pytest.raises(EngineWeightsMismatch, match="no usable prompt_logprobs"):
@@ -166,8 +174,11 @@ def test_a_managed_vllm_engine_without_its_venv_is_refused_before_the_run(
 
     monkeypatch.setattr(vllm_server, "DEFAULT_VENV", tmp_path / "no-venv")
     config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm"})
-    with pytest.raises(ValueError, match=r"model\.engine 'vllm' with no model\.vllm_url .*"
-                       r"no-venv, which does not exist: run scripts/vllm_setup\.sh"):
+    with pytest.raises(
+        ValueError,
+        match=r"model\.engine 'vllm' with no model\.vllm_url .*"
+        r"no-venv, which does not exist: run scripts/vllm_setup\.sh",
+    ):
         build_engine(config, tiny_model(), load_tokenizer())
 
 
@@ -242,10 +253,18 @@ def test_a_managed_vllm_engine_refuses_an_moe_model_before_the_run(
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").write_text("")
     monkeypatch.setattr(vllm_server, "DEFAULT_VENV", tmp_path / "venv")
-    moe = MixtralForCausalLM(MixtralConfig(
-        vocab_size=128, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2,
-    ))
+    moe = MixtralForCausalLM(
+        MixtralConfig(
+            vocab_size=128,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        )
+    )
     config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm"})
     with pytest.raises(ValueError, match="does not serve MoE models: .* use model.engine: local"):
         build_engine(config, moe, load_tokenizer())

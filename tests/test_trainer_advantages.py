@@ -44,8 +44,9 @@ def test_equal_rewards_and_single_samples_give_zero_not_nan() -> None:
     for eps in (0.0, 1e-6):
         adv = group_advantages(t([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]), normalize_std=True, eps=eps)
         assert torch.equal(adv, torch.zeros(2, 3, dtype=F64))
-    assert torch.equal(group_advantages(t([[3.0], [-2.0]]), normalize_std=True),
-                       torch.zeros(2, 1, dtype=F64))
+    assert torch.equal(
+        group_advantages(t([[3.0], [-2.0]]), normalize_std=True), torch.zeros(2, 1, dtype=F64)
+    )
 
 
 def test_ragged_groups_with_valid_mask_by_hand() -> None:
@@ -66,8 +67,9 @@ def test_rows_sum_to_zero_and_are_shift_invariant() -> None:
     rewards = torch.rand(5, 7, generator=g, dtype=F64)
     adv = group_advantages(rewards)
     assert torch.allclose(adv.sum(dim=1), torch.zeros(5, dtype=F64), atol=1e-12)
-    assert torch.allclose(group_advantages(rewards + t([[10.0], [-3.0], [0.0], [1.0], [2.0]])), adv,
-                          atol=1e-12)
+    assert torch.allclose(
+        group_advantages(rewards + t([[10.0], [-3.0], [0.0], [1.0], [2.0]])), adv, atol=1e-12
+    )
 
 
 def test_integer_and_bool_rewards_are_promoted() -> None:
@@ -95,16 +97,25 @@ def test_finite_groups() -> None:
         (lambda: group_advantages(REWARDS, eps=float("nan")), ValueError, "eps"),
         (lambda: group_advantages(REWARDS, eps=True), ValueError, "eps"),
         (lambda: group_advantages(REWARDS, normalize_std=1), TypeError, "normalize_std"),
-        (lambda: group_advantages(t([[1.0, 0.0], [float("nan"), 1.0]])), ValueError,
-         r"groups \[1\] are not finite"),
+        (
+            lambda: group_advantages(t([[1.0, 0.0], [float("nan"), 1.0]])),
+            ValueError,
+            r"groups \[1\] are not finite",
+        ),
         (lambda: group_advantages(t([[float("inf"), 0.0]])), ValueError, "not finite"),
         (lambda: group_advantages(REWARDS, valid=torch.ones(2, 4)), TypeError, "valid must be"),
-        (lambda: group_advantages(REWARDS, valid=torch.ones(2, 3, dtype=torch.bool)), ValueError,
-         "valid has shape"),
+        (
+            lambda: group_advantages(REWARDS, valid=torch.ones(2, 3, dtype=torch.bool)),
+            ValueError,
+            "valid has shape",
+        ),
         (lambda: finite_groups(t([1.0])), ValueError, "rewards must be"),
         (lambda: finite_groups(REWARDS, torch.ones(2, 4)), ValueError, "valid must be"),
-        (lambda: finite_groups(REWARDS, torch.ones(1, 4, dtype=torch.bool)), ValueError,
-         "valid has shape"),
+        (
+            lambda: finite_groups(REWARDS, torch.ones(1, 4, dtype=torch.bool)),
+            ValueError,
+            "valid has shape",
+        ),
     ],
 )
 def test_bad_input_raises(call: object, error: type[Exception], match: str) -> None:

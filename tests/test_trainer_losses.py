@@ -126,7 +126,9 @@ def test_grpo_loss_aggregations_by_hand(
 ) -> None:
     logp, old = _batch()
     cfg = LossConfig(
-        aggregation=aggregation, normalizer=normalizer, tis_cap=None  # type: ignore[arg-type]
+        aggregation=aggregation,
+        normalizer=normalizer,
+        tis_cap=None,  # type: ignore[arg-type]
     )
     loss, d = grpo_loss(logp, old, ADV, MASK, cfg)
     assert close(loss, expected)
@@ -178,8 +180,10 @@ def test_split_batch_with_summed_parts_equals_whole_batch() -> None:
         cfg = LossConfig(aggregation=aggregation, tis_cap=None)  # type: ignore[arg-type]
         logp, old = _batch()
         whole, _ = grpo_loss(logp, old, ADV, MASK, cfg)
-        parts = [grpo_loss(logp[i : i + 1], old[i : i + 1], ADV[i : i + 1], MASK[i : i + 1], cfg)[1]
-                 for i in range(2)]
+        parts = [
+            grpo_loss(logp[i : i + 1], old[i : i + 1], ADV[i : i + 1], MASK[i : i + 1], cfg)[1]
+            for i in range(2)
+        ]
         total = sum(p["loss_sum"] for p in parts) / sum(p["n_units"] for p in parts)
         assert close(total, whole)
 
@@ -286,8 +290,9 @@ def test_tis_in_grpo_loss_by_hand() -> None:
     engine = t([[math.log(0.2), math.log(0.2), math.log(0.1)]])
     old = t([[math.log(0.1), math.log(0.3), math.log(0.3)]])  # π_old/π_engine = 0.5, 1.5, 3
     logp = old.clone().requires_grad_(True)  # r = 1
-    loss, d = grpo_loss(logp, old, t([1.0]), torch.ones(1, 3), LossConfig(tis_cap=2.0),
-                        engine_logp=engine)
+    loss, d = grpo_loss(
+        logp, old, t([1.0]), torch.ones(1, 3), LossConfig(tis_cap=2.0), engine_logp=engine
+    )
     # −w·r·Â per token: −0.5, −1.5, −2.0 (3 truncated to C = 2) → mean −4/3
     assert close(loss, -4 / 3)
     assert close(d["tis_ratio_mean"], 5 / 3) and close(d["tis_ratio_mean_truncated"], 4 / 3)
@@ -316,8 +321,9 @@ def test_positive_example_lm_loss_by_hand(
 ) -> None:
     logp = t([[-1.0, -2.0], [-3.0, -4.0]]).requires_grad_(True)
     cfg = LossConfig(lm_coef=0.5, tis_cap=None)
-    loss, d = grpo_loss(logp, logp.detach(), t([0.0, 0.0]), torch.ones(2, 2), cfg,
-                        rewards_positive=positive)
+    loss, d = grpo_loss(
+        logp, logp.detach(), t([0.0, 0.0]), torch.ones(2, 2), cfg, rewards_positive=positive
+    )
     # Â = 0 → no policy gradient; μ·(−Σ log π_θ over positive tokens)/4 tokens
     assert close(d["lm_loss"], expected_lm) and close(loss, 0.5 * expected_lm)
     loss.backward()
@@ -329,14 +335,28 @@ def test_diagnostic_parts_sum_to_the_loss_in_every_mode() -> None:
     logp, old = _batch()
     ref = old - 0.3
     engine = old + t([[0.1, -0.2, 0.05], [0.3, 0.0, 0.0]])
-    for aggregation, normalizer in (("token-mean", None), ("seq-mean-token-mean", None),
-                                    ("constant", 7.0)):
+    for aggregation, normalizer in (
+        ("token-mean", None),
+        ("seq-mean-token-mean", None),
+        ("constant", 7.0),
+    ):
         cfg = LossConfig(
-            kl_beta=0.05, lm_coef=0.3, opsm_delta=0.0,
-            aggregation=aggregation, normalizer=normalizer,  # type: ignore[arg-type]
+            kl_beta=0.05,
+            lm_coef=0.3,
+            opsm_delta=0.0,
+            aggregation=aggregation,
+            normalizer=normalizer,  # type: ignore[arg-type]
         )
-        loss, d = grpo_loss(logp, old, ADV, MASK, cfg, ref_logp=ref, engine_logp=engine,
-                            rewards_positive=t([1.0, 0.0]))
+        loss, d = grpo_loss(
+            logp,
+            old,
+            ADV,
+            MASK,
+            cfg,
+            ref_logp=ref,
+            engine_logp=engine,
+            rewards_positive=t([1.0, 0.0]),
+        )
         assert close(loss, d["pg_loss"] + 0.05 * d["kl"] + 0.3 * d["lm_loss"])
 
 
@@ -363,12 +383,28 @@ def test_gradcheck_all_terms(cfg: LossConfig) -> None:
     adv = t([0.7, -1.2, -0.4])
 
     def f(x: torch.Tensor) -> torch.Tensor:
-        return grpo_loss(x, old, adv, mask, cfg, ref_logp=ref, engine_logp=engine,
-                         rewards_positive=t([1.0, 0.0, 1.0]))[0]
+        return grpo_loss(
+            x,
+            old,
+            adv,
+            mask,
+            cfg,
+            ref_logp=ref,
+            engine_logp=engine,
+            rewards_positive=t([1.0, 0.0, 1.0]),
+        )[0]
 
     assert torch.autograd.gradcheck(f, (logp,), eps=1e-6, atol=1e-8)
-    _, d = grpo_loss(logp, old, adv, mask, cfg, ref_logp=ref, engine_logp=engine,
-                     rewards_positive=t([1.0, 0.0, 1.0]))
+    _, d = grpo_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        cfg,
+        ref_logp=ref,
+        engine_logp=engine,
+        rewards_positive=t([1.0, 0.0, 1.0]),
+    )
     assert close(d["opsm_masked_fraction"], 1 / 3 if cfg.opsm_delta is not None else 0.0)
 
 
@@ -397,8 +433,16 @@ def test_minus_inf_at_untrained_positions_stays_out_of_loss_and_grad() -> None:
     logp = t([[-1.0, float("-inf")]]).requires_grad_(True)
     ref = t([[-1.0, float("-inf")]])
     cfg = LossConfig(kl_beta=0.1, lm_coef=0.1)
-    loss, _ = grpo_loss(logp, old, t([1.0]), torch.tensor([[1, 0]]), cfg, ref_logp=ref,
-                        engine_logp=old, rewards_positive=t([1.0]))
+    loss, _ = grpo_loss(
+        logp,
+        old,
+        t([1.0]),
+        torch.tensor([[1, 0]]),
+        cfg,
+        ref_logp=ref,
+        engine_logp=old,
+        rewards_positive=t([1.0]),
+    )
     loss.backward()
     # one trained token, r = 1: −1 + 0.1·0 + 0.1·1
     assert close(loss, -1.0 + 0.1) and torch.isfinite(logp.grad).all()
@@ -447,23 +491,38 @@ def test_mismatched_shapes_and_missing_inputs_raise() -> None:
     logp, old = _batch()
     cases = [
         (lambda: grpo_loss(logp, old[:, :2], ADV, MASK, NO_TIS), ValueError, "old_logp has shape"),
-        (lambda: grpo_loss(logp, old, ADV[:, None], MASK, NO_TIS), ValueError,
-         "advantages has shape"),
+        (
+            lambda: grpo_loss(logp, old, ADV[:, None], MASK, NO_TIS),
+            ValueError,
+            "advantages has shape",
+        ),
         (lambda: grpo_loss(logp, old, ADV, MASK[:, :2], NO_TIS), ValueError, "mask has shape"),
         (lambda: grpo_loss(logp[0], old, ADV, MASK, NO_TIS), ValueError, "logp must be"),
         (lambda: grpo_loss(logp, old, ADV, MASK, NO_TIS, ref_logp=old[:1]), ValueError, "ref_logp"),
-        (lambda: grpo_loss(logp, old, ADV, MASK, NO_TIS, engine_logp=old.long()), TypeError,
-         "engine_logp"),
-        (lambda: grpo_loss(logp, old, ADV, MASK, NO_TIS, rewards_positive=ADV[:1]), ValueError,
-         "rewards_positive"),
+        (
+            lambda: grpo_loss(logp, old, ADV, MASK, NO_TIS, engine_logp=old.long()),
+            TypeError,
+            "engine_logp",
+        ),
+        (
+            lambda: grpo_loss(logp, old, ADV, MASK, NO_TIS, rewards_positive=ADV[:1]),
+            ValueError,
+            "rewards_positive",
+        ),
         (lambda: grpo_loss(logp, old, torch.tensor([1, 0]), MASK, NO_TIS), TypeError, "advantages"),
         (lambda: grpo_loss(logp, old, ADV, MASK.tolist(), NO_TIS), TypeError, "mask"),
         (lambda: grpo_loss(logp, old, ADV, MASK, {"eps_low": 0.2}), TypeError, "LossConfig"),
         (lambda: grpo_loss(logp, old, ADV, MASK, LossConfig(kl_beta=0.1)), ValueError, "ref_logp"),
-        (lambda: grpo_loss(logp, old, ADV, MASK, LossConfig(lm_coef=0.1)), ValueError,
-         "rewards_positive"),
-        (lambda: grpo_loss(logp, old, ADV, MASK, NO_TIS, on_nonfinite="skip"), ValueError,
-         "on_nonfinite"),
+        (
+            lambda: grpo_loss(logp, old, ADV, MASK, LossConfig(lm_coef=0.1)),
+            ValueError,
+            "rewards_positive",
+        ),
+        (
+            lambda: grpo_loss(logp, old, ADV, MASK, NO_TIS, on_nonfinite="skip"),
+            ValueError,
+            "on_nonfinite",
+        ),
         (lambda: aggregate(old, MASK, "token-mean"), TypeError, "mask must be a bool"),
         (lambda: aggregate(old, MASK.bool()[:1], "token-mean"), ValueError, "must both be"),
         (lambda: aggregate(old, MASK.bool(), "mean"), ValueError, "aggregation"),
@@ -534,8 +593,9 @@ def test_keep_mask_bad_input() -> None:
     with pytest.raises(ValueError, match="logits"):
         keep_mask_logprobs(LOGITS[0], ok, rows, targets)
     # an empty kept set where the row is not truncated is fine (the full vocabulary applies)
-    out = keep_mask_logprobs(LOGITS, torch.tensor([[[-1], [0]]]), torch.tensor([[False, True]]),
-                             targets)
+    out = keep_mask_logprobs(
+        LOGITS, torch.tensor([[[-1], [0]]]), torch.tensor([[False, True]]), targets
+    )
     assert close(out, torch.log(t([[1 / 10, 1.0]])))
 
 
@@ -550,9 +610,15 @@ def test_keep_mask_reference_agrees_with_the_kernels_op() -> None:
     kept = torch.tensor([[0, 3, 5], [2, -1, -1], [1, 2, 3], [6, 0, -1], [4, 4, 4], [0, 1, 2]])
     rows = torch.tensor([True, True, False, True, True, False])
     targets = torch.tensor([3, 2, 6, 0, 4, 1])
-    ours = keep_mask_logprobs((hidden @ weight.T).view(B, T, V), kept.view(B, T, 3),
-                              rows.view(B, T), targets.view(B, T), temperature=0.7)
+    ours = keep_mask_logprobs(
+        (hidden @ weight.T).view(B, T, V),
+        kept.view(B, T, 3),
+        rows.view(B, T),
+        targets.view(B, T),
+        temperature=0.7,
+    )
     for op in (selected_logprobs, naive_selected_logprobs):
-        theirs, _ = op(hidden, weight, targets, temperature=0.7, kept_ids=kept, kept_rows=rows,
-                       chunk_size=3)
+        theirs, _ = op(
+            hidden, weight, targets, temperature=0.7, kept_ids=kept, kept_rows=rows, chunk_size=3
+        )
         assert torch.allclose(ours.view(-1), theirs, atol=1e-10)

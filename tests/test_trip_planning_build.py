@@ -20,7 +20,13 @@ pytestmark = pytest.mark.timeout(120)
 def test_bundle_layout_and_manifest(tmp_path: Path) -> None:
     root = build_bundle(tmp_path / "trip", seed=7, n_tasks=5)
     assert sorted(p.name for p in root.iterdir()) == [
-        "manifest.json", "solution.py", "state", "tasks.jsonl", "tools.py", "verifier.py"]
+        "manifest.json",
+        "solution.py",
+        "state",
+        "tasks.jsonl",
+        "tools.py",
+        "verifier.py",
+    ]
     assert [p.name for p in (root / "state").iterdir()] == ["db.sqlite"]
     manifest = json.loads((root / "manifest.json").read_text())
     assert manifest["schema_version"] == 1 and manifest["category"] == "trip planning"
@@ -34,7 +40,9 @@ def test_bundle_layout_and_manifest(tmp_path: Path) -> None:
 
 
 def test_options(tmp_path: Path) -> None:
-    root = build_bundle(tmp_path / "a", seed=1, n_tasks=4, difficulties=(4,), include_worked_example=False)
+    root = build_bundle(
+        tmp_path / "a", seed=1, n_tasks=4, difficulties=(4,), include_worked_example=False
+    )
     tasks = load_bundle(root).tasks
     assert [t.difficulty for t in tasks] == [4, 4, 4, 4]
     with pytest.raises(FileExistsError):
@@ -50,18 +58,23 @@ def test_witnesses_are_checked_by_the_shipped_verifier(tmp_path: Path) -> None:
     generated = generate_tasks(load_world(root / "state" / "db.sqlite"), seed=0, n_tasks=2)
     (root / "verifier.py").write_text(
         "def verify_trip(submission, task):\n"
-        "    return {'checks': [{'name': 'always', 'passed': False, 'detail': 'no'}]}\n")
+        "    return {'checks': [{'name': 'always', 'passed': False, 'detail': 'no'}]}\n"
+    )
     with pytest.raises(RuntimeError, match="witness of trip-001-d1 rejected"):
         _check_witnesses(root, generated)
 
 
-def test_default_bundle_is_built_once_and_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_bundle_is_built_once_and_atomically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path / "cache"))
     with ThreadPoolExecutor(max_workers=4) as pool:
         dirs = list(pool.map(lambda _: default_bundle_dir(), range(4)))
     assert len(set(dirs)) == 1
     root = dirs[0]
-    assert root.parent == tmp_path / "cache" / "bundles" and root.name.startswith("trip-planning-v0-")
+    assert root.parent == tmp_path / "cache" / "bundles" and root.name.startswith(
+        "trip-planning-v0-"
+    )
     assert [p.name for p in root.parent.iterdir()] == [root.name]  # no half-built leftovers
     load_bundle(root)
 
@@ -72,7 +85,9 @@ def test_default_bundle_is_built_once_and_atomically(tmp_path: Path, monkeypatch
     assert default_bundle_dir() == root
 
 
-def test_failed_default_build_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_default_build_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path))
 
     def broken(out_dir: Path, **kwargs: object) -> Path:
@@ -85,7 +100,9 @@ def test_failed_default_build_leaves_nothing_behind(tmp_path: Path, monkeypatch:
     assert list((tmp_path / "bundles").iterdir()) == []
 
 
-def test_default_bundle_dir_changes_with_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_bundle_dir_changes_with_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path))
     assert default_bundle_dir(seed=0).name != default_bundle_dir(seed=1).name
 

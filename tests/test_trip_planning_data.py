@@ -49,15 +49,23 @@ def test_small_enough_to_copy_fast(db: Path) -> None:
 def test_cities_and_per_city_entities(db: Path) -> None:
     cities = {r[0] for r in _rows(db, "SELECT name FROM cities")}
     assert len(cities) >= 12 and REQUIRED_CITIES <= cities
-    for table, least in (("hotels", 6), ("restaurants", 8), ("attractions", 6), ("city_transport", 2)):
+    for table, least in (
+        ("hotels", 6),
+        ("restaurants", 8),
+        ("attractions", 6),
+        ("city_transport", 2),
+    ):
         counts = dict(_rows(db, f"SELECT city_id, COUNT(*) FROM {table} GROUP BY city_id"))
         assert len(counts) == len(cities), table
         assert min(counts.values()) >= least, table
 
 
 def test_entity_names_are_unique_across_the_whole_db(db: Path) -> None:
-    names = [r[0] for t in ("cities", "hotels", "restaurants", "attractions")
-             for r in _rows(db, f"SELECT name FROM {t}")]
+    names = [
+        r[0]
+        for t in ("cities", "hotels", "restaurants", "attractions")
+        for r in _rows(db, f"SELECT name FROM {t}")
+    ]
     assert len(names) == len(set(names))
     codes = [r[0] for r in _rows(db, "SELECT code FROM inter_city_transport")]
     assert len(codes) == len(set(codes))
@@ -65,8 +73,11 @@ def test_entity_names_are_unique_across_the_whole_db(db: Path) -> None:
 
 def test_every_city_has_a_hotel_in_each_seed_tier(db: Path) -> None:
     for lo, hi in ((200, 500), (500, 800), (800, 10**6)):
-        n = _rows(db, "SELECT COUNT(DISTINCT city_id) FROM hotels "
-                      f"WHERE price_per_night >= {lo} AND price_per_night < {hi}")[0][0]
+        n = _rows(
+            db,
+            "SELECT COUNT(DISTINCT city_id) FROM hotels "
+            f"WHERE price_per_night >= {lo} AND price_per_night < {hi}",
+        )[0][0]
         assert n == _rows(db, "SELECT COUNT(*) FROM cities")[0][0]
 
 
@@ -83,15 +94,20 @@ def test_inter_city_transport_is_varied_and_consistent(db: Path) -> None:
     modes = {r[0] for r in _rows(db, "SELECT DISTINCT mode FROM inter_city_transport")}
     assert modes == {"train", "flight", "bus"}
     for dep, arr, minutes, price, src, dst in _rows(
-            db, "SELECT departure_time, arrival_time, duration_minutes, price, from_city_id, "
-                "to_city_id FROM inter_city_transport"):
+        db,
+        "SELECT departure_time, arrival_time, duration_minutes, price, from_city_id, "
+        "to_city_id FROM inter_city_transport",
+    ):
         h1, m1 = map(int, dep.split(":"))
         h2, m2 = map(int, arr.split(":"))
         assert (h2 * 60 + m2) - (h1 * 60 + m1) == minutes
         assert price > 0 and src != dst
     # Not every pair is connected by rail: transport rules must be able to bind.
-    pairs = _rows(db, "SELECT COUNT(*) FROM (SELECT DISTINCT from_city_id, to_city_id "
-                      "FROM inter_city_transport WHERE mode = 'train')")[0][0]
+    pairs = _rows(
+        db,
+        "SELECT COUNT(*) FROM (SELECT DISTINCT from_city_id, to_city_id "
+        "FROM inter_city_transport WHERE mode = 'train')",
+    )[0][0]
     n = _rows(db, "SELECT COUNT(*) FROM cities")[0][0]
     assert 0 < pairs < n * (n - 1)
 

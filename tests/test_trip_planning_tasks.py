@@ -24,9 +24,13 @@ from envs.trip_planning.world import load_world
 
 pytestmark = pytest.mark.timeout(120)
 
-ENTITY_TABLES = {"hotel": "hotels", "afternoon_restaurant": "restaurants",
-                 "evening_restaurant": "restaurants", "afternoon_attraction": "attractions",
-                 "city": "cities"}
+ENTITY_TABLES = {
+    "hotel": "hotels",
+    "afternoon_restaurant": "restaurants",
+    "evening_restaurant": "restaurants",
+    "afternoon_attraction": "attractions",
+    "city": "cities",
+}
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +78,11 @@ def test_empty_submissions_fail(root: Path, tasks: list) -> None:
             for empty in ({}, {"answer_text": ""}, {"answer_text": "[]"}, {"answer_text": "null"}):
                 report = ep.verify(empty, task)
                 assert not passed(report)
-                assert report["checks"][0] == {"name": "valid_json", "passed": False,
-                                               "detail": report["checks"][0]["detail"]}
+                assert report["checks"][0] == {
+                    "name": "valid_json",
+                    "passed": False,
+                    "detail": report["checks"][0]["detail"],
+                }
 
 
 def _single_field_corruptions(answer: list[dict], db: Path, rng: random.Random) -> list[list[dict]]:
@@ -86,10 +93,17 @@ def _single_field_corruptions(answer: list[dict], db: Path, rng: random.Random) 
     hand-made violations in test_trip_planning_verifier.py cover same-city mistakes).
     """
     with sqlite3.connect(db) as conn:
-        names = {t: [r[0] for r in conn.execute(f"SELECT name FROM {t} ORDER BY name")]
-                 for t in set(ENTITY_TABLES.values())}
-        city_of = {r[0]: r[1] for t in ("hotels", "restaurants", "attractions") for r in conn.execute(
-            f"SELECT e.name, c.name FROM {t} e JOIN cities c ON c.id = e.city_id")}
+        names = {
+            t: [r[0] for r in conn.execute(f"SELECT name FROM {t} ORDER BY name")]
+            for t in set(ENTITY_TABLES.values())
+        }
+        city_of = {
+            r[0]: r[1]
+            for t in ("hotels", "restaurants", "attractions")
+            for r in conn.execute(
+                f"SELECT e.name, c.name FROM {t} e JOIN cities c ON c.id = e.city_id"
+            )
+        }
         codes = [r[0] for r in conn.execute("SELECT code FROM inter_city_transport ORDER BY code")]
     out = []
     for i, day in enumerate(answer):
@@ -104,8 +118,13 @@ def _single_field_corruptions(answer: list[dict], db: Path, rng: random.Random) 
             elif field == "transport":
                 changed[i][field] = rng.choice([c for c in codes if c != value])
             else:
-                changed[i][field] = rng.choice([n for n in names[ENTITY_TABLES[field]]
-                                                if n != value and city_of.get(n) != day["city"]])
+                changed[i][field] = rng.choice(
+                    [
+                        n
+                        for n in names[ENTITY_TABLES[field]]
+                        if n != value and city_of.get(n) != day["city"]
+                    ]
+                )
             out.append(changed)
     return out
 
@@ -139,9 +158,17 @@ def test_worked_example_is_the_seeds(tasks: list, golds: dict) -> None:
     assert meta["dates"] == ["2025-10-01", "2025-10-02", "2025-10-03"]
     tiers = meta["constraints"]["budget_tiers"]
     assert tiers["days"] == [2] and tiers["require_tier"] is True
-    assert [(t["min_price"], t["max_price"]) for t in tiers["tiers"]] == [(800, None), (500, 800), (200, 500)]
+    assert [(t["min_price"], t["max_price"]) for t in tiers["tiers"]] == [
+        (800, None),
+        (500, 800),
+        (200, 500),
+    ]
     lux, mid, low = tiers["tiers"]
-    assert (lux["restaurants_total_lt"], lux["restaurants_all_min_rating"], lux["ticket_lt"]) == (350, 4.0, 120)
+    assert (lux["restaurants_total_lt"], lux["restaurants_all_min_rating"], lux["ticket_lt"]) == (
+        350,
+        4.0,
+        120,
+    )
     assert (mid["restaurants_any_min_rating"], mid["ticket_lt"]) == (4.0, 180)
     assert low["restaurants_any_min_rating"] == 3.2
     assert set(meta["constraints"]) == {"budget_tiers"}
@@ -177,8 +204,11 @@ def test_difficulty_is_graded(tasks: list) -> None:
     by_level: dict[int, list[int]] = {}
     for t in generated:
         c = t["metadata"]["constraints"]
-        size = len(c) + len(c.get("budget_tiers", {}).get("days", [])) + sum(
-            v is not None for v in c.get("transport", {}).values())
+        size = (
+            len(c)
+            + len(c.get("budget_tiers", {}).get("days", []))
+            + sum(v is not None for v in c.get("transport", {}).values())
+        )
         by_level.setdefault(t["difficulty"], []).append(size)
         assert t["metadata"]["days"] == {1: 2, 2: 3, 3: 3, 4: 4, 5: 5}[t["difficulty"]]
     means = [sum(v) / len(v) for _, v in sorted(by_level.items())]
@@ -206,5 +236,7 @@ def test_same_seed_same_bundle_hash_and_different_seeds_differ(tmp_path: Path, r
     assert hash_bundle(again) == hash_bundle(root)
     assert load_bundle(again).manifest.content_hash == load_bundle(root).manifest.content_hash
     other = build_bundle(tmp_path / "other", seed=1, n_tasks=15)
-    assert (other / "state" / "db.sqlite").read_bytes() != (root / "state" / "db.sqlite").read_bytes()
+    assert (other / "state" / "db.sqlite").read_bytes() != (
+        root / "state" / "db.sqlite"
+    ).read_bytes()
     assert hash_bundle(other) != hash_bundle(root)

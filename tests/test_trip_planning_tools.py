@@ -18,18 +18,30 @@ from envs.trip_planning.local import Episode, LocalBundle
 pytestmark = pytest.mark.timeout(60)
 
 SEED_TOOLS = {
-    "get_all_attractions_by_city": ["city"], "get_all_cities": [],
-    "get_all_hotels_by_city": ["city"], "get_all_restaurants_by_city": ["city"],
-    "get_city_by_attraction": ["attraction"], "get_city_by_hotel": ["hotel"],
-    "get_city_by_restaurant": ["restaurant"], "get_city_transport": ["city"],
+    "get_all_attractions_by_city": ["city"],
+    "get_all_cities": [],
+    "get_all_hotels_by_city": ["city"],
+    "get_all_restaurants_by_city": ["city"],
+    "get_city_by_attraction": ["attraction"],
+    "get_city_by_hotel": ["hotel"],
+    "get_city_by_restaurant": ["restaurant"],
+    "get_city_transport": ["city"],
     "get_infos_by_attraction": ["info_keywords", "attraction"],
-    "get_infos_by_city": ["info_keywords", "city"], "get_infos_by_hotel": ["info_keywords", "hotel"],
+    "get_infos_by_city": ["info_keywords", "city"],
+    "get_infos_by_hotel": ["info_keywords", "hotel"],
     "get_infos_by_restaurant": ["info_keywords", "restaurant"],
     "get_inter_city_transport": ["from_city", "to_city"],
-    "get_weather_by_city_date": ["city", "date"], "submit_result": ["answer_text"],
+    "get_weather_by_city_date": ["city", "date"],
+    "submit_result": ["answer_text"],
 }
-DAY = {"time": "2025-10-01", "city": "Hangzhou", "hotel": "h", "afternoon_restaurant": "r1",
-       "afternoon_attraction": "a", "evening_restaurant": "r2"}
+DAY = {
+    "time": "2025-10-01",
+    "city": "Hangzhou",
+    "hotel": "h",
+    "afternoon_restaurant": "r1",
+    "afternoon_attraction": "a",
+    "evening_restaurant": "r2",
+}
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +74,12 @@ def test_tools_are_typed_and_documented(bundle: LocalBundle) -> None:
 
 def test_info_keywords_docs_list_the_valid_keywords(bundle: LocalBundle) -> None:
     infos = bundle.tools_module._INFOS
-    for tool, table in (("get_infos_by_hotel", "hotels"), ("get_infos_by_restaurant", "restaurants"),
-                        ("get_infos_by_attraction", "attractions"), ("get_infos_by_city", "cities")):
+    for tool, table in (
+        ("get_infos_by_hotel", "hotels"),
+        ("get_infos_by_restaurant", "restaurants"),
+        ("get_infos_by_attraction", "attractions"),
+        ("get_infos_by_city", "cities"),
+    ):
         doc = " ".join(inspect.getdoc(bundle.tool_functions[tool]).split())
         for keyword in infos[table]:
             assert keyword in doc, (tool, keyword)
@@ -84,7 +100,9 @@ def test_bundle_code_imports_only_what_sandboxes_have(bundle: LocalBundle) -> No
     for name in ("tools.py", "verifier.py"):
         for module in _imports(bundle.root / name):
             top = module.split(".")[0]
-            assert module == "envgym.runtime" or top in sys.stdlib_module_names or top == "__future__", (name, module)
+            assert (
+                module == "envgym.runtime" or top in sys.stdlib_module_names or top == "__future__"
+            ), (name, module)
     # The seed's rule for solutions: tools and plain computation only.
     assert _imports(bundle.root / "solution.py") <= {"__future__", "json", "itertools"}
 
@@ -112,16 +130,29 @@ def test_listing_and_lookup_tools(ep: Episode) -> None:
 
 def test_info_tools(ep: Episode) -> None:
     hotel = ep.call_tool("get_all_hotels_by_city", city="Suzhou")[0]
-    info = ep.call_tool("get_infos_by_hotel", info_keywords=["price_per_night", "rating", "city"],
-                        hotel=hotel["name"])
-    assert info == {"name": hotel["name"], "price_per_night": hotel["price_per_night"],
-                    "rating": hotel["rating"], "city": "Suzhou"}
+    info = ep.call_tool(
+        "get_infos_by_hotel",
+        info_keywords=["price_per_night", "rating", "city"],
+        hotel=hotel["name"],
+    )
+    assert info == {
+        "name": hotel["name"],
+        "price_per_night": hotel["price_per_night"],
+        "rating": hotel["rating"],
+        "city": "Suzhou",
+    }
     sight = ep.call_tool("get_all_attractions_by_city", city="Suzhou")[0]
-    info = ep.call_tool("get_infos_by_attraction", info_keywords=["indoor", "kind"], attraction=sight["name"])
+    info = ep.call_tool(
+        "get_infos_by_attraction", info_keywords=["indoor", "kind"], attraction=sight["name"]
+    )
     assert isinstance(info["indoor"], bool) and info["kind"]
     food = ep.call_tool("get_all_restaurants_by_city", city="Suzhou")[0]
-    assert ep.call_tool("get_infos_by_restaurant", info_keywords=["cuisine"], restaurant=food["name"])["cuisine"]
-    city = ep.call_tool("get_infos_by_city", info_keywords=["province", "latitude"], city="Hangzhou")
+    assert ep.call_tool(
+        "get_infos_by_restaurant", info_keywords=["cuisine"], restaurant=food["name"]
+    )["cuisine"]
+    city = ep.call_tool(
+        "get_infos_by_city", info_keywords=["province", "latitude"], city="Hangzhou"
+    )
     assert city["province"] == "Zhejiang" and 29 < city["latitude"] < 31
     everything = ep.call_tool("get_infos_by_city", info_keywords=[], city="Nanjing")
     assert {"province", "region", "description"} <= set(everything)
@@ -131,38 +162,111 @@ def test_transport_and_weather_tools(ep: Episode) -> None:
     modes = {t["mode"] for t in ep.call_tool("get_city_transport", city="Hangzhou")}
     assert {"bus", "taxi"} <= modes
     services = ep.call_tool("get_inter_city_transport", from_city="Hangzhou", to_city="Shanghai")
-    assert services and {"code", "mode", "departure_time", "arrival_time", "duration_minutes",
-                         "price"} == set(services[0])
+    assert services and {
+        "code",
+        "mode",
+        "departure_time",
+        "arrival_time",
+        "duration_minutes",
+        "price",
+    } == set(services[0])
     assert [s["departure_time"] for s in services] == sorted(s["departure_time"] for s in services)
     weather = ep.call_tool("get_weather_by_city_date", city="Hangzhou", date="2025-10-01")
     assert weather["date"] == "2025-10-01" and isinstance(weather["rainy"], bool)
     assert weather["temp_low"] <= weather["temp_high"]
 
 
-@pytest.mark.parametrize(("tool", "kwargs", "expected"), [
-    ("get_all_hotels_by_city", {"city": "Hangzhuo"}, ["no city named 'Hangzhuo'", "'Hangzhou'", "get_all_cities()"]),
-    ("get_all_restaurants_by_city", {"city": "Atlantis"}, ["no city named 'Atlantis'", "get_all_cities()"]),
-    ("get_all_attractions_by_city", {"city": "hangzhou"}, ["'Hangzhou'"]),
-    ("get_city_by_hotel", {"hotel": "Nowhere Inn"}, ["no hotel named 'Nowhere Inn'", "get_all_hotels_by_city(city)"]),
-    ("get_city_by_restaurant", {"restaurant": "X"}, ["no restaurant named 'X'", "get_all_restaurants_by_city(city)"]),
-    ("get_city_by_attraction", {"attraction": "X"}, ["no attraction named 'X'", "get_all_attractions_by_city(city)"]),
-    ("get_infos_by_hotel", {"info_keywords": ["price"], "hotel": "X"}, ["unknown info keyword(s) 'price'", "price_per_night"]),
-    ("get_infos_by_restaurant", {"info_keywords": ["rating"], "restaurant": "X"}, ["no restaurant named 'X'"]),
-    ("get_infos_by_attraction", {"info_keywords": ["rating"], "attraction": "X"}, ["no attraction named 'X'"]),
-    ("get_infos_by_city", {"info_keywords": ["mayor"], "city": "Hangzhou"}, ["'mayor'", "province"]),
-    ("get_city_transport", {"city": "X"}, ["no city named 'X'"]),
-    ("get_inter_city_transport", {"from_city": "Hangzhou", "to_city": "X"}, ["no city named 'X'"]),
-    ("get_inter_city_transport", {"from_city": "Hangzhou", "to_city": "Hangzhou"}, ["two different cities"]),
-    ("get_weather_by_city_date", {"city": "Hangzhou", "date": "Oct 1"}, ["YYYY-MM-DD"]),
-    ("get_weather_by_city_date", {"city": "Hangzhou", "date": "2024-10-01"}, ["forecasts cover 2025-09-25 to 2025-10-14"]),
-    ("get_weather_by_city_date", {"city": "X", "date": "2025-10-01"}, ["no city named 'X'"]),
-    ("submit_result", {"answer_text": "not json"}, ["not valid JSON"]),
-    ("submit_result", {"answer_text": "{}"}, ["non-empty JSON array"]),
-    ("submit_result", {"answer_text": json.dumps([{"time": "2025-10-01"}])}, ["day 1 is missing city"]),
-    ("submit_result", {"answer_text": json.dumps([{**DAY, "notes": "x"}])}, ["unknown keys notes"]),
-    ("submit_result", {"answer_text": json.dumps([{**DAY, "time": "1 Oct"}])}, ["time must be a date"]),
-    ("submit_result", {"answer_text": json.dumps([{**DAY, "hotel": ""}])}, ["hotel must be non-empty"]),
-])
+@pytest.mark.parametrize(
+    ("tool", "kwargs", "expected"),
+    [
+        (
+            "get_all_hotels_by_city",
+            {"city": "Hangzhuo"},
+            ["no city named 'Hangzhuo'", "'Hangzhou'", "get_all_cities()"],
+        ),
+        (
+            "get_all_restaurants_by_city",
+            {"city": "Atlantis"},
+            ["no city named 'Atlantis'", "get_all_cities()"],
+        ),
+        ("get_all_attractions_by_city", {"city": "hangzhou"}, ["'Hangzhou'"]),
+        (
+            "get_city_by_hotel",
+            {"hotel": "Nowhere Inn"},
+            ["no hotel named 'Nowhere Inn'", "get_all_hotels_by_city(city)"],
+        ),
+        (
+            "get_city_by_restaurant",
+            {"restaurant": "X"},
+            ["no restaurant named 'X'", "get_all_restaurants_by_city(city)"],
+        ),
+        (
+            "get_city_by_attraction",
+            {"attraction": "X"},
+            ["no attraction named 'X'", "get_all_attractions_by_city(city)"],
+        ),
+        (
+            "get_infos_by_hotel",
+            {"info_keywords": ["price"], "hotel": "X"},
+            ["unknown info keyword(s) 'price'", "price_per_night"],
+        ),
+        (
+            "get_infos_by_restaurant",
+            {"info_keywords": ["rating"], "restaurant": "X"},
+            ["no restaurant named 'X'"],
+        ),
+        (
+            "get_infos_by_attraction",
+            {"info_keywords": ["rating"], "attraction": "X"},
+            ["no attraction named 'X'"],
+        ),
+        (
+            "get_infos_by_city",
+            {"info_keywords": ["mayor"], "city": "Hangzhou"},
+            ["'mayor'", "province"],
+        ),
+        ("get_city_transport", {"city": "X"}, ["no city named 'X'"]),
+        (
+            "get_inter_city_transport",
+            {"from_city": "Hangzhou", "to_city": "X"},
+            ["no city named 'X'"],
+        ),
+        (
+            "get_inter_city_transport",
+            {"from_city": "Hangzhou", "to_city": "Hangzhou"},
+            ["two different cities"],
+        ),
+        ("get_weather_by_city_date", {"city": "Hangzhou", "date": "Oct 1"}, ["YYYY-MM-DD"]),
+        (
+            "get_weather_by_city_date",
+            {"city": "Hangzhou", "date": "2024-10-01"},
+            ["forecasts cover 2025-09-25 to 2025-10-14"],
+        ),
+        ("get_weather_by_city_date", {"city": "X", "date": "2025-10-01"}, ["no city named 'X'"]),
+        ("submit_result", {"answer_text": "not json"}, ["not valid JSON"]),
+        ("submit_result", {"answer_text": "{}"}, ["non-empty JSON array"]),
+        (
+            "submit_result",
+            {"answer_text": json.dumps([{"time": "2025-10-01"}])},
+            ["day 1 is missing city"],
+        ),
+        (
+            "submit_result",
+            {"answer_text": json.dumps([{**DAY, "notes": "x"}])},
+            ["unknown keys notes"],
+        ),
+        (
+            "submit_result",
+            {"answer_text": json.dumps([{**DAY, "time": "1 Oct"}])},
+            ["time must be a date"],
+        ),
+        (
+            "submit_result",
+            {"answer_text": json.dumps([{**DAY, "hotel": ""}])},
+            ["hotel must be non-empty"],
+        ),
+    ],
+)
 def test_errors_are_helpful(ep: Episode, tool: str, kwargs: dict, expected: list[str]) -> None:
     with pytest.raises(ValueError) as err:
         ep.call_tool(tool, **kwargs)

@@ -18,7 +18,12 @@ import pytest
 
 from envs.trip_planning.build import build_bundle
 from envs.trip_planning.constraints import (
-    HANGZHOU_3DAY, BudgetTiers, Constraints, TransportRule, TripSpec, WeatherRule,
+    HANGZHOU_3DAY,
+    BudgetTiers,
+    Constraints,
+    TransportRule,
+    TripSpec,
+    WeatherRule,
 )
 from envs.trip_planning.local import Episode, LocalBundle
 from envs.trip_planning.planner import Plan, Planner
@@ -46,9 +51,16 @@ def ep(bundle: LocalBundle) -> Iterator[Episode]:
 
 
 def _task(spec: TripSpec) -> dict[str, Any]:
-    return {"id": "t", "prompt": "p", "solution": "solve_trip", "verifier": "verify_trip",
-            "difficulty": 1, "submit_tool": "submit_result", "system_prompt": None,
-            "metadata": spec.metadata()}
+    return {
+        "id": "t",
+        "prompt": "p",
+        "solution": "solve_trip",
+        "verifier": "verify_trip",
+        "difficulty": 1,
+        "submit_tool": "submit_result",
+        "system_prompt": None,
+        "metadata": spec.metadata(),
+    }
 
 
 def _report(ep: Episode, spec: TripSpec, answer: Any) -> dict[str, Any]:
@@ -83,6 +95,7 @@ def _other_city(world: World, answer: list[dict]) -> str:
 
 # ---- format ----
 
+
 def test_unreadable_answer_reports_only_the_parse_check(ep: Episode) -> None:
     # Staged: a later check cannot be judged on an unreadable answer, and reporting it failed
     # would make valid_json impossible to witness alone (docs/CHECK.md).
@@ -96,13 +109,18 @@ def test_absurdly_deep_nesting_is_rejected_not_a_crash(ep: Episode) -> None:
     assert [(c["name"], c["passed"]) for c in report["checks"]] == [("valid_json", False)]
 
 
-@pytest.mark.parametrize(("break_it", "check"), [
-    (lambda a: a[:-1], "day_count"),
-    (lambda a: [{k: v for k, v in a[0].items() if k != "hotel"}, *a[1:]], "fields_present"),
-    (lambda a: [{**a[0], "notes": "x"}, *a[1:]], "fields_present"),
-    (lambda a: [{**a[0], "hotel": 7}, *a[1:]], "fields_present"),
-])
-def test_format_failures_stop_before_the_constraints(ep: Episode, world: World, break_it, check: str) -> None:
+@pytest.mark.parametrize(
+    ("break_it", "check"),
+    [
+        (lambda a: a[:-1], "day_count"),
+        (lambda a: [{k: v for k, v in a[0].items() if k != "hotel"}, *a[1:]], "fields_present"),
+        (lambda a: [{**a[0], "notes": "x"}, *a[1:]], "fields_present"),
+        (lambda a: [{**a[0], "hotel": 7}, *a[1:]], "fields_present"),
+    ],
+)
+def test_format_failures_stop_before_the_constraints(
+    ep: Episode, world: World, break_it, check: str
+) -> None:
     report = _report(ep, PLAIN, json.dumps(break_it(_witness(world, PLAIN).answer())))
     assert [c["name"] for c in report["checks"]] == ["valid_json", "day_count", "fields_present"]
     assert {c["name"] for c in report["checks"] if not c["passed"]} == {check}
@@ -111,7 +129,9 @@ def test_format_failures_stop_before_the_constraints(ep: Episode, world: World, 
 def test_wrong_date(ep: Episode, world: World) -> None:
     answer = _witness(world, PLAIN).answer()
     answer[1]["time"] = "2025-10-05"
-    assert _failed(ep, PLAIN, answer) == {"dates": "day 2: time is '2025-10-05', expected '2025-10-02'"}
+    assert _failed(ep, PLAIN, answer) == {
+        "dates": "day 2: time is '2025-10-05', expected '2025-10-02'"
+    }
 
 
 def test_unknown_entity(ep: Episode, world: World) -> None:
@@ -125,6 +145,7 @@ def test_unknown_entity(ep: Episode, world: World) -> None:
 
 # ---- no repeats, right city, start city ----
 
+
 def test_start_city(ep: Episode, world: World) -> None:
     answer = _witness(world, PLAIN).answer()
     elsewhere = replace(PLAIN, start_city=_other_city(world, answer))
@@ -137,19 +158,33 @@ def _same_city_again(world: World, answer: list[dict], **keep: str) -> list[dict
     hotels = [h.name for h in world.hotels[city] if h.name != answer[0]["hotel"]]
     used = {answer[0]["afternoon_restaurant"], answer[0]["evening_restaurant"]}
     foods = [r.name for r in world.restaurants[city] if r.name not in used]
-    sights = [a.name for a in world.attractions[city] if a.name != answer[0]["afternoon_attraction"]]
-    day = {**answer[1], "city": city, "hotel": hotels[0], "afternoon_restaurant": foods[0],
-           "evening_restaurant": foods[1], "afternoon_attraction": sights[0]}
+    sights = [
+        a.name for a in world.attractions[city] if a.name != answer[0]["afternoon_attraction"]
+    ]
+    day = {
+        **answer[1],
+        "city": city,
+        "hotel": hotels[0],
+        "afternoon_restaurant": foods[0],
+        "evening_restaurant": foods[1],
+        "afternoon_attraction": sights[0],
+    }
     day.update({k: answer[0][k] for k in keep})
     return [answer[0], day, answer[2]]
 
 
-@pytest.mark.parametrize(("keep", "expected"), [
-    ({}, {"no_repeated_city"}),
-    ({"hotel": "x"}, {"no_repeated_city"}),  # a repeated hotel is a repeated city (no own check)
-    ({"afternoon_attraction": "x"}, {"no_repeated_city"}),
-    ({"evening_restaurant": "x"}, {"no_repeated_city", "no_repeated_restaurant"}),
-])
+@pytest.mark.parametrize(
+    ("keep", "expected"),
+    [
+        ({}, {"no_repeated_city"}),
+        (
+            {"hotel": "x"},
+            {"no_repeated_city"},
+        ),  # a repeated hotel is a repeated city (no own check)
+        ({"afternoon_attraction": "x"}, {"no_repeated_city"}),
+        ({"evening_restaurant": "x"}, {"no_repeated_city", "no_repeated_restaurant"}),
+    ],
+)
 def test_repeats(ep: Episode, world: World, keep: dict, expected: set[str]) -> None:
     # Entities belong to one city, so repeating one means repeating its city too.
     answer = _same_city_again(world, _witness(world, PLAIN).answer(), **keep)
@@ -164,13 +199,18 @@ def test_lunch_and_dinner_at_the_same_restaurant(ep: Episode, world: World) -> N
     assert "(day 2 afternoon, day 2 evening)" in failed["no_repeated_restaurant"]
 
 
-@pytest.mark.parametrize(("field", "table", "check"), [
-    ("hotel", "hotels", "hotel_in_city"),
-    ("afternoon_restaurant", "restaurants", "restaurants_in_city"),
-    ("evening_restaurant", "restaurants", "restaurants_in_city"),
-    ("afternoon_attraction", "attractions", "attraction_in_city"),
-])
-def test_entity_in_another_city(ep: Episode, world: World, field: str, table: str, check: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "table", "check"),
+    [
+        ("hotel", "hotels", "hotel_in_city"),
+        ("afternoon_restaurant", "restaurants", "restaurants_in_city"),
+        ("evening_restaurant", "restaurants", "restaurants_in_city"),
+        ("afternoon_attraction", "attractions", "attraction_in_city"),
+    ],
+)
+def test_entity_in_another_city(
+    ep: Episode, world: World, field: str, table: str, check: str
+) -> None:
     answer = _witness(world, PLAIN).answer()
     other = _other_city(world, answer)
     answer[1][field] = getattr(world, table)[other][0].name
@@ -183,29 +223,65 @@ def test_entity_in_another_city(ep: Episode, world: World, field: str, table: st
 
 TIER_CASES = [
     # hotel price, (lunch price, rating), (dinner price, rating), ticket, failure detail or None
-    (880, (200, 4.5), (210, 4.5), 50,
-     "restaurants cost 410 CNY (200 + 210), must be < 350 because the hotel costs 880 CNY (luxury tier, ≥ 800)"),
+    (
+        880,
+        (200, 4.5),
+        (210, 4.5),
+        50,
+        "restaurants cost 410 CNY (200 + 210), must be < 350 because the hotel costs 880 CNY (luxury tier, ≥ 800)",
+    ),
     (800, (100, 4.5), (100, 3.9), 50, "is rated 3.9, both must be ≥ 4.0"),
     (800, (100, 4.0), (100, 4.0), 120, "costs 120 CNY, must be < 120"),
     (800, (174, 4.0), (175, 4.0), 119, None),
     (799, (300, 3.9), (300, 3.9), 50, "neither restaurant is rated ≥ 4.0 (3.9, 3.9)"),
-    (500, (300, 4.0), (300, 3.0), 180, "must be < 180 because the hotel costs 500 CNY (mid-to-high tier, 500–800)"),
+    (
+        500,
+        (300, 4.0),
+        (300, 3.0),
+        180,
+        "must be < 180 because the hotel costs 500 CNY (mid-to-high tier, 500–800)",
+    ),
     (500, (300, 4.0), (300, 3.0), 179, None),
     (499, (300, 3.1), (300, 3.1), 500, "neither restaurant is rated ≥ 3.2"),
     (499, (300, 3.2), (300, 1.0), 500, None),
     (200, (300, 1.0), (300, 3.2), 500, None),
-    (199, (10, 5.0), (10, 5.0), 0, "costs 199 CNY, outside every budget tier (the cheapest starts at 200 CNY)"),
+    (
+        199,
+        (10, 5.0),
+        (10, 5.0),
+        0,
+        "costs 199 CNY, outside every budget tier (the cheapest starts at 200 CNY)",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("price", "lunch", "dinner", "ticket", "detail"), TIER_CASES)
-def test_seed_budget_tiers(ep: Episode, world: World, price: int, lunch: tuple, dinner: tuple,
-                           ticket: int, detail: str | None) -> None:
+def test_seed_budget_tiers(
+    ep: Episode,
+    world: World,
+    price: int,
+    lunch: tuple,
+    dinner: tuple,
+    ticket: int,
+    detail: str | None,
+) -> None:
     answer = _witness(world, HANGZHOU_3DAY).answer()
     day = answer[1]
     _tweak(ep, "hotels", day["hotel"], price_per_night=price)
-    _tweak(ep, "restaurants", day["afternoon_restaurant"], avg_price_per_person=lunch[0], rating=lunch[1])
-    _tweak(ep, "restaurants", day["evening_restaurant"], avg_price_per_person=dinner[0], rating=dinner[1])
+    _tweak(
+        ep,
+        "restaurants",
+        day["afternoon_restaurant"],
+        avg_price_per_person=lunch[0],
+        rating=lunch[1],
+    )
+    _tweak(
+        ep,
+        "restaurants",
+        day["evening_restaurant"],
+        avg_price_per_person=dinner[0],
+        rating=dinner[1],
+    )
     _tweak(ep, "attractions", day["afternoon_attraction"], ticket_price=ticket)
     failed = _failed(ep, HANGZHOU_3DAY, answer)
     if detail is None:
@@ -217,8 +293,12 @@ def test_seed_budget_tiers(ep: Episode, world: World, price: int, lunch: tuple, 
 def test_hotel_below_every_tier_is_allowed_when_not_required(ep: Episode, world: World) -> None:
     c = HANGZHOU_3DAY.constraints
     assert c.budget_tiers is not None
-    lenient = replace(HANGZHOU_3DAY, constraints=Constraints(
-        budget_tiers=BudgetTiers(days=(2,), tiers=c.budget_tiers.tiers, require_tier=False)))
+    lenient = replace(
+        HANGZHOU_3DAY,
+        constraints=Constraints(
+            budget_tiers=BudgetTiers(days=(2,), tiers=c.budget_tiers.tiers, require_tier=False)
+        ),
+    )
     answer = _witness(world, HANGZHOU_3DAY).answer()
     _tweak(ep, "hotels", answer[1]["hotel"], price_per_night=150)
     assert _failed(ep, lenient, answer) == {}
@@ -227,14 +307,26 @@ def test_hotel_below_every_tier_is_allowed_when_not_required(ep: Episode, world:
 
 # ---- floors, caps, budgets ----
 
-@pytest.mark.parametrize(("key", "value", "table", "field", "column", "bad"), [
-    ("hotel_min_rating", 3.5, "hotels", "hotel", "rating", 3.4),
-    ("restaurant_min_rating", 3.5, "restaurants", "evening_restaurant", "rating", 3.4),
-    ("attraction_min_rating", 3.5, "attractions", "afternoon_attraction", "rating", 3.4),
-    ("max_ticket", 100, "attractions", "afternoon_attraction", "ticket_price", 101),
-])
-def test_floors_and_caps(ep: Episode, world: World, key: str, value: float, table: str,
-                         field: str, column: str, bad: float) -> None:
+
+@pytest.mark.parametrize(
+    ("key", "value", "table", "field", "column", "bad"),
+    [
+        ("hotel_min_rating", 3.5, "hotels", "hotel", "rating", 3.4),
+        ("restaurant_min_rating", 3.5, "restaurants", "evening_restaurant", "rating", 3.4),
+        ("attraction_min_rating", 3.5, "attractions", "afternoon_attraction", "rating", 3.4),
+        ("max_ticket", 100, "attractions", "afternoon_attraction", "ticket_price", 101),
+    ],
+)
+def test_floors_and_caps(
+    ep: Episode,
+    world: World,
+    key: str,
+    value: float,
+    table: str,
+    field: str,
+    column: str,
+    bad: float,
+) -> None:
     spec = replace(PLAIN, constraints=Constraints(**{key: value}))
     answer = _witness(world, spec).answer()
     check = "ticket_cap" if key == "max_ticket" else key
@@ -251,14 +343,22 @@ def test_total_budget(ep: Episode, world: World) -> None:
     assert _failed(ep, at_limit, plan.answer()) == {}
     over = replace(PLAIN, constraints=Constraints(total_budget=plan.cost - 1))
     assert _failed(ep, over, plan.answer()) == {
-        "total_budget": f"hotels, meals and tickets cost {plan.cost} CNY, more than the {plan.cost - 1} CNY budget"}
+        "total_budget": f"hotels, meals and tickets cost {plan.cost} CNY, more than the {plan.cost - 1} CNY budget"
+    }
 
 
 # ---- weather ----
 
+
 def _set_weather(ep: Episode, city: str, day: str, condition: str) -> None:
-    _sql(ep, "UPDATE weather SET condition = ? WHERE date = ? AND city_id = "
-             "(SELECT id FROM cities WHERE name = ?)", condition, day, city)
+    _sql(
+        ep,
+        "UPDATE weather SET condition = ? WHERE date = ? AND city_id = "
+        "(SELECT id FROM cities WHERE name = ?)",
+        condition,
+        day,
+        city,
+    )
 
 
 def test_rain_needs_an_indoor_attraction(ep: Episode, world: World) -> None:
@@ -274,20 +374,31 @@ def test_rain_needs_an_indoor_attraction(ep: Episode, world: World) -> None:
 
 def test_avoid_rain(ep: Episode, world: World) -> None:
     # Day 1 is fixed in Hangzhou: start on a dry day there.
-    dry = next(d for d in world.dates[:-2] if world.weather[("Hangzhou", d)] not in WeatherRule("avoid_rain").rainy_conditions)
-    spec = replace(PLAIN, start_date=dry, constraints=Constraints(weather=WeatherRule("avoid_rain")))
+    dry = next(
+        d
+        for d in world.dates[:-2]
+        if world.weather[("Hangzhou", d)] not in WeatherRule("avoid_rain").rainy_conditions
+    )
+    spec = replace(
+        PLAIN, start_date=dry, constraints=Constraints(weather=WeatherRule("avoid_rain"))
+    )
     answer = _witness(world, spec).answer()
     _set_weather(ep, answer[2]["city"], answer[2]["time"], "thunderstorm")
     failed = _failed(ep, spec, answer)
     assert set(failed) == {"weather_avoid_rain"}
-    assert failed["weather_avoid_rain"] == (f"day 3: the forecast for {answer[2]['city']} on "
-                                            f"{answer[2]['time']} is thunderstorm")
+    assert failed["weather_avoid_rain"] == (
+        f"day 3: the forecast for {answer[2]['city']} on {answer[2]['time']} is thunderstorm"
+    )
 
 
 # ---- transport ----
 
-TRANSPORT = replace(PLAIN, constraints=Constraints(transport=TransportRule(
-    modes=("train",), max_hours=5.0, arrive_by="18:00", budget=5000)))
+TRANSPORT = replace(
+    PLAIN,
+    constraints=Constraints(
+        transport=TransportRule(modes=("train",), max_hours=5.0, arrive_by="18:00", budget=5000)
+    ),
+)
 
 
 def test_transport_rules(ep: Episode, world: World) -> None:
@@ -299,25 +410,43 @@ def test_transport_rules(ep: Episode, world: World) -> None:
     def after(sql: str, *params: Any) -> set[str]:
         _sql(ep, sql, *params, code)
         names = set(_failed(ep, TRANSPORT, answer))
-        _sql(ep, "UPDATE inter_city_transport SET mode = 'train', duration_minutes = 60, "
-                 "arrival_time = '10:00', from_city_id = (SELECT id FROM cities WHERE name = ?) "
-                 "WHERE code = ?", answer[0]["city"], code)
+        _sql(
+            ep,
+            "UPDATE inter_city_transport SET mode = 'train', duration_minutes = 60, "
+            "arrival_time = '10:00', from_city_id = (SELECT id FROM cities WHERE name = ?) "
+            "WHERE code = ?",
+            answer[0]["city"],
+            code,
+        )
         return names
 
-    assert after("UPDATE inter_city_transport SET mode = 'bus' WHERE code = ?") == {"transport_mode"}
-    assert after("UPDATE inter_city_transport SET duration_minutes = 301 WHERE code = ?") == {"transport_max_hours"}
-    assert after("UPDATE inter_city_transport SET arrival_time = '18:01' WHERE code = ?") == {"transport_arrive_by"}
-    assert after("UPDATE inter_city_transport SET from_city_id = "
-                 "(SELECT id FROM cities WHERE name = ?) WHERE code = ?",
-                 _other_city(world, answer)) == {"transport_connects"}
-    assert _failed(ep, TRANSPORT, [{**answer[0], "transport": code}, *answer[1:]]).keys() == {"transport_connects"}
+    assert after("UPDATE inter_city_transport SET mode = 'bus' WHERE code = ?") == {
+        "transport_mode"
+    }
+    assert after("UPDATE inter_city_transport SET duration_minutes = 301 WHERE code = ?") == {
+        "transport_max_hours"
+    }
+    assert after("UPDATE inter_city_transport SET arrival_time = '18:01' WHERE code = ?") == {
+        "transport_arrive_by"
+    }
+    assert after(
+        "UPDATE inter_city_transport SET from_city_id = "
+        "(SELECT id FROM cities WHERE name = ?) WHERE code = ?",
+        _other_city(world, answer),
+    ) == {"transport_connects"}
+    assert _failed(ep, TRANSPORT, [{**answer[0], "transport": code}, *answer[1:]]).keys() == {
+        "transport_connects"
+    }
 
 
 def test_transport_budget(ep: Episode, world: World) -> None:
     plan = _witness(world, TRANSPORT)
     c = TRANSPORT.constraints
     assert c.transport is not None
-    tight = replace(TRANSPORT, constraints=replace(c, transport=replace(c.transport, budget=plan.transport_cost - 1)))
+    tight = replace(
+        TRANSPORT,
+        constraints=replace(c, transport=replace(c.transport, budget=plan.transport_cost - 1)),
+    )
     assert set(_failed(ep, tight, plan.answer())) == {"transport_budget"}
 
 
@@ -328,16 +457,46 @@ def test_missing_transport_field_when_required(ep: Episode, world: World) -> Non
 
 
 def test_check_names_are_stable(ep: Episode, world: World) -> None:
-    spec = TripSpec("Hangzhou", "2025-10-01", 3, Constraints(
-        budget_tiers=HANGZHOU_3DAY.constraints.budget_tiers, hotel_min_rating=3.0,
-        restaurant_min_rating=3.0, attraction_min_rating=3.0, max_ticket=400, total_budget=10**6,
-        weather=WeatherRule("rain_indoor"),
-        transport=TransportRule(("train", "flight", "bus"), 24.0, "23:59", 10**6)))
-    names = [c["name"] for c in _report(ep, spec, json.dumps(_witness(world, spec).answer()))["checks"]]
+    spec = TripSpec(
+        "Hangzhou",
+        "2025-10-01",
+        3,
+        Constraints(
+            budget_tiers=HANGZHOU_3DAY.constraints.budget_tiers,
+            hotel_min_rating=3.0,
+            restaurant_min_rating=3.0,
+            attraction_min_rating=3.0,
+            max_ticket=400,
+            total_budget=10**6,
+            weather=WeatherRule("rain_indoor"),
+            transport=TransportRule(("train", "flight", "bus"), 24.0, "23:59", 10**6),
+        ),
+    )
+    names = [
+        c["name"] for c in _report(ep, spec, json.dumps(_witness(world, spec).answer()))["checks"]
+    ]
     assert names == [
-        "valid_json", "day_count", "fields_present", "dates", "entities_exist", "start_city",
-        "no_repeated_city", "no_repeated_restaurant",
-        "hotel_in_city", "restaurants_in_city", "attraction_in_city", "day2_budget_tier",
-        "hotel_min_rating", "restaurant_min_rating", "attraction_min_rating", "ticket_cap",
-        "total_budget", "weather_rain_indoor", "transport_connects", "transport_mode",
-        "transport_max_hours", "transport_arrive_by", "transport_budget"]
+        "valid_json",
+        "day_count",
+        "fields_present",
+        "dates",
+        "entities_exist",
+        "start_city",
+        "no_repeated_city",
+        "no_repeated_restaurant",
+        "hotel_in_city",
+        "restaurants_in_city",
+        "attraction_in_city",
+        "day2_budget_tier",
+        "hotel_min_rating",
+        "restaurant_min_rating",
+        "attraction_min_rating",
+        "ticket_cap",
+        "total_budget",
+        "weather_rain_indoor",
+        "transport_connects",
+        "transport_mode",
+        "transport_max_hours",
+        "transport_arrive_by",
+        "transport_budget",
+    ]

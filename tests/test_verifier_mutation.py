@@ -78,8 +78,13 @@ def _one_task_bundle(built: Path, out: Path) -> tuple[Path, dict]:
 def _rewrite(root: Path, line: dict) -> None:
     (root / "tasks.jsonl").write_text(json.dumps(line, ensure_ascii=False) + "\n")
     manifest = json.loads((root / "manifest.json").read_text())
-    write_manifest(root, name=manifest["name"], category=manifest["category"],
-                   provenance=manifest["provenance"], description=manifest.get("description", ""))
+    write_manifest(
+        root,
+        name=manifest["name"],
+        category=manifest["category"],
+        provenance=manifest["provenance"],
+        description=manifest.get("description", ""),
+    )
 
 
 @pytest.mark.heavy

@@ -201,8 +201,9 @@ def _expand_paths(c: TrainConfig) -> TrainConfig:
         c,
         model=dataclasses.replace(c.model, path=ex(c.model.path)),
         envs=[dataclasses.replace(e, id=ex(e.id)) for e in c.envs],
-        checkpoint=dataclasses.replace(c.checkpoint, dir=ex(c.checkpoint.dir),
-                                       export=ex(c.checkpoint.export)),
+        checkpoint=dataclasses.replace(
+            c.checkpoint, dir=ex(c.checkpoint.dir), export=ex(c.checkpoint.export)
+        ),
         metrics=dataclasses.replace(c.metrics, dir=ex(c.metrics.dir)),
     )
 
@@ -302,8 +303,9 @@ def check(c: TrainConfig) -> None:
     _positive(h, "samples", where="heldout")
     _non_negative(h, "every", where="heldout")
     r = c.rollout
-    _positive(r, "prompts", "max_tokens", "episode_tokens", "max_turns", "concurrency",
-              where="rollout")
+    _positive(
+        r, "prompts", "max_tokens", "episode_tokens", "max_turns", "concurrency", where="rollout"
+    )
     if r.group_size < 2:
         raise ConfigError(
             f"rollout.group_size must be ≥ 2 (group-relative advantages), not {r.group_size}"
@@ -344,13 +346,14 @@ def check(c: TrainConfig) -> None:
     if not c.checkpoint.dir.strip() or not c.metrics.dir.strip():
         raise ConfigError("checkpoint.dir and metrics.dir must be non-empty paths")
     if not _DEVICE.fullmatch(c.model.device):
-        raise ConfigError(
-            f"model.device must be auto, cpu, cuda or cuda:N, not {c.model.device!r}"
-        )
+        raise ConfigError(f"model.device must be auto, cpu, cuda or cuda:N, not {c.model.device!r}")
     if c.model.sync_check_tol is not None and not c.model.sync_check_tol > 0:
         raise ConfigError(f"model.sync_check_tol must be > 0 or null, not {c.model.sync_check_tol}")
-    if c.model.engine == "vllm" and c.keep_sampling_mask and c.unknown_kept == "raise" and (
-        r.top_p < 1.0 or r.top_k > 0
+    if (
+        c.model.engine == "vllm"
+        and c.keep_sampling_mask
+        and c.unknown_kept == "raise"
+        and (r.top_p < 1.0 or r.top_k > 0)
     ):
         raise ConfigError(
             "model.engine 'vllm' does not report kept sets, so keep_sampling_mask with top_p/top_k "

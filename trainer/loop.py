@@ -144,17 +144,21 @@ class Trainer:
         self.ref_policy = None
         if config.loss.kl_beta > 0:  # the unbiased KL (eq. 7) needs the initial policy
             ref = copy.deepcopy(model).eval().requires_grad_(False)
-            self.ref_policy = Policy(ref, chunk_size=config.chunk_size,
-                                     keep_sampling_mask=config.keep_sampling_mask,
-                                     keep_routing=config.keep_routing)
+            self.ref_policy = Policy(
+                ref,
+                chunk_size=config.chunk_size,
+                keep_sampling_mask=config.keep_sampling_mask,
+                keep_routing=config.keep_routing,
+            )
         if engine_policy is None:
             engine_policy = build_engine(config, model, tokenizer)
         self.engine = engine_policy
         self.update = Update(config, self.policy, self.ref_policy, pad_id=pad_id(tokenizer))
         self.step = 0
         self.version = 0
-        self.metrics = MetricsLog(config.metrics.dir, tensorboard=config.metrics.tensorboard,
-                                  plot=config.metrics.plot)
+        self.metrics = MetricsLog(
+            config.metrics.dir, tensorboard=config.metrics.tensorboard, plot=config.metrics.plot
+        )
         config_key = _run_config(config)
         self.run_record = RunRecord(
             run_key="sha256:"
@@ -177,8 +181,9 @@ class Trainer:
         path = latest_checkpoint(self.config.checkpoint.dir)
         if path is None:
             return None
-        state = load_checkpoint(path, model=self.model, optimizer=self.update.optimizer,
-                                scheduler=self.update.scheduler)
+        state = load_checkpoint(
+            path, model=self.model, optimizer=self.update.optimizer, scheduler=self.update.scheduler
+        )
         # Where the model sits does not change what the run computes: a run may resume on
         # another machine, and checkpoints written before model.device existed lack it.
         changed = config_changes(_run_config(state.config), _run_config(self.config))
@@ -207,7 +212,8 @@ class Trainer:
                 if self.engine is None:  # model.engine vllm, no vllm_url: serve it ourselves
                     self.on_phase("starting the vLLM engine (docs/TRAINER.md)")
                     self.engine = await stack.enter_async_context(
-                        managed_vllm(self.config, self.model, self.tokenizer))
+                        managed_vllm(self.config, self.model, self.tokenizer)
+                    )
                     self.engine.version = self.version  # served from the resumed weights
                 elif self._resumed_from is not None:
                     await sync_weights(self.engine, self.model, self.version, self.config)
@@ -222,10 +228,17 @@ class Trainer:
                         reports.append(await self._finish(await self._collect_sync()))
             if self.config.checkpoint.export:
                 self.on_phase(f"exporting the policy to {self.config.checkpoint.export}")
-                export_policy(self.model, self.tokenizer, self.config.checkpoint.export,
-                              {"step": self.step, "policy_version": self.version,
-                               "run_key": self.run_record.run_key,
-                               "config": self.config.to_dict()})
+                export_policy(
+                    self.model,
+                    self.tokenizer,
+                    self.config.checkpoint.export,
+                    {
+                        "step": self.step,
+                        "policy_version": self.version,
+                        "run_key": self.run_record.run_key,
+                        "config": self.config.to_dict(),
+                    },
+                )
             self.run_record.status = "finished"
         except BaseException:
             self.run_record.status = "failed"
@@ -234,8 +247,9 @@ class Trainer:
             try:  # the final status (finished | failed) must not mask the run's own error
                 write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
             except Exception as exc:  # noqa: BLE001 - a store gone away, a full disk...
-                log.warning("could not record the run's final status %r: %s",
-                            self.run_record.status, exc)
+                log.warning(
+                    "could not record the run's final status %r: %s", self.run_record.status, exc
+                )
             self.metrics.close()
             if hasattr(self.engine, "aclose"):
                 with contextlib.suppress(Exception):
@@ -246,18 +260,27 @@ class Trainer:
         from envgym import registry
 
         r = self.config.rollout
-        params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                max_tokens=r.max_tokens)
-        budget = Budget(max_turns=r.max_turns, max_tokens=r.episode_tokens,
-                        max_seconds=r.max_seconds)
+        params = SamplingParams(
+            temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens
+        )
+        budget = Budget(
+            max_turns=r.max_turns, max_tokens=r.episode_tokens, max_seconds=r.max_seconds
+        )
         out = []
         for env in self.config.envs:
             factory = registry.env_factory(
-                env.id, sandbox=env.sandbox, context=env.context, parser=self.config.model.parser,
-                native_tools=True, time_budget_s=r.max_seconds,
+                env.id,
+                sandbox=env.sandbox,
+                context=env.context,
+                parser=self.config.model.parser,
+                native_tools=True,
+                time_budget_s=r.max_seconds,
             )
-            out.append(RolloutEngine.local(self.engine, factory, concurrency=r.concurrency,
-                                           params=params, budget=budget))
+            out.append(
+                RolloutEngine.local(
+                    self.engine, factory, concurrency=r.concurrency, params=params, budget=budget
+                )
+            )
         return out
 
     async def _rollout(self, refs: list[TaskRef], seed: int) -> list[Group]:
@@ -287,8 +310,16 @@ class Trainer:
     async def _collect_sync(self) -> tuple[list[Group], str | None]:
         """One batch of groups (dynamic sampling with refills); a skip reason or None."""
         c = self.config
-        self._tally = {"errored": 0, "all_correct": 0, "all_wrong": 0, "refills": 0,
-                       "episodes": 0, "passed": 0, "reward_sum": 0.0, "stale_dropped": 0}
+        self._tally = {
+            "errored": 0,
+            "all_correct": 0,
+            "all_wrong": 0,
+            "refills": 0,
+            "episodes": 0,
+            "passed": 0,
+            "reward_sum": 0.0,
+            "stale_dropped": 0,
+        }
         self._errored = ErroredShare()
         self._t0 = time.monotonic()
         kept: list[Group] = []
@@ -327,28 +358,39 @@ class Trainer:
         groups, skipped = collected
         rollout_s = time.monotonic() - self._t0
         # Before training on the batch: the survivors of a mostly errored batch are biased.
-        check_errored(self._errored, self.config.rollout.max_errored_share,
-                      where=f"step {self.step + 1}", log=log)
+        check_errored(
+            self._errored,
+            self.config.rollout.max_errored_share,
+            where=f"step {self.step + 1}",
+            log=log,
+        )
         metrics: dict[str, float] = {}
         if skipped is None:
             self.on_phase(f"step {self.step + 1}: training on {len(groups)} groups")
-            samples = samples_from_groups(groups, self._advantages(groups),
-                                          overlong_mask=self.config.overlong_mask)
+            samples = samples_from_groups(
+                groups, self._advantages(groups), overlong_mask=self.config.overlong_mask
+            )
             metrics, skipped = await asyncio.to_thread(self.update.run, samples, self.step)
         t1 = time.monotonic()
         self.step += 1
         if skipped is None:
             await sync_weights(self.engine, self.model, self.version + 1, self.config)
             self.version += 1
-        if self.heldout_tasks and self.config.heldout.every and (
-            self.step % self.config.heldout.every == 0 or self.step == self.config.steps
+        if (
+            self.heldout_tasks
+            and self.config.heldout.every
+            and (self.step % self.config.heldout.every == 0 or self.step == self.config.steps)
         ):
             metrics["heldout_pass_rate"] = await self.evaluate_heldout()
         metrics.update(self._tally_metrics(groups))
-        metrics.update(step=self.step, policy_version=self.version,
-                       skipped=float(skipped is not None),
-                       rollout_s=rollout_s, train_s=t1 - self._t0 - rollout_s,
-                       step_s=time.monotonic() - self._t0)
+        metrics.update(
+            step=self.step,
+            policy_version=self.version,
+            skipped=float(skipped is not None),
+            rollout_s=rollout_s,
+            train_s=t1 - self._t0 - rollout_s,
+            step_s=time.monotonic() - self._t0,
+        )
         if skipped is not None:
             log.warning("step %d: update skipped: %s", self.step, skipped)
         self.metrics.log(metrics)
@@ -392,9 +434,17 @@ class Trainer:
     def _checkpoint(self) -> None:
         c = self.config.checkpoint
         if (c.every and self.step % c.every == 0) or self.step == self.config.steps:
-            save_checkpoint(c.dir, step=self.step, policy_version=self.version, model=self.model,
-                            optimizer=self.update.optimizer, scheduler=self.update.scheduler,
-                            cursor=self.order.cursor, config=self.config.to_dict(), keep=c.keep)
+            save_checkpoint(
+                c.dir,
+                step=self.step,
+                policy_version=self.version,
+                model=self.model,
+                optimizer=self.update.optimizer,
+                scheduler=self.update.scheduler,
+                cursor=self.order.cursor,
+                config=self.config.to_dict(),
+                keep=c.keep,
+            )
 
     async def evaluate_heldout(self) -> float:
         """pass@1 on the held-out tasks (``heldout.samples`` each, fixed seeds)."""

@@ -71,8 +71,13 @@ def per_token_inputs(
 
 
 def nonfinite_count(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-    ref_logp: Tensor | None = None, engine_logp: Tensor | None = None,
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    ref_logp: Tensor | None = None,
+    engine_logp: Tensor | None = None,
 ) -> int:
     """How many NaN/inf values the inputs of ``grpo_loss`` hold where they would be used."""
     per_token = per_token_inputs(logp, old_logp, ref_logp, engine_logp)
@@ -82,8 +87,13 @@ def nonfinite_count(
 
 
 def finite_batch(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-    ref_logp: Tensor | None = None, engine_logp: Tensor | None = None,
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    ref_logp: Tensor | None = None,
+    engine_logp: Tensor | None = None,
 ) -> bool:
     """True when every value ``grpo_loss`` would use is finite (else the trainer skips the batch)."""
     kw = {"ref_logp": ref_logp, "engine_logp": engine_logp}

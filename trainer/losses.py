@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 
-
 def _number(name: str, value: object, *, optional: bool = False) -> None:
     if value is None and optional:
         return

@@ -64,11 +64,15 @@ def _kept_bool(kept_ids: Tensor, kept_rows: Tensor, shape: tuple[int, int, int])
     if kept_ids.dim() != 3 or kept_ids.shape[:2] != (B, T):
         raise ValueError(f"kept_ids must have shape [B={B}, T={T}, K], got {tuple(kept_ids.shape)}")
     if kept_rows.dtype != torch.bool or kept_rows.shape != (B, T):
-        raise ValueError(f"kept_rows must be a bool tensor of shape [{B}, {T}], got "
-                         f"{kept_rows.dtype} {tuple(kept_rows.shape)}")
+        raise ValueError(
+            f"kept_rows must be a bool tensor of shape [{B}, {T}], got "
+            f"{kept_rows.dtype} {tuple(kept_rows.shape)}"
+        )
     if kept_ids.numel() and (int(kept_ids.min()) < -1 or int(kept_ids.max()) >= V):
-        raise ValueError(f"kept_ids must lie in [0, {V}) with -1 as padding; got values in "
-                         f"[{int(kept_ids.min())}, {int(kept_ids.max())}]")
+        raise ValueError(
+            f"kept_ids must lie in [0, {V}) with -1 as padding; got values in "
+            f"[{int(kept_ids.min())}, {int(kept_ids.max())}]"
+        )
     keep = torch.zeros(B, T, V + 1, dtype=torch.bool, device=kept_ids.device)
     # padding (-1) lands in the extra column V, dropped below; duplicates are harmless
     keep.scatter_(2, torch.where(kept_ids < 0, V, kept_ids), True)

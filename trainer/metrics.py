@@ -32,8 +32,10 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reward / pass rate", ("reward_mean", "pass_rate", "heldout_pass_rate")),
     ("KL", ("kl",)),
     ("entropy", ("entropy",)),
-    ("clip / mask fractions", ("clip_low_fraction", "clip_high_fraction", "dual_clip_fraction",
-                               "opsm_masked_fraction")),
+    (
+        "clip / mask fractions",
+        ("clip_low_fraction", "clip_high_fraction", "dual_clip_fraction", "opsm_masked_fraction"),
+    ),
     ("IS ratio π_old/π_engine", ("tis_ratio_mean", "tis_ratio_mean_truncated")),
     ("lengths (tokens)", ("response_len_mean", "seq_len_mean")),
     ("loss / grad norm", ("loss", "grad_norm")),
@@ -234,9 +236,7 @@ class ProgressDisplay:
         self.update(report.metrics)
 
     def update(self, metrics: dict[str, float]) -> None:
-        parts = [
-            f"{label} {metrics[key]:.3g}" for label, key in SHOWN if key in metrics
-        ]
+        parts = [f"{label} {metrics[key]:.3g}" for label, key in SHOWN if key in metrics]
         if metrics.get("skipped"):
             parts.insert(0, "[yellow]skipped[/]")
         self.progress.update(

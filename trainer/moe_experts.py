@@ -25,16 +25,22 @@ NAME = "envgym_grouped"
 _PROBE = torch.linspace(-4.0, 4.0, 17)  # the activation is checked by value, whatever its class
 
 
-def _kernel_experts(self: nn.Module, hidden_states: Tensor, top_k_index: Tensor,
-                    top_k_weights: Tensor) -> Tensor:
+def _kernel_experts(
+    self: nn.Module, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor
+) -> Tensor:
     """``[N, D]`` → ``[N, D]``: the experts' weighted sum for each token's top-k."""
     n_experts = self.gate_up_proj.shape[0]
     dropped = top_k_index >= n_experts  # transformers' "no expert" sentinel (expert parallel)
     if bool(dropped.any()):
         top_k_index = top_k_index.masked_fill(dropped, 0)
         top_k_weights = top_k_weights.masked_fill(dropped, 0.0)
-    return moe_experts_concat(hidden_states, top_k_index, top_k_weights.to(hidden_states.dtype),
-                              self.gate_up_proj, self.down_proj)
+    return moe_experts_concat(
+        hidden_states,
+        top_k_index,
+        top_k_weights.to(hidden_states.dtype),
+        self.gate_up_proj,
+        self.down_proj,
+    )
 
 
 def register() -> None:

@@ -178,7 +178,10 @@ class TrainerWorker:
         backend: str | None,
     ) -> None:
         init_distributed(
-            self.rank, self.world_size, master_addr=master_addr, master_port=master_port,
+            self.rank,
+            self.world_size,
+            master_addr=master_addr,
+            master_port=master_port,
             backend=backend,
         )
         self.model = shard_model(model_factory())  # rank 0's initial weights everywhere

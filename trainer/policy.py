@@ -74,7 +74,8 @@ class Policy:
         if p == 0:
             with self._routing(batch):
                 out = self.model.base_model(
-                    input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    input_ids=batch.input_ids,
+                    attention_mask=batch.attention_mask,
                     use_cache=False,
                 )
             return out.last_hidden_state
@@ -84,8 +85,13 @@ class Policy:
         cache = head.past_key_values
         cache.batch_repeat_interleave(b)  # differentiable: gradients reach the prefix pass
         positions = torch.arange(p, t, device=batch.input_ids.device).unsqueeze(0).expand(b, -1)
-        tail = base(input_ids=batch.input_ids[:, p:], attention_mask=batch.attention_mask,
-                    position_ids=positions, past_key_values=cache, use_cache=True)
+        tail = base(
+            input_ids=batch.input_ids[:, p:],
+            attention_mask=batch.attention_mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
         prefix = head.last_hidden_state.expand(b, -1, -1)  # [B, p, H]
         return torch.cat([prefix, tail.last_hidden_state], dim=1)
 

@@ -303,8 +303,7 @@ def train_sft(
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     plans = [
-        plan_batches(data, cfg.batch_tokens, rng, share=cfg.share_prefix)
-        for _ in range(cfg.epochs)
+        plan_batches(data, cfg.batch_tokens, rng, share=cfg.share_prefix) for _ in range(cfg.epochs)
     ]
     total = sum(len(p) for p in plans)
     result = SFTResult(examples=len(data))
@@ -330,9 +329,16 @@ def train_sft(
                 if not skipped:
                     opt.step()
                 stats = StepStats(
-                    step, epoch, float(loss.detach()), lr, norm, len(rows),
-                    batch_cost(rows, cfg.share_prefix), int(mask.sum()),
-                    time.perf_counter() - t0, skipped,
+                    step,
+                    epoch,
+                    float(loss.detach()),
+                    lr,
+                    norm,
+                    len(rows),
+                    batch_cost(rows, cfg.share_prefix),
+                    int(mask.sum()),
+                    time.perf_counter() - t0,
+                    skipped,
                 )
                 result.steps.append(stats)
                 if on_step is not None:

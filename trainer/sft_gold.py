@@ -101,7 +101,12 @@ class GoldTextPolicy:
         state.next += 1
         text = self.fmt.parser.format_calls([ToolCall(f"gold-{state.next}", name, dict(arguments))])
         turn = forced_turn(
-            self.fmt, state.tokens, messages, tools, self._end_ids, text,
+            self.fmt,
+            state.tokens,
+            messages,
+            tools,
+            self._end_ids,
+            text,
             end_id=None if self._stop_at_call else self._eos,
             finish_reason="tool_calls" if self._stop_at_call else "stop",
             where=session,

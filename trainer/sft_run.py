@@ -77,14 +77,26 @@ _SECTIONS = {
     "sft": dict,
 }
 _HELD_OUT = {"bundles": list, "tasks": list}
-_DATA = {"limit": (int, type(None)), "max_turn_tokens": (int, type(None)), "sandbox": str,
-         "context": str, "parser": str}
+_DATA = {
+    "limit": (int, type(None)),
+    "max_turn_tokens": (int, type(None)),
+    "sandbox": str,
+    "context": str,
+    "parser": str,
+}
 _STORE = {"db": (str, type(None)), "models": list, "keys": (list, type(None))}
 _SFT_TYPES: dict[str, Any] = {
-    "epochs": int, "lr": (int, float), "warmup_ratio": (int, float),
-    "min_lr_ratio": (int, float), "weight_decay": (int, float), "betas": list,
-    "grad_clip": (int, float), "batch_tokens": int, "share_prefix": bool,
-    "max_examples": (int, type(None)), "seed": int,
+    "epochs": int,
+    "lr": (int, float),
+    "warmup_ratio": (int, float),
+    "min_lr_ratio": (int, float),
+    "weight_decay": (int, float),
+    "betas": list,
+    "grad_clip": (int, float),
+    "batch_tokens": int,
+    "share_prefix": bool,
+    "max_examples": (int, type(None)),
+    "seed": int,
 }
 
 
@@ -211,9 +223,13 @@ def as_yaml_dict(cfg: SFTRunConfig) -> dict[str, Any]:
 
 
 _OVERRIDES = {
-    "model": ("model",), "out": ("out",), "train": ("train",),
-    "held_out_bundles": ("held_out", "bundles"), "held_out_tasks": ("held_out", "tasks"),
-    "limit": ("data", "limit"), "max_turn_tokens": ("data", "max_turn_tokens"),
+    "model": ("model",),
+    "out": ("out",),
+    "train": ("train",),
+    "held_out_bundles": ("held_out", "bundles"),
+    "held_out_tasks": ("held_out", "tasks"),
+    "limit": ("data", "limit"),
+    "max_turn_tokens": ("data", "max_turn_tokens"),
 }
 
 
@@ -266,8 +282,13 @@ def build_examples(
     for target in cfg.train:
         step = (lambda d, n, t=target: progress(t, d, n)) if progress else None
         made, rep = gold_examples(
-            target, fmt, held, env=cfg.env, limit=cfg.limit,
-            max_turn_tokens=cfg.max_turn_tokens, progress=step,
+            target,
+            fmt,
+            held,
+            env=cfg.env,
+            limit=cfg.limit,
+            max_turn_tokens=cfg.max_turn_tokens,
+            progress=step,
         )
         examples += made
         report = report.merge(rep)
@@ -275,7 +296,10 @@ def build_examples(
         from envgym.store import Store
 
         made, rep = store_examples(
-            Store(cfg.store.db), held, models=cfg.store.models, vocab_size=vocab_size,
+            Store(cfg.store.db),
+            held,
+            models=cfg.store.models,
+            vocab_size=vocab_size,
             keys=cfg.store.keys,
         )
         examples += made
@@ -297,8 +321,9 @@ def run_sft(
         raise FileExistsError(f"{out} is not empty and not an earlier SFT output; pick a new out")
     model, tokenizer = load_trainable(cfg.model)
     fmt = ChatFormat(tokenizer, cfg.env.parser)
-    run = build_examples(cfg, fmt, vocab_size=model.get_output_embeddings().weight.shape[0],
-                         progress=on_data)
+    run = build_examples(
+        cfg, fmt, vocab_size=model.get_output_embeddings().weight.shape[0], progress=on_data
+    )
     if not run.examples:
         raise ValueError(f"no SFT examples: {run.report.to_dict()}")
     run.result = train_sft(model, run.examples, cfg.sft, on_step=on_step)

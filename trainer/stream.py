@@ -102,8 +102,16 @@ async def _consume(
     trainer: Trainer, queue: asyncio.Queue[Group], producer: asyncio.Task[None]
 ) -> tuple[list[Group], str | None]:
     c = trainer.config
-    trainer._tally = {"errored": 0, "all_correct": 0, "all_wrong": 0, "refills": 0,
-                      "episodes": 0, "passed": 0, "reward_sum": 0.0, "stale_dropped": 0}
+    trainer._tally = {
+        "errored": 0,
+        "all_correct": 0,
+        "all_wrong": 0,
+        "refills": 0,
+        "episodes": 0,
+        "passed": 0,
+        "reward_sum": 0.0,
+        "stale_dropped": 0,
+    }
     trainer._errored = ErroredShare()  # what the producer finished while this step collected
     trainer._t0 = time.monotonic()
     trainer.on_phase(f"step {trainer.step + 1}: streaming rollouts (async)")

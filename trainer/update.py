@@ -60,8 +60,13 @@ class Update:
         """One microbatch, collated once and placed on the policy's device (a GPU policy
         cannot read CPU ids; the reference policy is a copy on the same device)."""
         first = next(self.policy.model.parameters())
-        return collate(samples, pad_id=self.pad_id, unknown_kept=self.config.unknown_kept,
-                       dtype=first.dtype, device=first.device)
+        return collate(
+            samples,
+            pad_id=self.pad_id,
+            unknown_kept=self.config.unknown_kept,
+            dtype=first.dtype,
+            device=first.device,
+        )
 
     def _micro(self, samples: Sequence[Sample], rows: Sequence[int]) -> list[list[int]]:
         lengths = [samples[i].length for i in rows]
@@ -116,10 +121,13 @@ class Update:
             norms.append(norm)
             steps_done += 1
         metrics.update({k: sums[k] / weights[k] for k in sums if weights[k]})
-        metrics.update(loss=float(sum(losses) / len(losses)) if losses else math.nan,
-                       optimizer_steps=float(steps_done), minibatches_skipped=float(skipped),
-                       grad_norm=float(sum(norms) / len(norms)) if norms else math.nan,
-                       lr=float(self.scheduler.get_last_lr()[0]))
+        metrics.update(
+            loss=float(sum(losses) / len(losses)) if losses else math.nan,
+            optimizer_steps=float(steps_done),
+            minibatches_skipped=float(skipped),
+            grad_norm=float(sum(norms) / len(norms)) if norms else math.nan,
+            lr=float(self.scheduler.get_last_lr()[0]),
+        )
         if not steps_done:
             return metrics, "non-finite loss or gradients in every minibatch"
         return metrics, None
@@ -142,13 +150,21 @@ class Update:
     def _loss(self, batch: TrainBatch) -> tuple[Tensor, dict[str, Any]]:
         """``(loss_sum with its graph, diagnostics)`` of one microbatch."""
         c = self.config
-        logp, entropy = self.policy.logprobs(batch, temperature=c.rollout.temperature,
-                                             with_entropy=True)
+        logp, entropy = self.policy.logprobs(
+            batch, temperature=c.rollout.temperature, with_entropy=True
+        )
         old = batch.old_logp if c.old_logprobs == "recompute" else batch.engine_logp
         assert old is not None
-        loss, diag = grpo_loss(logp, old, batch.advantages, batch.mask, c.loss,
-                               ref_logp=batch.ref_logp, engine_logp=batch.engine_logp,
-                               rewards_positive=batch.rewards >= 1.0)
+        loss, diag = grpo_loss(
+            logp,
+            old,
+            batch.advantages,
+            batch.mask,
+            c.loss,
+            ref_logp=batch.ref_logp,
+            engine_logp=batch.engine_logp,
+            rewards_positive=batch.rewards >= 1.0,
+        )
         diag = dict(diag)
         assert entropy is not None
         diag["entropy"] = (entropy.detach() * batch.mask).sum() / batch.mask.sum().clamp_min(1)
@@ -189,4 +205,3 @@ class Update:
 def _store(samples: list[Sample], idx: list[int], logp: Tensor, name: str) -> None:
     for b, i in enumerate(idx):
         setattr(samples[i], name, logp[b, : samples[i].length - 1].detach().clone())
-

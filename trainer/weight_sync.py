@@ -78,13 +78,18 @@ def build_engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
     if m.engine == "vllm":
         from envgym.models.vllm_server import VLLMPolicy
 
-        return VLLMPolicy(m.vllm_url, tokenizer=tokenizer, parser=m.parser,
-                          thinking=m.thinking)
+        return VLLMPolicy(m.vllm_url, tokenizer=tokenizer, parser=m.parser, thinking=m.thinking)
     from envgym.models.local import LocalPolicy
 
     frozen = copy.deepcopy(model).requires_grad_(False)
-    return LocalPolicy(frozen, tokenizer, name=f"train:{m.path}", parser=m.parser,
-                       thinking=m.thinking, max_batch=config.rollout.concurrency)
+    return LocalPolicy(
+        frozen,
+        tokenizer,
+        name=f"train:{m.path}",
+        parser=m.parser,
+        thinking=m.thinking,
+        max_batch=config.rollout.concurrency,
+    )
 
 
 def pad_id(tokenizer: Any) -> int:
@@ -132,8 +137,9 @@ async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int
         )
         reply.raise_for_status()
         (await client.post(f"{root}/reset_prefix_cache")).raise_for_status()
-        with_version = await client.post(f"{root}/update_weight_version",
-                                         json={"new_version": str(version)})
+        with_version = await client.post(
+            f"{root}/update_weight_version", json={"new_version": str(version)}
+        )
         if with_version.status_code not in (200, 404):  # older servers lack the endpoint
             with_version.raise_for_status()
 
@@ -190,9 +196,13 @@ async def managed_vllm(config: TrainConfig, model: nn.Module, tokenizer: Any) ->
     m = config.model
     folder = save_engine_weights(model, Path(config.checkpoint.dir) / "engine-weights", tokenizer)
     Path(config.metrics.dir).mkdir(parents=True, exist_ok=True)
-    server = vllm_server.VLLMServer(folder.resolve(), served_name="policy", dtype=m.dtype,
-                                    venv=vllm_server.DEFAULT_VENV,
-                                    log_path=Path(config.metrics.dir).resolve() / "vllm.log")
+    server = vllm_server.VLLMServer(
+        folder.resolve(),
+        served_name="policy",
+        dtype=m.dtype,
+        venv=vllm_server.DEFAULT_VENV,
+        log_path=Path(config.metrics.dir).resolve() / "vllm.log",
+    )
     try:
         await asyncio.to_thread(server.start)
     except BaseException:
@@ -201,8 +211,9 @@ async def managed_vllm(config: TrainConfig, model: nn.Module, tokenizer: Any) ->
         # thread: stopping waits up to 30 s for the server to exit.
         await asyncio.to_thread(server.stop)
         raise
-    policy = vllm_server.VLLMPolicy(server.base_url, "policy", tokenizer=tokenizer,
-                                    parser=m.parser, thinking=m.thinking)
+    policy = vllm_server.VLLMPolicy(
+        server.base_url, "policy", tokenizer=tokenizer, parser=m.parser, thinking=m.thinking
+    )
     try:
         yield policy
     finally:
@@ -230,8 +241,13 @@ async def check_engine_weights(engine: Any, model: nn.Module, tol: float) -> flo
 
     ids = list(PROBE_IDS)
     root = engine.client.base_url.removesuffix("/v1")
-    body = {"model": engine.model, "prompt": ids, "max_tokens": 1, "prompt_logprobs": 0,
-            "temperature": 1.0}
+    body = {
+        "model": engine.model,
+        "prompt": ids,
+        "max_tokens": 1,
+        "prompt_logprobs": 0,
+        "temperature": 1.0,
+    }
     async with httpx.AsyncClient(timeout=600) as client:
         reply = await client.post(f"{root}/v1/completions", json=body)
         reply.raise_for_status()
@@ -244,7 +260,9 @@ async def check_engine_weights(engine: Any, model: nn.Module, tol: float) -> flo
             logits = model(torch.tensor([ids], device=device)).logits[0, :-1].double()
     finally:
         model.train(was_training)
-    ours = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids[1:], device=device)[:, None])
+    ours = torch.log_softmax(logits, dim=-1).gather(
+        1, torch.tensor(ids[1:], device=device)[:, None]
+    )
     gap = max(abs(a - b) for a, b in zip(served, ours.squeeze(1).tolist(), strict=True))
     if gap > tol:
         raise EngineWeightsMismatch(

@@ -36,18 +36,24 @@ def cold_start_command(
     hops: int = typer.Option(2, "--hops", help="depth of the taught questions (= synth --hops)"),
     breadth: int = typer.Option(3, "--breadth", help="= synth --breadth (it is in the prompt)"),
     exclude_seed: int = typer.Option(0, "--exclude-seed", help="the synthesis run's --seed"),
-    exclude_n: int = typer.Option(50, "--exclude-n", help="its first N entities are never trained on"),
+    exclude_n: int = typer.Option(
+        50, "--exclude-n", help="its first N entities are never trained on"
+    ),
     epochs: int = typer.Option(2, "--epochs"),
     lr: float = typer.Option(2e-4, "--lr"),
     seed: int = typer.Option(0, "--seed"),
-    probe: int = typer.Option(0, "--probe", help="then check the taught verifier on N held-out pairs"),
+    probe: int = typer.Option(
+        0, "--probe", help="then check the taught verifier on N held-out pairs"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
 ) -> None:
     """Teacher traces of the search-QA constructor and verifier → SFT → a model folder."""
     err = Console(stderr=True)
     try:
         if category not in CATEGORIES:
-            raise ValueError(f"unknown category {category!r}; cold-start knows {', '.join(CATEGORIES)}")
+            raise ValueError(
+                f"unknown category {category!r}; cold-start knows {', '.join(CATEGORIES)}"
+            )
         from synth_agents.search_qa.cold_start_run import ColdStartConfig
 
         cfg = ColdStartConfig(entities=entities, hops=hops, breadth=breadth, exclude_seed=exclude_seed,

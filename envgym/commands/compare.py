@@ -50,12 +50,19 @@ def compare_command(
     out = Console()
     out.print(f"{result.tasks} shared tasks: A {result.a_mean:.3f} → B {result.b_mean:.3f}")
     verdict = "excludes 0" if result.excludes_zero else "includes 0"
-    out.print(f"B − A = {result.difference:+.3f}  95% CI [{result.low:+.3f}, {result.high:+.3f}]"
-              f" ({verdict}); B higher on {result.gained} tasks, lower on {result.lost}")
-    how = ("Newcombe paired score interval over clustered Wilson intervals"
-           if result.method != "bootstrap" else "percentile bootstrap over tasks")
+    out.print(
+        f"B − A = {result.difference:+.3f}  95% CI [{result.low:+.3f}, {result.high:+.3f}]"
+        f" ({verdict}); B higher on {result.gained} tasks, lower on {result.lost}"
+    )
+    how = (
+        "Newcombe paired score interval over clustered Wilson intervals"
+        if result.method != "bootstrap"
+        else "percentile bootstrap over tasks"
+    )
     out.print(f"interval: {how}; per-task reward correlation {result.correlation:+.2f}")
     for name, only in (("A", result.only_a), ("B", result.only_b)):
         if only:
-            out.print(f"{len(only)} tasks only in {name} (not compared): {', '.join(only[:5])}"
-                      + (" …" if len(only) > 5 else ""))
+            out.print(
+                f"{len(only)} tasks only in {name} (not compared): {', '.join(only[:5])}"
+                + (" …" if len(only) > 5 else "")
+            )

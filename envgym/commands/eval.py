@@ -149,8 +149,6 @@ def eval_command(
         print_summary(run, Console(width=None if sys.stdout.isatty() else 160))
 
 
-
-
 def write_html(out: Path, target: str, run: EvalRun, err: Console) -> None:
     """The report, with the tools the model was given and its exact prompt text."""
     from envgym.evaluate import model_decoder, offered_tools

@@ -25,9 +25,15 @@ def serve_mcp_command(
     host: str = typer.Option("127.0.0.1", "--host", help="HTTP: the address to bind"),
     port: int = typer.Option(8000, "--port", help="HTTP: the port to bind"),
     path: str = typer.Option("/mcp", "--path", help="HTTP: the endpoint's path"),
-    max_sessions: int = typer.Option(32, "--max-sessions", min=1, help="HTTP: open sessions (each holds an env)"),
-    idle_timeout: float = typer.Option(1800.0, "--idle-timeout", help="HTTP: seconds before an idle session closes"),
-    sandbox: str = typer.Option("bwrap", "--sandbox", help="bwrap | docker | inprocess (trusted bundles only)"),
+    max_sessions: int = typer.Option(
+        32, "--max-sessions", min=1, help="HTTP: open sessions (each holds an env)"
+    ),
+    idle_timeout: float = typer.Option(
+        1800.0, "--idle-timeout", help="HTTP: seconds before an idle session closes"
+    ),
+    sandbox: str = typer.Option(
+        "bwrap", "--sandbox", help="bwrap | docker | inprocess (trusted bundles only)"
+    ),
 ) -> None:
     """Serve an environment over MCP, one episode per session."""
     err = Console(stderr=True)
@@ -52,8 +58,16 @@ def serve_mcp_command(
             anyio.run(server.run_stdio)
         else:
             err.print(f"envgym: serving {target} over MCP at http://{host}:{port}{path}")
-            anyio.run(functools.partial(server.run_http, host=host, port=port, path=path,
-                                        max_sessions=max_sessions, idle_timeout_s=idle_timeout))
+            anyio.run(
+                functools.partial(
+                    server.run_http,
+                    host=host,
+                    port=port,
+                    path=path,
+                    max_sessions=max_sessions,
+                    idle_timeout_s=idle_timeout,
+                )
+            )
     except KeyboardInterrupt:
         pass
     finally:

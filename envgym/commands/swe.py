@@ -37,7 +37,9 @@ def export_command(
     instances: Path = typer.Argument(..., help="instances JSONL (SWE-bench fields)"),
     out: Path = typer.Option(..., "--out", help="output directory"),
     fmt: str = typer.Option("harbor", "--format", help="harbor | swebench"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace task directories that exist"),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="replace task directories that exist"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Write INSTANCES as Harbor task directories or a SWE-bench JSONL file under --out."""
@@ -53,7 +55,12 @@ def export_command(
             written = [str(p) for p in export_harbor(read, out, overwrite=overwrite)]
         else:
             written = [str(export_jsonl(out / SWEBENCH_FILE, read))]
-    except (InstanceError, FileExistsError, OSError, RuntimeError) as exc:  # RuntimeError: git (a snapshot)
+    except (
+        InstanceError,
+        FileExistsError,
+        OSError,
+        RuntimeError,
+    ) as exc:  # RuntimeError: git (a snapshot)
         _fail(str(exc))
     _report({"format": fmt, "instances": len(read), "written": written}, as_json,
             f"exported {len(read)} instances as {fmt}: {out}")  # fmt: skip
@@ -61,7 +68,9 @@ def export_command(
 
 @app.command("import")
 def import_command(
-    sources: list[Path] = typer.Argument(..., help="Harbor task dirs, dirs of task dirs, or SWE-bench JSONL files"),
+    sources: list[Path] = typer.Argument(
+        ..., help="Harbor task dirs, dirs of task dirs, or SWE-bench JSONL files"
+    ),
     out: Path = typer.Option(..., "--out", help="the instances JSONL to write"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -73,9 +82,15 @@ def import_command(
     try:
         for source in sources:
             if source.is_dir():
-                found = [import_harbor(source)] if (source / "task.toml").is_file() else import_harbor_dir(source)
+                found = (
+                    [import_harbor(source)]
+                    if (source / "task.toml").is_file()
+                    else import_harbor_dir(source)
+                )
                 if not found:
-                    raise InstanceError("no task directory (with task.toml) here", where=str(source))
+                    raise InstanceError(
+                        "no task directory (with task.toml) here", where=str(source)
+                    )
                 read += found
             else:
                 read += import_jsonl(source)

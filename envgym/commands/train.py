@@ -71,9 +71,19 @@ def train_command(
     table = Table(title=f"envgym train · {config_path}")
     for col in ("metric", "last step"):
         table.add_column(col)
-    for key in ("step", "reward_mean", "pass_rate", "heldout_pass_rate", "kl", "entropy",
-                "clip_high_fraction", "opsm_masked_fraction", "tis_ratio_mean",
-                "response_len_mean", "step_s"):
+    for key in (
+        "step",
+        "reward_mean",
+        "pass_rate",
+        "heldout_pass_rate",
+        "kl",
+        "entropy",
+        "clip_high_fraction",
+        "opsm_masked_fraction",
+        "tis_ratio_mean",
+        "response_len_mean",
+        "step_s",
+    ):
         if key in last:
             table.add_row(key, f"{last[key]:.4g}")
     Console(width=None if sys.stdout.isatty() else 160).print(table)

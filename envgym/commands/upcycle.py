@@ -30,8 +30,10 @@ def upcycle_command(
     """Sparse-upcycle a dense model into a Mixtral MoE (equal to it at --noise 0)."""
     err = Console(stderr=True)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        err.print(f"[bold red]error:[/] OUT={str(out)!r} already holds files; "
-                  "pass --force to write into it")
+        err.print(
+            f"[bold red]error:[/] OUT={str(out)!r} already holds files; "
+            "pass --force to write into it"
+        )
         raise typer.Exit(2)
     from trainer.smolmoe import upcycle
 

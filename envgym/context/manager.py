@@ -82,7 +82,9 @@ class ContextManager:
         """The messages to show the model under the reasoning policy (no compaction)."""
         if self.policy == "thinking-retention":
             last = self._last_user_turn(history)
-            return thinking_retention(history, env_messages_end_turn=self.env_messages_end_turn, last_user=last)
+            return thinking_retention(
+                history, env_messages_end_turn=self.env_messages_end_turn, last_user=last
+            )
         return POLICIES[self.policy](history)
 
     def _last_user_turn(self, history: Sequence[Mapping[str, Any]]) -> int:
@@ -91,12 +93,19 @@ class ContextManager:
         histories are append-only between renders, as the env's are)."""
         ends = self.env_messages_end_turn
         memo = self._turn_memo  # one tuple: read and written atomically
-        if memo and memo[0] is history and memo[1] <= len(history) and (memo[2] < 0 or history[memo[2]] is memo[3]):
+        if (
+            memo
+            and memo[0] is history
+            and memo[1] <= len(history)
+            and (memo[2] < 0 or history[memo[2]] is memo[3])
+        ):
             newer = last_user_turn(history, env_messages_end_turn=ends, start=memo[1])
             last = newer if newer >= 0 else memo[2]
         else:
             last = last_user_turn(history, env_messages_end_turn=ends)
-        object.__setattr__(self, "_turn_memo", (history, len(history), last, history[last] if last >= 0 else None))
+        object.__setattr__(
+            self, "_turn_memo", (history, len(history), last, history[last] if last >= 0 else None)
+        )
         return last
 
     def count(

@@ -113,7 +113,9 @@ def discard_all(history: Sequence[Mapping[str, Any]]) -> Rendered:
         "(Discard-all, DeepSeek-V3.2 §4.4)"
     )
     notice = env_message(DISCARD_NOTICE, CONTEXT_AUTHOR)
-    return _without(history, groups + _earlier_compactions(history), "message", reason, insert=notice)
+    return _without(
+        history, groups + _earlier_compactions(history), "message", reason, insert=notice
+    )
 
 
 def summarize(history: Sequence[Mapping[str, Any]], summarizer: Summarizer) -> Rendered:
@@ -136,7 +138,9 @@ def summarize(history: Sequence[Mapping[str, Any]], summarizer: Summarizer) -> R
         "by a summary (Summary, DeepSeek-V3.2 §4.4)"
     )
     summary = env_message(SUMMARY_PREFIX + text, CONTEXT_AUTHOR)
-    return _without(history, groups + _earlier_compactions(history), "summary", reason, insert=summary)
+    return _without(
+        history, groups + _earlier_compactions(history), "summary", reason, insert=summary
+    )
 
 
 OVERFLOW_STRATEGIES: tuple[str, ...] = ("summary", "discard-75", "discard-all")

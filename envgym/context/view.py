@@ -27,7 +27,9 @@ class ContextView:
     def start(self, history: Sequence[Message]) -> None:
         """A new episode whose history so far is ``history`` (appended to in place later)."""
         self._base: list[Message] = list(history)
-        self._origins: list[int | None] = list(range(len(history)))  # history index of each base message
+        self._origins: list[int | None] = list(
+            range(len(history))
+        )  # history index of each base message
         self._seen = len(history)
         self.compactions: list[dict[str, Any]] = []  # everything compaction dropped this episode
         self.dropped_now: list[dict[str, Any]] = []  # what the last render left out (reasoning)
@@ -55,10 +57,14 @@ class ContextView:
             self._origins = [None if o is None else self._origins[o] for o in compacted.origins]
             self._base = compacted.messages
             rendered = self.manager.render(self._base)
-        self.dropped_now = [
-            {**d.to_dict(), "index": self._origins[d.index]}
-            for d in rendered.dropped
-            if self._origins[d.index] is not None
-        ] if rendered.dropped else []
+        self.dropped_now = (
+            [
+                {**d.to_dict(), "index": self._origins[d.index]}
+                for d in rendered.dropped
+                if self._origins[d.index] is not None
+            ]
+            if rendered.dropped
+            else []
+        )
         self.rendered = rendered.messages
         return rendered.messages

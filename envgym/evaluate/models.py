@@ -74,8 +74,13 @@ def _hash_files(files: tuple[Path, ...]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def load_policy(ref: ModelRef, *, bundle_dir: Path | None = None, sandbox: str = "bwrap",
-                env_factory: Callable[[], Any] | None = None) -> Policy:
+def load_policy(
+    ref: ModelRef,
+    *,
+    bundle_dir: Path | None = None,
+    sandbox: str = "bwrap",
+    env_factory: Callable[[], Any] | None = None,
+) -> Policy:
     """Build the policy ``ref`` names (the model backends live in ``envgym.models``).
 
     ``env_factory``: how the evaluation builds its envs; the gold agent replays through one."""
@@ -102,7 +107,9 @@ def load_language_model(spec: str, purpose: str) -> Policy:
     ``purpose`` says which, e.g. "play τ²'s user"; a scripted agent baseline is refused."""
     ref = model_ref(spec)
     if ref.kind == "agent":
-        raise ModelSpecError(f"{spec!r} is a scripted agent, not a language model that can {purpose}")
+        raise ModelSpecError(
+            f"{spec!r} is a scripted agent, not a language model that can {purpose}"
+        )
     return load_policy(ref)
 
 
@@ -189,8 +196,14 @@ def _served_window(spec: str) -> int | None:
             f"cannot read the context window of {url} from its /models ({type(exc).__name__}: {exc}); "
             "start the server first, or state the window with --context-window N"
         ) from None
-    entry = next((m for m in models if isinstance(m, dict) and (not served or m.get("id") == served)), None) \
-        if isinstance(models, list) else None
+    entry = (
+        next(
+            (m for m in models if isinstance(m, dict) and (not served or m.get("id") == served)),
+            None,
+        )
+        if isinstance(models, list)
+        else None
+    )
     value = entry.get("max_model_len") if entry is not None else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 

@@ -49,8 +49,12 @@ class PairedDifference:
         return self.low > 0 or self.high < 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "only_a": list(self.only_a), "only_b": list(self.only_b),
-                "excludes_zero": self.excludes_zero}
+        return {
+            **self.__dict__,
+            "only_a": list(self.only_a),
+            "only_b": list(self.only_b),
+            "excludes_zero": self.excludes_zero,
+        }
 
 
 @dataclass(frozen=True)

@@ -225,11 +225,17 @@ async def run_evaluation(
             policy
             if policy is not None
             else await asyncio.to_thread(
-                load_policy, ref, bundle_dir=bundle.root, sandbox=config.sandbox, env_factory=factory
+                load_policy,
+                ref,
+                bundle_dir=bundle.root,
+                sandbox=config.sandbox,
+                env_factory=factory,
             )
         )
         try:
-            await _run(factory, active, config, todo, store, key, total - len(todo), total, progress)
+            await _run(
+                factory, active, config, todo, store, key, total - len(todo), total, progress
+            )
         finally:
             if own:
                 await active.aclose()
@@ -314,7 +320,9 @@ async def _run(
             if limit is not None and errored.errored > limit * len(todo):
                 # The run's share is past the limit whatever the rest does: stop now (what is
                 # stored stays; a rerun with --retry-errors resumes).
-                raise EvalError(f"eval stopped: {errored.describe()}, over the limit of {limit:.0%}")
+                raise EvalError(
+                    f"eval stopped: {errored.describe()}, over the limit of {limit:.0%}"
+                )
 
 
 def evaluate(

@@ -65,7 +65,9 @@ class ServerSpec:
 
     def __post_init__(self) -> None:
         if bool(self.command) == (self.url is not None):
-            raise ValueError("a ServerSpec needs exactly one of command (stdio) or url (streamable HTTP)")
+            raise ValueError(
+                "a ServerSpec needs exactly one of command (stdio) or url (streamable HTTP)"
+            )
         object.__setattr__(self, "command", tuple(self.command))
 
     @property
@@ -74,11 +76,16 @@ class ServerSpec:
 
     def bind(self, state_dir: Path | str) -> ServerSpec:
         """This spec with ``{state_dir}`` filled in."""
+
         def fill(text: str | None) -> str | None:
             return None if text is None else text.replace("{state_dir}", str(state_dir))
 
-        return replace(self, command=tuple(fill(p) or "" for p in self.command), url=fill(self.url),
-                       cwd=fill(self.cwd))
+        return replace(
+            self,
+            command=tuple(fill(p) or "" for p in self.command),
+            url=fill(self.url),
+            cwd=fill(self.cwd),
+        )
 
 
 class McpConnection:
@@ -90,11 +97,17 @@ class McpConnection:
     thread instead.  One call at a time (a lock serializes callers).
     """
 
-    def __init__(self, spec: ServerSpec, *, connect_timeout_s: float = 30.0, stderr: IO[str] | None = None) -> None:
+    def __init__(
+        self, spec: ServerSpec, *, connect_timeout_s: float = 30.0, stderr: IO[str] | None = None
+    ) -> None:
         self.spec = spec
         # A stdio server's stderr: the caller's stream, else a private file whose tail explains
         # a server that dies (a start that fails with "Connection closed" says nothing alone).
-        self._stderr = stderr if stderr is not None else tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
+        self._stderr = (
+            stderr
+            if stderr is not None
+            else tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
+        )
         self._own_stderr = stderr is None
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
@@ -108,19 +121,27 @@ class McpConnection:
             self._drive(self._started(), connect_timeout_s)
         except TimeoutError:
             self.close()
-            raise McpTimeout(f"the MCP server {spec.name} did not start within {connect_timeout_s:g}s") from None
+            raise McpTimeout(
+                f"the MCP server {spec.name} did not start within {connect_timeout_s:g}s"
+            ) from None
         except Exception as err:  # noqa: BLE001 - any start failure is a dead server
             tail = self.stderr_tail()
             self.close()
-            raise McpDied(f"the MCP server {spec.name} could not be started: {_describe(err)}{tail}") from None
+            raise McpDied(
+                f"the MCP server {spec.name} could not be started: {_describe(err)}{tail}"
+            ) from None
 
     def _transport(self) -> Any:
         if self.spec.url is not None:
             return self.spec.url
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        params = StdioServerParameters(command=self.spec.command[0], args=list(self.spec.command[1:]),
-                                       env=dict(self.spec.env) or None, cwd=self.spec.cwd)
+        params = StdioServerParameters(
+            command=self.spec.command[0],
+            args=list(self.spec.command[1:]),
+            env=dict(self.spec.env) or None,
+            cwd=self.spec.cwd,
+        )
         return stdio_client(params, errlog=self._stderr)
 
     async def _own(self) -> None:
@@ -156,7 +177,9 @@ class McpConnection:
             except RuntimeError:  # the usual case: a plain thread
                 return self._loop.run_until_complete(bounded)
             if self._helper is None:
-                self._helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"mcp-{self.spec.name}")
+                self._helper = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix=f"mcp-{self.spec.name}"
+                )
             return self._helper.submit(self._loop.run_until_complete, bounded).result()
 
     def _run(self, coro: Any, timeout_s: float, what: str) -> Any:
@@ -167,15 +190,21 @@ class McpConnection:
             return self._drive(coro, timeout_s)
         except TimeoutError:
             self.broken = True
-            raise McpTimeout(f"the MCP server {self.spec.name} did not answer {what} within {timeout_s:g}s") from None
+            raise McpTimeout(
+                f"the MCP server {self.spec.name} did not answer {what} within {timeout_s:g}s"
+            ) from None
         except pydantic.ValidationError as err:
             self.broken = True
-            raise McpMalformed(f"the MCP server {self.spec.name} answered {what} with a malformed result "
-                               f"({err.error_count()} problems)") from None
+            raise McpMalformed(
+                f"the MCP server {self.spec.name} answered {what} with a malformed result "
+                f"({err.error_count()} problems)"
+            ) from None
         except Exception as err:  # noqa: BLE001 - a broken pipe, a closed stream, an RPC error
             self.broken = True
-            raise McpDied(f"the MCP server {self.spec.name} failed {what}: {_describe(err)}"
-                          f"{self.stderr_tail()}") from None
+            raise McpDied(
+                f"the MCP server {self.spec.name} failed {what}: {_describe(err)}"
+                f"{self.stderr_tail()}"
+            ) from None
 
     def list_tools(self, timeout_s: float = 30.0) -> list[types.Tool]:
         async def all_pages() -> list[types.Tool]:
@@ -190,11 +219,17 @@ class McpConnection:
 
         return self._run(all_pages(), timeout_s, "tools/list")
 
-    def call_tool(self, name: str, arguments: dict[str, Any], timeout_s: float) -> types.CallToolResult:
-        result = self._run(self._client.call_tool(name, arguments), timeout_s, f"the call of {name}")
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], timeout_s: float
+    ) -> types.CallToolResult:
+        result = self._run(
+            self._client.call_tool(name, arguments), timeout_s, f"the call of {name}"
+        )
         if not isinstance(result, types.CallToolResult):
             self.broken = True
-            raise McpMalformed(f"the MCP server {self.spec.name} answered {name} with a {type(result).__name__}")
+            raise McpMalformed(
+                f"the MCP server {self.spec.name} answered {name} with a {type(result).__name__}"
+            )
         return result
 
     def stderr_tail(self, chars: int = 400) -> str:

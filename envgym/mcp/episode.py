@@ -29,7 +29,10 @@ RESET, SUBMIT = "reset", "submit"
 RESET_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "task": {"type": ["string", "integer", "null"], "description": "task id or index (default: seeded pick)"},
+        "task": {
+            "type": ["string", "integer", "null"],
+            "description": "task id or index (default: seeded pick)",
+        },
         "seed": {"type": ["integer", "null"], "description": "seed of the episode"},
     },
     "additionalProperties": False,
@@ -37,8 +40,14 @@ RESET_SCHEMA: dict[str, Any] = {
 SUBMIT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "arguments": {"type": ["object", "null"], "description": "the task's submit-tool arguments"},
-        "content": {"type": ["string", "null"], "description": "the final answer (tasks without a submit tool)"},
+        "arguments": {
+            "type": ["object", "null"],
+            "description": "the task's submit-tool arguments",
+        },
+        "content": {
+            "type": ["string", "null"],
+            "description": "the final answer (tasks without a submit tool)",
+        },
     },
     "additionalProperties": False,
 }
@@ -56,13 +65,20 @@ class Reply:
 def control_tools() -> list[dict[str, Any]]:
     """The OpenAI function schemas of ``reset`` and ``submit``."""
     return [
-        _function(RESET, "Start a new episode (a fresh state) and return the task's prompt.", RESET_SCHEMA),
-        _function(SUBMIT, "Submit the final answer; the episode is verified and ends.", SUBMIT_SCHEMA),
+        _function(
+            RESET, "Start a new episode (a fresh state) and return the task's prompt.", RESET_SCHEMA
+        ),
+        _function(
+            SUBMIT, "Submit the final answer; the episode is verified and ends.", SUBMIT_SCHEMA
+        ),
     ]
 
 
 def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
 
 
 class EpisodeDriver:
@@ -86,10 +102,17 @@ class EpisodeDriver:
             if name == RESET:
                 return self._reset(arguments)
             if not self._started:
-                return Reply([f"Error: no episode yet: call `{RESET}` first (it returns the task)."], True)
+                return Reply(
+                    [f"Error: no episode yet: call `{RESET}` first (it returns the task)."], True
+                )
             if self._done:
-                return Reply([f"Error: the episode is over ({self._summary()}); call `{RESET}` to start a new one."],
-                             True, dict(self._outcome))
+                return Reply(
+                    [
+                        f"Error: the episode is over ({self._summary()}); call `{RESET}` to start a new one."
+                    ],
+                    True,
+                    dict(self._outcome),
+                )
             if name == SUBMIT:
                 return self._submit(arguments)
             return self._step_call(name, arguments)
@@ -104,18 +127,33 @@ class EpisodeDriver:
         args = arguments if isinstance(arguments, dict) else {}
         unknown = set(args) - {"task", "seed"}
         task, seed = args.get("task"), args.get("seed")
-        if unknown or not isinstance(task, (str, int, type(None))) or not isinstance(seed, (int, type(None))):
-            return Reply(["Error: reset takes optional `task` (id or index) and `seed` (integer)."], True)
+        if (
+            unknown
+            or not isinstance(task, (str, int, type(None)))
+            or not isinstance(seed, (int, type(None)))
+        ):
+            return Reply(
+                ["Error: reset takes optional `task` (id or index) and `seed` (integer)."], True
+            )
         try:
-            obs, info = self.env.reset(seed=seed, options={"task": task} if task is not None else None)
+            obs, info = self.env.reset(
+                seed=seed, options={"task": task} if task is not None else None
+            )
         except (KeyError, IndexError, ValueError) as err:  # an unknown task
             return Reply([f"Error: cannot reset: {err}"], True)
         self._started, self._done, self._outcome, self._last_errors = True, False, {}, {}
         messages = obs["messages"]
-        prompt = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+        prompt = next(
+            (m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), ""
+        )
         system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
-        data = {"task_id": info.get("task_id"), "difficulty": info.get("difficulty"), "prompt": prompt,
-                "system": system, "submit_tool": self._submit_tool()}
+        data = {
+            "task_id": info.get("task_id"),
+            "difficulty": info.get("difficulty"),
+            "prompt": prompt,
+            "system": system,
+            "submit_tool": self._submit_tool(),
+        }
         return Reply([prompt], False, data)
 
     def _submit(self, arguments: Any) -> Reply:
@@ -124,12 +162,19 @@ class EpisodeDriver:
         if tool is not None:
             payload = args.get("arguments")
             if not isinstance(payload, dict):
-                return Reply([f"Error: this task is submitted with `{tool}`: pass its arguments as "
-                              "`arguments` (an object)."], True)
+                return Reply(
+                    [
+                        f"Error: this task is submitted with `{tool}`: pass its arguments as "
+                        "`arguments` (an object)."
+                    ],
+                    True,
+                )
             return self._step_call(tool, payload)
         content = args.get("content")
         if not isinstance(content, str):
-            return Reply(["Error: this task is answered in text: pass it as `content` (a string)."], True)
+            return Reply(
+                ["Error: this task is answered in text: pass it as `content` (a string)."], True
+            )
         return self._step({"role": "assistant", "content": content}, call_id=None)
 
     def _submit_tool(self) -> str | None:
@@ -141,8 +186,13 @@ class EpisodeDriver:
         self._calls += 1
         call_id = f"mcp{self._calls}"
         text = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
-        action = {"role": "assistant", "content": "", "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}]}
+        action = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+            ],
+        }
         return self._step(action, call_id=call_id)
 
     def _step(self, action: dict[str, Any], *, call_id: str | None) -> Reply:
@@ -153,8 +203,13 @@ class EpisodeDriver:
         data: dict[str, Any] = {}
         if terminated or truncated:
             self._done = True
-            self._outcome = data = {"reward": reward, "terminated": terminated, "truncated": truncated,
-                                    "report": info.get("report"), "truncated_by": info.get("truncated_by")}
+            self._outcome = data = {
+                "reward": reward,
+                "terminated": terminated,
+                "truncated": truncated,
+                "report": info.get("report"),
+                "truncated_by": info.get("truncated_by"),
+            }
             texts.append(f"Episode over: {self._summary()}.")
         self._last_errors = info.get("errors") or {}
         return Reply(texts or [""], errors > before, data)
@@ -168,7 +223,7 @@ class EpisodeDriver:
                 continue
             ids = [c.get("id") for c in m.get("tool_calls") or ()]
             if call_id is None or call_id in ids:
-                return [r for r in messages[i + 1:] if r.get("role") in ("tool", "user")]
+                return [r for r in messages[i + 1 :] if r.get("role") in ("tool", "user")]
         return []
 
     def _summary(self) -> str:

@@ -51,8 +51,10 @@ class McpSandbox(Sandbox):
         for toolset in self.toolsets:
             for spec in toolset.describe_tools(listing_dir=self.bundle_dir / "state"):
                 if spec.name in route or any(s.name == spec.name for s in specs):
-                    raise ValueError(f"tool {spec.name!r} of MCP server {toolset.spec.name} clashes with "
-                                     "another tool: give the toolset a prefix")
+                    raise ValueError(
+                        f"tool {spec.name!r} of MCP server {toolset.spec.name} clashes with "
+                        "another tool: give the toolset a prefix"
+                    )
                 route[spec.name] = toolset
                 specs.append(spec)
         self._route = route
@@ -75,12 +77,16 @@ class McpSandbox(Sandbox):
         toolset = self._toolset(name)
         if toolset is None:
             return self.inner.call_tool(name, arguments)
-        return toolset.call_tool(name, arguments, timeout_s=min(toolset.call_timeout_s, self.limits.call_timeout_s))
+        return toolset.call_tool(
+            name, arguments, timeout_s=min(toolset.call_timeout_s, self.limits.call_timeout_s)
+        )
 
     def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:
         return self.inner.solve(function, task, submit_tool)
 
-    def verify(self, function: str, submission: dict[str, Any], task: dict[str, Any]) -> CallOutcome:
+    def verify(
+        self, function: str, submission: dict[str, Any], task: dict[str, Any]
+    ) -> CallOutcome:
         return self.inner.verify(function, submission, task)
 
     def close(self) -> None:

@@ -42,7 +42,9 @@ class EnvServer:
         self._spare_lock = threading.Lock()
         self._spare: Env | None = factory()  # also tells the tool list; the first session takes it
         self._tools = self._list(self._spare)
-        self.server: Server[Any] = Server(name, on_list_tools=self._on_list_tools, on_call_tool=self._on_call_tool)
+        self.server: Server[Any] = Server(
+            name, on_list_tools=self._on_list_tools, on_call_tool=self._on_call_tool
+        )
         self._http = False  # set by http_app: sessions then come from Mcp-Session-Id only
         self._process: dict[str, Any] = {}  # stdio: the one session's state
 
@@ -52,9 +54,13 @@ class EnvServer:
         own = [t["function"] for t in obs["tools"]]
         clash = {f["name"] for f in own} & {RESET, SUBMIT}
         if clash:
-            raise ValueError(f"the env has tools named {sorted(clash)}, which the MCP server reserves")
+            raise ValueError(
+                f"the env has tools named {sorted(clash)}, which the MCP server reserves"
+            )
         return [
-            types.Tool(name=f["name"], description=f.get("description") or "", input_schema=f["parameters"])
+            types.Tool(
+                name=f["name"], description=f.get("description") or "", input_schema=f["parameters"]
+            )
             for f in [c["function"] for c in control_tools()] + own
         ]
 
@@ -77,19 +83,35 @@ class EnvServer:
     async def _on_list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=self._tools)
 
-    async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _on_call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         try:
             connection = ctx.session._connection  # noqa: SLF001 - the SDK exposes it to Context only
             if self._http and connection.session_id is None:
-                return _result(Reply(["Error: envgym keeps one episode per MCP session; this request has "
-                                      "none (connect with the initialize handshake, e.g. mode='legacy')."], True))
+                return _result(
+                    Reply(
+                        [
+                            "Error: envgym keeps one episode per MCP session; this request has "
+                            "none (connect with the initialize handshake, e.g. mode='legacy')."
+                        ],
+                        True,
+                    )
+                )
             session = await self._session(connection)
             async with session["lock"]:
                 driver: EpisodeDriver = session["driver"]
-                reply = await anyio.to_thread.run_sync(driver.call, params.name, params.arguments or {})
+                reply = await anyio.to_thread.run_sync(
+                    driver.call, params.name, params.arguments or {}
+                )
             return _result(reply)
         except Exception as err:  # noqa: BLE001 - an error reply, never a dropped connection
-            return _result(Reply([f"Error: the envgym server could not run {params.name}: {type(err).__name__}"], True))
+            return _result(
+                Reply(
+                    [f"Error: the envgym server could not run {params.name}: {type(err).__name__}"],
+                    True,
+                )
+            )
 
     async def _session(self, connection: Any) -> dict[str, Any]:
         state = connection.state if self._http else self._process
@@ -101,7 +123,9 @@ class EnvServer:
                 env = await anyio.to_thread.run_sync(self._take_env)
                 session["driver"] = EpisodeDriver(env)
                 if self._http:
-                    connection.exit_stack.push_async_callback(anyio.to_thread.run_sync, session["driver"].close)
+                    connection.exit_stack.push_async_callback(
+                        anyio.to_thread.run_sync, session["driver"].close
+                    )
         return session
 
     # -- transports ------------------------------------------------------------------------------
@@ -111,8 +135,14 @@ class EnvServer:
         async with stdio_server() as (read, write):
             await self.server.run(read, write, self.server.create_initialization_options())
 
-    def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp", max_sessions: int = 32,
-                 idle_timeout_s: float = 1800.0) -> Any:
+    def http_app(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        path: str = "/mcp",
+        max_sessions: int = 32,
+        idle_timeout_s: float = 1800.0,
+    ) -> Any:
         """The Starlette app serving streamable HTTP at ``path`` (DNS-rebinding checks for localhost).
 
         Each session holds an env (a sandbox), so at most ``max_sessions`` are open at once (a
@@ -122,17 +152,33 @@ class EnvServer:
         self._http = True
         # No server/discover over HTTP: sessionless (2026-07-28) clients fall back to the handshake.
         self.server._request_handlers.pop("server/discover", None)  # noqa: SLF001 - no public switch
-        return self.server.streamable_http_app(streamable_http_path=path, host=host, max_sessions=max_sessions,
-                                               session_idle_timeout=idle_timeout_s)
+        return self.server.streamable_http_app(
+            streamable_http_path=path,
+            host=host,
+            max_sessions=max_sessions,
+            session_idle_timeout=idle_timeout_s,
+        )
 
-    async def run_http(self, *, host: str = "127.0.0.1", port: int = 8000, path: str = "/mcp",
-                       max_sessions: int = 32, idle_timeout_s: float = 1800.0, log_level: str = "warning") -> None:
+    async def run_http(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        path: str = "/mcp",
+        max_sessions: int = 32,
+        idle_timeout_s: float = 1800.0,
+        log_level: str = "warning",
+    ) -> None:
         import uvicorn
 
-        app = self.http_app(host=host, path=path, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
+        app = self.http_app(
+            host=host, path=path, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s
+        )
         await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level)).serve()
 
 
 def _result(reply: Reply) -> types.CallToolResult:
     content: list[Any] = [types.TextContent(type="text", text=t) for t in reply.texts]
-    return types.CallToolResult(content=content, structured_content=reply.data or None, is_error=reply.is_error)
+    return types.CallToolResult(
+        content=content, structured_content=reply.data or None, is_error=reply.is_error
+    )

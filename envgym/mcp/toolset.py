@@ -45,8 +45,15 @@ class McpToolset:
         stderr: where a stdio server's stderr goes (default: discarded).
     """
 
-    def __init__(self, spec: ServerSpec, *, prefix: str = "", call_timeout_s: float = 30.0,
-                 connect_timeout_s: float = 60.0, stderr: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        spec: ServerSpec,
+        *,
+        prefix: str = "",
+        call_timeout_s: float = 30.0,
+        connect_timeout_s: float = 60.0,
+        stderr: IO[str] | None = None,
+    ) -> None:
         self.spec = spec
         self.prefix = prefix
         self.call_timeout_s = call_timeout_s
@@ -67,7 +74,9 @@ class McpToolset:
         self.close()
         spec = self.spec.bind(self._state_dir) if self._state_dir is not None else self.spec
         if spec.uses_state_dir:
-            raise ValueError(f"the MCP server {spec.name} needs a state directory: start(state_dir)")
+            raise ValueError(
+                f"the MCP server {spec.name} needs a state directory: start(state_dir)"
+            )
         conn = McpConnection(spec, connect_timeout_s=self.connect_timeout_s, stderr=self._stderr)
         try:
             tools = conn.list_tools(timeout_s=self.connect_timeout_s)
@@ -143,9 +152,13 @@ class McpToolset:
         schema = {k: v for k, v in (tool.input_schema or {}).items() if k not in _SCHEMA_NOISE}
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
-        return ToolSpec(name=self.prefix + tool.name, description=tool.description or "", parameters=schema)
+        return ToolSpec(
+            name=self.prefix + tool.name, description=tool.description or "", parameters=schema
+        )
 
-    def call_tool(self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None) -> CallOutcome:
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None
+    ) -> CallOutcome:
         """Call ``name`` (with the prefix) on the server; never raises on what the server does."""
         started = time.monotonic()
         remote = name.removeprefix(self.prefix)
@@ -156,12 +169,23 @@ class McpToolset:
             result = self._conn.call_tool(remote, arguments, timeout_s or self.call_timeout_s)
         except McpFailure as err:
             self._restart()
-            return CallOutcome(ok=False, error=_ERRORS.get(err.kind, CallError.CRASH),
-                               message=f"{err}; the server was restarted", duration_s=time.monotonic() - started)
+            return CallOutcome(
+                ok=False,
+                error=_ERRORS.get(err.kind, CallError.CRASH),
+                message=f"{err}; the server was restarted",
+                duration_s=time.monotonic() - started,
+            )
         text, value = render_result(result)
         if result.is_error:
-            return CallOutcome(ok=False, error=CallError.EXCEPTION, message=text, duration_s=time.monotonic() - started)
-        return CallOutcome(ok=True, value=value, rendered=text, duration_s=time.monotonic() - started)
+            return CallOutcome(
+                ok=False,
+                error=CallError.EXCEPTION,
+                message=text,
+                duration_s=time.monotonic() - started,
+            )
+        return CallOutcome(
+            ok=True, value=value, rendered=text, duration_s=time.monotonic() - started
+        )
 
 
 def render_result(result: types.CallToolResult) -> tuple[str, Any]:

@@ -34,7 +34,9 @@ RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # (length P) is longer than the maximum model length of W" (prompt alone), or "maximum context
 # length is W tokens. However, you requested T tokens (P in the messages, C in the completion)";
 # OpenAI: "maximum context length is W tokens. However, your messages resulted in P tokens".
-_PROMPT_OVER_MODEL_LENGTH = re.compile(r"prompt \(length \d+\) is longer than the maximum model length")
+_PROMPT_OVER_MODEL_LENGTH = re.compile(
+    r"prompt \(length \d+\) is longer than the maximum model length"
+)
 _WINDOW = re.compile(r"maximum context length is (\d+)")
 _PROMPT_TOKENS = re.compile(r"(\d+) in the messages|messages resulted in (\d+)")
 

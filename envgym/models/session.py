@@ -78,7 +78,9 @@ def forced_turn(
     exactly what the engine would have given it and parsed from it."""
     ids = fmt.encode(text)
     if fmt.tokenizer.decode(ids) != text:
-        raise PolicyError(f"{where}: the tokenizer does not decode its own encoding of {text!r:.80}")
+        raise PolicyError(
+            f"{where}: the tokenizer does not decode its own encoding of {text!r:.80}"
+        )
     written = ids if end_id is None else [*ids, end_id]
     prompt = next_prompt(fmt, session, messages, tools, end_tokens).ids
     session.record_turn(prompt, written, messages, tools, False)

@@ -21,7 +21,6 @@ from envgym.rollout.episode import EpisodeResult
 
 from .assets import CSS, JS, PAGE
 
-
 Decode = Callable[[list[int]], str]
 
 

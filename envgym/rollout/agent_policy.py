@@ -75,8 +75,13 @@ class AgentPolicy:
         return cls(f"random-agent(seed={seed})", make)
 
     @classmethod
-    def gold(cls, bundle_dir: Path | str, *, sandbox: str = "bwrap",
-             env_factory: Callable[[], Any] | None = None) -> AgentPolicy:
+    def gold(
+        cls,
+        bundle_dir: Path | str,
+        *,
+        sandbox: str = "bwrap",
+        env_factory: Callable[[], Any] | None = None,
+    ) -> AgentPolicy:
         """Replays each task's gold solution one tool call per turn.
 
         The gold calls come from running the bundle's solution in a private env of the same
@@ -95,11 +100,17 @@ class AgentPolicy:
             with lock:
                 if task_id not in calls:
                     if not env:
-                        made = env_factory() if env_factory is not None else BundleEnv(bundle_dir, sandbox=sandbox)
+                        made = (
+                            env_factory()
+                            if env_factory is not None
+                            else BundleEnv(bundle_dir, sandbox=sandbox)
+                        )
                         if not callable(getattr(made, "gold_calls", None)):
                             made.close()
-                            raise TypeError(f"{type(made).__name__} has no gold_calls(): --model gold "
-                                            "cannot replay this environment's tasks")
+                            raise TypeError(
+                                f"{type(made).__name__} has no gold_calls(): --model gold "
+                                "cannot replay this environment's tasks"
+                            )
                         env.append(made)
                     env[0].reset(options={"task": task_id})
                     calls[task_id] = env[0].gold_calls()

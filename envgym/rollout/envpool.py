@@ -59,7 +59,9 @@ class EnvRunner:
         self.env = env
         self.last: Observation | None = None
 
-    def reset(self, seed: int | None, options: dict[str, Any]) -> tuple[Observation, dict[str, Any]]:
+    def reset(
+        self, seed: int | None, options: dict[str, Any]
+    ) -> tuple[Observation, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self.last = obs
         return obs, info

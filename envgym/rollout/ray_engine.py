@@ -18,8 +18,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from envgym.core import Action, Env, Observation
 from envgym.context.window import ContextWindowExceeded
+from envgym.core import Action, Env, Observation
 from envgym.policy import Policy, PolicyError, SamplingParams, Turn
 
 from .engine import RolloutEngine

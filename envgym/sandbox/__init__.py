@@ -33,7 +33,9 @@ __all__ = [
 ]
 
 
-def open_sandbox(bundle_dir: Path | str, backend: str = "bwrap", limits: Limits | None = None) -> Sandbox:
+def open_sandbox(
+    bundle_dir: Path | str, backend: str = "bwrap", limits: Limits | None = None
+) -> Sandbox:
     """A sandbox for ``bundle_dir``; raises :class:`SandboxUnavailable` if the backend cannot run."""
     # Backends are imported on demand: docker_backend needs the docker SDK, and nothing here
     # should slow down importing envgym.

@@ -25,7 +25,7 @@ class SandboxUnavailable(RuntimeError):
     """The chosen backend cannot run on this machine (message says what to install)."""
 
 
-class CallError(str, enum.Enum):
+class CallError(str, enum.Enum):  # noqa: UP042 - str() of a member must stay "CallError.X", which StrEnum would change
     """Why a sandboxed call did not return a value."""
 
     EXCEPTION = "exception"  # bundle code raised; message has a shortened traceback
@@ -130,7 +130,9 @@ class Sandbox(abc.ABC):
         """Run ``solution.<function>(tools, task)``; ``tools`` exposes only the tool functions."""
 
     @abc.abstractmethod
-    def verify(self, function: str, submission: dict[str, Any], task: dict[str, Any]) -> CallOutcome:
+    def verify(
+        self, function: str, submission: dict[str, Any], task: dict[str, Any]
+    ) -> CallOutcome:
         """Run ``verifier.<function>(submission, task)``; value is the verifier's report dict."""
 
     def start_pool(self, lease: Callable[[], tuple[Path, Callable[[], None]]]) -> bool:

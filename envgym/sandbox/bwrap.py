@@ -98,7 +98,11 @@ class TreeWatch:
         self._worker_b = str(worker).encode()
         self._fds: list[int] = []
         try:
-            for path in (f"/proc/{worker}/stat", f"/proc/{worker}/task/{worker}/children", f"/proc/{init}/task/{init}/children"):
+            for path in (
+                f"/proc/{worker}/stat",
+                f"/proc/{worker}/task/{worker}/children",
+                f"/proc/{init}/task/{init}/children",
+            ):
                 self._fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
         except OSError:
             self.close()
@@ -116,7 +120,9 @@ class TreeWatch:
             stat = os.pread(stat_fd, 4096, 0)
             if int(stat[stat.rindex(b")") + 2 :].split()[17]) != 1:  # field 20, num_threads
                 return False
-            return not os.pread(mine, 4096, 0).strip() and os.pread(inits, 4096, 0).split() == [self._worker_b]
+            return not os.pread(mine, 4096, 0).strip() and os.pread(inits, 4096, 0).split() == [
+                self._worker_b
+            ]
         except (OSError, ValueError, IndexError):
             return False  # gone, closed or unreadable: not known to be quiet
 
@@ -186,7 +192,9 @@ def _spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
 
 
 class BwrapWorker(WorkerHandle):
-    def __init__(self, argv: list[str], uid: int | None = None, group: JailCgroup | None = None) -> None:
+    def __init__(
+        self, argv: list[str], uid: int | None = None, group: JailCgroup | None = None
+    ) -> None:
         self.group = group  # the worker's cgroup (total memory, pids); None: rlimits only
         self._stderr = tempfile.TemporaryFile()
         try:
@@ -304,7 +312,12 @@ class BwrapSandbox(ProcessSandbox):
 
     def _launch(self, state: Path | None) -> WorkerHandle:
         limits = self.limits
-        rlimits = {"AS": limits.memory_bytes, "CPU": limits.cpu_seconds, "FSIZE": limits.max_file_bytes, "CORE": 0}
+        rlimits = {
+            "AS": limits.memory_bytes,
+            "CPU": limits.cpu_seconds,
+            "FSIZE": limits.max_file_bytes,
+            "CORE": 0,
+        }
         # A fresh uid per launch: processes of a killed worker may take a moment to vanish and
         # must not count against the next worker's NPROC.
         identity = plan_identity(self.root, rlimits, limits.max_processes)
@@ -315,12 +328,24 @@ class BwrapSandbox(ProcessSandbox):
             if state is not None:
                 self._prepare_state(state)
         extra["rlimits"] = {name: [value, value] for name, value in identity.rlimits.items()}
-        mounts: list[Bind | Tmpfs] = [Bind(str(PACKAGE_DIR), SANDBOX_PACKAGE), Bind(str(self.stage), SANDBOX_BUNDLE)]
+        mounts: list[Bind | Tmpfs] = [
+            Bind(str(PACKAGE_DIR), SANDBOX_PACKAGE),
+            Bind(str(self.stage), SANDBOX_BUNDLE),
+        ]
         if state is not None:
             mounts.append(Bind(str(state), SANDBOX_STATE, writable=True))
         mounts.append(Tmpfs("/tmp", mode="0755", readonly=True))
-        spec = JailSpec(root=self.root, mounts=tuple(mounts), chdir=SANDBOX_STATE if state is not None else "/")
-        argv = build_argv(spec) + [str(python_executable()), "-I", "-S", "-B", WORKER, self.worker_config(**extra)]
+        spec = JailSpec(
+            root=self.root, mounts=tuple(mounts), chdir=SANDBOX_STATE if state is not None else "/"
+        )
+        argv = build_argv(spec) + [
+            str(python_executable()),
+            "-I",
+            "-S",
+            "-B",
+            WORKER,
+            self.worker_config(**extra),
+        ]
         # The worker's processes together: a cgroup where the host has one (cgroup.py), joined
         # by a shell that execs bwrap (no preexec_fn: Popen keeps its cheap vfork).
         group = open_cgroup(limits.memory_bytes, limits.max_processes)

@@ -123,7 +123,12 @@ def _detect() -> tuple[str, tuple[Path, ...], str]:
     v1: dict[str, Path] = {}
     for fstype, point, root, options in mounts:
         for controller in ("memory", "pids"):
-            if fstype == "cgroup" and controller in options and controller in own and controller not in v1:
+            if (
+                fstype == "cgroup"
+                and controller in options
+                and controller in own
+                and controller not in v1
+            ):
                 v1[controller] = _under(point, root, own[controller])
     if set(v1) == {"memory", "pids"}:
         parents = (v1["memory"], v1["pids"])
@@ -146,7 +151,11 @@ def support() -> tuple[str, tuple[Path, ...], str]:
 def describe() -> str:
     """Which bound a jail's total memory has here, in words for a user."""
     kind, _, why = support()
-    return f"jail memory bound: {why}" if kind else f"jail memory bound: rlimits only (per process): {why}"
+    return (
+        f"jail memory bound: {why}"
+        if kind
+        else f"jail memory bound: rlimits only (per process): {why}"
+    )
 
 
 @dataclass(frozen=True)
@@ -217,7 +226,11 @@ def _sweep(parents: tuple[Path, ...]) -> None:
             continue
         for entry in entries:
             owner = entry.name[len(PREFIX) :].split("-")[0] if entry.name.startswith(PREFIX) else ""
-            if owner.isdigit() and int(owner) != os.getpid() and not Path(f"/proc/{owner}").exists():
+            if (
+                owner.isdigit()
+                and int(owner) != os.getpid()
+                and not Path(f"/proc/{owner}").exists()
+            ):
                 try:
                     entry.rmdir()
                 except OSError:

@@ -101,14 +101,21 @@ class Connection:
         try:
             reply = json.loads(line)
         except ValueError:
-            raise WorkerDied(CallError.PROTOCOL, "the sandbox sent a malformed reply and was restarted") from None
+            raise WorkerDied(
+                CallError.PROTOCOL, "the sandbox sent a malformed reply and was restarted"
+            ) from None
         if not isinstance(reply, dict) or reply.get("id") != rid:
-            raise WorkerDied(CallError.PROTOCOL, "the sandbox sent an unexpected reply and was restarted")
+            raise WorkerDied(
+                CallError.PROTOCOL, "the sandbox sent an unexpected reply and was restarted"
+            )
         self._pending -= 1
         if not self._pending and self._buffer:
             # Bytes nobody asked for: something besides the worker loop wrote to the channel,
             # so later replies cannot be trusted either.
-            raise WorkerDied(CallError.PROTOCOL, "the sandbox wrote extra data to its reply channel and was restarted")
+            raise WorkerDied(
+                CallError.PROTOCOL,
+                "the sandbox wrote extra data to its reply channel and was restarted",
+            )
         return reply
 
     def _write(self, data: bytes, deadline: float, timeout: float) -> None:
@@ -132,7 +139,9 @@ class Connection:
                 return line
             scanned = len(buffer)
             if scanned > self.max_line:
-                raise WorkerDied(CallError.PROTOCOL, "the sandbox sent an oversized reply and was restarted")
+                raise WorkerDied(
+                    CallError.PROTOCOL, "the sandbox sent an oversized reply and was restarted"
+                )
             # Poll first: the reply is rarely there yet, and a failing read costs an exception.
             self._wait(self._readable, deadline, timeout)
             try:
@@ -151,7 +160,10 @@ class Connection:
         # A passed deadline means "wait no longer", not "ignore what already arrived": a
         # worker's greeting that waited while the model thought for minutes is still good.
         remaining = max(0.0, deadline - time.monotonic())
-        if not poller.poll(int(remaining * 1000) + (remaining > 0)) and time.monotonic() >= deadline:
+        if (
+            not poller.poll(int(remaining * 1000) + (remaining > 0))
+            and time.monotonic() >= deadline
+        ):
             raise WorkerDied(
                 CallError.TIMEOUT,
                 f"the call took longer than {timeout:g} s and was stopped; the sandbox was restarted",

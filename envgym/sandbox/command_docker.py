@@ -30,7 +30,16 @@ from typing import Any
 
 from envgym.sandbox.base import SandboxUnavailable
 from envgym.sandbox.bwrap import allocate_uid
-from envgym.sandbox.command_io import BOOT, RUN_DIR, Capture, hand_over, host_pip_config, jail_env, readonly_extras, write_identity
+from envgym.sandbox.command_io import (
+    BOOT,
+    RUN_DIR,
+    Capture,
+    hand_over,
+    host_pip_config,
+    jail_env,
+    readonly_extras,
+    write_identity,
+)
 from envgym.sandbox.command_jail import CommandLimits, CommandResult, Mount, finish
 from envgym.sandbox.docker_backend import IMAGE, LABEL, docker_client
 
@@ -75,7 +84,10 @@ def run_command_docker(
         os.chmod(scratch, 0o755)
         io = Path(scratch) / "io"
         io.mkdir(mode=0o755)  # owned by the host: the command cannot add files to it
-        outputs = (Capture(limits.output_bytes, io / "stdout"), Capture(limits.output_bytes, io / "stderr"))
+        outputs = (
+            Capture(limits.output_bytes, io / "stdout"),
+            Capture(limits.output_bytes, io / "stderr"),
+        )
         try:
             (io / "status").touch(mode=0o600)
             for name in ("stdout", "stderr", "status"):
@@ -83,10 +95,20 @@ def run_command_docker(
             if network and host_pip_config()[0]:
                 (io / "pip.conf").write_text(host_pip_config()[0])
                 (io / "pip.conf").chmod(0o644)
-            config = _config(image, args, mounts, workdir, env, network, limits, Path(scratch), uid, gid)
+            config = _config(
+                image, args, mounts, workdir, env, network, limits, Path(scratch), uid, gid
+            )
             code, problem, timed_out = _execute(client, config, outputs, started + limits.timeout_s)
             status = (io / "status").read_text(errors="replace")
-            return finish(args, code, status, outputs, started, limits.timeout_s if timed_out else None, problem)
+            return finish(
+                args,
+                code,
+                status,
+                outputs,
+                started,
+                limits.timeout_s if timed_out else None,
+                problem,
+            )
         finally:
             for capture in outputs:
                 capture.close()
@@ -163,7 +185,9 @@ def _config(
     return config
 
 
-def _execute(client: Any, config: dict[str, Any], outputs: tuple[Capture, Capture], deadline: float) -> tuple[int | None, str | None, bool]:
+def _execute(
+    client: Any, config: dict[str, Any], outputs: tuple[Capture, Capture], deadline: float
+) -> tuple[int | None, str | None, bool]:
     """Create, start and wait for the container; always remove it.  Returns (exit code, a
     problem in words, timed out)."""
     try:

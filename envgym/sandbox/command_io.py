@@ -32,6 +32,7 @@ _PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PRO
 
 # BOOT (``python -I -S -c BOOT SPEC ARGV...``) is the one launcher every jail shares: jail.py.
 
+
 def hand_over(path: Path, uid: int, gid: int) -> None:
     """Give a writable mount to the jail's uid (``chown_tree``: no links followed, hard-linked
     files skipped).  The host stays root, so it can still read and delete everything."""
@@ -45,7 +46,9 @@ def jail_env(env: Mapping[str, str] | None, network: bool) -> dict[str, str]:
     """The command's whole environment: nothing of the host's but, for installs, its pip settings."""
     full = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"}
     if network:
-        full.update({k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in _PROXY_VARS})
+        full.update(
+            {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in _PROXY_VARS}
+        )
         if host_pip_config()[0]:
             full["PIP_CONFIG_FILE"] = PIP_CONF
         else:
@@ -62,7 +65,12 @@ def host_pip_config() -> tuple[str, tuple[Path, ...]]:
     sections: dict[str, list[str]] = {}
     values = [v for k, v in os.environ.items() if k.startswith("PIP_") and k != "PIP_CONFIG_FILE"]
     try:
-        done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         lines = done.stdout.splitlines() if done.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired):
         lines = []
@@ -136,7 +144,9 @@ class Capture:
     def tail(self) -> tuple[str, bool]:
         size = os.fstat(self.fileno()).st_size
         start = max(0, size - self.keep)
-        return os.pread(self.fileno(), size - start, start).decode("utf-8", errors="replace"), start > 0
+        return os.pread(self.fileno(), size - start, start).decode(
+            "utf-8", errors="replace"
+        ), start > 0
 
     def close(self) -> None:
         self.file.close()

@@ -70,8 +70,14 @@ class Mount:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "host", Path(self.host))
-        if not self.target.startswith("/") or posixpath.normpath(self.target) != self.target or self.target == "/":
-            raise ValueError(f"Mount.target must be a normalized absolute path other than /, got {self.target!r}")
+        if (
+            not self.target.startswith("/")
+            or posixpath.normpath(self.target) != self.target
+            or self.target == "/"
+        ):
+            raise ValueError(
+                f"Mount.target must be a normalized absolute path other than /, got {self.target!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,14 @@ class CommandLimits:
     def __post_init__(self) -> None:
         if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
             raise ValueError(f"CommandLimits.timeout_s must be positive, got {self.timeout_s!r}")
-        for name in ("memory_bytes", "max_processes", "max_file_bytes", "tmp_bytes", "output_bytes", "total_memory_bytes"):
+        for name in (
+            "memory_bytes",
+            "max_processes",
+            "max_file_bytes",
+            "tmp_bytes",
+            "output_bytes",
+            "total_memory_bytes",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"CommandLimits.{name} must be a positive int, got {value!r}")
@@ -145,7 +158,15 @@ def run_command(
     if backend == "docker":
         from envgym.sandbox.command_docker import run_command_docker
 
-        return run_command_docker(args, mounts=mounts, workdir=workdir, env=env, network=network, limits=limits, image=image)
+        return run_command_docker(
+            args,
+            mounts=mounts,
+            workdir=workdir,
+            env=env,
+            network=network,
+            limits=limits,
+            image=image,
+        )
     if backend != "bwrap":
         raise ValueError(f"unknown command backend {backend!r}; valid: bwrap, docker")
     if image is not None:
@@ -173,7 +194,16 @@ def finish(
         error = error or f"the jail did not start: {stderr.strip()[-500:] or 'no diagnostics'}"
     elif len(status) > 1:
         code, error = None, status[1:]
-    return CommandResult(argv, code, stdout, stderr, timeout_s is not None, time.monotonic() - started, cut_out or cut_err, error)
+    return CommandResult(
+        argv,
+        code,
+        stdout,
+        stderr,
+        timeout_s is not None,
+        time.monotonic() - started,
+        cut_out or cut_err,
+        error,
+    )
 
 
 # -- bubblewrap -----------------------------------------------------------------------------
@@ -217,7 +247,14 @@ class _Jail:
             self.init_fd = None
 
 
-def _bwrap_argv(root: bool, network: bool, limits: CommandLimits, mounts: Sequence[Mount], scratch: Path, uid: int) -> list[str]:
+def _bwrap_argv(
+    root: bool,
+    network: bool,
+    limits: CommandLimits,
+    mounts: Sequence[Mount],
+    scratch: Path,
+    uid: int,
+) -> list[str]:
     # The private /tmp first: a mount whose target is under /tmp is bound on top of it.
     ops: list[JailMount] = [Tmpfs("/tmp", size=limits.tmp_bytes)]
     passwd, group = write_identity(scratch, uid, uid)
@@ -236,7 +273,12 @@ def _bwrap_argv(root: bool, network: bool, limits: CommandLimits, mounts: Sequen
 
 
 def _run_bwrap(
-    argv: tuple[str, ...], mounts: Sequence[Mount], workdir: str, env: Mapping[str, str] | None, network: bool, limits: CommandLimits
+    argv: tuple[str, ...],
+    mounts: Sequence[Mount],
+    workdir: str,
+    env: Mapping[str, str] | None,
+    network: bool,
+    limits: CommandLimits,
 ) -> CommandResult:
     root = os.geteuid() == 0
     probe(root)
@@ -252,9 +294,31 @@ def _run_bwrap(
         os.chmod(scratch, 0o755)
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
-            spec = {"uid": uid if uid is not None else -1, "gid": uid if uid is not None else -1, "cwd": workdir, "rlimits": rlimits, "status_fd": write_end}
-            full = _bwrap_argv(root, network, limits, mounts, Path(scratch), uid if uid is not None else os.getuid())
-            full += [str(python_executable()), "-I", "-S", "-B", "-c", BOOT, json.dumps(spec), *argv]
+            spec = {
+                "uid": uid if uid is not None else -1,
+                "gid": uid if uid is not None else -1,
+                "cwd": workdir,
+                "rlimits": rlimits,
+                "status_fd": write_end,
+            }
+            full = _bwrap_argv(
+                root,
+                network,
+                limits,
+                mounts,
+                Path(scratch),
+                uid if uid is not None else os.getuid(),
+            )
+            full += [
+                str(python_executable()),
+                "-I",
+                "-S",
+                "-B",
+                "-c",
+                BOOT,
+                json.dumps(spec),
+                *argv,
+            ]
             jail = _start(full, jail_env(env, network), outputs, write_end, uid, limits)
             try:
                 os.close(write_end)
@@ -276,14 +340,27 @@ def _run_bwrap(
     if oom and jail.proc.returncode != 0:
         problem = f"the jail reached its memory bound ({limits.total_memory_bytes} bytes in all): {oom} process(es) killed"
     try:
-        return finish(argv, jail.proc.returncode, status, outputs, started, limits.timeout_s if timed_out else None, problem)
+        return finish(
+            argv,
+            jail.proc.returncode,
+            status,
+            outputs,
+            started,
+            limits.timeout_s if timed_out else None,
+            problem,
+        )
     finally:
         for capture in outputs:
             capture.close()
 
 
 def _start(
-    argv: list[str], env: dict[str, str], outputs: tuple[Capture, Capture], status_fd: int, uid: int | None, limits: CommandLimits
+    argv: list[str],
+    env: dict[str, str],
+    outputs: tuple[Capture, Capture],
+    status_fd: int,
+    uid: int | None,
+    limits: CommandLimits,
 ) -> _Jail:
     from envgym.sandbox.base import SandboxUnavailable
 

@@ -56,7 +56,9 @@ def engine_url() -> str:
     for path in (DEFAULT_SOCKET, "/var/run/docker.sock"):
         if os.path.exists(path):
             return f"unix://{path}"
-    raise SandboxUnavailable(f"no Docker engine found (no DOCKER_HOST, no socket at {DEFAULT_SOCKET}); {_SETUP_HINT}")
+    raise SandboxUnavailable(
+        f"no Docker engine found (no DOCKER_HOST, no socket at {DEFAULT_SOCKET}); {_SETUP_HINT}"
+    )
 
 
 def docker_client() -> Any:
@@ -68,16 +70,22 @@ def docker_client() -> Any:
     try:
         import docker
     except ImportError:
-        raise SandboxUnavailable("the docker backend needs the docker SDK (pip install docker)") from None
+        raise SandboxUnavailable(
+            "the docker backend needs the docker SDK (pip install docker)"
+        ) from None
     try:
         client = docker.DockerClient(base_url=url, timeout=120)
         client.ping()
     except Exception as exc:
-        raise SandboxUnavailable(f"Docker engine at {url} does not answer ({exc}); {_SETUP_HINT}") from None
+        raise SandboxUnavailable(
+            f"Docker engine at {url} does not answer ({exc}); {_SETUP_HINT}"
+        ) from None
     try:
         client.images.get(IMAGE)
     except docker.errors.ImageNotFound:
-        raise SandboxUnavailable(f"Docker image {IMAGE} not found at {url}; build it with scripts/docker_setup.sh") from None
+        raise SandboxUnavailable(
+            f"Docker image {IMAGE} not found at {url}; build it with scripts/docker_setup.sh"
+        ) from None
     _clients[key] = client
     return client
 
@@ -155,7 +163,9 @@ class DockerWorker(WorkerHandle):
     def death(self) -> tuple[CallError, str]:
         try:
             code = int(self.container.wait(timeout=3)["StatusCode"])
-            oom = bool(self.client.api.inspect_container(self.container.id)["State"].get("OOMKilled"))
+            oom = bool(
+                self.client.api.inspect_container(self.container.id)["State"].get("OOMKilled")
+            )
         except Exception:
             return CallError.CRASH, "the sandbox closed its reply channel and was restarted"
         if oom:

@@ -49,7 +49,9 @@ class InProcessSandbox(Sandbox):
         super().__init__(bundle_dir, limits)
         self._prefix = f"envgym_bundle_{next(_instances)}_"
         self._runner = BundleRunner(
-            self.bundle_dir, module_prefix=self._prefix, max_stdout_bytes=self.limits.max_stdout_bytes
+            self.bundle_dir,
+            module_prefix=self._prefix,
+            max_stdout_bytes=self.limits.max_stdout_bytes,
         )
         self._load: Reply | None = None
 
@@ -76,7 +78,9 @@ class InProcessSandbox(Sandbox):
         calls = [(str(name), dict(args)) for name, args in reply.get("calls") or []]
         return SolveOutcome(outcome=outcome, calls=calls, submission=reply.get("submission"))
 
-    def verify(self, function: str, submission: dict[str, Any], task: dict[str, Any]) -> CallOutcome:
+    def verify(
+        self, function: str, submission: dict[str, Any], task: dict[str, Any]
+    ) -> CallOutcome:
         request = {"op": "verify", "function": function, "submission": submission, "task": task}
         return self._outcome(request)[0]
 
@@ -98,7 +102,9 @@ class InProcessSandbox(Sandbox):
         start = time.perf_counter()
         load = self._loaded()
         if not load.get("ok"):
-            return CallOutcome(ok=False, error=CallError.EXCEPTION, message=load.get("message", "")), {}
+            return CallOutcome(
+                ok=False, error=CallError.EXCEPTION, message=load.get("message", "")
+            ), {}
         reply = self._runner.handle(request)
         if reply.get("ok") and request["op"] == "call":
             # Hot path: serialize the value once (which is also the JSON check the worker
@@ -110,7 +116,9 @@ class InProcessSandbox(Sandbox):
         duration = time.perf_counter() - start
         if reply.get("ok"):
             value = reply.get("value")
-            return CallOutcome(ok=True, value=value, stdout=reply.get("stdout", ""), duration_s=duration), reply
+            return CallOutcome(
+                ok=True, value=value, stdout=reply.get("stdout", ""), duration_s=duration
+            ), reply
         outcome = CallOutcome(
             ok=False,
             error=CallError(reply["error"]),
@@ -135,6 +143,8 @@ class InProcessSandbox(Sandbox):
                     f"the result is {size} bytes of JSON, over the limit of {self.limits.max_reply_bytes} "
                     "bytes; ask for less (filter, paginate)"
                 )
-                return CallOutcome(ok=False, error=CallError.OUTPUT_TOO_LARGE, message=message, stdout=stdout)
+                return CallOutcome(
+                    ok=False, error=CallError.OUTPUT_TOO_LARGE, message=message, stdout=stdout
+                )
         duration = time.perf_counter() - start
         return CallOutcome(ok=True, value=value, stdout=stdout, duration_s=duration, rendered=text)

@@ -53,7 +53,14 @@ def python_executable() -> Path:
 def isolation(root: bool, network: bool = False) -> list[str]:
     """Namespaces and privileges (see the module docstring)."""
     args = ["--unshare-ipc", "--unshare-pid"] + ([] if network else ["--unshare-net"])
-    args += ["--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "envgym"]
+    args += [
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "envgym",
+    ]
     if root:
         return args + ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return args + ["--unshare-user", "--disable-userns"]
@@ -91,7 +98,9 @@ def parents(path: Path) -> list[str]:
 
 def _check_target(target: str) -> None:
     if not target.startswith("/") or posixpath.normpath(target) != target or target == "/":
-        raise ValueError(f"a jail mount target must be a normalized absolute path other than /, got {target!r}")
+        raise ValueError(
+            f"a jail mount target must be a normalized absolute path other than /, got {target!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,11 @@ class Bind:
         _check_target(self.target)
 
     def argv(self) -> list[str]:
-        return parents(Path(self.target)) + ["--bind" if self.writable else "--ro-bind", str(self.host), self.target]
+        return parents(Path(self.target)) + [
+            "--bind" if self.writable else "--ro-bind",
+            str(self.host),
+            self.target,
+        ]
 
 
 @dataclass(frozen=True)
@@ -122,8 +135,14 @@ class Tmpfs:
         _check_target(self.target)
 
     def argv(self) -> list[str]:
-        args = ["--perms", self.mode] + (["--size", str(self.size)] if self.size is not None else [])
-        return args + ["--tmpfs", self.target] + (["--remount-ro", self.target] if self.readonly else [])
+        args = ["--perms", self.mode] + (
+            ["--size", str(self.size)] if self.size is not None else []
+        )
+        return (
+            args
+            + ["--tmpfs", self.target]
+            + (["--remount-ro", self.target] if self.readonly else [])
+        )
 
 
 @dataclass(frozen=True)
@@ -149,7 +168,9 @@ class Only:
     def __post_init__(self) -> None:
         for name in self.names:
             if "/" in name or name in ("", ".", ".."):
-                raise ValueError(f"site_names must be plain names in {self.directory}, got {name!r}")
+                raise ValueError(
+                    f"site_names must be plain names in {self.directory}, got {name!r}"
+                )
 
     def argv(self) -> list[str]:
         site = Path(self.directory).resolve()
@@ -183,7 +204,11 @@ class JailSpec:
 
 def build_argv(spec: JailSpec) -> list[str]:
     """bwrap and its options, up to (not including) the program to run."""
-    argv = [BWRAP, *isolation(spec.root, spec.network), *system_mounts(spec.python or python_executable())]
+    argv = [
+        BWRAP,
+        *isolation(spec.root, spec.network),
+        *system_mounts(spec.python or python_executable()),
+    ]
     # /proc and /dev first: a later --dev would hide a bind below /dev (episode states live
     # in /dev/shm, and the MCP servers see theirs at the host's path).
     argv += ["--proc", "/proc", "--dev", "/dev"]
@@ -217,7 +242,9 @@ def count_processes(uid: int) -> int:
     return count
 
 
-def plan_identity(root: bool, rlimits: dict[str, int], max_processes: int, uid: int | None = None) -> Identity:
+def plan_identity(
+    root: bool, rlimits: dict[str, int], max_processes: int, uid: int | None = None
+) -> Identity:
     """A fresh uid (or ``uid``) as root, and ``RLIMIT_NPROC``: as root it counts that uid's
     processes only; as a user (in a user namespace) it counts all of the user's, so add what
     already runs."""

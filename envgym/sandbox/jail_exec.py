@@ -32,9 +32,17 @@ import tempfile
 import types
 from pathlib import Path
 
-DEFAULTS = {"memory": 4 * 1024**3, "total-memory": 2 * 1024**3, "pids": 256, "file-bytes": 1024**3, "tmp-bytes": 256 * 1024**2}
-USAGE = ("usage: jail_exec.py [--rw DIR]... [--ro PATH]... [--memory N] [--total-memory N] [--pids N] "
-         "[--file-bytes N] [--tmp-bytes N] -- PROGRAM [ARGS...]")
+DEFAULTS = {
+    "memory": 4 * 1024**3,
+    "total-memory": 2 * 1024**3,
+    "pids": 256,
+    "file-bytes": 1024**3,
+    "tmp-bytes": 256 * 1024**2,
+}
+USAGE = (
+    "usage: jail_exec.py [--rw DIR]... [--ro PATH]... [--memory N] [--total-memory N] [--pids N] "
+    "[--file-bytes N] [--tmp-bytes N] -- PROGRAM [ARGS...]"
+)
 
 
 def _bootstrap() -> None:
@@ -69,7 +77,9 @@ def parse(argv: list[str]) -> tuple[list[str], list[str], dict[str, int], list[s
         if name in ("--rw", "--ro"):
             path = os.path.realpath(value)
             if not os.path.isabs(value) or path == "/" or not os.path.exists(path):
-                raise UsageError(f"{name} {value!r}: an existing absolute path other than / is needed")
+                raise UsageError(
+                    f"{name} {value!r}: an existing absolute path other than / is needed"
+                )
             if name == "--rw" and not os.path.isdir(path):
                 raise UsageError(f"--rw {value!r} is not a directory")
             (rw if name == "--rw" else ro).append(path)
@@ -106,7 +116,9 @@ def main(argv: list[str]) -> int:
     root = os.geteuid() == 0
     owner = os.stat(rw[0]).st_uid if rw else 0
     rlimits = {"AS": limits["memory"], "FSIZE": limits["file-bytes"], "CORE": 0}
-    identity = plan_identity(root, rlimits, limits["pids"], uid=owner if root and is_jail_uid(owner) else None)
+    identity = plan_identity(
+        root, rlimits, limits["pids"], uid=owner if root and is_jail_uid(owner) else None
+    )
     uid = identity.uid
     if uid is not None and uid != owner:
         from envgym.state import chown_tree  # only here: its imports cost ~25 ms per server start
@@ -117,17 +129,40 @@ def main(argv: list[str]) -> int:
     inside = any(cwd == p or cwd.startswith(p.rstrip("/") + "/") for p in rw + ro)
     with tempfile.TemporaryDirectory(prefix="envgym-jail-") as scratch:
         os.chmod(scratch, 0o755)
-        passwd, group_file = write_identity(Path(scratch), uid if uid is not None else os.getuid(), uid if uid is not None else os.getgid())
-        mounts = [Tmpfs("/tmp", size=limits["tmp-bytes"]), Dir("/etc"), Bind(str(passwd), "/etc/passwd"),
-                  Bind(str(group_file), "/etc/group")]
+        passwd, group_file = write_identity(
+            Path(scratch),
+            uid if uid is not None else os.getuid(),
+            uid if uid is not None else os.getgid(),
+        )
+        mounts = [
+            Tmpfs("/tmp", size=limits["tmp-bytes"]),
+            Dir("/etc"),
+            Bind(str(passwd), "/etc/passwd"),
+            Bind(str(group_file), "/etc/group"),
+        ]
         mounts += [Bind(path, path) for path in sorted(ro, key=lambda p: len(Path(p).parts))]
-        mounts += [Bind(path, path, writable=True) for path in sorted(rw, key=lambda p: len(Path(p).parts))]
+        mounts += [
+            Bind(path, path, writable=True) for path in sorted(rw, key=lambda p: len(Path(p).parts))
+        ]
         # bwrap's own --chdir runs as root without capabilities: a 0700 directory of the jail's
         # uid would refuse it.  BOOT changes directory after dropping to that uid.
         spec = JailSpec(root=root, mounts=tuple(mounts), chdir="/")
-        boot = {"uid": uid if uid is not None else -1, "gid": uid if uid is not None else -1,
-                "cwd": cwd if inside else "/", "rlimits": identity.rlimits}
-        full = build_argv(spec) + [str(python_executable()), "-I", "-S", "-B", "-c", BOOT, json.dumps(boot), *program]
+        boot = {
+            "uid": uid if uid is not None else -1,
+            "gid": uid if uid is not None else -1,
+            "cwd": cwd if inside else "/",
+            "rlimits": identity.rlimits,
+        }
+        full = build_argv(spec) + [
+            str(python_executable()),
+            "-I",
+            "-S",
+            "-B",
+            "-c",
+            BOOT,
+            json.dumps(boot),
+            *program,
+        ]
         env = {**os.environ, "HOME": "/tmp"}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         group = open_cgroup(limits["total-memory"], limits["pids"])
@@ -141,7 +176,9 @@ def main(argv: list[str]) -> int:
             stopped.append(signum)
             for proc in started:
                 try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap's init has PDEATHSIG: the jail goes too
+                    os.killpg(
+                        proc.pid, signal.SIGKILL
+                    )  # bwrap's init has PDEATHSIG: the jail goes too
                 except ProcessLookupError:
                     pass
 

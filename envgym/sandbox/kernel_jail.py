@@ -81,8 +81,15 @@ class JailLimits:
     total_memory_bytes: int = 4 * 1024**3
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "cpu_seconds", "max_processes", "max_file_bytes", "tmp_bytes", "workspace_bytes",
-                     "total_memory_bytes"):
+        for name in (
+            "memory_bytes",
+            "cpu_seconds",
+            "max_processes",
+            "max_file_bytes",
+            "tmp_bytes",
+            "workspace_bytes",
+            "total_memory_bytes",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"JailLimits.{name} must be a positive int, got {value!r}")
@@ -147,7 +154,11 @@ class JailedProcess:
         """How many processes the jail's own /proc shows (its pid namespace), or None."""
         init = children(self.proc.pid)
         try:
-            return sum(name.isdigit() for name in os.listdir(f"/proc/{init[0]}/root/proc")) if init else None
+            return (
+                sum(name.isdigit() for name in os.listdir(f"/proc/{init[0]}/root/proc"))
+                if init
+                else None
+            )
         except OSError:
             return None
 
@@ -303,7 +314,12 @@ def launch(
     must not be importable by the code being judged)."""
     root = os.geteuid() == 0
     probe(root)
-    rlimits = {"AS": limits.memory_bytes, "CPU": limits.cpu_seconds, "FSIZE": limits.max_file_bytes, "CORE": 0}
+    rlimits = {
+        "AS": limits.memory_bytes,
+        "CPU": limits.cpu_seconds,
+        "FSIZE": limits.max_file_bytes,
+        "CORE": 0,
+    }
     identity = plan_identity(root, rlimits, limits.max_processes)
     uid = identity.uid
     for path in (dirs.workspace, dirs.ipc):
@@ -317,7 +333,10 @@ def launch(
         mounts.append(Bind(str(venv), str(venv)))
     if site_dir is not None:
         mounts.append(Only(str(site_dir), tuple(site_names)))
-    mounts += [Bind(str(dirs.ipc), JAIL_IPC, writable=True), Bind(str(dirs.workspace), JAIL_WORKSPACE, writable=True)]
+    mounts += [
+        Bind(str(dirs.ipc), JAIL_IPC, writable=True),
+        Bind(str(dirs.workspace), JAIL_WORKSPACE, writable=True),
+    ]
     argv = build_argv(JailSpec(root=root, mounts=tuple(mounts), chdir=JAIL_WORKSPACE))
     ids = (str(uid), str(uid)) if uid is not None else ("-1", "-1")
     argv += [str(venv_python()), "-I", "-B", "-c", BOOT, *ids, module, *args]
@@ -326,7 +345,9 @@ def launch(
     # The jail's total memory and process count (rlimits bound each process only); joined in
     # the child before exec, so nothing the jail runs starts outside it.
     group = open_cgroup(limits.total_memory_bytes, limits.max_processes)
-    resolved = {getattr(resource, "RLIMIT_" + name): value for name, value in identity.rlimits.items()}
+    resolved = {
+        getattr(resource, "RLIMIT_" + name): value for name, value in identity.rlimits.items()
+    }
 
     def set_limits() -> None:  # in the child, between fork and exec
         if group is not None:

@@ -127,7 +127,9 @@ class ProcessSandbox(Sandbox):
         try:
             self._connection()
         except WorkerDied as exc:
-            raise BundleError("tools.py", f"the sandbox could not load the bundle: {exc.message}") from None
+            raise BundleError(
+                "tools.py", f"the sandbox could not load the bundle: {exc.message}"
+            ) from None
         assert self._load is not None
         if not self._load.get("ok"):
             raise BundleError(self._load.get("file") or "tools.py", self._load.get("message", ""))
@@ -157,7 +159,9 @@ class ProcessSandbox(Sandbox):
         calls = [(str(name), dict(args)) for name, args in reply.get("calls") or []]
         return SolveOutcome(outcome=outcome, calls=calls, submission=reply.get("submission"))
 
-    def verify(self, function: str, submission: dict[str, Any], task: dict[str, Any]) -> CallOutcome:
+    def verify(
+        self, function: str, submission: dict[str, Any], task: dict[str, Any]
+    ) -> CallOutcome:
         request = {"op": "verify", "function": function, "submission": submission, "task": task}
         return self._outcome(request, self.limits.call_timeout_s)[0]
 
@@ -169,7 +173,9 @@ class ProcessSandbox(Sandbox):
         self._cleanup()
 
     # -- machinery -------------------------------------------------------------------------
-    def _outcome(self, request: dict[str, Any], timeout: float) -> tuple[CallOutcome, dict[str, Any]]:
+    def _outcome(
+        self, request: dict[str, Any], timeout: float
+    ) -> tuple[CallOutcome, dict[str, Any]]:
         start = time.perf_counter()
         try:
             conn = self._connection()
@@ -184,7 +190,12 @@ class ProcessSandbox(Sandbox):
             reply = {"ok": False, "error": exc.kind.value, "message": exc.message}
         duration = time.perf_counter() - start
         if reply.get("ok"):
-            outcome = CallOutcome(ok=True, value=reply.get("value"), stdout=reply.get("stdout", ""), duration_s=duration)
+            outcome = CallOutcome(
+                ok=True,
+                value=reply.get("value"),
+                stdout=reply.get("stdout", ""),
+                duration_s=duration,
+            )
             return outcome, reply
         try:
             kind = CallError(reply.get("error"))
@@ -199,7 +210,9 @@ class ProcessSandbox(Sandbox):
         )
         return outcome, reply
 
-    def _exchange(self, request: dict[str, Any], timeout: float, conn: Connection | None = None) -> dict[str, Any]:
+    def _exchange(
+        self, request: dict[str, Any], timeout: float, conn: Connection | None = None
+    ) -> dict[str, Any]:
         conn = conn or self._connection()
         try:
             return conn.request(request, timeout)
@@ -237,7 +250,9 @@ class ProcessSandbox(Sandbox):
             raise RuntimeError("sandbox is closed")
 
     def _connect(self, handle: WorkerHandle) -> Connection:
-        return Connection(handle, self.limits.max_reply_bytes + self.limits.max_stdout_bytes + _REPLY_SLACK)
+        return Connection(
+            handle, self.limits.max_reply_bytes + self.limits.max_stdout_bytes + _REPLY_SLACK
+        )
 
     def _queue_boot(self, conn: Connection, with_state: bool) -> _Boot:
         started = time.monotonic()
@@ -284,14 +299,18 @@ class ProcessSandbox(Sandbox):
             if boot.reset_id is not None:
                 reset = conn.read_reply(boot.reset_id, time.monotonic() + timeout, timeout)
                 if not reset.get("ok"):
-                    message = f"the sandbox could not open the episode state: {reset.get('message')}"
+                    message = (
+                        f"the sandbox could not open the episode state: {reset.get('message')}"
+                    )
                     raise WorkerDied(CallError.CRASH, message)
             return load
         except WorkerDied as exc:
             if not greeted:
                 details = conn.handle.diagnostics() or exc.message
                 conn.handle.kill()
-                raise SandboxUnavailable(f"{self.backend} sandbox worker did not start: {details}") from None
+                raise SandboxUnavailable(
+                    f"{self.backend} sandbox worker did not start: {details}"
+                ) from None
             raise
 
     def _discard(self) -> None:
@@ -322,7 +341,13 @@ class ProcessSandbox(Sandbox):
         # The last episode's worker gets no request any more and is killed on the reaper
         # thread: it has its own state directory (a spare's, or the env's own one, which the
         # next refill replaces by a fresh tmpfs), so nothing it still does reaches the new one.
-        old, self._conn, self._bound, self._boot, self._tainted = self._conn, None, None, None, False
+        old, self._conn, self._bound, self._boot, self._tainted = (
+            self._conn,
+            None,
+            None,
+            None,
+            False,
+        )
         self._live.clear()
         if old is not None:
             self._dying[:] = [f for f in self._dying if not f.done()]

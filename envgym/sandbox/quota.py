@@ -47,14 +47,23 @@ def _c() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        lib.mount.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_ulong,
+            ctypes.c_char_p,
+        ]
         lib.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
         _libc = lib
     return _libc
 
 
 def _mount_tmpfs(path: Path, options: str) -> None:
-    if _c().mount(b"tmpfs", os.fsencode(path), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode()) != 0:
+    if (
+        _c().mount(b"tmpfs", os.fsencode(path), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode())
+        != 0
+    ):
         err = ctypes.get_errno()
         raise OSError(err, f"cannot mount a tmpfs on {path} ({options}): {os.strerror(err)}")
 
@@ -179,7 +188,9 @@ class BoundedDir:
         gid: int | None = None,
     ) -> None:
         if not isinstance(size_bytes, int) or isinstance(size_bytes, bool) or size_bytes < 4096:
-            raise ValueError(f"size_bytes must be an int of at least 4096 bytes, got {size_bytes!r}")
+            raise ValueError(
+                f"size_bytes must be an int of at least 4096 bytes, got {size_bytes!r}"
+            )
         if not 0 <= mode <= 0o7777:
             raise ValueError(f"mode must be a permission mode like 0o700, got {mode!r}")
         for name, value in (("uid", uid), ("gid", gid)):
@@ -225,7 +236,11 @@ class BoundedDir:
             return
         os.chmod(self.path, self.mode)
         if self.uid is not None or self.gid is not None:
-            os.chown(self.path, -1 if self.uid is None else self.uid, -1 if self.gid is None else self.gid)
+            os.chown(
+                self.path,
+                -1 if self.uid is None else self.uid,
+                -1 if self.gid is None else self.gid,
+            )
 
     def wipe(self) -> None:
         """Empty it without walking it: a fresh tmpfs replaces the old one (same path).
@@ -270,7 +285,12 @@ class BoundedDir:
     def __enter__(self) -> BoundedDir:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def __repr__(self) -> str:

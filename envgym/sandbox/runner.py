@@ -126,7 +126,9 @@ def encode_reply(reply: Reply, max_bytes: int) -> bytes:
         data = _encode(reply).encode()
     except (TypeError, ValueError, RecursionError) as exc:
         what = "the return value" if reply.get("ok") else "the reply"
-        slim = error("exception", f"{what} is not JSON-compatible: {exc}", stdout=reply.get("stdout", ""))
+        slim = error(
+            "exception", f"{what} is not JSON-compatible: {exc}", stdout=reply.get("stdout", "")
+        )
         slim["id"] = reply.get("id")
         data = json.dumps(slim, separators=(",", ":")).encode()
     if len(data) > max_bytes:
@@ -211,7 +213,9 @@ class BundleRunner:
                 self.tools.clear()
                 line = fn.__code__.co_firstlineno
                 return error("exception", f"tools.py line {line}: {exc}", file="tools.py")
-            specs.append({"name": spec.name, "description": spec.description, "parameters": spec.parameters})
+            specs.append(
+                {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+            )
             self.tools[fn.__name__] = fn
             self.coercers[fn.__name__] = argument_coercer(fn)
         return {"ok": True, "value": {"tools": specs}}
@@ -259,7 +263,9 @@ class BundleRunner:
         def run() -> dict[str, Any]:
             report = fn(request.get("submission") or {}, request.get("task") or {})
             if not isinstance(report, dict):
-                raise TypeError(f"the verifier returned {type(report).__name__}, expected a report dict")
+                raise TypeError(
+                    f"the verifier returned {type(report).__name__}, expected a report dict"
+                )
             return report
 
         return self._run(run, {})
@@ -273,7 +279,9 @@ class BundleRunner:
         try:
             code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
         except SyntaxError as exc:
-            return error("exception", f"{name} line {exc.lineno}: SyntaxError: {exc.msg}", file=name)
+            return error(
+                "exception", f"{name} line {exc.lineno}: SyntaxError: {exc.msg}", file=name
+            )
         sys.modules[module.__name__] = module  # dataclasses and typing look modules up here
         try:
             with self._activated(), self._captured():
@@ -357,7 +365,9 @@ class BundleRunner:
                     lines.append(f"    {source}")
         lines.extend(line.rstrip("\n") for line in traceback.format_exception_only(type(exc), exc))
         text = "\n".join(lines)
-        return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 20] + "\n[... truncated]"
+        return (
+            text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 20] + "\n[... truncated]"
+        )
 
 
 def _last_line(exc: BaseException, filename: str) -> int | None:
@@ -375,7 +385,9 @@ class _Recorder:
         self.submission: dict[str, Any] | None = None
 
     def namespace(self) -> types.SimpleNamespace:
-        return types.SimpleNamespace(**{name: self._wrap(name, fn) for name, fn in self.runner.tools.items()})
+        return types.SimpleNamespace(
+            **{name: self._wrap(name, fn) for name, fn in self.runner.tools.items()}
+        )
 
     def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(fn)

@@ -125,7 +125,9 @@ def main(argv: list[str]) -> int:
     max_reply = int(config["max_reply_bytes"])
     max_stdout = int(config["max_stdout_bytes"])
     reap = bool(config.get("reap_strays"))
-    runner = BundleRunner(Path(config["bundle_dir"]), module_prefix="bundle_", max_stdout_bytes=max_stdout)
+    runner = BundleRunner(
+        Path(config["bundle_dir"]), module_prefix="bundle_", max_stdout_bytes=max_stdout
+    )
     me = os.getpid()
     hello = {"id": 0, "ok": True, "value": {"pid": me, "uid": os.getuid()}}
     _send(rep, encode_reply(hello, max_reply))

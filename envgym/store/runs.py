@@ -74,9 +74,17 @@ class TrainingRunStore:
         first ``started_at``.  Bad arguments raise TypeError / ValueError, nothing written.
         """
         values = training_run_values(
-            run_key, model=model, envs=envs, config=config, status=status, step=step,
-            policy_version=policy_version, metrics_dir=metrics_dir,
-            checkpoint_dir=checkpoint_dir, last_metrics=last_metrics, started_at=started_at,
+            run_key,
+            model=model,
+            envs=envs,
+            config=config,
+            status=status,
+            step=step,
+            policy_version=policy_version,
+            metrics_dir=metrics_dir,
+            checkpoint_dir=checkpoint_dir,
+            last_metrics=last_metrics,
+            started_at=started_at,
             updated_at=updated_at,
         )
         try:
@@ -213,7 +221,9 @@ def _metrics(value: Any) -> dict[str, float | None]:
         if not isinstance(key, str):
             raise TypeError(f"last_metrics keys must be strings, got {key!r}")
         if v is not None and (isinstance(v, bool) or not isinstance(v, Real)):
-            raise TypeError(f"last_metrics[{key!r}] must be a number, got {type(v).__name__}: {v!r}")
+            raise TypeError(
+                f"last_metrics[{key!r}] must be a number, got {type(v).__name__}: {v!r}"
+            )
         out[key] = None if v is None or not math.isfinite(v) else float(v)
     return out
 

@@ -1,8 +1,8 @@
 """Build code-interpreter bundles (docs/BUNDLE.md) and the cached default bundles.
 
-    from envs.code_interpreter.build import build_bundle, default_bundle_dir
-    build_bundle(Path("out/ci"), families=("math", "data"), seed=3)
-    default_bundle_dir("all")   # ~/.cache/envgym/bundles/code-interpreter-all-<hash>, built once
+from envs.code_interpreter.build import build_bundle, default_bundle_dir
+build_bundle(Path("out/ci"), families=("math", "data"), seed=3)
+default_bundle_dir("all")   # ~/.cache/envgym/bundles/code-interpreter-all-<hash>, built once
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def build_bundle(
     """
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown or not families:
-        raise ValueError(f"families must be a non-empty subset of {FAMILIES}, got {tuple(families)}")
+        raise ValueError(
+            f"families must be a non-empty subset of {FAMILIES}, got {tuple(families)}"
+        )
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; build_bundle writes into a fresh directory")
@@ -59,9 +61,13 @@ def build_bundle(
     tasks: list[dict[str, Any]] = []
     for family in families:
         if family == "data":
-            tasks += data_tasks.generate(out / "state", seed=seed, per_template=per_generator, difficulties=difficulties)
+            tasks += data_tasks.generate(
+                out / "state", seed=seed, per_template=per_generator, difficulties=difficulties
+            )
         else:
-            made = reasoning.generate(family, seed=seed, per_generator=per_generator, difficulties=difficulties)
+            made = reasoning.generate(
+                family, seed=seed, per_generator=per_generator, difficulties=difficulties
+            )
             tasks += [g.task for g in made]
     if not tasks:
         raise ValueError("no tasks: the chosen difficulties select nothing")
@@ -89,9 +95,13 @@ def default_bundle_dir(family: str = "all", seed: int | None = None) -> Path:
     concurrent callers wait for one build and never see half a bundle.
     """
     families = FAMILIES if family == "all" else (family,)
-    key = hashlib.sha256(f"{GENERATOR_VERSION}\0{family}\0{seed}\0{_source_digest()}".encode()).hexdigest()[:12]
-    return built_once(cache_root() / "bundles" / f"code-interpreter-{family}-{key}",
-                      lambda out: build_bundle(out, families=families, seed=seed))
+    key = hashlib.sha256(
+        f"{GENERATOR_VERSION}\0{family}\0{seed}\0{_source_digest()}".encode()
+    ).hexdigest()[:12]
+    return built_once(
+        cache_root() / "bundles" / f"code-interpreter-{family}-{key}",
+        lambda out: build_bundle(out, families=families, seed=seed),
+    )
 
 
 def _source_digest() -> str:

@@ -22,7 +22,9 @@ P = dict[str, Any]
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
            "October", "November", "December")  # fmt: skip
 _SALES = "import csv\nrows = list(csv.DictReader(open('sales.csv')))\n"
-_WEATHER = "import csv\nrows = [r for r in csv.DictReader(open('weather.csv')) if r['city'] == {city!r}]\n"
+_WEATHER = (
+    "import csv\nrows = [r for r in csv.DictReader(open('weather.csv')) if r['city'] == {city!r}]\n"
+)
 _STAFF = "import sqlite3\ndb = sqlite3.connect('staff.sqlite')\n"
 
 
@@ -113,7 +115,13 @@ def _month(rng: random.Random, choices: Sequence[int] = tuple(range(1, 13))) -> 
     return {"month": month, "month_name": _MONTHS[month - 1]}
 
 
-def generate(state: Path, *, seed: int | None = None, per_template: int = 2, difficulties: Sequence[int] = (1, 2, 3, 4, 5)) -> list[dict[str, Any]]:
+def generate(
+    state: Path,
+    *,
+    seed: int | None = None,
+    per_template: int = 2,
+    difficulties: Sequence[int] = (1, 2, 3, 4, 5),
+) -> list[dict[str, Any]]:
     """Write the datasets into ``state`` and return the tasks (tasks.jsonl lines).  ``seed``
     None draws a secret one (the agent sees the data files, never how they were drawn)."""
     if seed is None:
@@ -153,6 +161,8 @@ def generate(state: Path, *, seed: int | None = None, per_template: int = 2, dif
             }
             report = verifier.verify_answer({"answer": answer}, task)
             if not all(c["passed"] for c in report["checks"]):
-                raise RuntimeError(f"reference answer of {task['id']} ({answer[:200]!r}) fails the verifier: {report}")
+                raise RuntimeError(
+                    f"reference answer of {task['id']} ({answer[:200]!r}) fails the verifier: {report}"
+                )
             tasks.append(task)
     return tasks

@@ -11,20 +11,49 @@ import random
 from datetime import date, timedelta
 from pathlib import Path
 
-from sqlalchemy import Column, Date, Float, ForeignKey, Integer, MetaData, String, Table, create_engine, insert
+from sqlalchemy import (
+    Column,
+    Date,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    insert,
+)
 
 REGIONS = ("North", "South", "East", "West")
 PRODUCTS = {"Widget": 12.5, "Gadget": 29.0, "Doohickey": 7.25, "Gizmo": 54.0, "Sprocket": 3.8}
 CITIES = ("Oslo", "Lima", "Perth", "Tunis")
 DEPARTMENTS = ("Engineering", "Sales", "Support", "Finance", "Research")
-FIRST = ("Ada", "Bo", "Cy", "Dee", "Eli", "Fay", "Gus", "Hal", "Ivy", "Jo", "Kai", "Lu", "Max", "Nia", "Oz")
+FIRST = (
+    "Ada",
+    "Bo",
+    "Cy",
+    "Dee",
+    "Eli",
+    "Fay",
+    "Gus",
+    "Hal",
+    "Ivy",
+    "Jo",
+    "Kai",
+    "Lu",
+    "Max",
+    "Nia",
+    "Oz",
+)
 LAST = ("Park", "Reyes", "Smith", "Tanaka", "Okafor", "Novak", "Ito", "Silva", "Berg", "Khan")
 
 
 def write_sales(path: Path, rng: random.Random, rows: int = 240) -> None:
     with open(path, "w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
-        out.writerow(["order_id", "date", "region", "product", "units", "unit_price", "customer_type"])
+        out.writerow(
+            ["order_id", "date", "region", "product", "units", "unit_price", "customer_type"]
+        )
         for i in range(rows):
             day = date(2024, 1, 1) + timedelta(days=rng.randrange(366))
             product = rng.choice(list(PRODUCTS))
@@ -42,7 +71,14 @@ def write_weather(path: Path, rng: random.Random) -> None:
             for d in range(120):
                 day = date(2023, 3, 1) + timedelta(days=d)
                 rain = round(rng.expovariate(0.4), 1) if rng.random() < 0.35 else 0.0
-                out.writerow([day.isoformat(), city, f"{base + rng.gauss(0, 4) - 0.3 * rain:.1f}", f"{rain:.1f}"])
+                out.writerow(
+                    [
+                        day.isoformat(),
+                        city,
+                        f"{base + rng.gauss(0, 4) - 0.3 * rain:.1f}",
+                        f"{rain:.1f}",
+                    ]
+                )
 
 
 def write_staff(path: Path, rng: random.Random, employees: int = 60) -> None:

@@ -74,16 +74,26 @@ class CodeInterpreterEnv(BundleEnv):
                 loaded = load_bundle(bundle)
         if max_executions == -1:
             max_executions = THINKING_MAX_EXECUTIONS if prompt == "thinking" else None
-        system = system_prompt(prompt, timeout_s=timeout_s, max_executions=max_executions, answer=answer)
+        system = system_prompt(
+            prompt, timeout_s=timeout_s, max_executions=max_executions, answer=answer
+        )
         tasks = tuple(
-            dataclasses.replace(t, system_prompt=system, submit_tool=None if answer == "final" else t.submit_tool)
+            dataclasses.replace(
+                t, system_prompt=system, submit_tool=None if answer == "final" else t.submit_tool
+            )
             for t in loaded.tasks
             if difficulties is None or t.difficulty in difficulties
         )
         if not tasks:
-            raise ValueError(f"no task of difficulty {sorted(difficulties or ())} in {loaded.manifest.name}")
+            raise ValueError(
+                f"no task of difficulty {sorted(difficulties or ())} in {loaded.manifest.name}"
+            )
         loaded = dataclasses.replace(loaded, tasks=tasks)
-        inner = sandbox if isinstance(sandbox, Sandbox) else open_sandbox(loaded.root, backend=sandbox, limits=limits)
+        inner = (
+            sandbox
+            if isinstance(sandbox, Sandbox)
+            else open_sandbox(loaded.root, backend=sandbox, limits=limits)
+        )
         self.notebook = NotebookSandbox(
             inner,
             pool or shared_pool(),

@@ -21,7 +21,11 @@ from envgym.state import PristineState
 from tools.python_kernel import ExecutionResult, KernelConfig, SyncKernelPool, SyncKernelSession
 
 TOOL = "python"
-_ERRORS = {"timeout": CallError.TIMEOUT, "died": CallError.CRASH, "output_limit": CallError.OUTPUT_TOO_LARGE}
+_ERRORS = {
+    "timeout": CallError.TIMEOUT,
+    "died": CallError.CRASH,
+    "output_limit": CallError.OUTPUT_TOO_LARGE,
+}
 _shared: dict[str, SyncKernelPool] = {}
 _shared_lock = threading.Lock()
 
@@ -32,7 +36,9 @@ def shared_pool() -> SyncKernelPool:
     with _shared_lock:
         pool = _shared.get("default")
         if pool is None or pool._closed:
-            pool = SyncKernelPool(KernelConfig(preload=("numpy", "pandas")), warm=2, max_kernels=16, wait=False)
+            pool = SyncKernelPool(
+                KernelConfig(preload=("numpy", "pandas")), warm=2, max_kernels=16, wait=False
+            )
             _shared["default"] = pool
         return pool
 
@@ -76,7 +82,9 @@ class NotebookSandbox(Sandbox):
     def describe_tools(self) -> list[ToolSpec]:
         specs = [s for s in self.inner.describe_tools() if s.name not in self.hidden]
         if TOOL not in {s.name for s in specs}:
-            raise ValueError(f"the bundle {self.bundle_dir.name} has no `{TOOL}` tool to route to a kernel")
+            raise ValueError(
+                f"the bundle {self.bundle_dir.name} has no `{TOOL}` tool to route to a kernel"
+            )
         return specs
 
     def reset(self, state_dir: Path) -> None:
@@ -116,8 +124,15 @@ class NotebookSandbox(Sandbox):
         result = self.session.execute(str(arguments.get("code", "")), timeout_s=self.timeout_s)
         self._count(result)
         if result.status in _ERRORS:
-            return CallOutcome(ok=False, error=_ERRORS[result.status], message=result.text, duration_s=result.duration_s)
-        return CallOutcome(ok=True, value=result.text, rendered=result.text, duration_s=result.duration_s)
+            return CallOutcome(
+                ok=False,
+                error=_ERRORS[result.status],
+                message=result.text,
+                duration_s=result.duration_s,
+            )
+        return CallOutcome(
+            ok=True, value=result.text, rendered=result.text, duration_s=result.duration_s
+        )
 
     def _count(self, result: ExecutionResult) -> None:
         self.stats.executions += 1
@@ -128,7 +143,9 @@ class NotebookSandbox(Sandbox):
     def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:
         return self.inner.solve(function, task, submit_tool)
 
-    def verify(self, function: str, submission: dict[str, Any], task: dict[str, Any]) -> CallOutcome:
+    def verify(
+        self, function: str, submission: dict[str, Any], task: dict[str, Any]
+    ) -> CallOutcome:
         return self.inner.verify(function, submission, task)
 
     def close(self) -> None:

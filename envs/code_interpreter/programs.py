@@ -16,7 +16,7 @@ Meta = dict[str, Any]
 def _basic_arithmetic(m: Meta) -> str:
     return f"""from fractions import Fraction
 import re
-expr = {m['expression']!r}
+expr = {m["expression"]!r}
 value = eval(re.sub(r"(\\d+)", r"Fraction(\\1)", expr))
 print(value.numerator if value.denominator == 1 else value)"""
 
@@ -26,7 +26,7 @@ def _products(m: Meta) -> str:
 
 
 def _count_primes(m: Meta) -> str:
-    return f"""lo, hi = {m['start']}, {m['end']}
+    return f"""lo, hi = {m["start"]}, {m["end"]}
 sieve = bytearray([1]) * (hi + 1)
 sieve[0:2] = b"\\x00\\x00"[: min(2, hi + 1)]
 for p in range(2, int(hi ** 0.5) + 1):
@@ -45,12 +45,12 @@ def _lcm(m: Meta) -> str:
 
 def _fraction(m: Meta) -> str:
     return f"""from fractions import Fraction
-f = Fraction({m['numerator']}, {m['denominator']})
+f = Fraction({m["numerator"]}, {m["denominator"]})
 print(f"{{f.numerator}}/{{f.denominator}}")"""
 
 
 def _prime_factorization(m: Meta) -> str:
-    return f"""n, factors, p = {m['number']}, [], 2
+    return f"""n, factors, p = {m["number"]}, [], 2
 while p * p <= n:
     while n % p == 0:
         factors.append(p)
@@ -65,7 +65,7 @@ def _polynomial(m: Meta) -> str:
     # Expand with dict polynomials {exponent tuple: coefficient}: no sympy in the sandbox.
     return f"""import ast
 from fractions import Fraction
-expr, names = {m['polynomial_expr']!r}, {sorted(m['variables'])!r}
+expr, names = {m["polynomial_expr"]!r}, {sorted(m["variables"])!r}
 def const(c):
     return {{(0,) * len(names): Fraction(c)}}
 def add(a, b, sign=1):
@@ -104,8 +104,8 @@ print(" + ".join(term(k, c) for k, c in sorted(poly.items(), reverse=True)).repl
 
 def _simple_equations(m: Meta) -> str:
     return f"""from fractions import Fraction
-lhs, rhs = {m['equation']!r}.split("=")
-var = {m['variable']!r}
+lhs, rhs = {m["equation"]!r}.split("=")
+var = {m["variable"]!r}
 f = lambda v: eval(f"({{lhs}}) - ({{rhs}})", {{var: v}})
 f0, f1 = f(Fraction(0)), f(Fraction(1))
 root = -f0 / (f1 - f0)
@@ -117,12 +117,12 @@ def _bitwise(m: Meta) -> str:
 
 
 def _power(m: Meta) -> str:
-    return f"print(f\"{{({m['base']!r}) ** {m['exponent']!r}:.6g}}\")"
+    return f'print(f"{{({m["base"]!r}) ** {m["exponent"]!r}:.6g}}")'
 
 
 def _game_of_life(m: Meta) -> str:
     return f"""import json
-grid, steps = {m['board']!r}, {m['simulation_steps']}
+grid, steps = {m["board"]!r}, {m["simulation_steps"]}
 rows, cols = len(grid), len(grid[0])
 for _ in range(steps):
     grid = [[int(sum(grid[(r + dr) % rows][(c + dc) % cols] for dr in (-1, 0, 1) for dc in (-1, 0, 1)
@@ -131,7 +131,7 @@ print(json.dumps(grid, separators=(",", ":")))"""
 
 
 def _bf(m: Meta) -> str:
-    return f"""code, tape, ptr, pc, out, jump, stack = {m['bf_program']!r}, [0] * 30000, 0, 0, [], {{}}, []
+    return f"""code, tape, ptr, pc, out, jump, stack = {m["bf_program"]!r}, [0] * 30000, 0, 0, [], {{}}, []
 for i, ch in enumerate(code):
     if ch == "[":
         stack.append(i)
@@ -152,7 +152,7 @@ print("".join(out))"""
 
 
 def _mini_sudoku(m: Meta) -> str:
-    return f"""grid = {m['puzzle']!r}
+    return f"""grid = {m["puzzle"]!r}
 n, box = len(grid), int(len(grid) ** 0.5)
 def ok(r, c, v):
     if v in grid[r] or any(grid[i][c] == v for i in range(n)):
@@ -176,7 +176,7 @@ print("\\n".join(" ".join(map(str, row)) for row in grid))"""
 
 
 def _largest_island(m: Meta) -> str:
-    return f"""grid = {m['grid']!r}
+    return f"""grid = {m["grid"]!r}
 seen, best = set(), 0
 for r0 in range(len(grid)):
     for c0 in range(len(grid[0])):
@@ -196,7 +196,7 @@ print(best)"""
 
 def _binary_matrix(m: Meta) -> str:
     return f"""from collections import deque
-grid = {m['matrix']!r}
+grid = {m["matrix"]!r}
 n = len(grid)
 dist = [[None] * n for _ in range(n)]
 queue = deque((r, c) for r in range(n) for c in range(n) if grid[r][c] == 0)
@@ -212,7 +212,7 @@ print("\\n".join(" ".join(map(str, row)) for row in dist))"""
 
 
 def _spiral(m: Meta) -> str:
-    return f"""grid = [list(row) for row in {m['matrix']!r}]
+    return f"""grid = [list(row) for row in {m["matrix"]!r}]
 out = []
 while grid:
     out += grid.pop(0)
@@ -221,7 +221,7 @@ print(" ".join(map(str, out)))"""
 
 
 def _rotten_oranges(m: Meta) -> str:
-    return f"""grid = [list(row) for row in {m['matrix']!r}]
+    return f"""grid = [list(row) for row in {m["matrix"]!r}]
 n, minutes = len(grid), 0
 rotten = [(r, c) for r in range(n) for c in range(len(grid[0])) if grid[r][c] == 2]
 while True:
@@ -250,7 +250,7 @@ def _count_bits(m: Meta) -> str:
 
 
 def _base_conversion(m: Meta) -> str:
-    return f"""n, base, digits = int({m['source_repr']!r}, {m['source_base']}), {m['target_base']}, ""
+    return f"""n, base, digits = int({m["source_repr"]!r}, {m["source_base"]}), {m["target_base"]}, ""
 while True:
     n, d = divmod(n, base)
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"[d] + digits

@@ -49,6 +49,8 @@ def system_prompt(kind: str, *, timeout_s: float, max_executions: int | None, an
     if kind == "plain":
         head = PLAIN.format(timeout=timeout_s)
     else:
-        head = THINKING.format(max_executions=max_executions if max_executions is not None else "unlimited")
+        head = THINKING.format(
+            max_executions=max_executions if max_executions is not None else "unlimited"
+        )
     tail = ANSWER_SUBMIT if answer == "submit" else ANSWER_FINAL.format()
     return f"{head}\n\n{tail}"

@@ -42,8 +42,15 @@ from envs.code_interpreter.programs import PROGRAMS
 
 _FILES = Path(__file__).resolve().parent / "bundle_files"
 # Highest curriculum level used per generator (beyond: prompts of several thousand tokens).
-LEVEL_CAPS = {"game_of_life": 1, "binary_matrix": 1, "rotten_oranges": 1, "largest_island": 1, "spiral_matrix": 1,
-              "polynomial_multiplication": 1, "bf": 1}  # bf level 2: ~16 s per interpretation in Python
+LEVEL_CAPS = {
+    "game_of_life": 1,
+    "binary_matrix": 1,
+    "rotten_oranges": 1,
+    "largest_island": 1,
+    "spiral_matrix": 1,
+    "polynomial_multiplication": 1,
+    "bf": 1,
+}  # bf level 2: ~16 s per interpretation in Python
 FAMILIES = ("math", "logic")
 _SPARE_DRAWS = 20  # per generator and level: replace draws whose answer is in the prompt or wrong
 
@@ -56,7 +63,9 @@ class GeneratedTask:
 
 def bundle_module(name: str) -> ModuleType:
     """Import one of our own bundle files (trusted code) on the host."""
-    spec = importlib.util.spec_from_file_location(f"_code_interpreter_{name}", _FILES / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(
+        f"_code_interpreter_{name}", _FILES / f"{name}.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -210,7 +219,8 @@ def _answer_in_prompt(task: dict[str, Any], verifier: ModuleType) -> bool:
         # Bare numbers are left out: one that happens to occur in the prompt is no gift, as
         # the policy cannot tell which it is.
         if exploit.name.startswith(("echo_prompt", "echo_expression")) and isinstance(
-                exploit.submission.get("answer"), str):
+            exploit.submission.get("answer"), str
+        ):
             report = verifier.verify_answer({"answer": exploit.submission["answer"]}, task)
             if all(c["passed"] for c in report["checks"]):
                 return True

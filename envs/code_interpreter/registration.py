@@ -12,7 +12,10 @@ from envgym.registry import register
 FAMILIES = {
     "code-interpreter-v0": ("all", "math, logic and data-science problems"),
     "code-interpreter-math-v0": ("math", "reasoning-gym arithmetic, number theory and algebra"),
-    "code-interpreter-logic-v0": ("logic", "reasoning-gym puzzles: grids, sudoku, Brainf*ck, sorting"),
+    "code-interpreter-logic-v0": (
+        "logic",
+        "reasoning-gym puzzles: grids, sudoku, Brainf*ck, sorting",
+    ),
     "code-interpreter-data-v0": ("data", "questions over generated CSV and SQLite datasets"),
 }
 

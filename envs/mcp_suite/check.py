@@ -55,10 +55,14 @@ class SuiteReport:
         return bool(self.tasks) and all(t.passed for t in self.tasks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "passed": self.passed, "seconds": round(self.seconds, 2),
-                "gold_passed": sum(t.gold_passed for t in self.tasks),
-                "noop_rejected": sum(t.noop_rejected for t in self.tasks),
-                "tasks": [{**asdict(t), "passed": t.passed} for t in self.tasks]}
+        return {
+            "target": self.target,
+            "passed": self.passed,
+            "seconds": round(self.seconds, 2),
+            "gold_passed": sum(t.gold_passed for t in self.tasks),
+            "noop_rejected": sum(t.noop_rejected for t in self.tasks),
+            "tasks": [{**asdict(t), "passed": t.passed} for t in self.tasks],
+        }
 
 
 def categories_of(target: str) -> list[tuple[str, str]]:
@@ -75,19 +79,34 @@ def categories_of(target: str) -> list[tuple[str, str]]:
     else:
         match = TARGET.fullmatch(target)
         if match is None:
-            raise ValueError(f"{target!r} names no part of the MCP suite "
-                             "(mcp-suite[/<service>[/<category>]] or mcp-suite-<service>-v0)")
+            raise ValueError(
+                f"{target!r} names no part of the MCP suite "
+                "(mcp-suite[/<service>[/<category>]] or mcp-suite-<service>-v0)"
+            )
         service, category = match[1], match[2]
     found = [(s, c) for s, c in layout.categories() if s == service and category in (None, c)]
     if not found:
-        raise ValueError(f"{target!r}: no such service/category in the MCP suite; known: "
-                         + ", ".join(f"{s}/{c}" for s, c in layout.categories()))
+        raise ValueError(
+            f"{target!r}: no such service/category in the MCP suite; known: "
+            + ", ".join(f"{s}/{c}" for s, c in layout.categories())
+        )
     return found
 
 
-def _call(env: BundleEnv, n: int, name: str, arguments: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
-    action = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": f"g{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+def _call(
+    env: BundleEnv, n: int, name: str, arguments: dict[str, Any]
+) -> tuple[str, float, bool, dict[str, Any]]:
+    action = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": f"g{n}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
     obs, reward, terminated, _, info = env.step(action)
     return str(obs["messages"][-1]["content"]), reward, terminated, info
 
@@ -106,8 +125,9 @@ def check_task(env: BundleEnv, task: layout.McpMarkTask, *, reruns: int = 2) -> 
         env.reset(options={"task": tid})
         ok = True
         for i, step in enumerate(task.gold):
-            reply, _, terminated, info = _call(env, i, step["tool"], layout.bind_state(step["arguments"],
-                                                                                       env.sandbox.state_dir))
+            reply, _, terminated, info = _call(
+                env, i, step["tool"], layout.bind_state(step["arguments"], env.sandbox.state_dir)
+            )
             if _errors(info) or terminated:
                 problems.append(f"gold call {i} ({step['tool']}) failed: {reply[:200]}")
                 ok = False
@@ -117,9 +137,14 @@ def check_task(env: BundleEnv, task: layout.McpMarkTask, *, reruns: int = 2) -> 
         _, reward, terminated, info = _call(env, len(task.gold), SUBMIT_TOOL, {"summary": "done"})
         report = info.get("report") or {}
         if not terminated or report.get("error"):
-            problems.append(f"gold verdict broken: {report.get('error') or 'the episode did not end'}")
+            problems.append(
+                f"gold verdict broken: {report.get('error') or 'the episode did not end'}"
+            )
         elif reward != 1.0:
-            problems.append("gold rejected: " + "; ".join(c.get("detail", "") for c in report.get("checks", []))[:300])
+            problems.append(
+                "gold rejected: "
+                + "; ".join(c.get("detail", "") for c in report.get("checks", []))[:300]
+            )
         verdicts.append(reward == 1.0 and not report.get("error"))
     gold_passed = bool(verdicts) and all(verdicts)
     reruns_agree = len(verdicts) == max(1, reruns) and len(set(verdicts)) == 1
@@ -132,10 +157,14 @@ def check_task(env: BundleEnv, task: layout.McpMarkTask, *, reruns: int = 2) -> 
         problems.append(f"verifier broke on the no-op: {report['error'][:200]}")
     elif not noop_rejected:
         problems.append("verify.py accepted the untouched initial state (no-op)")
-    return SuiteTaskCheck(task.id, gold_passed, noop_rejected, reruns_agree, len(task.gold), tuple(problems))
+    return SuiteTaskCheck(
+        task.id, gold_passed, noop_rejected, reruns_agree, len(task.gold), tuple(problems)
+    )
 
 
-def check_suite(target: str = "mcp-suite", *, reruns: int = 2, sandbox: str = "bwrap") -> SuiteReport:
+def check_suite(
+    target: str = "mcp-suite", *, reruns: int = 2, sandbox: str = "bwrap"
+) -> SuiteReport:
     started = time.monotonic()
     results: list[SuiteTaskCheck] = []
     for service, category in categories_of(target):
@@ -158,12 +187,20 @@ def print_report(report: SuiteReport, console: Any = None) -> None:
         table.add_column(col)
     mark = {True: "[green]✓[/]", False: "[red]✗[/]"}
     for t in report.tasks:
-        table.add_row(t.task_id, mark[t.gold_passed], mark[t.noop_rejected], mark[t.reruns_agree],
-                      str(t.gold_calls), "; ".join(t.problems)[:100])
+        table.add_row(
+            t.task_id,
+            mark[t.gold_passed],
+            mark[t.noop_rejected],
+            mark[t.reruns_agree],
+            str(t.gold_calls),
+            "; ".join(t.problems)[:100],
+        )
     console.print(table)
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
-    console.print(f"{verdict}: {sum(t.passed for t in report.tasks)}/{len(report.tasks)} tasks pass "
-                  f"({report.seconds:.1f} s)")
+    console.print(
+        f"{verdict}: {sum(t.passed for t in report.tasks)}/{len(report.tasks)} tasks pass "
+        f"({report.seconds:.1f} s)"
+    )
 
 
 def main(target: str, *, as_json: bool = False, console: Any = None) -> int:
@@ -181,4 +218,6 @@ def main(target: str, *, as_json: bool = False, console: Any = None) -> int:
 if __name__ == "__main__":  # python -m envs.mcp_suite.check mcp-suite/filesystem [--json]
     import sys
 
-    raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else "mcp-suite", as_json="--json" in sys.argv[2:]))
+    raise SystemExit(
+        main(sys.argv[1] if len(sys.argv) > 1 else "mcp-suite", as_json="--json" in sys.argv[2:])
+    )

@@ -30,11 +30,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REQUIRED_META = ("task_id", "task_name", "category_id", "category_name", "description", "author",
-                 "created_at", "difficulty", "tags", "mcp")
+REQUIRED_META = (
+    "task_id",
+    "task_name",
+    "category_id",
+    "category_name",
+    "description",
+    "author",
+    "created_at",
+    "difficulty",
+    "tags",
+    "mcp",
+)
 # The variable verify.py reads, and where it points inside the episode's state folder.
-STATE_ENV = {"filesystem": ("FILESYSTEM_TEST_DIR", ""), "git": ("GIT_TEST_REPO", "repo"),
-             "sqlite": ("SQLITE_TEST_DB", "db.sqlite")}
+STATE_ENV = {
+    "filesystem": ("FILESYSTEM_TEST_DIR", ""),
+    "git": ("GIT_TEST_REPO", "repo"),
+    "sqlite": ("SQLITE_TEST_DB", "db.sqlite"),
+}
 ROOT = Path(__file__).resolve().parent
 TASKS_DIR = ROOT / "tasks"
 STATE_DIR = ROOT / "initial_state"
@@ -106,7 +119,9 @@ def _read_text(path: Path) -> str:
         raise LayoutError(path, f"not UTF-8 text: {exc}") from None
 
 
-def load_task(folder: Path, *, service: str | None = None, category: str | None = None) -> McpMarkTask:
+def load_task(
+    folder: Path, *, service: str | None = None, category: str | None = None
+) -> McpMarkTask:
     """Read one task folder; the service and category default to its two parent folders."""
     folder = Path(folder)
     service = service or folder.parent.parent.name
@@ -118,9 +133,14 @@ def load_task(folder: Path, *, service: str | None = None, category: str | None 
     if missing:
         raise LayoutError(folder / "meta.json", f"missing fields: {', '.join(missing)}")
     if meta["task_id"] != folder.name:
-        raise LayoutError(folder / "meta.json", f"task_id {meta['task_id']!r} is not the folder name {folder.name!r}")
+        raise LayoutError(
+            folder / "meta.json",
+            f"task_id {meta['task_id']!r} is not the folder name {folder.name!r}",
+        )
     if not isinstance(meta["mcp"], list) or service not in meta["mcp"]:
-        raise LayoutError(folder / "meta.json", f"mcp {meta['mcp']!r} does not list the service {service!r}")
+        raise LayoutError(
+            folder / "meta.json", f"mcp {meta['mcp']!r} does not list the service {service!r}"
+        )
     if not isinstance(meta["tags"], list):
         raise LayoutError(folder / "meta.json", "tags must be a list")
     try:
@@ -135,7 +155,9 @@ def load_task(folder: Path, *, service: str | None = None, category: str | None 
     sources = [(folder / "verify.py", verify_source)]
     if prelude.is_file():
         sources.append((prelude, _read_text(prelude)))
-        verify_source = f"{sources[1][1].rstrip()}\n\n\n# -- {folder.name}/verify.py --\n{verify_source}"
+        verify_source = (
+            f"{sources[1][1].rstrip()}\n\n\n# -- {folder.name}/verify.py --\n{verify_source}"
+        )
     for path, text in sources:  # each part on its own first, so an error names its file and line
         try:
             compile(text, str(path), "exec")
@@ -144,8 +166,16 @@ def load_task(folder: Path, *, service: str | None = None, category: str | None 
     gold = None
     if (folder / "gold.json").exists():
         gold = _gold(folder / "gold.json")
-    return McpMarkTask(folder=folder, service=service, category=category, meta=meta, description=description,
-                       verify_source=verify_source, gold=gold, tags=tuple(str(t) for t in meta["tags"]))
+    return McpMarkTask(
+        folder=folder,
+        service=service,
+        category=category,
+        meta=meta,
+        description=description,
+        verify_source=verify_source,
+        gold=gold,
+        tags=tuple(str(t) for t in meta["tags"]),
+    )
 
 
 def _gold(path: Path) -> tuple[dict[str, Any], ...]:
@@ -153,9 +183,13 @@ def _gold(path: Path) -> tuple[dict[str, Any], ...]:
     if not isinstance(plan, list) or not plan:
         raise LayoutError(path, "must be a non-empty list of {tool, arguments} calls")
     for i, step in enumerate(plan):
-        if not (isinstance(step, dict) and isinstance(step.get("tool"), str)
-                and isinstance(step.get("arguments", {}), dict) and set(step) <= {"tool", "arguments"}):
-            raise LayoutError(path, f"call {i} must be {{\"tool\": NAME, \"arguments\": {{...}}}}")
+        if not (
+            isinstance(step, dict)
+            and isinstance(step.get("tool"), str)
+            and isinstance(step.get("arguments", {}), dict)
+            and set(step) <= {"tool", "arguments"}
+        ):
+            raise LayoutError(path, f'call {i} must be {{"tool": NAME, "arguments": {{...}}}}')
     return tuple({"tool": s["tool"], "arguments": s.get("arguments", {})} for s in plan)
 
 
@@ -164,7 +198,11 @@ def load_category(service: str, category: str, *, tasks_dir: Path = TASKS_DIR) -
     folder = tasks_dir / service / category
     if not folder.is_dir():
         raise LayoutError(folder, "no such category folder")
-    tasks = [load_task(d, service=service, category=category) for d in sorted(folder.iterdir()) if d.is_dir()]
+    tasks = [
+        load_task(d, service=service, category=category)
+        for d in sorted(folder.iterdir())
+        if d.is_dir()
+    ]
     if not tasks:
         raise LayoutError(folder, "the category has no tasks")
     return tasks
@@ -172,8 +210,13 @@ def load_category(service: str, category: str, *, tasks_dir: Path = TASKS_DIR) -
 
 def categories(tasks_dir: Path = TASKS_DIR) -> list[tuple[str, str]]:
     """(service, category) pairs present under ``tasks_dir``."""
-    return sorted((s.name, c.name) for s in tasks_dir.iterdir() if s.is_dir()
-                  for c in s.iterdir() if c.is_dir())
+    return sorted(
+        (s.name, c.name)
+        for s in tasks_dir.iterdir()
+        if s.is_dir()
+        for c in s.iterdir()
+        if c.is_dir()
+    )
 
 
 def bind_state(value: Any, state_dir: Path) -> Any:

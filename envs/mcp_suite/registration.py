@@ -16,8 +16,11 @@ from envgym.registry import register, register_check
 
 # The category each service's env serves (tasks/<service>/<category>/).
 CATEGORIES = {"filesystem": "project_notes", "git": "service_repo", "sqlite": "shop"}
-SERVERS = {"filesystem": "the reference filesystem server (npm @modelcontextprotocol/server-filesystem)",
-           "git": "mcp-server-git (PyPI, own venv)", "sqlite": "mcp-server-sqlite (PyPI, own venv)"}
+SERVERS = {
+    "filesystem": "the reference filesystem server (npm @modelcontextprotocol/server-filesystem)",
+    "git": "mcp-server-git (PyPI, own venv)",
+    "sqlite": "mcp-server-sqlite (PyPI, own venv)",
+}
 
 
 def _make(service: str, **kwargs: Any) -> Env:

@@ -36,7 +36,9 @@ class MissingTool(RuntimeError):
 def _run(argv: list[str], cwd: Path) -> None:
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:4])} … failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"{' '.join(argv[:4])} … failed ({done.returncode}):\n{done.stderr[-2000:]}"
+        )
 
 
 def _need(tool: str) -> str:
@@ -53,8 +55,18 @@ def _venv(name: str, version: str, requirements: list[str]) -> Path:
     def build(folder: Path) -> None:
         venv = folder / "venv"
         _run([python, "-m", "venv", str(venv)], cwd=folder)
-        _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-              *requirements], cwd=folder)
+        _run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                *requirements,
+            ],
+            cwd=folder,
+        )
         (folder / MARKER).write_text(json.dumps({"package": name, "version": version}))
 
     folder = built_once(cache_root() / "mcp" / f"server-{name}-{version}", build, marker=MARKER)
@@ -66,12 +78,35 @@ def filesystem_command() -> list[str]:
     node = _need("node")
 
     def build(folder: Path) -> None:
-        _run([_need("npm"), "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--no-save",
-              f"{FS_PACKAGE}@{FS_VERSION}"], cwd=folder)
+        _run(
+            [
+                _need("npm"),
+                "install",
+                "--prefix",
+                str(folder),
+                "--no-audit",
+                "--no-fund",
+                "--no-save",
+                f"{FS_PACKAGE}@{FS_VERSION}",
+            ],
+            cwd=folder,
+        )
         (folder / MARKER).write_text(json.dumps({"package": FS_PACKAGE, "version": FS_VERSION}))
 
-    folder = built_once(cache_root() / "mcp" / f"server-filesystem-{FS_VERSION}", build, marker=MARKER)
-    return [node, str(folder / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js")]
+    folder = built_once(
+        cache_root() / "mcp" / f"server-filesystem-{FS_VERSION}", build, marker=MARKER
+    )
+    return [
+        node,
+        str(
+            folder
+            / "node_modules"
+            / "@modelcontextprotocol"
+            / "server-filesystem"
+            / "dist"
+            / "index.js"
+        ),
+    ]
 
 
 def git_command() -> list[str]:
@@ -111,7 +146,18 @@ def confined(argv: list[str]) -> list[str]:
     readonly: list[str] = []
     for path in _program_paths(argv):
         readonly += ["--ro", path]
-    return [str(python_executable()), "-I", "-S", "-B", str(launcher), "--rw", "{state_dir}", *readonly, "--", *argv]
+    return [
+        str(python_executable()),
+        "-I",
+        "-S",
+        "-B",
+        str(launcher),
+        "--rw",
+        "{state_dir}",
+        *readonly,
+        "--",
+        *argv,
+    ]
 
 
 def _program_paths(argv: list[str]) -> list[str]:
@@ -124,12 +170,16 @@ def _program_paths(argv: list[str]) -> list[str]:
             continue
         path = Path(part)
         if path.resolve().is_relative_to(installs) or path.is_relative_to(installs):
-            relative = (path if path.is_relative_to(installs) else path.resolve()).relative_to(installs)
+            relative = (path if path.is_relative_to(installs) else path.resolve()).relative_to(
+                installs
+            )
             if relative.parts:
                 found.add(str(installs / relative.parts[0]))
         real = Path(os.path.realpath(part))
         if real.is_file() and os.access(real, os.X_OK) and not real.is_relative_to("/usr"):
-            found.add(str(real.parents[1]))  # .../bin/python3.11 -> its prefix (stdlib, lib-dynload)
+            found.add(
+                str(real.parents[1])
+            )  # .../bin/python3.11 -> its prefix (stdlib, lib-dynload)
     return sorted(found)
 
 
@@ -143,14 +193,25 @@ def server_spec(service: str, *, confine: bool = True) -> ServerSpec:
     """
     wrap = confined if confine else list
     if service == "filesystem":
-        return ServerSpec(command=tuple(wrap([*filesystem_command(), "{state_dir}"])), name="filesystem")
+        return ServerSpec(
+            command=tuple(wrap([*filesystem_command(), "{state_dir}"])), name="filesystem"
+        )
     if service == "git":
         # The episode copy may belong to the sandbox's user (bwrap chowns it), not the server's:
         # trust it (the server is confined to --repository anyway), or git refuses "dubious ownership".
-        return ServerSpec(command=tuple(wrap([*git_command(), "--repository", "{state_dir}/repo"])), name="git",
-                          env={"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
-                               "GIT_CONFIG_VALUE_0": "*"})
+        return ServerSpec(
+            command=tuple(wrap([*git_command(), "--repository", "{state_dir}/repo"])),
+            name="git",
+            env={
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "safe.directory",
+                "GIT_CONFIG_VALUE_0": "*",
+            },
+        )
     if service == "sqlite":
-        return ServerSpec(command=tuple(wrap([*sqlite_command(), "--db-path", "{state_dir}/db.sqlite"])), name="sqlite",
-                          cwd="{state_dir}")
+        return ServerSpec(
+            command=tuple(wrap([*sqlite_command(), "--db-path", "{state_dir}/db.sqlite"])),
+            name="sqlite",
+            cwd="{state_dir}",
+        )
     raise ValueError(f"unknown MCP service {service!r} (known: {', '.join(SERVICES)})")

@@ -24,9 +24,13 @@ GIT_IDENTITY = (("user.name", "envgym suite"), ("user.email", "suite@envgym.inva
 
 
 def _git(repo: Path, *args: str, stdin: bytes | None = None) -> None:
-    done = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, timeout=60)
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], input=stdin, capture_output=True, timeout=60
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args[:3])} failed in the snapshot: {done.stderr.decode()[-500:]}")
+        raise RuntimeError(
+            f"git {' '.join(args[:3])} failed in the snapshot: {done.stderr.decode()[-500:]}"
+        )
 
 
 def materialize(service: str, category: str, dest: Path, *, states: Path = STATE_DIR) -> Path:

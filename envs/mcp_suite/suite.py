@@ -29,8 +29,10 @@ from envs.mcp_suite import layout, snapshot
 from envs.mcp_suite.servers import server_spec
 
 SUBMIT_TOOL = "finish"
-SYSTEM_PROMPT = ("You are an agent working through MCP tools on a {service} environment. Use the tools to "
-                 "carry out the task; the result is graded on the final state. Call finish when done.")
+SYSTEM_PROMPT = (
+    "You are an agent working through MCP tools on a {service} environment. Use the tools to "
+    "carry out the task; the result is graded on the final state. Call finish when done."
+)
 _PACKAGE = Path(__file__).resolve().parent
 _FILES = _PACKAGE / "bundle_files"
 
@@ -38,7 +40,14 @@ _FILES = _PACKAGE / "bundle_files"
 def _digest(service: str, category: str) -> str:
     roots = [layout.TASKS_DIR / service / category, layout.STATE_DIR / service / category]
     files = sorted(p for r in roots for p in r.rglob("*") if p.is_file())
-    code = sorted([*_FILES.glob("*.py"), _PACKAGE / "suite.py", _PACKAGE / "snapshot.py", _PACKAGE / "layout.py"])
+    code = sorted(
+        [
+            *_FILES.glob("*.py"),
+            _PACKAGE / "suite.py",
+            _PACKAGE / "snapshot.py",
+            _PACKAGE / "layout.py",
+        ]
+    )
     return source_digest(_PACKAGE, [*files, *code])[:12]
 
 
@@ -46,12 +55,23 @@ def task_line(task: layout.McpMarkTask) -> dict[str, Any]:
     """The tasks.jsonl line of one MCPMark task."""
     variable, sub = layout.STATE_ENV[task.service]
     return {
-        "id": task.meta["task_id"], "prompt": task.description, "solution": "solve_gold", "verifier": "verify_task",
-        "difficulty": task.difficulty, "submit_tool": SUBMIT_TOOL,
+        "id": task.meta["task_id"],
+        "prompt": task.description,
+        "solution": "solve_gold",
+        "verifier": "verify_task",
+        "difficulty": task.difficulty,
+        "submit_tool": SUBMIT_TOOL,
         "system_prompt": SYSTEM_PROMPT.format(service=task.service),
-        "metadata": {"service": task.service, "category": task.category, "task_name": task.meta["task_name"],
-                     "tags": list(task.tags), "state_env": [variable, sub], "verify_py": task.verify_source,
-                     "meta_json": json.dumps(task.meta), "gold": list(task.gold or [])},
+        "metadata": {
+            "service": task.service,
+            "category": task.category,
+            "task_name": task.meta["task_name"],
+            "tags": list(task.tags),
+            "state_env": [variable, sub],
+            "verify_py": task.verify_source,
+            "meta_json": json.dumps(task.meta),
+            "gold": list(task.gold or []),
+        },
     }
 
 
@@ -60,17 +80,25 @@ def build_bundle(out: Path, service: str, category: str) -> None:
     snapshot.materialize(service, category, out / "state")
     for name in ("tools.py", "verifier.py", "solution.py"):
         shutil.copyfile(_FILES / name, out / name)
-    (out / "tasks.jsonl").write_text("".join(json.dumps(task_line(t), ensure_ascii=False) + "\n" for t in tasks))
-    write_manifest(out, name=f"mcp-suite-{service}-{category}", category="mcp",
-                   provenance={"agent": "hand-written (envs/mcp_suite)", "seed": None},
-                   description=f"Offline MCP suite, {service} server, category {category} (MCPMark layout).")
+    (out / "tasks.jsonl").write_text(
+        "".join(json.dumps(task_line(t), ensure_ascii=False) + "\n" for t in tasks)
+    )
+    write_manifest(
+        out,
+        name=f"mcp-suite-{service}-{category}",
+        category="mcp",
+        provenance={"agent": "hand-written (envs/mcp_suite)", "seed": None},
+        description=f"Offline MCP suite, {service} server, category {category} (MCPMark layout).",
+    )
 
 
 def build(service: str, category: str) -> Path:
     """The category's bundle folder (built once per content digest)."""
     key = _digest(service, category)
-    return built_once(cache_root() / "bundles" / f"mcp-suite-{service}-{category}-{key}",
-                      lambda out: build_bundle(out, service, category))
+    return built_once(
+        cache_root() / "bundles" / f"mcp-suite-{service}-{category}-{key}",
+        lambda out: build_bundle(out, service, category),
+    )
 
 
 class _HostTools:
@@ -100,7 +128,9 @@ class SuiteSandbox(McpSandbox):
     def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:
         from envgym import runtime
 
-        spec = importlib.util.spec_from_file_location("_mcp_suite_solution", self.bundle_dir / "solution.py")
+        spec = importlib.util.spec_from_file_location(
+            "_mcp_suite_solution", self.bundle_dir / "solution.py"
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -111,14 +141,17 @@ class SuiteSandbox(McpSandbox):
             getattr(module, function)(tools, task)
             outcome = CallOutcome(ok=True)
         except Exception as exc:  # noqa: BLE001 - a failed gold plan is an outcome, reported by check
-            outcome = CallOutcome(ok=False, error=CallError.EXCEPTION, message=f"{type(exc).__name__}: {exc}")
+            outcome = CallOutcome(
+                ok=False, error=CallError.EXCEPTION, message=f"{type(exc).__name__}: {exc}"
+            )
         finally:
             runtime._state_dir.reset(previous)  # noqa: SLF001
         return SolveOutcome(outcome=outcome, calls=tools.calls, submission=tools.submission)
 
 
-def make_sandbox(bundle_dir: Path, service: str, *, backend: str = "bwrap",
-                 call_timeout_s: float = 30.0) -> SuiteSandbox:
+def make_sandbox(
+    bundle_dir: Path, service: str, *, backend: str = "bwrap", call_timeout_s: float = 30.0
+) -> SuiteSandbox:
     """The bundle's own sandbox (its ``finish`` tool and verifier) plus the service's MCP server.
 
     The agent runs no code in the bundle's sandbox (it acts only through the MCP server, which
@@ -129,7 +162,11 @@ def make_sandbox(bundle_dir: Path, service: str, *, backend: str = "bwrap",
     return SuiteSandbox(inner, [McpToolset(server_spec(service), call_timeout_s=call_timeout_s)])
 
 
-def make_env(service: str, category: str, *, sandbox: str | Sandbox = "bwrap", **kwargs: Any) -> BundleEnv:
+def make_env(
+    service: str, category: str, *, sandbox: str | Sandbox = "bwrap", **kwargs: Any
+) -> BundleEnv:
     folder = build(service, category)
-    box = sandbox if isinstance(sandbox, Sandbox) else make_sandbox(folder, service, backend=sandbox)
+    box = (
+        sandbox if isinstance(sandbox, Sandbox) else make_sandbox(folder, service, backend=sandbox)
+    )
     return BundleEnv(folder, sandbox=box, **kwargs)

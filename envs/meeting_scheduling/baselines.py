@@ -17,8 +17,9 @@ from envs.meeting_scheduling.world import DAY_END, GRID, World
 from envs.procedural_kit.baselines import EXHAUSTIVE_BOUND, Choice, Search, attempts
 
 
-def baselines(world: World, meta: dict[str, Any],
-              bound: int = EXHAUSTIVE_BOUND) -> dict[str, dict[str, Any] | str | None]:
+def baselines(
+    world: World, meta: dict[str, Any], bound: int = EXHAUSTIVE_BOUND
+) -> dict[str, dict[str, Any] | str | None]:
     """Each baseline's answer (see envs.procedural_kit.baselines.attempts)."""
     search = schedule_search(world, meta)
     return attempts(search, greedy_schedule(search, meta) if search else None, bound=bound)
@@ -30,8 +31,13 @@ def schedule_search(world: World, meta: dict[str, Any]) -> Search | None:
     pools = []
     for m in meta["meetings"]:
         starts = range(day_start, DAY_END - m["duration_min"] + 1, GRID)
-        pools.append([(s, s + m["duration_min"], row) for s in starts
-                      if (row := world.place(meta, m, s)) is not None])
+        pools.append(
+            [
+                (s, s + m["duration_min"], row)
+                for s in starts
+                if (row := world.place(meta, m, s)) is not None
+            ]
+        )
     if any(not pool for pool in pools):
         return None
 

@@ -1,7 +1,7 @@
 """Build meeting-scheduling bundles (docs/BUNDLE.md) with the procedural kit.
 
-    from envs.meeting_scheduling.build import build_bundle
-    build_bundle(Path("out/meet"), seed=3, n_tasks=5)
+from envs.meeting_scheduling.build import build_bundle
+build_bundle(Path("out/meet"), seed=3, n_tasks=5)
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ GREEDY_SHARE = {1: 1.0, 2: 1.0, 3: 0.8, 4: 0.5, 5: 0.0}
 RECIPE = category_recipe(
     "envs.meeting_scheduling",
     category=CATEGORY,
-    description=("Meeting scheduling across calendars: place non-overlapping meetings on one day within every "
-                 "attendee's time-zone shifted working hours, around their events and lunch, with buffers, "
-                 "in the smallest free room, picking a team representative; 9 tools; difficulty 1-5."),
+    description=(
+        "Meeting scheduling across calendars: place non-overlapping meetings on one day within every "
+        "attendee's time-zone shifted working hours, around their events and lunch, with buffers, "
+        "in the smallest free room, picking a team representative; 9 tools; difficulty 1-5."
+    ),
     baseline="greedy_schedule",
     greedy_share=GREEDY_SHARE,
     stronger=baselines,
@@ -33,7 +35,10 @@ RECIPE = category_recipe(
 )
 
 
-def build_bundle(out_dir: Path, *, seed: int = 0, n_tasks: int = 5,
-                 difficulties: Sequence[int] = (1, 2, 3, 4, 5)) -> Path:
+def build_bundle(
+    out_dir: Path, *, seed: int = 0, n_tasks: int = 5, difficulties: Sequence[int] = (1, 2, 3, 4, 5)
+) -> Path:
     """Write a meeting-scheduling bundle with ``n_tasks`` strict tasks."""
-    return build_procedural_bundle(RECIPE, out_dir, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+    return build_procedural_bundle(
+        RECIPE, out_dir, seed=seed, n_tasks=n_tasks, difficulties=difficulties
+    )

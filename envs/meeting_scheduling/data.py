@@ -19,15 +19,80 @@ from envs.procedural_kit.build import write_rows
 FIRST_WEEKDAY = date(2025, 3, 3)  # a Monday
 DAYS = 5
 TEAMS = ("Platform", "Design", "Sales", "Research", "Support")
-FIRST = ("Aiko", "Bilal", "Carmen", "Dmitri", "Elif", "Femi", "Greta", "Hugo", "Ines", "Jonas",
-         "Kira", "Luca", "Mira", "Nils", "Olga", "Pavel", "Rania", "Sven", "Talia", "Ugo", "Vera",
-         "Wiktor", "Yara", "Zane")
-LAST = ("Ahn", "Brandt", "Costa", "Diallo", "Engel", "Fischer", "Gomez", "Horvat", "Iqbal", "Juarez",
-        "Keller", "Lopez", "Mensah", "Nakamura", "Olsen", "Perez", "Ruiz", "Stein", "Tran", "Vogel")
-ROOM_NAMES = ("Alder", "Birch", "Cedar", "Dogwood", "Elm", "Fir", "Ginkgo", "Hazel", "Juniper",
-              "Larch", "Maple", "Oak")
-TITLES = ("1:1", "standup", "design review", "customer call", "planning", "interview",
-          "focus time", "all-hands prep", "incident review", "lunch & learn")
+FIRST = (
+    "Aiko",
+    "Bilal",
+    "Carmen",
+    "Dmitri",
+    "Elif",
+    "Femi",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Kira",
+    "Luca",
+    "Mira",
+    "Nils",
+    "Olga",
+    "Pavel",
+    "Rania",
+    "Sven",
+    "Talia",
+    "Ugo",
+    "Vera",
+    "Wiktor",
+    "Yara",
+    "Zane",
+)
+LAST = (
+    "Ahn",
+    "Brandt",
+    "Costa",
+    "Diallo",
+    "Engel",
+    "Fischer",
+    "Gomez",
+    "Horvat",
+    "Iqbal",
+    "Juarez",
+    "Keller",
+    "Lopez",
+    "Mensah",
+    "Nakamura",
+    "Olsen",
+    "Perez",
+    "Ruiz",
+    "Stein",
+    "Tran",
+    "Vogel",
+)
+ROOM_NAMES = (
+    "Alder",
+    "Birch",
+    "Cedar",
+    "Dogwood",
+    "Elm",
+    "Fir",
+    "Ginkgo",
+    "Hazel",
+    "Juniper",
+    "Larch",
+    "Maple",
+    "Oak",
+)
+TITLES = (
+    "1:1",
+    "standup",
+    "design review",
+    "customer call",
+    "planning",
+    "interview",
+    "focus time",
+    "all-hands prep",
+    "incident review",
+    "lunch & learn",
+)
 
 
 class Base(DeclarativeBase):
@@ -100,8 +165,15 @@ def _rows(rng: random.Random) -> list[Base]:
                 pass
             names.add(name)
             start = rng.choice([8, 9, 9, 10])
-            people.append(Person(name=name, team=team, tz_offset_hours=rng.choice(offsets),
-                                 work_start_local=hhmm(start * 60), work_end_local=hhmm((start + 8) * 60)))
+            people.append(
+                Person(
+                    name=name,
+                    team=team,
+                    tz_offset_hours=rng.choice(offsets),
+                    work_start_local=hhmm(start * 60),
+                    work_end_local=hhmm((start + 8) * 60),
+                )
+            )
     rows += people
     for p in people:
         begin = int(p.work_start_local[:2]) * 60 - p.tz_offset_hours * 60
@@ -113,17 +185,34 @@ def _rows(rng: random.Random) -> list[Base]:
             while t < begin + 8 * 60 - 30:
                 length = 30 * rng.choice([1, 1, 2, 2, 3, 4])
                 if rng.random() < 0.45:
-                    rows.append(Event(person=p.name, date=day, start_utc=hhmm(t),
-                                      end_utc=hhmm(min(t + length, begin + 8 * 60)), title=rng.choice(TITLES)))
+                    rows.append(
+                        Event(
+                            person=p.name,
+                            date=day,
+                            start_utc=hhmm(t),
+                            end_utc=hhmm(min(t + length, begin + 8 * 60)),
+                            title=rng.choice(TITLES),
+                        )
+                    )
                 t += length + 30 * rng.randint(0, 2)
     for name in ROOM_NAMES[: rng.randint(8, 12)]:
-        rows.append(Room(name=name, capacity=rng.choice([2, 4, 4, 6, 6, 8, 10, 12, 16]),
-                         floor=rng.randint(1, 4), has_video=rng.random() < 0.5))
+        rows.append(
+            Room(
+                name=name,
+                capacity=rng.choice([2, 4, 4, 6, 6, 8, 10, 12, 16]),
+                floor=rng.randint(1, 4),
+                has_video=rng.random() < 0.5,
+            )
+        )
         for day in dates():
             t = 6 * 60 + 30 * rng.randint(0, 4)
             while t < 19 * 60:
                 length = 30 * rng.randint(1, 4)
                 if rng.random() < 0.45:
-                    rows.append(RoomBooking(room=name, date=day, start_utc=hhmm(t), end_utc=hhmm(t + length)))
+                    rows.append(
+                        RoomBooking(
+                            room=name, date=day, start_utc=hhmm(t), end_utc=hhmm(t + length)
+                        )
+                    )
                 t += length + 30 * rng.randint(0, 3)
     return rows

@@ -15,4 +15,8 @@ def _default_bundle() -> Path:
 
 
 def register_envs() -> None:
-    register_bundle("meeting-scheduling-v0", _default_bundle, description="Meeting scheduling across calendars: meetings in order within time-zone shifted working hours, around events and lunch, with buffers, rooms and representatives.")
+    register_bundle(
+        "meeting-scheduling-v0",
+        _default_bundle,
+        description="Meeting scheduling across calendars: meetings in order within time-zone shifted working hours, around events and lunch, with buffers, rooms and representatives.",
+    )

@@ -30,11 +30,22 @@ LEVELS: dict[int, tuple[int, tuple[int, int], tuple[int, ...], float, bool, int,
 # Levels whose tasks defeat the stronger baselines (envs.procedural_kit.baselines): beyond the
 # exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
 TOP_LEVELS = (5,)
-TOPICS = ("roadmap sync", "launch readiness", "budget review", "hiring debrief", "vendor pitch",
-          "retro", "architecture deep dive", "quarterly planning", "user research readout")
+TOPICS = (
+    "roadmap sync",
+    "launch readiness",
+    "budget review",
+    "hiring debrief",
+    "vendor pitch",
+    "retro",
+    "architecture deep dive",
+    "quarterly planning",
+    "user research readout",
+)
 
 
-def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> dict[str, Any] | None:
+def draw_task(
+    world: World, rng: random.Random, difficulty: int, index: int
+) -> dict[str, Any] | None:
     count, (lo, hi), durations, video, lunch, buffer, rep = LEVELS[difficulty]
     date = rng.choice(db.dates())
     names = sorted(world.people)
@@ -42,16 +53,28 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
     if difficulty == 1:
         names = [n for n in names if world.people[n].team == anchor.team]
     else:  # people whose UTC working day overlaps the anchor's by at least six hours
-        names = [n for n in names if min(world.people[n].work[1], anchor.work[1])
-                 - max(world.people[n].work[0], anchor.work[0]) >= 6 * 60]
+        names = [
+            n
+            for n in names
+            if min(world.people[n].work[1], anchor.work[1])
+            - max(world.people[n].work[0], anchor.work[0])
+            >= 6 * 60
+        ]
     meetings = []
     for i in range(count):
         attendees = rng.sample(names, min(len(names), rng.randint(lo, hi)))
         if any((a, date) in world.away for a in attendees):
             return None
-        meetings.append({"id": f"M{i + 1}", "title": rng.choice(TOPICS), "attendees": sorted(attendees),
-                         "duration_min": rng.choice(durations), "needs_video": rng.random() < video,
-                         "representative_team": None})
+        meetings.append(
+            {
+                "id": f"M{i + 1}",
+                "title": rng.choice(TOPICS),
+                "attendees": sorted(attendees),
+                "duration_min": rng.choice(durations),
+                "needs_video": rng.random() < video,
+                "representative_team": None,
+            }
+        )
     if rep:
         m = rng.choice(meetings)
         m["representative_team"] = rng.choice(sorted({p.team for p in world.people.values()}))
@@ -60,9 +83,13 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
         # List the meeting with the most possible starts first: its earliest slot is then
         # likely to be one a later, tighter meeting needs, so placing meetings one by one at
         # their earliest slot fails and a search over start times is required.
-        starts = {id(m): sum(world.place(meta, m, t) is not None
-                             for t in range(0, DAY_END - m["duration_min"] + 1, GRID))
-                  for m in meetings}
+        starts = {
+            id(m): sum(
+                world.place(meta, m, t) is not None
+                for t in range(0, DAY_END - m["duration_min"] + 1, GRID)
+            )
+            for m in meetings
+        }
         if difficulty in TOP_LEVELS and math.prod(starts.values()) <= EXHAUSTIVE_BOUND:
             return None  # the top level is beyond the exhaustive baseline's bound by definition
         meetings.sort(key=lambda m: -starts[id(m)])
@@ -71,9 +98,16 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
     if next(world.schedules(meta, limit=1), None) is None:
         return None
     meta["declared_rules"] = declared_rules(meta)
-    return {"id": f"meet-{index + 1:03d}-d{difficulty}", "prompt": render_prompt(meta), "solution": SOLVER,
-            "verifier": VERIFIER, "difficulty": difficulty, "submit_tool": SUBMIT, "system_prompt": None,
-            "metadata": meta}
+    return {
+        "id": f"meet-{index + 1:03d}-d{difficulty}",
+        "prompt": render_prompt(meta),
+        "solution": SOLVER,
+        "verifier": VERIFIER,
+        "difficulty": difficulty,
+        "submit_tool": SUBMIT,
+        "system_prompt": None,
+        "metadata": meta,
+    }
 
 
 def declared_rules(meta: dict[str, Any]) -> list[str]:
@@ -90,11 +124,19 @@ def render_prompt(meta: dict[str, Any]) -> str:
     lines = []
     for m in meta["meetings"]:
         extra = ", in a room with video conferencing" if m["needs_video"] else ""
-        rep = (f", plus one representative of the {m['representative_team']} team (the alphabetically first "
-               "team member who is free, in working hours and not out of office; not one of the attendees "
-               "listed)") if m["representative_team"] else ""
-        lines.append(f"- {m['id']} \"{m['title']}\": {m['duration_min']} minutes with "
-                     f"{', '.join(m['attendees'])}{rep}{extra}")
+        rep = (
+            (
+                f", plus one representative of the {m['representative_team']} team (the alphabetically first "
+                "team member who is free, in working hours and not out of office; not one of the attendees "
+                "listed)"
+            )
+            if m["representative_team"]
+            else ""
+        )
+        lines.append(
+            f'- {m["id"]} "{m["title"]}": {m["duration_min"]} minutes with '
+            f"{', '.join(m['attendees'])}{rep}{extra}"
+        )
     rules = [
         "the meetings may happen in any order, but no two of them overlap (they share a note-taker)",
         "start times are UTC on the half hour (HH:00 or HH:30)",
@@ -107,10 +149,20 @@ def render_prompt(meta: dict[str, Any]) -> str:
         rules.append("no meeting overlaps any attendee's local lunch hour, 12:00-13:00")
     if meta["buffer_min"]:
         rules.append(f"at least {meta['buffer_min']} minutes between any two of these meetings")
-    fmt = ('{"schedule": [{"meeting": "M1", "start_utc": "HH:MM", "room": "<room>"'
-           + (', "representative": "<name>"' if any(m["representative_team"] for m in meta["meetings"]) else "")
-           + '}, ...]}')
-    return (f"Please schedule these meetings on {meta['date']}:\n" + "\n".join(lines) +
-            "\nRules:\n" + "\n".join(f"- {r}" for r in rules) +
-            "\nCheck calendars and rooms with the tools, then call submit_result with answer_text set to "
-            f"JSON of the form {fmt} (one entry per meeting, in the order listed; representative only where asked).")
+    fmt = (
+        '{"schedule": [{"meeting": "M1", "start_utc": "HH:MM", "room": "<room>"'
+        + (
+            ', "representative": "<name>"'
+            if any(m["representative_team"] for m in meta["meetings"])
+            else ""
+        )
+        + "}, ...]}"
+    )
+    return (
+        f"Please schedule these meetings on {meta['date']}:\n"
+        + "\n".join(lines)
+        + "\nRules:\n"
+        + "\n".join(f"- {r}" for r in rules)
+        + "\nCheck calendars and rooms with the tools, then call submit_result with answer_text set to "
+        f"JSON of the form {fmt} (one entry per meeting, in the order listed; representative only where asked)."
+    )

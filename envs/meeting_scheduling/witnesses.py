@@ -29,13 +29,22 @@ def candidates(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iter
         return {"answer_text": json.dumps({"schedule": new})}
 
     yield sub(0, meeting="M9"), "the first entry names a meeting the task does not have"
-    yield sub(0, start_utc=rows[0]["start_utc"].lstrip("0") + "5"), "the first start is not HH:00/HH:30"
+    yield (
+        sub(0, start_utc=rows[0]["start_utc"].lstrip("0") + "5"),
+        "the first start is not HH:00/HH:30",
+    )
     yield sub(0, room="Room 0"), "the first meeting's room does not exist"
     for i, m in enumerate(meta["meetings"]):
         if m.get("representative_team"):
-            for name in sorted(n for n, p in world.people.items()
-                               if p.team == m["representative_team"] and n != rows[i]["representative"]):
-                yield sub(i, representative=name), f"{m['id']}: {name} instead of the first free member"
+            for name in sorted(
+                n
+                for n, p in world.people.items()
+                if p.team == m["representative_team"] and n != rows[i]["representative"]
+            ):
+                yield (
+                    sub(i, representative=name),
+                    f"{m['id']}: {name} instead of the first free member",
+                )
         for room in world.rooms:
             if room.name != rows[i]["room"]:
                 yield sub(i, room=room.name), f"{m['id']} in {room.name}"
@@ -54,7 +63,10 @@ def candidates(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iter
                 continue
             for room in world.rooms:
                 if room.name != placed["room"]:
-                    yield sub(i, **{**placed, "room": room.name}), f"{m['id']} at {placed['start_utc']} in {room.name}"
+                    yield (
+                        sub(i, **{**placed, "room": room.name}),
+                        f"{m['id']} at {placed['start_utc']} in {room.name}",
+                    )
 
 
 Probe = tuple[dict[str, Any], str, str]
@@ -89,21 +101,47 @@ def conditions(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iter
             placed = world.place(meta, m, start) or {"start_utc": at}
             for tag in _edges(world, meta, m, i, start, end, starts):
                 yield sub(i, **{**placed, "start_utc": at}), f"{m['id']} moved to {at}", tag
-        if m.get("representative_team"):  # a name that is no member: unknown, of another team, an attendee
-            others = sorted(n for n, q in world.people.items() if q.team != m["representative_team"])
-            for tag, name in (("unknown", "Nobody Known"), ("other_team", others[0] if others else ""),
-                              ("attendee", m["attendees"][0])):
-                yield sub(i, representative=name), f"{m['id']}: representative {name}", f"representative:{tag}"
+        if m.get(
+            "representative_team"
+        ):  # a name that is no member: unknown, of another team, an attendee
+            others = sorted(
+                n for n, q in world.people.items() if q.team != m["representative_team"]
+            )
+            for tag, name in (
+                ("unknown", "Nobody Known"),
+                ("other_team", others[0] if others else ""),
+                ("attendee", m["attendees"][0]),
+            ):
+                yield (
+                    sub(i, representative=name),
+                    f"{m['id']}: representative {name}",
+                    f"representative:{tag}",
+                )
         size = len(m["attendees"]) + (1 if m.get("representative_team") else 0)
         for room in world.rooms:
             if room.capacity == size - 1 and (room.video or not m["needs_video"]):
-                yield sub(i, room=room.name), f"{m['id']} in {room.name}, one seat short", "room_fits:one_short"
+                yield (
+                    sub(i, room=room.name),
+                    f"{m['id']} in {room.name}, one seat short",
+                    "room_fits:one_short",
+                )
             if m["needs_video"] and not room.video and room.capacity >= size:
-                yield sub(i, room=room.name), f"{m['id']} in {room.name}, no video", "room_fits:no_video"
+                yield (
+                    sub(i, room=room.name),
+                    f"{m['id']} in {room.name}, no video",
+                    "room_fits:no_video",
+                )
 
 
-def _edges(world: World, meta: dict[str, Any], m: dict[str, Any], i: int, start: int, end: int,
-           starts: list[int]) -> Iterator[str]:
+def _edges(
+    world: World,
+    meta: dict[str, Any],
+    m: dict[str, Any],
+    i: int,
+    start: int,
+    end: int,
+    starts: list[int],
+) -> Iterator[str]:
     """The condition tags a move of meeting ``i`` to [start, end) sits on the edge of."""
     for name in m["attendees"]:
         p = world.people[name]

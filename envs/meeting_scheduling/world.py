@@ -61,14 +61,22 @@ class World:
 
     def room_for(self, date: str, start: int, end: int, size: int, video: bool) -> str | None:
         for room in self.rooms:
-            if room.capacity >= size and (room.video or not video) and not any(
-                    _overlap(start, end, a, b) for a, b in self.booked.get((room.name, date), ())):
+            if (
+                room.capacity >= size
+                and (room.video or not video)
+                and not any(
+                    _overlap(start, end, a, b) for a, b in self.booked.get((room.name, date), ())
+                )
+            ):
                 return room.name
         return None
 
-    def representative(self, team: str, exclude: list[str], date: str, start: int, end: int,
-                       lunch: bool) -> str | None:
-        for name in sorted(n for n, p in self.people.items() if p.team == team and n not in exclude):
+    def representative(
+        self, team: str, exclude: list[str], date: str, start: int, end: int, lunch: bool
+    ) -> str | None:
+        for name in sorted(
+            n for n, p in self.people.items() if p.team == team and n not in exclude
+        ):
             if self.can_attend(name, date, start, end, lunch):
                 return name
         return None
@@ -82,7 +90,9 @@ class World:
         first = min(self.people[a].work[0] for m in meta["meetings"] for a in m["attendees"])
         day_start = first - first % GRID
 
-        def extend(i: int, done: list[tuple[int, int, dict[str, str]]]) -> Iterator[list[dict[str, str]]]:
+        def extend(
+            i: int, done: list[tuple[int, int, dict[str, str]]]
+        ) -> Iterator[list[dict[str, str]]]:
             nonlocal found
             if i == len(meta["meetings"]):
                 found += 1
@@ -93,7 +103,10 @@ class World:
                 if found >= limit:
                     return
                 end = start + m["duration_min"]
-                if any(start < b + meta["buffer_min"] and a < end + meta["buffer_min"] for a, b, _ in done):
+                if any(
+                    start < b + meta["buffer_min"] and a < end + meta["buffer_min"]
+                    for a, b, _ in done
+                ):
                     continue
                 row = self.place(meta, m, start)
                 if row is not None:
@@ -108,7 +121,9 @@ class World:
         row = {"meeting": m["id"], "start_utc": db.hhmm(start)}
         size = len(m["attendees"])
         if m.get("representative_team"):
-            rep = self.representative(m["representative_team"], m["attendees"], date, start, end, lunch)
+            rep = self.representative(
+                m["representative_team"], m["attendees"], date, start, end, lunch
+            )
             if rep is None:
                 return None
             row["representative"] = rep
@@ -131,19 +146,34 @@ def load_world(path: Path) -> World:
             people = {}
             for p in s.scalars(select(db.Person).order_by(db.Person.name)):
                 shift = 60 * p.tz_offset_hours
-                people[p.name] = PersonRow(p.name, p.team, p.tz_offset_hours,
-                                           (minutes(p.work_start_local) - shift, minutes(p.work_end_local) - shift))
+                people[p.name] = PersonRow(
+                    p.name,
+                    p.team,
+                    p.tz_offset_hours,
+                    (minutes(p.work_start_local) - shift, minutes(p.work_end_local) - shift),
+                )
             busy: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
             for e in s.scalars(select(db.Event).order_by(db.Event.id)):
                 busy[(e.person, e.date)].append((minutes(e.start_utc), minutes(e.end_utc)))
             away = frozenset((o.person, o.date) for o in s.scalars(select(db.OutOfOffice)))
-            rooms = tuple(sorted((RoomRow(r.name, r.capacity, r.floor, r.has_video)
-                                  for r in s.scalars(select(db.Room))),
-                                 key=lambda r: (r.capacity, r.floor, r.name)))
+            rooms = tuple(
+                sorted(
+                    (
+                        RoomRow(r.name, r.capacity, r.floor, r.has_video)
+                        for r in s.scalars(select(db.Room))
+                    ),
+                    key=lambda r: (r.capacity, r.floor, r.name),
+                )
+            )
             booked: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
             for b in s.scalars(select(db.RoomBooking).order_by(db.RoomBooking.id)):
                 booked[(b.room, b.date)].append((minutes(b.start_utc), minutes(b.end_utc)))
     finally:
         engine.dispose()
-    return World(people, {k: tuple(v) for k, v in busy.items()}, away, rooms,
-                 {k: tuple(v) for k, v in booked.items()})
+    return World(
+        people,
+        {k: tuple(v) for k, v in busy.items()},
+        away,
+        rooms,
+        {k: tuple(v) for k, v in booked.items()},
+    )

@@ -50,8 +50,9 @@ class Search:
         return math.prod(len(pool) for pool in self.pools)
 
 
-def repair(search: Search, start: Choice, *, pairs: bool = False,
-           max_rounds: int = MAX_ROUNDS) -> Choice:
+def repair(
+    search: Search, start: Choice, *, pairs: bool = False, max_rounds: int = MAX_ROUNDS
+) -> Choice:
     """Best-improvement local search from ``start`` over one-slot (and, with ``pairs``,
     two-slot) changes; returns the last choice, solved (penalty 0) or stuck."""
     current, score = tuple(start), search.penalty(tuple(start))
@@ -74,7 +75,7 @@ def _moves(pools: Sequence[Sequence[Any]], current: Choice, pairs: bool):
     for i in slots:
         for option in pools[i]:
             if option != current[i]:
-                yield current[:i] + (option,) + current[i + 1:]
+                yield current[:i] + (option,) + current[i + 1 :]
     if not pairs:
         return
     for i, j in itertools.combinations(slots, 2):
@@ -96,8 +97,13 @@ def exhaustive(search: Search, bound: int = EXHAUSTIVE_BOUND) -> Choice | str | 
     return next((c for c in itertools.product(*search.pools) if search.penalty(c) == 0), None)
 
 
-def attempts(search: Search | None, start: Choice | None, *, pairs: bool = False,
-             bound: int = EXHAUSTIVE_BOUND) -> dict[str, dict[str, Any] | str | None]:
+def attempts(
+    search: Search | None,
+    start: Choice | None,
+    *,
+    pairs: bool = False,
+    bound: int = EXHAUSTIVE_BOUND,
+) -> dict[str, dict[str, Any] | str | None]:
     """Each baseline's answer to one task: an answer dict, None (gave up) or :data:`BEYOND`.
 
     ``search`` None: the task has a slot with no option at all, so no baseline answers."""
@@ -112,8 +118,10 @@ def attempts(search: Search | None, start: Choice | None, *, pairs: bool = False
     }
 
 
-def judged(verify: Callable[[dict[str, Any]], dict[str, Any]],
-           answers: dict[str, dict[str, Any] | str | None]) -> dict[str, bool | str]:
+def judged(
+    verify: Callable[[dict[str, Any]], dict[str, Any]],
+    answers: dict[str, dict[str, Any] | str | None],
+) -> dict[str, bool | str]:
     """Each baseline's outcome under the task's own verifier: True (solved), False, or
     :data:`BEYOND` (the exhaustive search did not start)."""
     from envs.trip_planning.local import passed  # the bundle's verdict, as envgym check reads it

@@ -72,7 +72,9 @@ class Recipe:
     templates: Path
     write_db: Callable[[Path, int], Any]  # (db.sqlite path, seed)
     load_world: Callable[[Path], Any]  # db.sqlite path -> the host-side view the drawer uses
-    draw_task: Callable[[Any, random.Random, int, int], "dict[str, Any] | None"]  # (world, rng, difficulty, index)
+    draw_task: Callable[
+        [Any, random.Random, int, int], dict[str, Any] | None
+    ]  # (world, rng, difficulty, index)
     witness_candidates: Candidates
     baseline: str | None = None  # greedy solver in solution.py, written into every task line
     # difficulty -> share of that level's tasks the greedy baseline may solve (levels must
@@ -96,6 +98,7 @@ def category_recipe(package: str, **fields: Any) -> Recipe:
     ``tasks.draw_task``, ``witnesses.candidates`` and the code templates in ``bundle_files/``;
     the agent is ``procedural:<last part of the package>``.
     """
+
     def part(name: str) -> Any:
         return importlib.import_module(f"{package}.{name}")
 
@@ -129,7 +132,9 @@ def build_procedural_bundle(
     if n_tasks < 1:
         raise ValueError("a bundle needs at least one task (n_tasks >= 1)")
     if not difficulties or any(d not in (1, 2, 3, 4, 5) for d in difficulties):
-        raise ValueError(f"difficulties must be a non-empty subset of 1..5, got {tuple(difficulties)!r}")
+        raise ValueError(
+            f"difficulties must be a non-empty subset of 1..5, got {tuple(difficulties)!r}"
+        )
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; the builder writes into a fresh directory")
@@ -164,8 +169,9 @@ def build_procedural_bundle(
     return out
 
 
-def _strict_task(episode: Episode, recipe: Recipe, world: Any, rng: random.Random, difficulty: int,
-                 index: int) -> dict[str, Any]:
+def _strict_task(
+    episode: Episode, recipe: Recipe, world: Any, rng: random.Random, difficulty: int, index: int
+) -> dict[str, Any]:
     problems: list[str] = []
     share = recipe.greedy_share.get(difficulty) if recipe.greedy_share is not None else None
     want_greedy = None if share is None else rng.random() < share
@@ -190,13 +196,17 @@ def _strict_task(episode: Episode, recipe: Recipe, world: Any, rng: random.Rando
         if problem is None:
             problem = _corruption_problem(episode, task, gold)
         if problem is None:
-            witnesses, missing = witnesses_for(episode, task, gold,
-                                               recipe.witness_candidates(world, task, gold))
+            witnesses, missing = witnesses_for(
+                episode, task, gold, recipe.witness_candidates(world, task, gold)
+            )
             problem = f"no witness for {missing}" if missing else None
             if problem is None and recipe.condition_candidates is not None:
                 rules = [w["rule"] for w in witnesses]
-                witnesses += condition_witnesses(lambda sub: episode.verify(sub, task), rules,
-                                                 recipe.condition_candidates(world, task, gold))
+                witnesses += condition_witnesses(
+                    lambda sub: episode.verify(sub, task),  # noqa: B023 - called within this iteration
+                    rules,
+                    recipe.condition_candidates(world, task, gold),
+                )
         if problem is None and recipe.baseline is not None:
             task = {**task, "baseline": recipe.baseline}
             if want_greedy is not None and baseline_solves(episode, task) != want_greedy:
@@ -209,19 +219,29 @@ def _strict_task(episode: Episode, recipe: Recipe, world: Any, rng: random.Rando
     if harder is not None:
         return harder
     seen = "; ".join(sorted(set(problems))[:3]) or "no solvable draw"
-    raise UnsolvableTask(f"no strict difficulty-{difficulty} task in {recipe.max_draws} draws ({seen})")
+    raise UnsolvableTask(
+        f"no strict difficulty-{difficulty} task in {recipe.max_draws} draws ({seen})"
+    )
 
 
-def witnesses_for(episode: Episode, task: dict[str, Any], gold: dict[str, Any],
-                  candidates: Iterable[tuple[dict[str, Any], str]]) -> tuple[list[dict[str, Any]], list[str]]:
+def witnesses_for(
+    episode: Episode,
+    task: dict[str, Any],
+    gold: dict[str, Any],
+    candidates: Iterable[tuple[dict[str, Any], str]],
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Per-rule witnesses for every check the gold verdict reports, each checked by the verifier."""
     rules = [c["name"] for c in episode.verify(gold, task)["checks"]]
-    return find_witnesses(lambda sub: episode.verify(sub, task), rules,
-                          itertools.chain(generic_candidates(), candidates))
+    return find_witnesses(
+        lambda sub: episode.verify(sub, task),
+        rules,
+        itertools.chain(generic_candidates(), candidates),
+    )
 
 
-def _stronger_solves(episode: Episode, recipe: Recipe, world: Any,
-                     task: dict[str, Any]) -> str | None:
+def _stronger_solves(
+    episode: Episode, recipe: Recipe, world: Any, task: dict[str, Any]
+) -> str | None:
     """The first stronger baseline whose answer the task's verifier accepts, or None."""
     if recipe.stronger is None:
         return None
@@ -233,8 +253,10 @@ def _stronger_solves(episode: Episode, recipe: Recipe, world: Any,
 def baseline_solves(episode: Episode, task: dict[str, Any]) -> bool:
     """Whether the task's greedy baseline submits an answer the verifier accepts."""
     try:
-        attempt = episode.solve({**task, "solution": task["baseline"]},
-                                submit_tool=task.get("submit_tool") or "submit_result")
+        attempt = episode.solve(
+            {**task, "solution": task["baseline"]},
+            submit_tool=task.get("submit_tool") or "submit_result",
+        )
     except Exception:  # noqa: BLE001 - a greedy solver that gives up has not solved the task
         return False
     return attempt.submission is not None and passed(episode.verify(attempt.submission, task))
@@ -288,8 +310,10 @@ def default_bundle_dir(recipe: Recipe, *, seed: int = 0, n_tasks: int = 10) -> P
         parts.append(source_digest(root, sorted(root.rglob("*.py"))).encode())
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
     slug = recipe.agent.split(":")[-1].replace("_", "-")
-    return built_once(cache_root() / "bundles" / f"{slug}-v0-{key}",
-                      lambda out: build_procedural_bundle(recipe, out, seed=seed, n_tasks=n_tasks))
+    return built_once(
+        cache_root() / "bundles" / f"{slug}-v0-{key}",
+        lambda out: build_procedural_bundle(recipe, out, seed=seed, n_tasks=n_tasks),
+    )
 
 
 def write_rows(path: Path, base: type, rows: list[Any]) -> Path:

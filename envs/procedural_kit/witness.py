@@ -23,7 +23,9 @@ Candidates = Callable[[Any, dict[str, Any], Submission], Iterable[tuple[Submissi
 # tolerance of 0.05 instead of 0.005 still rejects a total $1 off): a probe per condition and per
 # boundary does.  ``condition`` is ``"<rule>:<what>"``; the first probe of a condition whose verdict
 # fails exactly that rule is kept.
-ConditionCandidates = Callable[[Any, dict[str, Any], Submission], Iterable[tuple[Submission, str, str]]]
+ConditionCandidates = Callable[
+    [Any, dict[str, Any], Submission], Iterable[tuple[Submission, str, str]]
+]
 MAX_CONDITION_WITNESSES = 32  # per task: each one costs a verifier run in every envgym check
 
 
@@ -37,8 +39,9 @@ def generic_candidates() -> Iterator[tuple[Submission, str]]:
     yield {"answer_text": "[]"}, "answer_text is JSON but not the object the task asks for"
 
 
-def find_witnesses(verify: Verify, rules: list[str],
-                   candidates: Iterable[tuple[Submission, str]]) -> tuple[list[dict[str, Any]], list[str]]:
+def find_witnesses(
+    verify: Verify, rules: list[str], candidates: Iterable[tuple[Submission, str]]
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Witnesses (tasks.jsonl form) for ``rules``, in rule order, and the rules left without one."""
     found: dict[str, dict[str, Any]] = {}
     for submission, note in candidates:
@@ -50,8 +53,9 @@ def find_witnesses(verify: Verify, rules: list[str],
     return [found[r] for r in rules if r in found], [r for r in rules if r not in found]
 
 
-def condition_witnesses(verify: Verify, rules: list[str],
-                        probes: Iterable[tuple[Submission, str, str]]) -> list[dict[str, Any]]:
+def condition_witnesses(
+    verify: Verify, rules: list[str], probes: Iterable[tuple[Submission, str, str]]
+) -> list[dict[str, Any]]:
     """Extra witnesses, one per probed condition: its first probe whose verdict fails exactly the
     condition's rule.
 
@@ -65,7 +69,11 @@ def condition_witnesses(verify: Verify, rules: list[str],
         if condition in kept or rule not in rules:
             continue
         if failed_checks(verify(submission)) == [rule]:
-            kept[condition] = {"rule": rule, "submission": submission, "note": f"{note} [{condition}]"}
+            kept[condition] = {
+                "rule": rule,
+                "submission": submission,
+                "note": f"{note} [{condition}]",
+            }
             if len(kept) >= MAX_CONDITION_WITNESSES:
                 break
     return list(kept.values())

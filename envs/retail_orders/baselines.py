@@ -16,8 +16,9 @@ from envs.retail_orders.tasks import basket_total
 from envs.retail_orders.world import World
 
 
-def baselines(world: World, meta: dict[str, Any],
-              bound: int = EXHAUSTIVE_BOUND) -> dict[str, dict[str, Any] | str | None]:
+def baselines(
+    world: World, meta: dict[str, Any], bound: int = EXHAUSTIVE_BOUND
+) -> dict[str, dict[str, Any] | str | None]:
     """Each baseline's answer (see envs.procedural_kit.baselines.attempts)."""
     if meta["kind"] == "basket":
         search = basket_search(world, meta)
@@ -30,10 +31,19 @@ def baselines(world: World, meta: dict[str, Any],
 def basket_search(world: World, meta: dict[str, Any]) -> Search | None:
     customer = next(c for c in world.customers if c.name == meta["customer"])
     owned = world.purchased[customer.name] if meta["exclude_purchased"] else frozenset()
-    pools = [sorted((p for p in world.by_category[category]
-                     if world.stock.get((p.sku, customer.region), 0) > 0 and p.sku not in owned
-                     and (meta["min_rating"] is None or p.rating >= meta["min_rating"])),
-                    key=lambda p: (p.price, p.sku)) for category in meta["categories"]]
+    pools = [
+        sorted(
+            (
+                p
+                for p in world.by_category[category]
+                if world.stock.get((p.sku, customer.region), 0) > 0
+                and p.sku not in owned
+                and (meta["min_rating"] is None or p.rating >= meta["min_rating"])
+            ),
+            key=lambda p: (p.price, p.sku),
+        )
+        for category in meta["categories"]
+    ]
     if any(not pool for pool in pools):
         return None
 
@@ -57,8 +67,11 @@ def basket_search(world: World, meta: dict[str, Any]) -> Search | None:
 
 def returns_search(world: World, meta: dict[str, Any]) -> Search:
     """One slot per returnable line (largest refund first), each in (True) or out (False)."""
-    lines = sorted(world.returnable(meta["customer"], meta["as_of"], meta["exclude_category"]),
-                   key=lambda line: (line.refund, line.order_id, line.sku), reverse=True)
+    lines = sorted(
+        world.returnable(meta["customer"], meta["as_of"], meta["exclude_category"]),
+        key=lambda line: (line.refund, line.order_id, line.sku),
+        reverse=True,
+    )
 
     def picked(choice: Choice) -> list[Any]:
         return [line for line, keep in zip(lines, choice) if keep]
@@ -74,9 +87,11 @@ def returns_search(world: World, meta: dict[str, Any]) -> Search:
 
     def answer(choice: Choice) -> dict[str, Any]:
         chosen = picked(choice)
-        return {"customer": meta["customer"],
-                "returns": [{"order_id": line.order_id, "sku": line.sku} for line in chosen],
-                "refund_total": round(sum(line.refund for line in chosen), 2)}
+        return {
+            "customer": meta["customer"],
+            "returns": [{"order_id": line.order_id, "sku": line.sku} for line in chosen],
+            "refund_total": round(sum(line.refund for line in chosen), 2),
+        }
 
     return Search([(False, True)] * len(lines), penalty, answer)
 
@@ -86,10 +101,11 @@ def greedy_returns(search: Search, meta: dict[str, Any]) -> Choice:
     where asked); read off the search's own line order, which is largest first."""
     choice = [False] * len(search.pools)
     for i in range(len(choice)):
-        trial = choice[:i] + [True] + choice[i + 1:]
+        trial = choice[:i] + [True] + choice[i + 1 :]
         answer = search.answer(tuple(trial))
         orders = [r["order_id"] for r in answer["returns"]]
         if answer["refund_total"] <= meta["refund_max"] and not (
-                meta["one_per_order"] and len(set(orders)) < len(orders)):
+            meta["one_per_order"] and len(set(orders)) < len(orders)
+        ):
             choice = trial
     return tuple(choice)

@@ -102,15 +102,28 @@ def _rows(rng: random.Random) -> list[Base]:
                 # share a brand and the distinct-brands rule can bind (and fail on its own).
                 brand = rng.choice(ref.HOUSE_BRANDS) if rng.random() < 0.4 else rng.choice(brands)
                 price = round(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-                products.append(Product(
-                    sku=f"{category[:3].upper()}-{len(products) + 101:04d}",
-                    name=f"{brand} {noun} {variant}", category=category, brand=brand,
-                    price=price, rating=round(rng.uniform(2.8, 4.9), 1),
-                    weight_g=int(grams * rng.uniform(0.8, 1.25)), final_sale=rng.random() < 0.2))
+                products.append(
+                    Product(
+                        sku=f"{category[:3].upper()}-{len(products) + 101:04d}",
+                        name=f"{brand} {noun} {variant}",
+                        category=category,
+                        brand=brand,
+                        price=price,
+                        rating=round(rng.uniform(2.8, 4.9), 1),
+                        weight_g=int(grams * rng.uniform(0.8, 1.25)),
+                        final_sale=rng.random() < 0.2,
+                    )
+                )
     rows += products
     for p in products:
         for region in ref.REGIONS:
-            rows.append(Stock(sku=p.sku, region=region, quantity=0 if rng.random() < 0.3 else rng.randint(1, 25)))
+            rows.append(
+                Stock(
+                    sku=p.sku,
+                    region=region,
+                    quantity=0 if rng.random() < 0.3 else rng.randint(1, 25),
+                )
+            )
     names: set[str] = set()
     order_no = 10_000
     for cid in range(1, N_CUSTOMERS + 1):
@@ -119,21 +132,46 @@ def _rows(rng: random.Random) -> list[Base]:
         names.add(name)
         tier = rng.choices([t for t, _ in ref.TIERS], weights=[5, 3, 2])[0]
         since = HISTORY_START - timedelta(days=rng.randint(30, 1500))
-        rows.append(Customer(id=cid, name=name, tier=tier, region=rng.choice(ref.REGIONS),
-                             member_since=since.isoformat()))
+        rows.append(
+            Customer(
+                id=cid,
+                name=name,
+                tier=tier,
+                region=rng.choice(ref.REGIONS),
+                member_since=since.isoformat(),
+            )
+        )
         bought: set[str] = set()
         for _ in range(rng.randint(6, 12)):
             order_no += rng.randint(1, 40)
             ordered = HISTORY_START + timedelta(days=rng.randint(0, HISTORY_DAYS))
             status = rng.choices(["delivered", "shipped", "cancelled"], weights=[6, 2, 2])[0]
-            delivered = (ordered + timedelta(days=rng.randint(2, 7))).isoformat() if status == "delivered" else None
+            delivered = (
+                (ordered + timedelta(days=rng.randint(2, 7))).isoformat()
+                if status == "delivered"
+                else None
+            )
             oid = f"ORD-{order_no}"
-            rows.append(Order(order_id=oid, customer_id=cid, order_date=ordered.isoformat(),
-                              status=status, delivered_date=delivered))
+            rows.append(
+                Order(
+                    order_id=oid,
+                    customer_id=cid,
+                    order_date=ordered.isoformat(),
+                    status=status,
+                    delivered_date=delivered,
+                )
+            )
             for p in rng.sample(products, rng.randint(1, 3)):
                 if p.sku in bought:
                     continue
                 bought.add(p.sku)
                 paid = max(1, round(p.price * rng.choice([1.0, 1.0, 0.9, 0.8])))
-                rows.append(OrderLine(order_id=oid, sku=p.sku, quantity=rng.choice([1, 1, 1, 2, 3]), unit_price=paid))
+                rows.append(
+                    OrderLine(
+                        order_id=oid,
+                        sku=p.sku,
+                        quantity=rng.choice([1, 1, 1, 2, 3]),
+                        unit_price=paid,
+                    )
+                )
     return rows

@@ -15,4 +15,8 @@ def _default_bundle() -> Path:
 
 
 def register_envs() -> None:
-    register_bundle("retail-orders-v0", _default_bundle, description="Retail orders and returns: baskets under stock, rating, brand, weight and discounted-budget rules; returns whose refund lands in a narrow range.")
+    register_bundle(
+        "retail-orders-v0",
+        _default_bundle,
+        description="Retail orders and returns: baskets under stock, rating, brand, weight and discounted-budget rules; returns whose refund lands in a narrow range.",
+    )

@@ -59,7 +59,11 @@ class World:
         today = date.fromisoformat(as_of)
         out = []
         for line in self.lines[customer]:
-            if line.delivered is None or self.products[line.sku].final_sale or line.category == exclude:
+            if (
+                line.delivered is None
+                or self.products[line.sku].final_sale
+                or line.category == exclude
+            ):
                 continue
             age = (today - date.fromisoformat(line.delivered)).days
             if 0 <= age <= self.windows[line.category]:
@@ -73,17 +77,25 @@ def load_world(path: Path) -> World:
         with Session(engine) as s:
             tiers = {t.name: t.discount_pct for t in s.scalars(select(db.Tier))}
             policies = {p.category: p for p in s.scalars(select(db.Policy))}
-            products = {p.sku: ProductRow(p.sku, p.category, p.brand, p.price, p.rating, p.weight_g, p.final_sale)
-                        for p in s.scalars(select(db.Product).order_by(db.Product.sku))}
-            customers = {c.id: CustomerRow(c.name, c.tier, c.region, tiers[c.tier])
-                         for c in s.scalars(select(db.Customer).order_by(db.Customer.id))}
+            products = {
+                p.sku: ProductRow(
+                    p.sku, p.category, p.brand, p.price, p.rating, p.weight_g, p.final_sale
+                )
+                for p in s.scalars(select(db.Product).order_by(db.Product.sku))
+            }
+            customers = {
+                c.id: CustomerRow(c.name, c.tier, c.region, tiers[c.tier])
+                for c in s.scalars(select(db.Customer).order_by(db.Customer.id))
+            }
             stock = {(r.sku, r.region): r.quantity for r in s.scalars(select(db.Stock))}
             orders = {o.order_id: o for o in s.scalars(select(db.Order))}
             purchased: dict[str, set[str]] = defaultdict(set)
             lines: dict[str, list[LineRow]] = defaultdict(list)
             owned: dict[str, list[tuple[str, str]]] = defaultdict(list)
             refunds: dict[tuple[str, str], float] = {}
-            for line in s.scalars(select(db.OrderLine).order_by(db.OrderLine.order_id, db.OrderLine.sku)):
+            for line in s.scalars(
+                select(db.OrderLine).order_by(db.OrderLine.order_id, db.OrderLine.sku)
+            ):
                 order = orders[line.order_id]
                 who = customers[order.customer_id].name
                 purchased[who].add(line.sku)
@@ -93,7 +105,9 @@ def load_world(path: Path) -> World:
                 refund = round(line.unit_price * line.quantity * (100 - fee) / 100, 2)
                 refunds[(line.order_id, line.sku)] = refund
                 if order.status == "delivered":
-                    lines[who].append(LineRow(line.order_id, line.sku, category, refund, order.delivered_date))
+                    lines[who].append(
+                        LineRow(line.order_id, line.sku, category, refund, order.delivered_date)
+                    )
     finally:
         engine.dispose()
     by_category: dict[str, list[ProductRow]] = defaultdict(list)

@@ -52,7 +52,11 @@ def task_line(pair: QAPair, number: int, wrong: str) -> dict[str, Any]:
         "submit_tool": "submit_answer",
         "metadata": meta,
         "witnesses": [
-            {"rule": "answer_correct", "submission": {"answer": wrong}, "note": "a plausible wrong entity"},
+            {
+                "rule": "answer_correct",
+                "submission": {"answer": wrong},
+                "note": "a plausible wrong entity",
+            },
             {"rule": "answer_given", "submission": {"answer": ""}, "note": "nothing submitted"},
         ],
     }
@@ -69,8 +73,15 @@ def _wrong_answer(pair: QAPair, packages: dict[str, Package], rng: random.Random
     return pair.answer + "-not"
 
 
-def build_bundle(out_dir: Path, packages: Sequence[Package], *, n: int = 50, seed: int = 0,
-                 max_hops: int = 3, distractors: int = 6) -> Path:
+def build_bundle(
+    out_dir: Path,
+    packages: Sequence[Package],
+    *,
+    n: int = 50,
+    seed: int = 0,
+    max_hops: int = 3,
+    distractors: int = 6,
+) -> Path:
     """Write a bundle of ``n`` procedural questions (fewer if the corpus cannot supply them)."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
@@ -78,13 +89,26 @@ def build_bundle(out_dir: Path, packages: Sequence[Package], *, n: int = 50, see
     pairs = build_questions(packages, n, seed=seed, max_hops=max_hops)
     if not pairs:
         raise ValueError("the corpus yields no question")
-    return write_bundle(out, pairs, packages, seed=seed, distractors=distractors,
-                        provenance={"agent": "procedural:search_qa", "model": None, "seed": seed})
+    return write_bundle(
+        out,
+        pairs,
+        packages,
+        seed=seed,
+        distractors=distractors,
+        provenance={"agent": "procedural:search_qa", "model": None, "seed": seed},
+    )
 
 
-def write_bundle(out_dir: Path, pairs: Sequence[QAPair], packages: Sequence[Package], *, seed: int,
-                 provenance: dict[str, Any], distractors: int = 6,
-                 wrong: Sequence[str | None] | None = None) -> Path:
+def write_bundle(
+    out_dir: Path,
+    pairs: Sequence[QAPair],
+    packages: Sequence[Package],
+    *,
+    seed: int,
+    provenance: dict[str, Any],
+    distractors: int = 6,
+    wrong: Sequence[str | None] | None = None,
+) -> Path:
     """Write ``pairs`` as a checkable bundle into the fresh ``out_dir`` (procedural or model-made).
 
     ``wrong[i]`` is the declared wrong-answer witness of pair ``i`` (e.g. a failed candidate
@@ -115,14 +139,22 @@ def write_bundle(out_dir: Path, pairs: Sequence[QAPair], packages: Sequence[Pack
     with (out / "state" / "docs.jsonl").open("w", encoding="utf-8") as fh:
         for name in sorted(keep):
             doc = package_document(by_name[name])
-            fh.write(json.dumps({"id": doc.id, "title": doc.title, "body": doc.body}, ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps({"id": doc.id, "title": doc.title, "body": doc.body}, ensure_ascii=False)
+                + "\n"
+            )
     with (out / "tasks.jsonl").open("w", encoding="utf-8") as fh:
         for task in tasks:
             fh.write(json.dumps(task, ensure_ascii=False) + "\n")
     for name in CODE_FILES:
         shutil.copyfile(_TEMPLATES / name, out / name)
-    write_manifest(out, name=f"search-qa-seed{seed}", category=CATEGORY, description=DESCRIPTION,
-                   provenance=provenance)
+    write_manifest(
+        out,
+        name=f"search-qa-seed{seed}",
+        category=CATEGORY,
+        description=DESCRIPTION,
+        provenance=provenance,
+    )
     return out
 
 
@@ -130,6 +162,10 @@ def default_bundle_dir(*, n: int = 50, seed: int = 0, max_hops: int = 3) -> Path
     """The registered default bundle, built once per corpus (apt lists) and generator source."""
     sources = source_digest(_PACKAGE.parent.parent, sorted(_PACKAGE.rglob("*.py")) + sorted(
         (_PACKAGE.parent.parent / "synth_agents" / "search_qa").rglob("*.py")))  # fmt: skip
-    key = hashlib.sha256(f"{GENERATOR_VERSION}\0{n}\0{seed}\0{max_hops}\0{corpus_key()}\0{sources}".encode())
-    return built_once(cache_root() / "bundles" / f"search-qa-v0-{key.hexdigest()[:12]}",
-                      lambda out: build_bundle(out, load_packages(), n=n, seed=seed, max_hops=max_hops))
+    key = hashlib.sha256(
+        f"{GENERATOR_VERSION}\0{n}\0{seed}\0{max_hops}\0{corpus_key()}\0{sources}".encode()
+    )
+    return built_once(
+        cache_root() / "bundles" / f"search-qa-v0-{key.hexdigest()[:12]}",
+        lambda out: build_bundle(out, load_packages(), n=n, seed=seed, max_hops=max_hops),
+    )

@@ -16,7 +16,15 @@ from typing import Any
 
 from envgym.bundle import Bundle, load_bundle
 from envgym.bundle_env import BundleEnv
-from envgym.sandbox import CallError, CallOutcome, Limits, Sandbox, SolveOutcome, ToolSpec, open_sandbox
+from envgym.sandbox import (
+    CallError,
+    CallOutcome,
+    Limits,
+    Sandbox,
+    SolveOutcome,
+    ToolSpec,
+    open_sandbox,
+)
 from tools.search import SearchError, SearchTools
 
 ROUTED = ("search", "open", "find")
@@ -36,7 +44,9 @@ class SearchSandbox(Sandbox):
         specs = self.inner.describe_tools()
         missing = set(ROUTED) - {s.name for s in specs}
         if missing:
-            raise ValueError(f"the bundle {self.bundle_dir.name} lacks the search tools {sorted(missing)}")
+            raise ValueError(
+                f"the bundle {self.bundle_dir.name} lacks the search tools {sorted(missing)}"
+            )
         return specs
 
     def reset(self, state_dir: Path) -> None:
@@ -56,7 +66,9 @@ class SearchSandbox(Sandbox):
     def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:
         return self.inner.solve(function, task, submit_tool)
 
-    def verify(self, function: str, submission: dict[str, Any], task: dict[str, Any]) -> CallOutcome:
+    def verify(
+        self, function: str, submission: dict[str, Any], task: dict[str, Any]
+    ) -> CallOutcome:
         return self.inner.verify(function, submission, task)
 
     def close(self) -> None:
@@ -73,8 +85,15 @@ class SearchQAEnv(BundleEnv):
         **kwargs: passed to :class:`BundleEnv` (task, parser, context, budgets, ...).
     """
 
-    def __init__(self, bundle: Bundle | Path | str | None = None, *, search: SearchTools | None = None,
-                 sandbox: str | Sandbox = "bwrap", limits: Limits | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        bundle: Bundle | Path | str | None = None,
+        *,
+        search: SearchTools | None = None,
+        sandbox: str | Sandbox = "bwrap",
+        limits: Limits | None = None,
+        **kwargs: Any,
+    ) -> None:
         if bundle is None:
             from envs.search_qa.build import default_bundle_dir
 
@@ -84,7 +103,11 @@ class SearchQAEnv(BundleEnv):
             from tools.search.build import default_index
 
             search = SearchTools(default_index())
-        inner = sandbox if isinstance(sandbox, Sandbox) else open_sandbox(loaded.root, backend=sandbox, limits=limits)
+        inner = (
+            sandbox
+            if isinstance(sandbox, Sandbox)
+            else open_sandbox(loaded.root, backend=sandbox, limits=limits)
+        )
         self.search_box = SearchSandbox(inner, search)
         try:
             super().__init__(loaded, sandbox=self.search_box, **kwargs)

@@ -15,8 +15,9 @@ from envs.procedural_kit.baselines import EXHAUSTIVE_BOUND, Choice, Search, atte
 from envs.shipment_logistics.world import Route, World
 
 
-def baselines(world: World, meta: dict[str, Any],
-              bound: int = EXHAUSTIVE_BOUND) -> dict[str, dict[str, Any] | str | None]:
+def baselines(
+    world: World, meta: dict[str, Any], bound: int = EXHAUSTIVE_BOUND
+) -> dict[str, dict[str, Any] | str | None]:
     """Each baseline's answer (see envs.procedural_kit.baselines.attempts)."""
     search = routing_search(world, meta)
     return attempts(search, greedy_routes(world, search) if search else None, bound=bound)
@@ -35,8 +36,13 @@ def routing_search(world: World, meta: dict[str, Any]) -> Search | None:
         return out
 
     def answer(routes: Choice) -> dict[str, Any]:
-        return {"routes": [{"shipment": r.shipment, "lanes": [lane.lane_id for lane in r.lanes]}
-                           for r in routes], "total_cost": _total(routes)}
+        return {
+            "routes": [
+                {"shipment": r.shipment, "lanes": [lane.lane_id for lane in r.lanes]}
+                for r in routes
+            ],
+            "total_cost": _total(routes),
+        }
 
     return Search(pools, penalty, answer)
 
@@ -46,8 +52,11 @@ def greedy_routes(world: World, search: Search) -> Choice:
     cheapest route (repair starts from there; solution.py's greedy gives up instead)."""
     chosen: list[Route] = []
     for pool in search.pools:
-        fitting = (r for r in pool if all(load <= cap for load, cap in
-                                          _loads(world, (*chosen, r)).values()))
+        fitting = (
+            r
+            for r in pool
+            if all(load <= cap for load, cap in _loads(world, (*chosen, r)).values())
+        )
         chosen.append(next(fitting, pool[0]))
     return tuple(chosen)
 

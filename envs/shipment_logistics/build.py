@@ -1,7 +1,7 @@
 """Build shipment-logistics bundles (docs/BUNDLE.md) with the procedural kit.
 
-    from envs.shipment_logistics.build import build_bundle
-    build_bundle(Path("out/ship"), seed=3, n_tasks=5)
+from envs.shipment_logistics.build import build_bundle
+build_bundle(Path("out/ship"), seed=3, n_tasks=5)
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ GREEDY_SHARE = {1: 1.0, 2: 0.6, 3: 0.4, 4: 0.2, 5: 0.0}
 RECIPE = category_recipe(
     "envs.shipment_logistics",
     category=CATEGORY,
-    description=("Shipment logistics: route shipments over a hub network under hop, mode, hazmat and "
-                 "deadline rules, with shared lane capacities and a tight total budget; 7 tools; "
-                 "difficulty 1-5."),
+    description=(
+        "Shipment logistics: route shipments over a hub network under hop, mode, hazmat and "
+        "deadline rules, with shared lane capacities and a tight total budget; 7 tools; "
+        "difficulty 1-5."
+    ),
     baseline="greedy_routing",
     greedy_share=GREEDY_SHARE,
     max_draws=1500,
@@ -33,7 +35,10 @@ RECIPE = category_recipe(
 )
 
 
-def build_bundle(out_dir: Path, *, seed: int = 0, n_tasks: int = 5,
-                 difficulties: Sequence[int] = (1, 2, 3, 4, 5)) -> Path:
+def build_bundle(
+    out_dir: Path, *, seed: int = 0, n_tasks: int = 5, difficulties: Sequence[int] = (1, 2, 3, 4, 5)
+) -> Path:
     """Write a shipment-logistics bundle with ``n_tasks`` strict tasks."""
-    return build_procedural_bundle(RECIPE, out_dir, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+    return build_procedural_bundle(
+        RECIPE, out_dir, seed=seed, n_tasks=n_tasks, difficulties=difficulties
+    )

@@ -15,12 +15,30 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from envs.procedural_kit.build import write_rows
 
-CITIES = ("Aldmere", "Brackwater", "Corlis", "Dunhaven", "Eastmarch", "Falkirk Rise", "Glenport",
-          "Harrowgate", "Ironvale", "Jessop", "Kingsreach", "Lowmoor", "Marrow Bay", "Northfold",
-          "Oakhurst", "Pellham")
+CITIES = (
+    "Aldmere",
+    "Brackwater",
+    "Corlis",
+    "Dunhaven",
+    "Eastmarch",
+    "Falkirk Rise",
+    "Glenport",
+    "Harrowgate",
+    "Ironvale",
+    "Jessop",
+    "Kingsreach",
+    "Lowmoor",
+    "Marrow Bay",
+    "Northfold",
+    "Oakhurst",
+    "Pellham",
+)
 # mode -> (km per hour, cost per kg per 100 km, capacity range kg, hazmat share)
-MODES = {"truck": (70, 0.09, (400, 1800), 0.7), "rail": (90, 0.05, (800, 3000), 0.5),
-         "air": (600, 0.45, (200, 700), 0.0)}
+MODES = {
+    "truck": (70, 0.09, (400, 1800), 0.7),
+    "rail": (90, 0.05, (800, 3000), 0.5),
+    "air": (600, 0.45, (200, 700), 0.0),
+}
 
 
 class Base(DeclarativeBase):
@@ -66,8 +84,15 @@ def write_db(path: Path, seed: int) -> Path:
 def _rows(rng: random.Random) -> list[Base]:
     hubs = []
     for city in rng.sample(CITIES, rng.randint(11, 14)):
-        hubs.append(Hub(code=f"H-{city[:3].upper()}", city=city, x_km=rng.randint(0, 1200),
-                        y_km=rng.randint(0, 800), handling_hours=rng.randint(1, 4)))
+        hubs.append(
+            Hub(
+                code=f"H-{city[:3].upper()}",
+                city=city,
+                x_km=rng.randint(0, 1200),
+                y_km=rng.randint(0, 800),
+                handling_hours=rng.randint(1, 4),
+            )
+        )
     hubs.sort(key=lambda h: h.code)
     rows: list[Base] = list(hubs)
     lanes: list[Lane] = []
@@ -83,12 +108,21 @@ def _rows(rng: random.Random) -> list[Base]:
             if mode == "air" and _km(a, b) < 250 or rng.random() < 0.35:
                 continue
             km = _km(a, b) * rng.uniform(1.05, 1.3)
-            lanes.append(Lane(
-                lane_id="", origin=a.code, destination=b.code, mode=mode,
-                transit_hours=max(1, round(km / speed + (2 if mode == "air" else 0))),
-                cost_per_kg=round(rate * km / 100 * rng.uniform(0.8, 1.25) + 0.05, 2),
-                capacity_kg=50 * rng.randint(lo // 50, hi // 50), hazmat_ok=rng.random() < hazmat))
-    for i, lane in enumerate(sorted(lanes, key=lambda x: (x.origin, x.destination, x.mode)), start=101):
+            lanes.append(
+                Lane(
+                    lane_id="",
+                    origin=a.code,
+                    destination=b.code,
+                    mode=mode,
+                    transit_hours=max(1, round(km / speed + (2 if mode == "air" else 0))),
+                    cost_per_kg=round(rate * km / 100 * rng.uniform(0.8, 1.25) + 0.05, 2),
+                    capacity_kg=50 * rng.randint(lo // 50, hi // 50),
+                    hazmat_ok=rng.random() < hazmat,
+                )
+            )
+    for i, lane in enumerate(
+        sorted(lanes, key=lambda x: (x.origin, x.destination, x.mode)), start=101
+    ):
         lane.lane_id = f"LN-{i}"
     rows += lanes
     # Shipments travel eight busy corridors (sometimes starting one hub off), so several of
@@ -100,9 +134,16 @@ def _rows(rng: random.Random) -> list[Base]:
             a = rng.choice([h for h in hubs if h is not b])
         weight = 10 * rng.randint(10, 120)
         direct = _km(a, b)
-        rows.append(Shipment(shipment_id=f"SHP-{5000 + 7 * i + rng.randint(0, 6)}", origin=a.code,
-                             destination=b.code, weight_kg=weight, hazmat=rng.random() < 0.25,
-                             deadline_hours=max(8, round(direct / 60) + rng.randint(2, 16))))
+        rows.append(
+            Shipment(
+                shipment_id=f"SHP-{5000 + 7 * i + rng.randint(0, 6)}",
+                origin=a.code,
+                destination=b.code,
+                weight_kg=weight,
+                hazmat=rng.random() < 0.25,
+                deadline_hours=max(8, round(direct / 60) + rng.randint(2, 16)),
+            )
+        )
     return rows
 
 

@@ -15,4 +15,8 @@ def _default_bundle() -> Path:
 
 
 def register_envs() -> None:
-    register_bundle("shipment-logistics-v0", _default_bundle, description="Shipment logistics: routes through a hub network under hop, mode, hazmat and deadline rules with shared lane capacities and a tight budget.")
+    register_bundle(
+        "shipment-logistics-v0",
+        _default_bundle,
+        description="Shipment logistics: routes through a hub network under hop, mode, hazmat and deadline rules with shared lane capacities and a tight budget.",
+    )

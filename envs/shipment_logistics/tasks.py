@@ -34,7 +34,9 @@ TOP_LEVELS = (5,)
 PER_SHIPMENT = 8  # cheapest routes per shipment that the budget is computed over
 
 
-def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> dict[str, Any] | None:
+def draw_task(
+    world: World, rng: random.Random, difficulty: int, index: int
+) -> dict[str, Any] | None:
     count, hops, mode_sets, quantile = LEVELS[difficulty]
     modes = rng.choice(mode_sets)
     first = rng.choice(sorted(world.shipments))
@@ -58,25 +60,50 @@ def draw_task(world: World, rng: random.Random, difficulty: int, index: int) -> 
     pools = [routes[:PER_SHIPMENT] for routes in options.values()]
     if count > 1 and fits(tuple(pool[0] for pool in pools), world):
         return None  # the cheapest routes do not compete for a lane: no search needed
-    totals = sorted(round(sum(r.cost for r in combo), 2) for combo in itertools.product(*pools)
-                    if fits(combo, world))
+    totals = sorted(
+        round(sum(r.cost for r in combo), 2)
+        for combo in itertools.product(*pools)
+        if fits(combo, world)
+    )
     if not totals:
         return None
-    meta = {"shipments": list(options), "max_hops": hops, "allowed_modes": list(modes),
-            "budget": math.ceil(totals[int(quantile * (len(totals) - 1))])}
+    meta = {
+        "shipments": list(options),
+        "max_hops": hops,
+        "allowed_modes": list(modes),
+        "budget": math.ceil(totals[int(quantile * (len(totals) - 1))]),
+    }
     meta["declared_rules"] = declared_rules(meta, any(world.shipments[s].hazmat for s in options))
-    return {"id": f"route-{index + 1:03d}-d{difficulty}", "prompt": render_prompt(meta), "solution": SOLVER,
-            "verifier": VERIFIER, "difficulty": difficulty, "submit_tool": SUBMIT, "system_prompt": None,
-            "metadata": meta}
+    return {
+        "id": f"route-{index + 1:03d}-d{difficulty}",
+        "prompt": render_prompt(meta),
+        "solution": SOLVER,
+        "verifier": VERIFIER,
+        "difficulty": difficulty,
+        "submit_tool": SUBMIT,
+        "system_prompt": None,
+        "metadata": meta,
+    }
 
 
 def declared_rules(meta: dict[str, Any], hazmat: bool) -> list[str]:
     """The check names this task's constraints call for, written from the recipe (not from the
     verifier): ``envgym check`` fails a verifier that does not report every one of them."""
     modes = ["allowed_modes"] if set(meta["allowed_modes"]) < set(ALL_MODES) else []
-    return ["valid_json", "shipments_in_order", "lanes_exist", "route_connects", "no_repeated_hub",
-            "max_hops", *modes, *(["hazmat"] if hazmat else []), "deadline", "capacity",
-            "total_cost_correct", "budget"]
+    return [
+        "valid_json",
+        "shipments_in_order",
+        "lanes_exist",
+        "route_connects",
+        "no_repeated_hub",
+        "max_hops",
+        *modes,
+        *(["hazmat"] if hazmat else []),
+        "deadline",
+        "capacity",
+        "total_cost_correct",
+        "budget",
+    ]
 
 
 def render_prompt(meta: dict[str, Any]) -> str:
@@ -91,9 +118,13 @@ def render_prompt(meta: dict[str, Any]) -> str:
         "a lane costs its cost_per_kg x the shipment's weight, rounded to cents; "
         f"all routes together cost at most ${meta['budget']}",
     ]
-    fmt = ('{"routes": [{"shipment": "<id>", "lanes": ["<lane_id>", ...]}, ...], '
-           '"total_cost": <sum of all lane costs, a number>}')
-    return (f"Route these shipments through our hub network: {', '.join(meta['shipments'])}.\nRules:\n"
-            + "\n".join(f"- {r}" for r in rules)
-            + f"\nLook shipments, hubs and lanes up with the tools, then call submit_result with answer_text "
-              f"set to JSON of the form {fmt} (one route per shipment, in the order listed).")
+    fmt = (
+        '{"routes": [{"shipment": "<id>", "lanes": ["<lane_id>", ...]}, ...], '
+        '"total_cost": <sum of all lane costs, a number>}'
+    )
+    return (
+        f"Route these shipments through our hub network: {', '.join(meta['shipments'])}.\nRules:\n"
+        + "\n".join(f"- {r}" for r in rules)
+        + f"\nLook shipments, hubs and lanes up with the tools, then call submit_result with answer_text "
+        f"set to JSON of the form {fmt} (one route per shipment, in the order listed)."
+    )

@@ -52,7 +52,9 @@ class World:
     handling: dict[str, int]
     lanes_from: dict[str, tuple[LaneRow, ...]]
     shipments: dict[str, ShipmentRow]
-    _routes: dict[tuple[str, int, tuple[str, ...]], list[Route]] = field(default_factory=dict, compare=False, repr=False)
+    _routes: dict[tuple[str, int, tuple[str, ...]], list[Route]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def routes(self, shipment: str, max_hops: int, modes: tuple[str, ...]) -> list[Route]:
         """Every feasible route of a shipment, cheapest first (ties by lane ids); cached, since
@@ -66,7 +68,9 @@ class World:
         s = self.shipments[shipment]
         out: list[Route] = []
 
-        def walk(hub: str, path: tuple[LaneRow, ...], hours: int, seen: frozenset[str]) -> Iterator[None]:
+        def walk(
+            hub: str, path: tuple[LaneRow, ...], hours: int, seen: frozenset[str]
+        ) -> Iterator[None]:
             if hub == s.destination:
                 cost = round(sum(round(lane.rate * s.weight, 2) for lane in path), 2)
                 out.append(Route(shipment, path, cost))
@@ -75,12 +79,20 @@ class World:
                 return
             extra = self.handling[hub] if path else 0
             for lane in self.lanes_from.get(hub, ()):
-                if lane.mode not in modes or lane.destination in seen or (s.hazmat and not lane.hazmat_ok):
+                if (
+                    lane.mode not in modes
+                    or lane.destination in seen
+                    or (s.hazmat and not lane.hazmat_ok)
+                ):
                     continue
                 if lane.capacity < s.weight or hours + extra + lane.hours > s.deadline:
                     continue
-                yield from walk(lane.destination, path + (lane,), hours + extra + lane.hours,
-                                seen | {lane.destination})
+                yield from walk(
+                    lane.destination,
+                    path + (lane,),
+                    hours + extra + lane.hours,
+                    seen | {lane.destination},
+                )
 
         for _ in walk(s.origin, (), 0, frozenset({s.origin})):
             pass
@@ -105,12 +117,24 @@ def load_world(path: Path) -> World:
             handling = {h.code: h.handling_hours for h in s.scalars(select(db.Hub))}
             lanes: dict[str, list[LaneRow]] = defaultdict(list)
             for lane in s.scalars(select(db.Lane).order_by(db.Lane.lane_id)):
-                lanes[lane.origin].append(LaneRow(lane.lane_id, lane.origin, lane.destination, lane.mode,
-                                                  lane.transit_hours, lane.cost_per_kg, lane.capacity_kg,
-                                                  lane.hazmat_ok))
-            shipments = {x.shipment_id: ShipmentRow(x.shipment_id, x.origin, x.destination, x.weight_kg,
-                                                    x.hazmat, x.deadline_hours)
-                         for x in s.scalars(select(db.Shipment).order_by(db.Shipment.shipment_id))}
+                lanes[lane.origin].append(
+                    LaneRow(
+                        lane.lane_id,
+                        lane.origin,
+                        lane.destination,
+                        lane.mode,
+                        lane.transit_hours,
+                        lane.cost_per_kg,
+                        lane.capacity_kg,
+                        lane.hazmat_ok,
+                    )
+                )
+            shipments = {
+                x.shipment_id: ShipmentRow(
+                    x.shipment_id, x.origin, x.destination, x.weight_kg, x.hazmat, x.deadline_hours
+                )
+                for x in s.scalars(select(db.Shipment).order_by(db.Shipment.shipment_id))
+            }
     finally:
         engine.dispose()
     return World(handling, {k: tuple(v) for k, v in lanes.items()}, shipments)

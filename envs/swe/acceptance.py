@@ -30,7 +30,9 @@ MAX_PARTIAL = 3  # files tried per instance (each try is a whole test run)
 def _plain(section: FilePatch) -> bool:
     """A section that names one path: a modification, a creation or a deletion (not a rename or
     copy, whose two paths cannot be taken out one at a time as a file section)."""
-    return section.old_path is None or section.new_path is None or section.old_path == section.new_path
+    return (
+        section.old_path is None or section.new_path is None or section.old_path == section.new_path
+    )
 
 
 def removable_paths(patch: str, *, limit: int = MAX_PARTIAL) -> list[str]:
@@ -51,12 +53,17 @@ def without_path(patch: str, path: str) -> str:
     return "".join(kept)
 
 
-def still_solves(outcomes: Mapping[str, str], fail_to_pass: Sequence[str],
-                 pass_to_pass: Sequence[str]) -> bool:
+def still_solves(
+    outcomes: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> bool:
     """Grading's rule (envs/swe/grade.py) on one run: every F2P and P2P test passed."""
-    return bool(fail_to_pass) and all(outcomes.get(t) == "passed" for t in (*fail_to_pass, *pass_to_pass))
+    return bool(fail_to_pass) and all(
+        outcomes.get(t) == "passed" for t in (*fail_to_pass, *pass_to_pass)
+    )
 
 
 def unrelated_reason(path: str) -> str:
-    return (f"{UNRELATED}[{path}]: the gold patch without {path} still passes every "
-            "FAIL_TO_PASS and PASS_TO_PASS test")
+    return (
+        f"{UNRELATED}[{path}]: the gold patch without {path} still passes every "
+        "FAIL_TO_PASS and PASS_TO_PASS test"
+    )

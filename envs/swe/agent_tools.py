@@ -118,7 +118,9 @@ def tool_table() -> ToolTable:
 class SweTools:
     """Runs the agent's calls against one episode's workspace and Python environment."""
 
-    def __init__(self, workspace: Workspace, python_env: PythonEnv, *, limits: ToolLimits | None = None) -> None:
+    def __init__(
+        self, workspace: Workspace, python_env: PythonEnv, *, limits: ToolLimits | None = None
+    ) -> None:
         self.workspace = workspace
         self.python_env = python_env
         self.limits = limits or ToolLimits()
@@ -127,7 +129,10 @@ class SweTools:
     def call(self, name: str, arguments: Any) -> Reply:
         problem = self.table.check(name, arguments)
         if problem is not None:
-            return Reply(f"Error: {problem}", "unknown_tool" if name not in self.table.specs else "bad_arguments")
+            return Reply(
+                f"Error: {problem}",
+                "unknown_tool" if name not in self.table.specs else "bad_arguments",
+            )
         try:
             if name == "bash":
                 return self.bash(arguments["command"])
@@ -153,10 +158,15 @@ class SweTools:
                                                   output_bytes=4 * self.limits.output_chars))  # fmt: skip
         parts = [result.stdout]
         if result.stderr:
-            parts.append(("" if result.stdout.endswith("\n") or not result.stdout else "\n") + result.stderr)
+            parts.append(
+                ("" if result.stdout.endswith("\n") or not result.stdout else "\n") + result.stderr
+            )
         text = cap("".join(parts), self.limits.output_chars)
         if result.timed_out:
-            return Reply(f"{text}\n[killed: the command ran over {self.limits.bash_timeout_s:g} s]", "timeout")
+            return Reply(
+                f"{text}\n[killed: the command ran over {self.limits.bash_timeout_s:g} s]",
+                "timeout",
+            )
         if result.returncode is None:
             return Reply(f"Error: the command could not run: {result.error}", "tool_error")
         note = "\n[some output was dropped: only its end was kept]" if result.truncated else ""
@@ -165,7 +175,10 @@ class SweTools:
     def mounts(self) -> list[Mount]:
         """pyenv.py's layout: the workspace at /repo (writable), the venv at /venv (read-only:
         the agent cannot change the environment the grader will use)."""
-        return [Mount(self.workspace.root, JAIL_REPO, writable=True), Mount(self.python_env.venv, JAIL_VENV)]
+        return [
+            Mount(self.workspace.root, JAIL_REPO, writable=True),
+            Mount(self.python_env.venv, JAIL_VENV),
+        ]
 
     def run_tests(self, ids: list[str] | None) -> Reply:
         from envs.swe.validation import run_tests
@@ -173,9 +186,15 @@ class SweTools:
         ids = list(ids or ())
         bad = [i for i in ids if not i.strip() or i.startswith("-")]
         if bad or len(ids) > MAX_TEST_IDS:
-            why = f"{bad[0]!r} is not a test path or id (options are not accepted)" if bad else f"more than {MAX_TEST_IDS} ids"
+            why = (
+                f"{bad[0]!r} is not a test path or id (options are not accepted)"
+                if bad
+                else f"more than {MAX_TEST_IDS} ids"
+            )
             return Reply(f"Error: {why}", "bad_arguments")
-        run = run_tests(self.workspace.root, self.python_env, ids, timeout_s=self.limits.test_timeout_s)
+        run = run_tests(
+            self.workspace.root, self.python_env, ids, timeout_s=self.limits.test_timeout_s
+        )
         return Reply(summarize(run, self.limits.output_chars))
 
 

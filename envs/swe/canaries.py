@@ -35,7 +35,18 @@ from typing import Any
 
 from envs.swe.safe_read import read_regular
 
-SUFFIXES = ("edge", "empty", "single", "large", "negative", "repeat", "again", "mixed", "basic", "extra")
+SUFFIXES = (
+    "edge",
+    "empty",
+    "single",
+    "large",
+    "negative",
+    "repeat",
+    "again",
+    "mixed",
+    "basic",
+    "extra",
+)
 _Def = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -58,8 +69,9 @@ INVERSE = {"assertEqual": "assertNotEqual", "assertNotEqual": "assertEqual", "as
            "assertAlmostEqual": "assertNotAlmostEqual", "assertRegex": "assertNotRegex"}  # fmt: skip
 
 
-def plant_canaries(tree: Path, fail_to_pass: Iterable[str], *, pass_to_pass: Iterable[str] = (),
-                   per_file: int = 2) -> list[str]:
+def plant_canaries(
+    tree: Path, fail_to_pass: Iterable[str], *, pass_to_pass: Iterable[str] = (), per_file: int = 2
+) -> list[str]:
     """Plant ``per_file`` canaries in every F2P test file, among the containers of its F2P tests;
     returns their test ids (pytest node ids).  F2P tests are copied first, then P2P ones: both
     pass after a real fix, so a copy reaches its planted failure."""
@@ -79,14 +91,20 @@ def plant_canaries(tree: Path, fail_to_pass: Iterable[str], *, pass_to_pass: Ite
         if not path.endswith(".py"):
             continue
         try:  # the tree was restored, but never follow a link on the host
-            source = read_regular(tree, path, max_bytes=MAX_TEST_FILE_BYTES).decode("utf-8", errors="replace")
+            source = read_regular(tree, path, max_bytes=MAX_TEST_FILE_BYTES).decode(
+                "utf-8", errors="replace"
+            )
             module = ast.parse(source)
         except (OSError, SyntaxError, ValueError):
             continue  # the F2P tests of an unreadable or unparsable module fail anyway
         lines = source.splitlines(keepends=True)
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
-        containers = [c for c in _containers(path, module, len(lines)) if c.node_id.partition("::")[2] in classes]
+        containers = [
+            c
+            for c in _containers(path, module, len(lines))
+            if c.node_id.partition("::")[2] in classes
+        ]
         if not containers:
             continue
         planted: list[tuple[int, str]] = []
@@ -97,21 +115,29 @@ def plant_canaries(tree: Path, fail_to_pass: Iterable[str], *, pass_to_pass: Ite
             name = _name(rng, [t.name for t in tests], taken[where.node_id])
             taken[where.node_id].add(name)
             spots = [_start(n) for n in where.body if _start(n) >= _start(tests[0])] + [where.end]
-            text = _copy(rng, lines, tests, sources.get(where.node_id, []), name) or _source(rng, name, where)
+            text = _copy(rng, lines, tests, sources.get(where.node_id, []), name) or _source(
+                rng, name, where
+            )
             gap = "\n" if where.method else "\n\n"
             planted.append((rng.choice(spots), f"{gap}{text}{gap}"))
             ids.append(f"{where.node_id}::{name}")
-        for spot, text in sorted(planted, key=lambda p: p[0], reverse=True):  # bottom up: spots stay valid
+        for spot, text in sorted(
+            planted, key=lambda p: p[0], reverse=True
+        ):  # bottom up: spots stay valid
             lines.insert(spot, text)
         (tree / path).write_text("".join(lines), encoding="utf-8")
     return ids
 
 
-def _copy(rng: secrets.SystemRandom, lines: list[str], tests: list[_Def], preferred: list[str], name: str) -> str | None:
+def _copy(
+    rng: secrets.SystemRandom, lines: list[str], tests: list[_Def], preferred: list[str], name: str
+) -> str | None:
     """A copy of one of ``tests`` (those named in ``preferred`` first) renamed ``name``, with one
     planted failure; None when no test there has a top-level assertion to plant it in."""
     ranked = [t for t in tests if t.name in preferred]
-    ranked = rng.sample(ranked, len(ranked)) + rng.sample([t for t in tests if t not in ranked], len(tests) - len(ranked))
+    ranked = rng.sample(ranked, len(ranked)) + rng.sample(
+        [t for t in tests if t not in ranked], len(tests) - len(ranked)
+    )
     for test in ranked:
         edits = _failures(rng, test)
         if not edits or test.end_lineno is None:
@@ -119,9 +145,11 @@ def _copy(rng: secrets.SystemRandom, lines: list[str], tests: list[_Def], prefer
         literal = [e for e in edits if e[0] == "literal"]
         _, node_pos, text = rng.choice(literal or edits)
         first = _start(test)
-        copied = _replace(lines[first:test.end_lineno], node_pos, text, first)
+        copied = _replace(lines[first : test.end_lineno], node_pos, text, first)
         def_at = test.lineno - 1 - first
-        copied[def_at] = re.sub(rf"(\bdef\s+){re.escape(test.name)}\b", lambda m: m[1] + name, copied[def_at], count=1)
+        copied[def_at] = re.sub(
+            rf"(\bdef\s+){re.escape(test.name)}\b", lambda m: m[1] + name, copied[def_at], count=1
+        )
         result = "".join(copied)
         try:
             ast.parse(_dedent(result))
@@ -140,7 +168,11 @@ def _failures(rng: secrets.SystemRandom, test: _Def) -> list[tuple[str, Position
     for stmt in test.body:
         if isinstance(stmt, ast.Assert):
             check = stmt.test
-            if isinstance(check, ast.Compare) and len(check.ops) == 1 and isinstance(check.ops[0], ast.Eq):
+            if (
+                isinstance(check, ast.Compare)
+                and len(check.ops) == 1
+                and isinstance(check.ops[0], ast.Eq)
+            ):
                 for side in (check.comparators[0], check.left):
                     changed = _changed_literal(rng, side)
                     if changed is not None:
@@ -150,8 +182,13 @@ def _failures(rng: secrets.SystemRandom, test: _Def) -> list[tuple[str, Position
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             call = stmt.value
             func = call.func
-            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
-                    and func.attr in INVERSE and func.end_col_offset is not None:
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "self"
+                and func.attr in INVERSE
+                and func.end_col_offset is not None
+            ):
                 if func.attr == "assertEqual" and len(call.args) >= 2:
                     for arg in (call.args[1], call.args[0]):
                         changed = _changed_literal(rng, arg)
@@ -201,7 +238,7 @@ def _replace(lines: list[str], pos: Position, text: str, first: int) -> list[str
     ``text``, or, when ``text`` is empty, by ``not (<that source>)``.  ast's columns are UTF-8
     byte offsets, so the edit is made on bytes."""
     start_line, start_col, end_line, end_col = pos
-    chunk = [line.encode("utf-8") for line in lines[start_line - 1 - first:end_line - first]]
+    chunk = [line.encode("utf-8") for line in lines[start_line - 1 - first : end_line - first]]
     head, tail = chunk[0][:start_col], chunk[-1][end_col:]
     if len(chunk) == 1:
         middle = chunk[0][start_col:end_col]
@@ -210,7 +247,7 @@ def _replace(lines: list[str], pos: Position, text: str, first: int) -> list[str
     new = text.encode("utf-8") if text else b"not (" + middle + b")"
     edited = (head + new + tail).decode("utf-8", errors="replace")
     out = list(lines)
-    out[start_line - 1 - first:end_line - first] = [edited]
+    out[start_line - 1 - first : end_line - first] = [edited]
     return out
 
 

@@ -35,20 +35,25 @@ class Episode:
 
     name: str
     reward: float
-    status: str              # the grade report's tests_status ("ok", "rigged", ...)
+    status: str  # the grade report's tests_status ("ok", "rigged", ...)
     detail: str = ""
     outcomes: Mapping[str, str] = field(default_factory=dict)
-    omitted: str = ""        # a partial fix: the gold patch's file it leaves out
+    omitted: str = ""  # a partial fix: the gold patch's file it leaves out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "reward": self.reward, "status": self.status, "detail": self.detail}
+        return {
+            "name": self.name,
+            "reward": self.reward,
+            "status": self.status,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
 class InstanceCheck:
     instance_id: str
     valid: bool
-    reason: str                        # why invalid ("" when valid)
+    reason: str  # why invalid ("" when valid)
     gold: tuple[Episode, ...] = ()
     empty: Episode | None = None
     exploits: tuple[Episode, ...] = ()
@@ -85,7 +90,9 @@ class InstanceCheck:
         if self.empty is None or self.empty.reward != 0.0:
             found.append("an empty submission is rewarded")
         found += [unrelated_reason(path) for path in self.unrelated]
-        found += [f"exploit rewarded: {e.name}" for e in self.exploits if e.reward > 0 and not e.omitted]
+        found += [
+            f"exploit rewarded: {e.name}" for e in self.exploits if e.reward > 0 and not e.omitted
+        ]
         return found
 
     @property
@@ -122,9 +129,16 @@ class SweCheckReport:
                 "seconds": round(self.seconds, 3)}  # fmt: skip
 
 
-def check_instances(instances: Iterable[SweInstance], *, backend: str = "bwrap", reruns: int = 2,
-                    target: str = "", python_env: Any = None, progress: Progress | None = None,
-                    env_options: Mapping[str, Any] | None = None) -> SweCheckReport:
+def check_instances(
+    instances: Iterable[SweInstance],
+    *,
+    backend: str = "bwrap",
+    reruns: int = 2,
+    target: str = "",
+    python_env: Any = None,
+    progress: Progress | None = None,
+    env_options: Mapping[str, Any] | None = None,
+) -> SweCheckReport:
     """Check every instance (see the module docstring); ``python_env`` skips environment setup."""
     if reruns < 1:
         raise ValueError("reruns must be at least 1")
@@ -141,14 +155,22 @@ def check_instances(instances: Iterable[SweInstance], *, backend: str = "bwrap",
     return SweCheckReport(target, backend, reruns, tuple(checked), time.monotonic() - started)
 
 
-def check_instance(instance: SweInstance, *, backend: str = "bwrap", reruns: int = 2, python_env: Any = None,
-                   env_options: Mapping[str, Any] | None = None) -> InstanceCheck:
+def check_instance(
+    instance: SweInstance,
+    *,
+    backend: str = "bwrap",
+    reruns: int = 2,
+    python_env: Any = None,
+    env_options: Mapping[str, Any] | None = None,
+) -> InstanceCheck:
     from envs.swe.env import SweEnv
 
     started = time.monotonic()
 
     def invalid(reason: str) -> InstanceCheck:
-        return InstanceCheck(instance.instance_id, False, reason, seconds=time.monotonic() - started)
+        return InstanceCheck(
+            instance.instance_id, False, reason, seconds=time.monotonic() - started
+        )
 
     if not instance.fail_to_pass:
         return invalid("no FAIL_TO_PASS tests (validate the instance first: `envgym synth swe`)")
@@ -165,7 +187,9 @@ def check_instance(instance: SweInstance, *, backend: str = "bwrap", reruns: int
         tried = tuple(_replay(env, e.name, e.calls, e.omitted) for e in exploits(instance, gold))
     finally:
         env.close()
-    return InstanceCheck(instance.instance_id, True, "", gold_runs, empty, tried, time.monotonic() - started)
+    return InstanceCheck(
+        instance.instance_id, True, "", gold_runs, empty, tried, time.monotonic() - started
+    )
 
 
 def _replay(env: Any, name: str, calls: Iterable[Call], omitted: str = "") -> Episode:

@@ -28,7 +28,9 @@ def claims(target: str) -> bool:
         if path.is_file() and path.suffix == ".jsonl":
             return _first_record_is_instance(path)
         if path.is_dir() and not (path / "manifest.json").exists():  # a bundle is never ours
-            return _is_task_dir(path) or any(_is_task_dir(child) for child in path.iterdir() if child.is_dir())
+            return _is_task_dir(path) or any(
+                _is_task_dir(child) for child in path.iterdir() if child.is_dir()
+            )
     except OSError:
         return False
     return False
@@ -60,8 +62,14 @@ def load_target(target: str) -> list[SweInstance]:
     return import_jsonl(path)
 
 
-def swe_check_main(target: str, *, as_json: bool = False, console: Any = None, sandbox: str = "bwrap",
-                   reruns: int = 2) -> int:
+def swe_check_main(
+    target: str,
+    *,
+    as_json: bool = False,
+    console: Any = None,
+    sandbox: str = "bwrap",
+    reruns: int = 2,
+) -> int:
     """Check every instance of ``target`` and print the report; the exit code (0: all pass)."""
     from rich.console import Console
 
@@ -79,9 +87,16 @@ def swe_check_main(target: str, *, as_json: bool = False, console: Any = None, s
     from envgym.progress import progress_bar
 
     with progress_bar(err) as bar:
-        task = bar.add_task(f"envgym check · {len(instances)} SWE instances · {sandbox}", total=len(instances))
-        report = check_instances(instances, backend=sandbox, reruns=reruns, target=str(target),
-                                 progress=lambda done, total, _: bar.update(task, completed=done, total=total))
+        task = bar.add_task(
+            f"envgym check · {len(instances)} SWE instances · {sandbox}", total=len(instances)
+        )
+        report = check_instances(
+            instances,
+            backend=sandbox,
+            reruns=reruns,
+            target=str(target),
+            progress=lambda done, total, _: bar.update(task, completed=done, total=total),
+        )
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict()) + "\n")
     else:

@@ -38,7 +38,7 @@ def longest_word(text):
             best = word
     return best
 '''
-_TESTS = '''from wordstat.stats import longest_word, word_count
+_TESTS = """from wordstat.stats import longest_word, word_count
 
 
 def test_word_count_simple():
@@ -47,19 +47,25 @@ def test_word_count_simple():
 
 def test_longest_word():
     assert longest_word("a bb ccc") == "ccc"
-'''
-_FIX_1 = ('def words(text):\n    return text.split(" ")\n', 'def words(text):\n    return text.split()\n')
-_TEST_1 = '''
+"""
+_FIX_1 = (
+    'def words(text):\n    return text.split(" ")\n',
+    "def words(text):\n    return text.split()\n",
+)
+_TEST_1 = """
 
 def test_word_count_ignores_repeated_spaces():
     assert word_count("a  b") == 2 and word_count("a\\tb\\nc") == 3
-'''
-_FIX_2 = ("        if len(word) > len(best):\n", "        if len(word.strip(\".,;:!?\")) > len(best):\n            word = word.strip(\".,;:!?\")\n")
-_TEST_2 = '''
+"""
+_FIX_2 = (
+    "        if len(word) > len(best):\n",
+    '        if len(word.strip(".,;:!?")) > len(best):\n            word = word.strip(".,;:!?")\n',
+)
+_TEST_2 = """
 
 def test_longest_word_ignores_punctuation():
     assert longest_word("tiny, enormous! big.") == "enormous"
-'''
+"""
 
 
 def make_demo_repo(path: Path) -> Path:
@@ -75,8 +81,15 @@ def make_demo_repo(path: Path) -> Path:
                "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.org",
                "GIT_COMMITTER_NAME": "Ada", "GIT_COMMITTER_EMAIL": "ada@example.org",
                "GIT_AUTHOR_DATE": f"{1700000000 + clock[0]} +0000", "GIT_COMMITTER_DATE": f"{1700000000 + clock[0]} +0000"}  # fmt: skip
-        return subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=path, env=env,
-                              check=True, capture_output=True, text=True, timeout=60).stdout
+        return subprocess.run(
+            ["git", "-c", "init.defaultBranch=main", *args],
+            cwd=path,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
 
     def commit(message: str, files: dict[str, str]) -> None:
         for name, text in files.items():
@@ -95,8 +108,12 @@ def make_demo_repo(path: Path) -> Path:
            "space yields an empty word between two spaces, and tabs or newlines were not separators "
            "at all. Words are now separated by any run of whitespace.",
            {"src/wordstat/stats.py": stats, "tests/test_stats.py": tests})  # fmt: skip
-    commit("Describe the package in a README for people who find it on the index",
-           {"README.md": "# wordstat\n\nWord statistics over plain text: counts and the longest word.\n"})
+    commit(
+        "Describe the package in a README for people who find it on the index",
+        {
+            "README.md": "# wordstat\n\nWord statistics over plain text: counts and the longest word.\n"
+        },
+    )
     stats, tests = stats.replace(*_FIX_2), tests + _TEST_2
     commit("Make longest_word ignore trailing punctuation\n\nlongest_word('tiny, enormous! big.') returned "
            "'enormous!' with its exclamation mark, and a short word followed by punctuation could beat "

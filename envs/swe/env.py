@@ -59,7 +59,9 @@ USER_PROMPT = """<issue>
 Fix this issue in the repository at {root}, then call submit."""
 
 
-def load_instance(instance: SweInstance | Mapping[str, Any] | str | Path, index: int = 0) -> SweInstance:
+def load_instance(
+    instance: SweInstance | Mapping[str, Any] | str | Path, index: int = 0
+) -> SweInstance:
     """An instance from itself, a SWE-bench record, or a JSONL file (``path`` + ``index``,
     or ``"path#index"``)."""
     if isinstance(instance, SweInstance):
@@ -94,11 +96,15 @@ class SweEnv(Env):
                  tokenizer: Any = None, budgets: Budgets | None = None, tool_limits: ToolLimits | None = None,
                  workdir: Path | None = None, setup_model: Any = None, grade_timeout_s: float = 1800.0,
                  **budget_overrides: Any) -> None:  # fmt: skip
-        budget_overrides.pop("sandbox", None)  # what `envgym eval` passes every env; commands use `backend`
+        budget_overrides.pop(
+            "sandbox", None
+        )  # what `envgym eval` passes every env; commands use `backend`
         budget_overrides.pop("limits", None)
         self.instance = load_instance(instance, index)
         self.backend = backend
-        self.budgets = Budgets(**{**vars(budgets or Budgets(max_turns=100, max_tool_calls=200)), **budget_overrides})
+        self.budgets = Budgets(
+            **{**vars(budgets or Budgets(max_turns=100, max_tool_calls=200)), **budget_overrides}
+        )
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         counters = counting(context, tokenizer, window=self.budgets.context_window is not None)
         self.counter: TokenCounter | None = counters.counter
@@ -111,7 +117,9 @@ class SweEnv(Env):
         self.python_env = python_env
         self._setup_model = setup_model
         self._own_dir = workdir is None
-        self._dir = Path(tempfile.mkdtemp(prefix="envgym-swe-")) if workdir is None else Path(workdir)
+        self._dir = (
+            Path(tempfile.mkdtemp(prefix="envgym-swe-")) if workdir is None else Path(workdir)
+        )
         self.tools: SweTools | None = None
         self.history: list[Message] = []
         self.episode = Episode()
@@ -119,11 +127,15 @@ class SweEnv(Env):
         self._episodes = 0
 
     # -- the contract ------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
         self._episodes += 1
         workspace = self._fresh_checkout(f"ws{self._episodes}")
-        self.tools = SweTools(Workspace(workspace), self._ensure_env(workspace), limits=self.tool_limits)
+        self.tools = SweTools(
+            Workspace(workspace), self._ensure_env(workspace), limits=self.tool_limits
+        )
         system = SYSTEM_PROMPT.format(root=JAIL_ROOT)
         if not self.native_tools:
             system += "\n\n" + self.parser.render_tools(self.tools.table.schemas())
@@ -156,7 +168,11 @@ class SweEnv(Env):
             return obs, 0.0, False, False, self._info({})
         result = self._grade()
         info = self._info(dict(result.components))
-        info["report"] = {**result.report, "instance_id": self.instance.instance_id, "reward": result.reward}
+        info["report"] = {
+            **result.report,
+            "instance_id": self.instance.instance_id,
+            "reward": result.reward,
+        }
         if truncated:
             info["truncated_by"] = self._truncation_reason
         return obs, result.reward, submitted, truncated, info
@@ -181,7 +197,9 @@ class SweEnv(Env):
             setup = ensure_env(workspace, repo_key=repo_key, version=self.instance.version, backend=self.backend,
                                model=self._setup_model)  # fmt: skip
             if not setup.ok or setup.env is None:
-                raise RuntimeError(f"{self.instance.instance_id}: the project's environment could not be set up: {setup.reason}")
+                raise RuntimeError(
+                    f"{self.instance.instance_id}: the project's environment could not be set up: {setup.reason}"
+                )
             self.python_env = setup.env
         return self.python_env
 
@@ -214,8 +232,11 @@ class SweEnv(Env):
 
     def _out_of_budget(self) -> bool:
         reasons = self.budgets.exhausted(
-            turns=self.episode.turns, tool_calls=self.episode.tool_calls, started=self.episode.started,
-            prompt_tokens=lambda: self._budget_counter.count(self.view.rendered, self._schemas()))
+            turns=self.episode.turns,
+            tool_calls=self.episode.tool_calls,
+            started=self.episode.started,
+            prompt_tokens=lambda: self._budget_counter.count(self.view.rendered, self._schemas()),
+        )
         self._truncation_reason = ",".join(reasons)
         return bool(reasons)
 
@@ -224,7 +245,10 @@ class SweEnv(Env):
         return self.tools.table.schemas()
 
     def _observe(self) -> Observation:
-        return {"messages": self.view.render(self.history, self._schemas()), "tools": self._schemas()}
+        return {
+            "messages": self.view.render(self.history, self._schemas()),
+            "tools": self._schemas(),
+        }
 
     def _info(self, components: dict[str, float]) -> dict[str, Any]:
         return self.episode.info(self.view, components)
@@ -243,7 +267,9 @@ class SweEnv(Env):
         try:
             applied = apply_patch(tree, self.instance.patch)
             if not applied.ok:
-                raise RuntimeError(f"{self.instance.instance_id}: the gold patch does not apply: {applied.reason}")
+                raise RuntimeError(
+                    f"{self.instance.instance_id}: the gold patch does not apply: {applied.reason}"
+                )
             calls: list[tuple[str, dict[str, Any]]] = []
             for path in changed_files(self.instance.patch):
                 link = _link_target(tree, path)
@@ -259,7 +285,9 @@ class SweEnv(Env):
                     calls.append(("bash", {"command": f"rm -f -- {shlex.quote(path)}"}))
                     continue
                 except OSError as err:
-                    raise RuntimeError(f"{self.instance.instance_id}: the gold patch leaves {path!r} unreadable: {err}") from None
+                    raise RuntimeError(
+                        f"{self.instance.instance_id}: the gold patch leaves {path!r} unreadable: {err}"
+                    ) from None
                 try:
                     calls.append(("create", {"path": path, "content": data.decode("utf-8")}))
                 except UnicodeDecodeError:

@@ -140,7 +140,7 @@ class Workspace:
         """Up to two levels below ``real``, without .git and without following links."""
         rows: list[str] = []
         more = False
-        for entry, depth in _walk(real, depth=2):
+        for entry, _depth in _walk(real, depth=2):
             if len(rows) == self.limits.max_listing:
                 more = True
                 break
@@ -167,9 +167,15 @@ class Workspace:
         try:
             compiled = re2.compile(pattern, options)
         except re2.error as err:
-            raise FileToolError(f"invalid pattern {pattern!r}: {err} (RE2 syntax: no backreferences or lookaround)") from None
+            raise FileToolError(
+                f"invalid pattern {pattern!r}: {err} (RE2 syntax: no backreferences or lookaround)"
+            ) from None
         top = self.resolve(path or ".")
-        files = [top] if top.is_file() else [e for e, _ in _walk(top, depth=None) if e.is_file() and not e.is_symlink()]
+        files = (
+            [top]
+            if top.is_file()
+            else [e for e, _ in _walk(top, depth=None) if e.is_file() and not e.is_symlink()]
+        )
         hits: list[str] = []
         read = 0
         for file in files:
@@ -190,7 +196,9 @@ class Workspace:
         note = ""
         if len(hits) > self.limits.max_matches:
             hits = hits[: self.limits.max_matches]
-            note = f"\n[more than {self.limits.max_matches} matches; narrow the pattern or the path]"
+            note = (
+                f"\n[more than {self.limits.max_matches} matches; narrow the pattern or the path]"
+            )
         elif read > self.limits.max_search_bytes:
             note = "\n[search stopped after reading its byte limit; narrow the path]"
         return _cap("\n".join(hits), self.limits.max_output_chars) + note
@@ -215,7 +223,7 @@ class Workspace:
                 "add surrounding lines to make it unique"
             )
         start = text.index(old)
-        self._write(real, text[:start] + new + text[start + len(old):])
+        self._write(real, text[:start] + new + text[start + len(old) :])
         line = text.count("\n", 0, start) + 1
         return f"replaced 1 occurrence in {self.shown(real)} at line {line}"
 
@@ -236,7 +244,9 @@ class Workspace:
         """
         data = text.encode("utf-8")
         if len(data) > self.limits.max_write_bytes:
-            raise FileToolError(f"the new content is {len(data)} bytes, over the {self.limits.max_write_bytes}-byte limit")
+            raise FileToolError(
+                f"the new content is {len(data)} bytes, over the {self.limits.max_write_bytes}-byte limit"
+            )
         owner = os.stat(self.root)
         self._make_parents(real.parent, owner)
         mode = stat.S_IMODE(os.stat(real).st_mode) if real.is_file() else 0o644
@@ -265,7 +275,9 @@ class Workspace:
                 os.chown(new, owner.st_uid, owner.st_gid)
 
 
-MAX_WALK = 200_000  # entries one walk visits: a repository the agent filled with files stays bounded
+MAX_WALK = (
+    200_000  # entries one walk visits: a repository the agent filled with files stays bounded
+)
 
 
 def _walk(top: Path, depth: int | None) -> list[tuple[Path, int]]:
@@ -289,8 +301,14 @@ def _walk(top: Path, depth: int | None) -> list[tuple[Path, int]]:
 
 
 def _cut_line(line: str, limit: int) -> str:
-    return line if len(line) <= limit else line[:limit] + f" [… {len(line) - limit} more characters]"
+    return (
+        line if len(line) <= limit else line[:limit] + f" [… {len(line) - limit} more characters]"
+    )
 
 
 def _cap(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n[output cut: {len(text) - limit} more characters]"
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"\n[output cut: {len(text) - limit} more characters]"
+    )

@@ -45,17 +45,22 @@ HARDENING: tuple[str, ...] = (
     "core.pager=cat",
     "core.editor=:",
     "sequence.editor=:",
-    "core.askPass=",            # empty: no helper program; prompts are off too (GIT_TERMINAL_PROMPT)
-    "credential.helper=",       # empty resets the helper list
+    "core.askPass=",  # empty: no helper program; prompts are off too (GIT_TERMINAL_PROMPT)
+    "credential.helper=",  # empty resets the helper list
     "core.sshCommand=ssh",
     "core.gitProxy=none",
-    "gpg.program=false", "gpg.ssh.program=false", "gpg.x509.program=false",
+    "gpg.program=false",
+    "gpg.ssh.program=false",
+    "gpg.x509.program=false",
     "log.showSignature=false",
-    "commit.gpgSign=false", "tag.gpgSign=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
     "protocol.ext.allow=never",
     "protocol.file.allow=always",  # checkouts fetch from our views over file://
-    "submodule.recurse=false", "fetch.recurseSubmodules=false",
-    "gc.auto=0", "maintenance.auto=false",
+    "submodule.recurse=false",
+    "fetch.recurseSubmodules=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
 )
 
 _HOME: str | None = None
@@ -77,32 +82,53 @@ def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": _home(),
-        "LANG": "C", "LC_ALL": "C",  # git's messages in English, for reasons we pass on
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
+        "LANG": "C",
+        "LC_ALL": "C",  # git's messages in English, for reasons we pass on
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_ATTR_NOSYSTEM": "1",
         "GIT_TERMINAL_PROMPT": "0",  # a private URL fails instead of waiting for a password
-        "GIT_PAGER": "cat", "GIT_EDITOR": ":",
+        "GIT_PAGER": "cat",
+        "GIT_EDITOR": ":",
         # file: our views; the network ones for mirrors.  ext:: (runs a command) is not listed.
         "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
         "GIT_PROTOCOL_FROM_USER": "0",
         "GIT_NO_REPLACE_OBJECTS": "1",  # a source's refs/replace must not rewrite what we read
-        "GIT_AUTHOR_NAME": "envgym", "GIT_AUTHOR_EMAIL": "envgym@localhost",
-        "GIT_COMMITTER_NAME": "envgym", "GIT_COMMITTER_EMAIL": "envgym@localhost",
+        "GIT_AUTHOR_NAME": "envgym",
+        "GIT_AUTHOR_EMAIL": "envgym@localhost",
+        "GIT_COMMITTER_NAME": "envgym",
+        "GIT_COMMITTER_EMAIL": "envgym@localhost",
     }
     env.update(extra or {})
     return env
 
 
-def git(args: Sequence[str], cwd: str | os.PathLike[str] | None = None, *, check: bool = True,
-        input: str | None = None, timeout_s: float = GIT_TIMEOUT_S,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def git(
+    args: Sequence[str],
+    cwd: str | os.PathLike[str] | None = None,
+    *,
+    check: bool = True,
+    input: str | None = None,
+    timeout_s: float = GIT_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run ``git args`` hardened (see the module docstring); `GitError` on failure if `check`."""
     argv = ["git"]
     for setting in HARDENING:
         argv += ["-c", setting]
     argv += list(args)
     try:
-        proc = subprocess.run(argv, check=False, cwd=cwd, input=input, capture_output=True,
-                              text=True, errors="surrogateescape", timeout=timeout_s, env=git_env(env))
+        proc = subprocess.run(
+            argv,
+            check=False,
+            cwd=cwd,
+            input=input,
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=timeout_s,
+            env=git_env(env),
+        )
     except subprocess.TimeoutExpired:
         raise GitError(f"git {' '.join(args[:2])} timed out after {timeout_s:g} s") from None
     except FileNotFoundError as exc:

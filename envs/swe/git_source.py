@@ -32,7 +32,7 @@ from envs.swe.safe_read import UnsafeFile, read_file
 
 __all__ = ["SourceRepo", "find_git_dir", "read_refs", "source_view"]
 
-MAX_SMALL_FILE = 64 * 1024           # HEAD, a loose ref, a .git file, commondir, shallow lines
+MAX_SMALL_FILE = 64 * 1024  # HEAD, a loose ref, a .git file, commondir, shallow lines
 MAX_PACKED_REFS = 256 * 1024 * 1024
 MAX_SHALLOW = 64 * 1024 * 1024
 MAX_REFS = 1_000_000
@@ -48,14 +48,15 @@ _VIEW_CONFIG = """[core]
 """
 # Highest-precedence attributes of the view: whatever the source's own .gitattributes say, no
 # filter, no conversion, nothing left out of an archive — the bytes of the tree as committed.
-_VIEW_ATTRIBUTES = "* !filter !diff !merge -text !eol !ident !working-tree-encoding " \
-                   "-export-ignore -export-subst\n"
+_VIEW_ATTRIBUTES = (
+    "* !filter !diff !merge -text !eol !ident !working-tree-encoding -export-ignore -export-subst\n"
+)
 
 
 @dataclass(frozen=True)
 class SourceRepo:
-    git_dir: Path      # where HEAD lives (per worktree)
-    common_dir: Path   # where objects, refs and packed-refs live
+    git_dir: Path  # where HEAD lives (per worktree)
+    common_dir: Path  # where objects, refs and packed-refs live
 
 
 def _read_small(path: Path, limit: int = MAX_SMALL_FILE) -> str | None:
@@ -89,7 +90,7 @@ def find_git_dir(path: Path) -> SourceRepo:
         text = _read_small(dot_git) or ""  # a linked worktree or a submodule: "gitdir: <path>"
         if not text.startswith("gitdir: "):
             raise GitError(f"{dot_git} is neither a directory nor a 'gitdir:' file")
-        git_dir = path / text[len("gitdir: "):].strip()
+        git_dir = path / text[len("gitdir: ") :].strip()
     elif _looks_like_git_dir(path):
         git_dir = path
     if git_dir is None or not (git_dir / "HEAD").is_file():
@@ -160,8 +161,10 @@ def _object_store(source: SourceRepo) -> Path:
         raise GitError(f"{objects} is a link or not a directory; refusing to read through it")
     for name in ("alternates", "http-alternates"):
         if os.path.lexists(objects / "info" / name):
-            raise GitError(f"{source.common_dir} borrows objects from elsewhere "
-                           f"(objects/info/{name}); run 'git repack -a -d' there and remove it")
+            raise GitError(
+                f"{source.common_dir} borrows objects from elsewhere "
+                f"(objects/info/{name}); run 'git repack -a -d' there and remove it"
+            )
     path = str(objects.resolve())
     if any(ord(c) < 0x20 or c == '"' for c in path):
         raise GitError(f"unusual characters in the path {path!r}; move the repository")

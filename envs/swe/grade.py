@@ -42,8 +42,12 @@ from envs.swe.patch import changed_files
 from envs.swe.repo import GitError, PatchResult, apply_patch, checkout, diff, git
 from envs.swe.trace_check import disagreements, graded_run, locate
 
-HOOK_FILES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "sitecustomize.py", "usercustomize.py"})
-JUNK_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".eggs"})
+HOOK_FILES = frozenset(
+    {"conftest.py", "pytest.ini", "tox.ini", "sitecustomize.py", "usercustomize.py"}
+)
+JUNK_DIRS = frozenset(
+    {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".eggs"}
+)
 # (*.egg-info is not junk here but a hook: its entry_points.txt can register a pytest plugin)
 MAX_COPY_BYTES = 2 * 1024**3  # a workspace bigger than this is not graded (reward 0)
 GRADE_TIMEOUT_S = 1800.0
@@ -68,7 +72,11 @@ def protected_paths(instance: SweInstance, tree: Path) -> list[str]:
     found = set(_test_paths(instance))
     for path in _walk(tree):
         pure = PurePosixPath(path)
-        hook = pure.name in HOOK_FILES or pure.suffix == ".pth" or pure.name.endswith((".dist-info", ".egg-info"))
+        hook = (
+            pure.name in HOOK_FILES
+            or pure.suffix == ".pth"
+            or pure.name.endswith((".dist-info", ".egg-info"))
+        )
         if hook and path not in gold:
             found.add(path)
     return sorted(found)
@@ -93,8 +101,14 @@ def _walk(tree: Path) -> list[str]:
     return found
 
 
-def grade(instance: SweInstance, workspace: Path, python_env: Any, scratch: Path, *,
-          timeout_s: float = GRADE_TIMEOUT_S) -> Grade:
+def grade(
+    instance: SweInstance,
+    workspace: Path,
+    python_env: Any,
+    scratch: Path,
+    *,
+    timeout_s: float = GRADE_TIMEOUT_S,
+) -> Grade:
     """Grade ``workspace`` (the agent's repository) on a fresh checkout under ``scratch``."""
     tree = scratch / "graded"
     if tree.exists():
@@ -108,9 +122,15 @@ def grade(instance: SweInstance, workspace: Path, python_env: Any, scratch: Path
     try:
         dropped = _restore(tree, instance.base_commit, protected_paths(instance, tree))
     except (GitError, OSError) as err:
-        return _zero("restore_failed", f"could not put protected paths back: {err}", patch=agent_patch)
+        return _zero(
+            "restore_failed", f"could not put protected paths back: {err}", patch=agent_patch
+        )
     # An empty test_patch (synthesized instances: the deciding tests already exist) applies as nothing.
-    applied = apply_patch(tree, instance.test_patch) if instance.test_patch.strip() else PatchResult(True, "")
+    applied = (
+        apply_patch(tree, instance.test_patch)
+        if instance.test_patch.strip()
+        else PatchResult(True, "")
+    )
     base_report = {"patch": agent_patch, "dropped_paths": dropped, "copied_bytes": copied}
     if not applied.ok:
         return _zero("test_patch_failed", applied.reason, **base_report)
@@ -125,14 +145,20 @@ def grade(instance: SweInstance, workspace: Path, python_env: Any, scratch: Path
     canary_outcomes = {c: _canary_outcome(c, outcomes) for c in canaries}
     rigged: list[str] = []
     if outcomes:  # a run with no outcomes at all (crashed, report too large) is failed, not rigged
-        rigged = [f"canary {c} did not fail ({o})" for c, o in canary_outcomes.items() if o != "failed"]
-        rigged += disagreements(outcomes, tests, canaries, locations, trace)  # pytest's word vs the trace
+        rigged = [
+            f"canary {c} did not fail ({o})" for c, o in canary_outcomes.items() if o != "failed"
+        ]
+        rigged += disagreements(
+            outcomes, tests, canaries, locations, trace
+        )  # pytest's word vs the trace
     # The same rule synthesis and check use for what is part of a fix (acceptance.py).
     solved = still_solves(outcomes, instance.fail_to_pass, instance.pass_to_pass) and not rigged
     components = {"f2p_passed": float(f2p), "f2p_total": float(len(instance.fail_to_pass)),
                   "p2p_failed": float(p2p_failed), "patch_applied": 1.0,
                   "tests_ok": float(run.status == "ok"), "canary_ok": float(not rigged)}  # fmt: skip
-    detail = "\n".join(["rigged: " + "; ".join(rigged[:10]), run.detail] if rigged else [run.detail])
+    detail = "\n".join(
+        ["rigged: " + "; ".join(rigged[:10]), run.detail] if rigged else [run.detail]
+    )
     report = {**base_report, "tests_status": "rigged" if rigged else run.status, "detail": detail,
               "outcomes": {t: outcomes.get(t, "missing") for t in tests}, "canaries": canary_outcomes,
               "rigged": rigged, "duration_s": run.duration_s}  # fmt: skip
@@ -142,7 +168,11 @@ def grade(instance: SweInstance, workspace: Path, python_env: Any, scratch: Path
 def _canary_outcome(canary: str, outcomes: Mapping[str, str]) -> str:
     """A canary's outcome: "failed" only if it was reported and every instance of it (a copy of a
     parametrized test has several) failed or errored; else the first other outcome, or missing."""
-    found = [o for i, o in outcomes.items() if i == canary or (i.startswith(canary + "[") and i.endswith("]"))]
+    found = [
+        o
+        for i, o in outcomes.items()
+        if i == canary or (i.startswith(canary + "[") and i.endswith("]"))
+    ]
     if not found:
         return "missing"
     return next((o for o in found if o not in ("failed", "error")), "failed")
@@ -154,7 +184,9 @@ def _zero(status: str, detail: str, **report: Any) -> Grade:
     return Grade(0.0, components, {**report, "tests_status": status, "detail": detail})
 
 
-def _run(tree: Path, python_env: Any, ids: list[str], watched: list[str], timeout_s: float) -> tuple[Any, Any]:
+def _run(
+    tree: Path, python_env: Any, ids: list[str], watched: list[str], timeout_s: float
+) -> tuple[Any, Any]:
     """The tests through trace_check.graded_run: pytest launched by the grader's own boot script
     (hooks in place before the repository is importable), ``-p no:cacheprovider``, and the
     signed trace of which test functions returned normally."""
@@ -225,7 +257,11 @@ def mirror_tree(source: Path, dest: Path, *, max_bytes: int = MAX_COPY_BYTES) ->
     while stack:
         src_dir, dst_dir = stack.pop()
         for entry in os.scandir(src_dir):
-            if entry.name.casefold() == ".git" or entry.name in JUNK_DIRS or entry.name.endswith((".pyc", ".pyo")):
+            if (
+                entry.name.casefold() == ".git"
+                or entry.name in JUNK_DIRS
+                or entry.name.endswith((".pyc", ".pyo"))
+            ):
                 continue
             target = Path(dst_dir) / entry.name
             info = entry.stat(follow_symlinks=False)

@@ -46,10 +46,14 @@ def check_exportable(instance: SweInstance) -> None:
     check_instance_id(instance.instance_id)
     if not _HEX40.fullmatch(instance.base_commit):
         raise _refuse(instance, "base_commit", "not a 40-hex commit sha")
-    texts = {"patch": instance.patch, "test_patch": instance.test_patch, "repo": instance.repo,
-             "repo_url": instance.repo_url,
-             **{f"FAIL_TO_PASS[{n}]": t for n, t in enumerate(instance.fail_to_pass)},
-             **{f"PASS_TO_PASS[{n}]": t for n, t in enumerate(instance.pass_to_pass)}}
+    texts = {
+        "patch": instance.patch,
+        "test_patch": instance.test_patch,
+        "repo": instance.repo,
+        "repo_url": instance.repo_url,
+        **{f"FAIL_TO_PASS[{n}]": t for n, t in enumerate(instance.fail_to_pass)},
+        **{f"PASS_TO_PASS[{n}]": t for n, t in enumerate(instance.pass_to_pass)},
+    }
     for field, text in texts.items():
         if "\0" in text:
             raise _refuse(instance, field, "holds a NUL character")
@@ -64,8 +68,9 @@ def recipe(instance: SweInstance) -> tuple[str | None, list[str]]:
         return None, list(given)
     if isinstance(given, Mapping):
         install = given.get("install", [])
-        commands = [install] if isinstance(install, str) else [
-            c for c in install if isinstance(c, str)]
+        commands = (
+            [install] if isinstance(install, str) else [c for c in install if isinstance(c, str)]
+        )
         python = given.get("python")
         return (str(python) if python else None), commands
     return None, ["pip install -e ."]
@@ -93,8 +98,12 @@ def _run_lines(instance: SweInstance, commands: Sequence[str]) -> list[str]:
             if not line:
                 continue
             if _CONTROL.search(line) or line.endswith("\\") or "<<" in line:
-                raise _refuse(instance, "recipe", f"install line {line[:80]!r} holds a control "
-                              "character, ends in a backslash or opens a heredoc")
+                raise _refuse(
+                    instance,
+                    "recipe",
+                    f"install line {line[:80]!r} holds a control "
+                    "character, ends in a backslash or opens a heredoc",
+                )
             lines.append(f"RUN {line}")
     return lines
 
@@ -110,16 +119,22 @@ def dockerfile(instance: SweInstance, python_image: str, bundled: bool) -> str:
     lines = [
         f"# envgym export of {check_instance_id(instance.instance_id)}: the repository at {sha}",
         f"FROM {image}",
-        ("RUN apt-get update && apt-get install -y --no-install-recommends git ca-certificates"
-         " && rm -rf /var/lib/apt/lists/*"),
+        (
+            "RUN apt-get update && apt-get install -y --no-install-recommends git ca-certificates"
+            " && rm -rf /var/lib/apt/lists/*"
+        ),
         f"WORKDIR {WORKDIR}",
-        ("ENV GIT_AUTHOR_NAME=envgym GIT_AUTHOR_EMAIL=envgym@localhost"
-         " GIT_COMMITTER_NAME=envgym GIT_COMMITTER_EMAIL=envgym@localhost"),
+        (
+            "ENV GIT_AUTHOR_NAME=envgym GIT_AUTHOR_EMAIL=envgym@localhost"
+            " GIT_COMMITTER_NAME=envgym GIT_COMMITTER_EMAIL=envgym@localhost"
+        ),
     ]
     if bundled:
         message = shlex.quote("base " + sha)
-        lines += ["ADD repo.tar /testbed/",
-                  f"RUN git init -q && git add -A -f && git commit -q -m {message} && git tag envgym-base"]
+        lines += [
+            "ADD repo.tar /testbed/",
+            f"RUN git init -q && git add -A -f && git commit -q -m {message} && git tag envgym-base",
+        ]
     else:  # only the base commit: the fix's own commit must not be in the agent's history
         url = shlex.quote(clone_url(instance))
         fetch = f"git init -q && git fetch -q --depth 1 {url} {sha}"
@@ -137,8 +152,12 @@ def _heredoc_tag(text: str) -> str:
 
 
 def solve_sh(patch: str) -> str:
-    head = ["#!/bin/bash", "# The gold patch of this task, applied to the repository.",
-            "set -euo pipefail", f"cd {WORKDIR}"]
+    head = [
+        "#!/bin/bash",
+        "# The gold patch of this task, applied to the repository.",
+        "set -euo pipefail",
+        f"cd {WORKDIR}",
+    ]
     if not patch.strip():
         return "\n".join(head + ["# (no gold patch)", ""])
     tag = _heredoc_tag(patch)
@@ -162,15 +181,20 @@ def test_sh(instance: SweInstance) -> str:
         f"cd {WORKDIR} || reward 0",
     ]
     if test_files:
-        lines += ["# The hidden tests replace whatever the agent did to the same files.",
-                  f"for f in {quoted_files}; do",
-                  '  git checkout -q envgym-base -- "$f" 2>/dev/null || rm -f -- "$f"',
-                  "done"]
+        lines += [
+            "# The hidden tests replace whatever the agent did to the same files.",
+            f"for f in {quoted_files}; do",
+            '  git checkout -q envgym-base -- "$f" 2>/dev/null || rm -f -- "$f"',
+            "done",
+        ]
     if instance.test_patch.strip():
         lines += ['git apply --whitespace=nowarn "$here/test.patch" || reward 0']
-    lines += [f"tests=({' '.join(shlex.quote(t) for t in ids)})",
-              'python -m pytest -rA -p no:cacheprovider -- "${tests[@]}"',
-              'if [ $? -eq 0 ]; then reward 1; else reward 0; fi', ""]
+    lines += [
+        f"tests=({' '.join(shlex.quote(t) for t in ids)})",
+        'python -m pytest -rA -p no:cacheprovider -- "${tests[@]}"',
+        "if [ $? -eq 0 ]; then reward 1; else reward 0; fi",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -187,10 +211,15 @@ def toml_value(value: Any) -> str:
 
 def task_toml(instance: SweInstance, sections: dict[str, dict[str, Any]]) -> str:
     repo_tag = instance.repo.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
-    metadata = {"author_name": "envgym", "category": "software-engineering",
-                "tags": ["swe", "envgym", repo_tag], "instance_id": instance.instance_id,
-                "repo": instance.repo, "base_commit": instance.base_commit,
-                "source": str(instance.metadata.get("source", "envgym"))}
+    metadata = {
+        "author_name": "envgym",
+        "category": "software-engineering",
+        "tags": ["swe", "envgym", repo_tag],
+        "instance_id": instance.instance_id,
+        "repo": instance.repo,
+        "base_commit": instance.base_commit,
+        "source": str(instance.metadata.get("source", "envgym")),
+    }
     out = ['version = "1.0"']
     for name, table in {"metadata": metadata, **sections}.items():
         out += ["", f"[{name}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]

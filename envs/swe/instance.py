@@ -47,19 +47,19 @@ def _frozen_metadata(value: Mapping[str, Any] | None = None) -> Mapping[str, Any
 
 @dataclass(frozen=True)
 class SweInstance:
-    instance_id: str             # "<owner>__<repo>-<n>" style, unique within a file
-    repo: str                    # local path or clone URL (or "owner/name" with repo_url set)
-    base_commit: str             # 40-hex sha
+    instance_id: str  # "<owner>__<repo>-<n>" style, unique within a file
+    repo: str  # local path or clone URL (or "owner/name" with repo_url set)
+    base_commit: str  # 40-hex sha
     problem_statement: str
-    patch: str                   # gold patch (source only)
-    test_patch: str              # tests only
-    fail_to_pass: tuple[str, ...] = ()   # pytest node ids relative to the repo root
+    patch: str  # gold patch (source only)
+    test_patch: str  # tests only
+    fail_to_pass: tuple[str, ...] = ()  # pytest node ids relative to the repo root
     pass_to_pass: tuple[str, ...] = ()
-    version: str = ""            # groups instances that share one environment
+    version: str = ""  # groups instances that share one environment
     environment_setup_commit: str = ""
     created_at: str = ""
     hints_text: str = ""
-    repo_url: str = ""           # where to clone from when `repo` is "owner/name"
+    repo_url: str = ""  # where to clone from when `repo` is "owner/name"
     metadata: Mapping[str, Any] = field(default_factory=_frozen_metadata)
 
     def __post_init__(self) -> None:
@@ -78,9 +78,12 @@ class SweInstance:
 def check_instance_id(value: Any, *, where: str = "") -> str:
     """`value` if it is a valid instance id (`ID_PATTERN`), else `InstanceError` saying why."""
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value) or not value.strip("."):
-        raise InstanceError(f"{str(value)[:80]!r} is not an instance id: 1-200 of the ASCII "
-                            "letters, digits and _.+- (not only dots)",
-                            where=where, field="instance_id")
+        raise InstanceError(
+            f"{str(value)[:80]!r} is not an instance id: 1-200 of the ASCII "
+            "letters, digits and _.+- (not only dots)",
+            where=where,
+            field="instance_id",
+        )
     return value
 
 
@@ -88,8 +91,11 @@ def to_record(instance: SweInstance) -> dict[str, Any]:
     """The SWE-bench JSON object of `instance` (metadata keys flat beside the known fields)."""
     clash = KNOWN.intersection(instance.metadata)
     if clash:
-        raise InstanceError(f"metadata keys {sorted(clash)} shadow SWE-bench fields",
-                            where=instance.instance_id, field="metadata")
+        raise InstanceError(
+            f"metadata keys {sorted(clash)} shadow SWE-bench fields",
+            where=instance.instance_id,
+            field="metadata",
+        )
     record: dict[str, Any] = {
         "instance_id": instance.instance_id,
         "repo": instance.repo,
@@ -115,8 +121,9 @@ def from_record(record: Any, *, where: str = "") -> SweInstance:
         if name not in record:
             raise InstanceError("required field missing", where=where, field=name)
         if not isinstance(record[name], str):
-            raise InstanceError(f"must be a string, got {type(record[name]).__name__}",
-                                where=where, field=name)
+            raise InstanceError(
+                f"must be a string, got {type(record[name]).__name__}", where=where, field=name
+            )
         values[name] = record[name]
     if not values["instance_id"].strip():
         raise InstanceError("must not be empty", where=where, field="instance_id")
@@ -124,18 +131,23 @@ def from_record(record: Any, *, where: str = "") -> SweInstance:
     try:  # a lone surrogate ("\\ud800" in JSON) is not text: it could not be written back out
         json.dumps(record, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise InstanceError("holds a lone surrogate (\\ud800-\\udfff): not valid Unicode text",
-                            where=where) from None
+        raise InstanceError(
+            "holds a lone surrogate (\\ud800-\\udfff): not valid Unicode text", where=where
+        ) from None
     if not _HEX40.fullmatch(values["base_commit"]):
-        raise InstanceError(f"must be a 40-hex commit sha, got {values['base_commit'][:60]!r}",
-                            where=where, field="base_commit")
+        raise InstanceError(
+            f"must be a 40-hex commit sha, got {values['base_commit'][:60]!r}",
+            where=where,
+            field="base_commit",
+        )
     for name in OPTIONAL_TEXT:
         value = record.get(name)
         if value is None:  # SWE-bench derivatives write null for "not known"
             value = ""
         if not isinstance(value, str):
-            raise InstanceError(f"must be a string, got {type(value).__name__}",
-                                where=where, field=name)
+            raise InstanceError(
+                f"must be a string, got {type(value).__name__}", where=where, field=name
+            )
         values[name] = value
     for column, attr in TEST_LISTS.items():
         values[attr] = _test_ids(record.get(column), where=where, column=column)
@@ -151,8 +163,9 @@ def _test_ids(value: Any, *, where: str, column: str) -> tuple[str, ...]:
         try:
             value = json.loads(value) if value.strip() else []
         except json.JSONDecodeError as exc:
-            raise InstanceError(f"a string that is not a JSON list ({exc.msg})",
-                                where=where, field=column) from None
+            raise InstanceError(
+                f"a string that is not a JSON list ({exc.msg})", where=where, field=column
+            ) from None
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
         raise InstanceError("must be a list of test id strings", where=where, field=column)
     return tuple(value)
@@ -170,8 +183,9 @@ def read_instances(path: str | os.PathLike[str]) -> list[SweInstance]:
     except FileNotFoundError:
         raise InstanceError("no such file", where=str(path)) from None
     except UnicodeDecodeError as exc:
-        raise InstanceError(f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                            where=str(path)) from None
+        raise InstanceError(
+            f"not UTF-8 text ({exc.reason} at byte {exc.start})", where=str(path)
+        ) from None
     instances: list[SweInstance] = []
     first_line: dict[str, int] = {}
     # Only "\n" ends a JSONL line: str.splitlines would also split inside a string that holds
@@ -183,15 +197,19 @@ def read_instances(path: str | os.PathLike[str]) -> list[SweInstance]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InstanceError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                where=where) from None
+            raise InstanceError(
+                f"not valid JSON ({exc.msg} at column {exc.colno})", where=where
+            ) from None
         except RecursionError:
             raise InstanceError("JSON nested too deeply", where=where) from None
         instance = from_record(record, where=where)
         if instance.instance_id in first_line:
             raise InstanceError(
                 f"duplicate instance id {instance.instance_id!r} (first on line "
-                f"{first_line[instance.instance_id]})", where=where, field="instance_id")
+                f"{first_line[instance.instance_id]})",
+                where=where,
+                field="instance_id",
+            )
         first_line[instance.instance_id] = number
         instances.append(instance)
     return instances
@@ -216,4 +234,3 @@ def write_instances(path: str | os.PathLike[str], instances: Iterable[SweInstanc
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
-

@@ -47,9 +47,19 @@ from envs.swe.instance import (
 from envs.swe.repo import git, open_source
 from envs.swe.task_files import list_dirs, open_dir, read_text
 
-__all__ = ["CONFIG", "WORKDIR", "HarborOptions", "_toml_value", "export_harbor",
-           "export_harbor_task", "export_jsonl", "import_harbor", "import_harbor_dir",
-           "import_jsonl", "task_name"]
+__all__ = [
+    "CONFIG",
+    "WORKDIR",
+    "HarborOptions",
+    "_toml_value",
+    "export_harbor",
+    "export_harbor_task",
+    "export_jsonl",
+    "import_harbor",
+    "import_harbor_dir",
+    "import_jsonl",
+    "task_name",
+]
 
 CONFIG = "tests/config.json"
 MAX_TOML = 1024 * 1024
@@ -82,15 +92,29 @@ def task_name(instance_id: str) -> str:
     return re.sub(r"[^\w.-]", "_", instance_id).strip(".") or "task"
 
 
-def export_harbor(instances: Iterable[SweInstance], out_dir: str | os.PathLike[str], *,
-                  options: HarborOptions | None = None, overwrite: bool = False) -> list[Path]:
+def export_harbor(
+    instances: Iterable[SweInstance],
+    out_dir: str | os.PathLike[str],
+    *,
+    options: HarborOptions | None = None,
+    overwrite: bool = False,
+) -> list[Path]:
     """One Harbor task directory per instance under `out_dir`; their paths, in order."""
-    return [export_harbor_task(i, Path(out_dir) / task_name(i.instance_id), options=options,
-                               overwrite=overwrite) for i in instances]
+    return [
+        export_harbor_task(
+            i, Path(out_dir) / task_name(i.instance_id), options=options, overwrite=overwrite
+        )
+        for i in instances
+    ]
 
 
-def export_harbor_task(instance: SweInstance, task_dir: str | os.PathLike[str], *,
-                       options: HarborOptions | None = None, overwrite: bool = False) -> Path:
+def export_harbor_task(
+    instance: SweInstance,
+    task_dir: str | os.PathLike[str],
+    *,
+    options: HarborOptions | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Write `instance` as the Harbor task directory `task_dir` (built aside, then renamed in)."""
     options = options or HarborOptions()
     task_dir = Path(task_dir).resolve()  # git archive -o runs in the source's view
@@ -109,8 +133,17 @@ def export_harbor_task(instance: SweInstance, task_dir: str | os.PathLike[str], 
             # In a view of ours: the source's config (a smudge filter `git archive` would run)
             # is never read, and the view's attributes keep the tree's bytes (no export-ignore).
             with open_source(instance) as view:
-                git(["archive", "--format=tar", "-o", str(scratch / "environment" / "repo.tar"),
-                     "--end-of-options", instance.base_commit], cwd=view)
+                git(
+                    [
+                        "archive",
+                        "--format=tar",
+                        "-o",
+                        str(scratch / "environment" / "repo.tar"),
+                        "--end-of-options",
+                        instance.base_commit,
+                    ],
+                    cwd=view,
+                )
         _write(scratch / "task.toml", _task_toml(instance, options))
         _write(scratch / "instruction.md", instance.problem_statement)
         _write(scratch / "environment" / "Dockerfile", docker)
@@ -144,12 +177,19 @@ def _wants_bundle(instance: SweInstance, options: HarborOptions) -> bool:
 
 
 def _task_toml(instance: SweInstance, options: HarborOptions) -> str:
-    return task_toml(instance, {
-        "verifier": {"timeout_sec": float(options.verifier_timeout_s)},
-        "agent": {"timeout_sec": float(options.agent_timeout_s)},
-        "environment": {"build_timeout_sec": float(options.build_timeout_s), "cpus": options.cpus,
-                        "memory_mb": options.memory_mb, "storage_mb": options.storage_mb},
-    })
+    return task_toml(
+        instance,
+        {
+            "verifier": {"timeout_sec": float(options.verifier_timeout_s)},
+            "agent": {"timeout_sec": float(options.agent_timeout_s)},
+            "environment": {
+                "build_timeout_sec": float(options.build_timeout_s),
+                "cpus": options.cpus,
+                "memory_mb": options.memory_mb,
+                "storage_mb": options.storage_mb,
+            },
+        },
+    )
 
 
 def import_harbor(task_dir: str | os.PathLike[str]) -> SweInstance:
@@ -177,7 +217,11 @@ def _import_task(fd: int, task_dir: Path) -> SweInstance:
             raise InstanceError(f"not valid JSON: {exc}", where=str(config)) from None
         except RecursionError:
             raise InstanceError("not valid JSON: nested too deeply", where=str(config)) from None
-        if isinstance(record, dict) and "problem_statement" not in record and instruction is not None:
+        if (
+            isinstance(record, dict)
+            and "problem_statement" not in record
+            and instruction is not None
+        ):
             record["problem_statement"] = instruction
         return from_record(record, where=str(config))
     return _import_foreign(fd, task_dir, instruction)
@@ -188,8 +232,9 @@ def _import_foreign(fd: int, task_dir: Path, instruction: str | None) -> SweInst
     toml_text = read_text(fd, "task.toml", where=task_dir, limit=MAX_TOML)
     for name, text in (("task.toml", toml_text), ("instruction.md", instruction)):
         if text is None:
-            raise InstanceError(f"missing {name} (and no {CONFIG})", where=str(task_dir),
-                                field=name)
+            raise InstanceError(
+                f"missing {name} (and no {CONFIG})", where=str(task_dir), field=name
+            )
     try:
         meta = tomllib.loads(toml_text or "").get("metadata", {})
     except tomllib.TOMLDecodeError as exc:
@@ -200,8 +245,11 @@ def _import_foreign(fd: int, task_dir: Path, instruction: str | None) -> SweInst
         raise InstanceError("[metadata] is not a table", where=str(toml_path), field="metadata")
     missing = [k for k in ("repo", "base_commit") if not isinstance(meta.get(k), str)]
     if missing:
-        raise InstanceError(f"missing {CONFIG}, and task.toml [metadata] lacks {missing}",
-                            where=str(task_dir), field=missing[0])
+        raise InstanceError(
+            f"missing {CONFIG}, and task.toml [metadata] lacks {missing}",
+            where=str(task_dir),
+            field=missing[0],
+        )
     solve = read_text(fd, "solution/solve.sh", where=task_dir)
     patch = ""
     if solve is not None:
@@ -209,10 +257,14 @@ def _import_foreign(fd: int, task_dir: Path, instruction: str | None) -> SweInst
         patch = found.group(2) if found else ""
     test_patch = read_text(fd, "tests/test.patch", where=task_dir)
     record = {
-        "instance_id": meta.get("instance_id") or task_dir.name, "repo": meta["repo"],
-        "base_commit": meta["base_commit"], "problem_statement": instruction, "patch": patch,
+        "instance_id": meta.get("instance_id") or task_dir.name,
+        "repo": meta["repo"],
+        "base_commit": meta["base_commit"],
+        "problem_statement": instruction,
+        "patch": patch,
         "test_patch": test_patch or "",
-        "FAIL_TO_PASS": meta.get("FAIL_TO_PASS"), "PASS_TO_PASS": meta.get("PASS_TO_PASS"),
+        "FAIL_TO_PASS": meta.get("FAIL_TO_PASS"),
+        "PASS_TO_PASS": meta.get("PASS_TO_PASS"),
     }
     return from_record(record, where=str(toml_path))
 

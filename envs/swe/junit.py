@@ -39,8 +39,9 @@ def parse_junit(text: str | bytes, *, repo_dir: Path | None = None) -> dict[str,
     Raises :class:`JunitError` (never anything else) when the text is not a usable report.
     """
     data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
-    return parse_junit_chunks([data[i:i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)],
-                              repo_dir=repo_dir)
+    return parse_junit_chunks(
+        [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)], repo_dir=repo_dir
+    )
 
 
 def parse_junit_chunks(chunks: Iterable[bytes], *, repo_dir: Path | None = None) -> dict[str, str]:
@@ -119,8 +120,13 @@ def test_outcomes(outcomes: Mapping[str, str]) -> dict[str, str]:
 test_outcomes.__test__ = False  # type: ignore[attr-defined]  # not a pytest test, despite the name
 
 
-def _node_id(classname: str, name: str, file: str | None, repo_dir: Path | None,
-             cache: dict[tuple[str, ...], int]) -> str:
+def _node_id(
+    classname: str,
+    name: str,
+    file: str | None,
+    repo_dir: Path | None,
+    cache: dict[tuple[str, ...], int],
+) -> str:
     if not classname:
         # A collection entry: ``name`` is the dotted module path.
         return name.replace(".", "/") + ".py" if name else ""
@@ -128,7 +134,7 @@ def _node_id(classname: str, name: str, file: str | None, repo_dir: Path | None,
     if file and file.endswith(".py"):
         module = file[:-3].replace("\\", "/").split("/")
         if parts[: len(module)] == module:
-            return "::".join([file.replace("\\", "/"), *parts[len(module):], name])
+            return "::".join([file.replace("\\", "/"), *parts[len(module) :], name])
     key = tuple(parts)
     if key not in cache:
         cache[key] = _module_split(parts, repo_dir)
@@ -147,7 +153,6 @@ def _module_split(parts: list[str], repo_dir: Path | None) -> int:
     while split > 1 and parts[split - 1][:1].isupper():
         split -= 1  # CapWords parts at the end are classes (pytest's own naming convention)
     return split
-
 
 
 def _is_regular(root: Path, rel: str) -> bool:

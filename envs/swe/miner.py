@@ -29,19 +29,45 @@ Judge = Callable[[SweInstance], tuple[bool, str]]
 
 _FIXES = re.compile(r"\b(?:fix(?:e[sd])?|close[sd]?|resolve[sd]?)\s*:?\s+#(\d+)", re.IGNORECASE)
 _MERGE_TITLE = re.compile(r"^Merge (?:pull request #\d+ from \S+|branch \S+.*|remote-tracking .*)$")
-_TRAILER = re.compile(r"^(?:Signed-off-by|Co-authored-by|Reviewed-by|Acked-by|Change-Id|"
-                      r"Cc|Tested-by|Reported-by):", re.IGNORECASE)
+_TRAILER = re.compile(
+    r"^(?:Signed-off-by|Co-authored-by|Reviewed-by|Acked-by|Change-Id|"
+    r"Cc|Tested-by|Reported-by):",
+    re.IGNORECASE,
+)
 # Titles that say a change happened but not what problem it solves.
-_VAGUE = frozenset({"fix", "fixes", "fixed", "bugfix", "bug fix", "wip", "update", "updates",
-                    "typo", "minor", "cleanup", "tweak", "changes", "misc", "refactor", "test",
-                    "tests", "more tests", "fix tests", "fix bug", "small fix", "oops"})
+_VAGUE = frozenset(
+    {
+        "fix",
+        "fixes",
+        "fixed",
+        "bugfix",
+        "bug fix",
+        "wip",
+        "update",
+        "updates",
+        "typo",
+        "minor",
+        "cleanup",
+        "tweak",
+        "changes",
+        "misc",
+        "refactor",
+        "test",
+        "tests",
+        "more tests",
+        "fix tests",
+        "fix bug",
+        "small fix",
+        "oops",
+    }
+)
 
 
 @dataclass(frozen=True)
 class MineLimits:
-    max_commits: int = 2000          # how far back to look
-    max_files: int = 20              # changed files, source and tests together
-    max_changed_lines: int = 1000    # added + deleted lines
+    max_commits: int = 2000  # how far back to look
+    max_files: int = 20  # changed files, source and tests together
+    max_changed_lines: int = 1000  # added + deleted lines
     min_description_words: int = 8
 
 
@@ -61,8 +87,15 @@ class _Commit:
 
 def _commits(source: Path, rev: str, limit: int, first_parent: bool) -> list[_Commit]:
     fmt = "%H%x1f%P%x1f%aI%x1f%B%x1e"
-    args = ["log", "--no-show-signature", f"--format={fmt}", f"--max-count={limit}",
-            "--end-of-options", rev, "--"]
+    args = [
+        "log",
+        "--no-show-signature",
+        f"--format={fmt}",
+        f"--max-count={limit}",
+        "--end-of-options",
+        rev,
+        "--",
+    ]
     if first_parent:
         args.insert(1, "--first-parent")
     out = git(args, cwd=source).stdout
@@ -78,8 +111,10 @@ def _commits(source: Path, rev: str, limit: int, first_parent: bool) -> list[_Co
 
 def _numstat(source: Path, parent: str, sha: str) -> list[tuple[str, int | None]]:
     """(path, added + deleted lines or None for a binary file) per changed file."""
-    out = git(["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
-               parent, sha], cwd=source).stdout
+    out = git(
+        ["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", parent, sha],
+        cwd=source,
+    ).stdout
     files = []
     for entry in out.split("\0"):
         if not entry:
@@ -109,8 +144,9 @@ def load_issues(path: str | os.PathLike[str]) -> dict[int, str]:
         try:
             key = int(number)
         except (TypeError, ValueError):
-            raise InstanceError(f"issue without a number: {str(issue)[:80]}", where=str(path),
-                                field="number") from None
+            raise InstanceError(
+                f"issue without a number: {str(issue)[:80]}", where=str(path), field="number"
+            ) from None
         if isinstance(issue, str):
             issues[key] = issue.strip()
         elif isinstance(issue, dict):
@@ -149,9 +185,16 @@ def _repo_name(repo: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".-")[:80] or "repo"
 
 
-def mine(repo: str | os.PathLike[str], *, repo_url: str = "", rev: str = "HEAD",
-         limits: MineLimits | None = None, issues: str | os.PathLike[str] | None = None,
-         judge: Judge | None = None, first_parent: bool = True) -> MineResult:
+def mine(
+    repo: str | os.PathLike[str],
+    *,
+    repo_url: str = "",
+    rev: str = "HEAD",
+    limits: MineLimits | None = None,
+    issues: str | os.PathLike[str] | None = None,
+    judge: Judge | None = None,
+    first_parent: bool = True,
+) -> MineResult:
     """Propose instances from the history of `repo` (a path or URL; see `repo.resolve_source`)."""
     limits = limits or MineLimits()
     if rev.startswith("-") or not rev.isprintable():
@@ -164,12 +207,22 @@ def mine(repo: str | os.PathLike[str], *, repo_url: str = "", rev: str = "HEAD",
     # Git reads the repository through a view of ours: its own config (a textconv or filter
     # driver, say) is never read, so no program of the repository's runs here.
     with open_source(source) as view:
-        return _mine(view, name, repo_text, repo_url, rev, limits, known_issues, judge,
-                     first_parent)
+        return _mine(
+            view, name, repo_text, repo_url, rev, limits, known_issues, judge, first_parent
+        )
 
 
-def _mine(source: Path, name: str, repo_text: str, repo_url: str, rev: str, limits: MineLimits,
-          known_issues: Mapping[int, str], judge: Judge | None, first_parent: bool) -> MineResult:
+def _mine(
+    source: Path,
+    name: str,
+    repo_text: str,
+    repo_url: str,
+    rev: str,
+    limits: MineLimits,
+    known_issues: Mapping[int, str],
+    judge: Judge | None,
+    first_parent: bool,
+) -> MineResult:
     candidates: list[SweInstance] = []
     rejected: list[tuple[str, str]] = []
     for commit in _commits(source, rev, limits.max_commits, first_parent):
@@ -183,18 +236,41 @@ def _mine(source: Path, name: str, repo_text: str, repo_url: str, rev: str, limi
         if reason:
             rejected.append((commit.sha, reason))
             continue
-        full = git(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
-                    "--src-prefix=a/", "--dst-prefix=b/", parent, commit.sha], cwd=source).stdout
+        full = git(
+            [
+                "diff",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--no-renames",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+                parent,
+                commit.sha,
+            ],
+            cwd=source,
+        ).stdout
         patch, test_patch = split_patch(full)
-        metadata: dict[str, Any] = {"source": "mined", "commit": commit.sha,
-                                    "score": scores.pop("score"), "scores": scores,
-                                    "merge": len(commit.parents) > 1}
+        metadata: dict[str, Any] = {
+            "source": "mined",
+            "commit": commit.sha,
+            "score": scores.pop("score"),
+            "scores": scores,
+            "merge": len(commit.parents) > 1,
+        }
         if issue is not None:
             metadata["issue"] = issue
         candidate = SweInstance(
-            instance_id=f"{name}-{commit.sha[:10]}", repo=repo_text, base_commit=parent,
-            problem_statement=statement, patch=patch, test_patch=test_patch,
-            created_at=commit.date, repo_url=repo_url, metadata=metadata)
+            instance_id=f"{name}-{commit.sha[:10]}",
+            repo=repo_text,
+            base_commit=parent,
+            problem_statement=statement,
+            patch=patch,
+            test_patch=test_patch,
+            created_at=commit.date,
+            repo_url=repo_url,
+            metadata=metadata,
+        )
         if judge is not None:
             try:
                 keep, why = judge(candidate)
@@ -208,8 +284,9 @@ def _mine(source: Path, name: str, repo_text: str, repo_url: str, rev: str, limi
     return MineResult(candidates, rejected)
 
 
-def _screen(files: list[tuple[str, int | None]], statement: str, issue: int | None,
-            limits: MineLimits) -> tuple[str, dict[str, float]]:
+def _screen(
+    files: list[tuple[str, int | None]], statement: str, issue: int | None, limits: MineLimits
+) -> tuple[str, dict[str, float]]:
     """(rejection reason or "", scores) for one commit's changed files and statement."""
     binary = [path for path, lines in files if lines is None]
     if binary:
@@ -272,8 +349,14 @@ def _parse_verdict(text: str) -> tuple[bool, str] | None:
     return None
 
 
-def llm_judge(model_url: str, model_name: str, *, api_key: str | None = None,
-              timeout_s: float = 60.0, client: httpx.Client | None = None) -> Judge:
+def llm_judge(
+    model_url: str,
+    model_name: str,
+    *,
+    api_key: str | None = None,
+    timeout_s: float = 60.0,
+    client: httpx.Client | None = None,
+) -> Judge:
     """A judge asking an OpenAI-compatible chat endpoint (`model_url` like ``http://host/v1``).
 
     Never raises: an unreachable server gives ``(False, "judge unavailable: ...")`` and a reply
@@ -287,10 +370,15 @@ def llm_judge(model_url: str, model_name: str, *, api_key: str | None = None,
 
     def judge(candidate: SweInstance) -> tuple[bool, str]:
         files = sorted({*changed_files(candidate.patch), *changed_files(candidate.test_patch)})
-        prompt = _JUDGE_PROMPT.format(statement=candidate.problem_statement[:8000],
-                                      files=", ".join(files[:30]) or "(none)")
-        body = {"model": model_name, "temperature": 0.0, "max_tokens": 512,
-                "messages": [{"role": "user", "content": prompt}]}
+        prompt = _JUDGE_PROMPT.format(
+            statement=candidate.problem_statement[:8000], files=", ".join(files[:30]) or "(none)"
+        )
+        body = {
+            "model": model_name,
+            "temperature": 0.0,
+            "max_tokens": 512,
+            "messages": [{"role": "user", "content": prompt}],
+        }
         try:
             response = http.post(url, json=body, headers=headers, timeout=timeout_s)
             response.raise_for_status()

@@ -30,22 +30,70 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-KINDS = ("negate_compare", "compare_boundary", "off_by_one", "range_bound", "swap_boolop", "drop_not",
-         "return_none", "change_binop")
+KINDS = (
+    "negate_compare",
+    "compare_boundary",
+    "off_by_one",
+    "range_bound",
+    "swap_boolop",
+    "drop_not",
+    "return_none",
+    "change_binop",
+)
 _NEGATE: dict[type[ast.cmpop], type[ast.cmpop]] = {
-    ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
-    ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
-_BOUNDARY: dict[type[ast.cmpop], type[ast.cmpop]] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE,
-                                                     ast.GtE: ast.Gt}
+    ast.Lt: ast.GtE,
+    ast.GtE: ast.Lt,
+    ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
+_BOUNDARY: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+}
 _CMP_TEXT: dict[type[ast.cmpop], str] = {
-    ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
-    ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+}
 _BINOP: dict[type[ast.operator], tuple[str, str]] = {  # operator -> (its text, the mutant's text)
-    ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "+"), ast.Div: ("/", "*"),
-    ast.FloorDiv: ("//", "/"), ast.Mod: ("%", "//"), ast.Pow: ("**", "*"), ast.LShift: ("<<", ">>"),
-    ast.RShift: (">>", "<<"), ast.BitOr: ("|", "&"), ast.BitAnd: ("&", "|")}
-_ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Constant, ast.Subscript, ast.List, ast.Tuple, ast.Dict,
-          ast.Set)
+    ast.Add: ("+", "-"),
+    ast.Sub: ("-", "+"),
+    ast.Mult: ("*", "+"),
+    ast.Div: ("/", "*"),
+    ast.FloorDiv: ("//", "/"),
+    ast.Mod: ("%", "//"),
+    ast.Pow: ("**", "*"),
+    ast.LShift: ("<<", ">>"),
+    ast.RShift: (">>", "<<"),
+    ast.BitOr: ("|", "&"),
+    ast.BitAnd: ("&", "|"),
+}
+_ATOMS = (
+    ast.Name,
+    ast.Attribute,
+    ast.Call,
+    ast.Constant,
+    ast.Subscript,
+    ast.List,
+    ast.Tuple,
+    ast.Dict,
+    ast.Set,
+)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -53,9 +101,9 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 class FunctionSite:
     """A function (or method) in a source file, as the tracer names it."""
 
-    path: str          # relative to the repository root, POSIX separators
-    qualname: str      # ``Class.method``, ``outer.<locals>.inner``: Python's own ``co_qualname``
-    first_line: int    # ``co_firstlineno``: the first decorator's line, else the ``def`` line
+    path: str  # relative to the repository root, POSIX separators
+    qualname: str  # ``Class.method``, ``outer.<locals>.inner``: Python's own ``co_qualname``
+    first_line: int  # ``co_firstlineno``: the first decorator's line, else the ``def`` line
     end_line: int
 
 
@@ -63,17 +111,17 @@ class FunctionSite:
 class Mutation:
     kind: str
     path: str
-    function: str      # FunctionSite.qualname
-    line: int          # 1-based line of the mutated node
-    start: int         # character offsets of the replaced span in the file's text
+    function: str  # FunctionSite.qualname
+    line: int  # 1-based line of the mutated node
+    start: int  # character offsets of the replaced span in the file's text
     end: int
-    original: str      # the span's text before ...
-    replacement: str   # ... and after
+    original: str  # the span's text before ...
+    replacement: str  # ... and after
 
     def apply(self, text: str) -> str:
-        if text[self.start:self.end] != self.original:
+        if text[self.start : self.end] != self.original:
             raise ValueError(f"{self.path} changed since the mutation was found")
-        return text[:self.start] + self.replacement + text[self.end:]
+        return text[: self.start] + self.replacement + text[self.end :]
 
     def describe(self) -> str:
         return f"{self.kind} in {self.path}::{self.function} line {self.line}: {self.original!r} -> {self.replacement!r}"
@@ -117,15 +165,29 @@ def mutations(source: str, site: FunctionSite) -> list[Mutation]:
     spans = _Spans(source)
     found: list[Mutation] = []
     body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]  # the docstring
     for statement in body:
         for target in _walk(statement):
             for kind, replaced, text in _mutants(target, spans):
                 start, end = spans.span(replaced)
-                found.append(Mutation(kind, site.path, site.qualname, replaced.lineno, start, end,
-                                      source[start:end], text))  # type: ignore[attr-defined]
+                found.append(
+                    Mutation(
+                        kind,
+                        site.path,
+                        site.qualname,
+                        replaced.lineno,
+                        start,
+                        end,
+                        source[start:end],
+                        text,
+                    )
+                )  # type: ignore[attr-defined]
     found.sort(key=lambda m: (m.start, m.end, KINDS.index(m.kind), m.replacement))
     return found
 
@@ -133,8 +195,11 @@ def mutations(source: str, site: FunctionSite) -> list[Mutation]:
 def _find(tree: ast.AST, site: FunctionSite) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     name = site.qualname.rsplit(".", 1)[-1]
     for node in ast.walk(tree):
-        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
-                and min([node.lineno, *(d.lineno for d in node.decorator_list)]) == site.first_line):
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name == name
+            and min([node.lineno, *(d.lineno for d in node.decorator_list)]) == site.first_line
+        ):
             return node
     return None
 
@@ -164,11 +229,15 @@ class _Spans:
 
     def _offset(self, lineno: int, col: int) -> int:
         line = self.lines[lineno - 1]
-        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", errors="replace"))
+        return self.starts[lineno - 1] + len(
+            line.encode("utf-8")[:col].decode("utf-8", errors="replace")
+        )
 
     def span(self, node: ast.AST) -> tuple[int, int]:
-        return (self._offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
-                self._offset(node.end_lineno, node.end_col_offset))  # type: ignore[attr-defined]
+        return (
+            self._offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
+            self._offset(node.end_lineno, node.end_col_offset),
+        )  # type: ignore[attr-defined]
 
     def text(self, node: ast.AST) -> str:
         start, end = self.span(node)
@@ -185,7 +254,7 @@ def _mutants(node: ast.AST, spans: _Spans) -> Iterator[tuple[str, ast.AST, str]]
         for index, op in enumerate(node.ops):
             for kind, table in (("negate_compare", _NEGATE), ("compare_boundary", _BOUNDARY)):
                 if type(op) in table:
-                    ops = [*node.ops[:index], table[type(op)](), *node.ops[index + 1:]]
+                    ops = [*node.ops[:index], table[type(op)](), *node.ops[index + 1 :]]
                     parts = [spans.operand(node.left)]
                     for other, right in zip(ops, node.comparators):
                         parts += [_CMP_TEXT[type(other)], spans.operand(right)]
@@ -193,8 +262,13 @@ def _mutants(node: ast.AST, spans: _Spans) -> Iterator[tuple[str, ast.AST, str]]
     elif isinstance(node, ast.Constant) and type(node.value) is int:
         for value in (node.value + 1, node.value - 1):
             yield "off_by_one", node, str(value) if value >= 0 else f"({value})"
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" \
-            and 1 <= len(node.args) <= 3 and not node.keywords:
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "range"
+        and 1 <= len(node.args) <= 3
+        and not node.keywords
+    ):
         stop = node.args[0] if len(node.args) == 1 else node.args[1]
         if not isinstance(stop, (ast.Constant, ast.Starred)):
             yield "range_bound", stop, f"({spans.text(stop)}) - 1"
@@ -203,15 +277,28 @@ def _mutants(node: ast.AST, spans: _Spans) -> Iterator[tuple[str, ast.AST, str]]
         yield "swap_boolop", node, "(" + other.join(spans.operand(v) for v in node.values) + ")"
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         yield "drop_not", node, f"({spans.text(node.operand)})"
-    elif isinstance(node, ast.Return) and node.value is not None \
-            and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+    elif (
+        isinstance(node, ast.Return)
+        and node.value is not None
+        and not (isinstance(node.value, ast.Constant) and node.value.value is None)
+    ):
         yield "return_none", node, "return None"
-    elif isinstance(node, ast.BinOp) and type(node.op) in _BINOP and not _is_text(node.left) \
-            and not _is_text(node.right):
+    elif (
+        isinstance(node, ast.BinOp)
+        and type(node.op) in _BINOP
+        and not _is_text(node.left)
+        and not _is_text(node.right)
+    ):
         _, mutant = _BINOP[type(node.op)]
-        yield "change_binop", node, f"({spans.operand(node.left)} {mutant} {spans.operand(node.right)})"
+        yield (
+            "change_binop",
+            node,
+            f"({spans.operand(node.left)} {mutant} {spans.operand(node.right)})",
+        )
 
 
 def _is_text(node: ast.AST) -> bool:
     """A str/bytes literal or f-string: ``%`` there formats, ``+`` concatenates — not arithmetic bugs."""
-    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)))
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+    )

@@ -43,7 +43,9 @@ def outcome_class(test_id: str, outcomes: Mapping[str, str]) -> str:
     return FAIL if module in collection_errors(outcomes) else ABSENT
 
 
-def classify(base_runs: Sequence[Mapping[str, str]], gold_runs: Sequence[Mapping[str, str]]) -> Classification:
+def classify(
+    base_runs: Sequence[Mapping[str, str]], gold_runs: Sequence[Mapping[str, str]]
+) -> Classification:
     """Classify every test id seen in any run; ids are sorted in every output tuple."""
     if not base_runs or not gold_runs:
         raise ValueError("classify needs at least one base run and one gold run")
@@ -68,7 +70,9 @@ def classify(base_runs: Sequence[Mapping[str, str]], gold_runs: Sequence[Mapping
     return Classification(tuple(f2p), tuple(p2p), tuple(p2f), tuple(flaky))
 
 
-def check_expected(found: Classification, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]) -> str:
+def check_expected(
+    found: Classification, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> str:
     """Why an instance's own FAIL_TO_PASS / PASS_TO_PASS lists disagree with the runs ('' if they agree)."""
     problems: list[str] = []
     for test in fail_to_pass:

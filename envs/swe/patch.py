@@ -21,8 +21,8 @@ TEST_DIRS = frozenset({"tests", "test"})
 class FilePatch:
     """One file's section of a patch: its text exactly as in the patch, and its paths."""
 
-    old_path: str | None   # None for a created file
-    new_path: str | None   # None for a deleted file
+    old_path: str | None  # None for a created file
+    new_path: str | None  # None for a deleted file
     text: str
     binary: bool
 
@@ -43,7 +43,7 @@ def _unquote(raw: str) -> str:
         if ch == "\\" and i + 1 < len(body):
             nxt = body[i + 1]
             if nxt in "01234567":
-                out.append(int(body[i + 1:i + 4], 8))
+                out.append(int(body[i + 1 : i + 4], 8))
                 i += 4
                 continue
             out.append(_ESCAPES.get(nxt, ord(nxt)))
@@ -63,16 +63,16 @@ def _strip_p1(path: str) -> str | None:
 
 def _header_paths(line: str) -> tuple[str | None, str | None]:
     """Paths of a `diff --git a/X b/Y` line; only trusted when the two halves agree."""
-    rest = line[len("diff --git "):].rstrip("\r\n")
+    rest = line[len("diff --git ") :].rstrip("\r\n")
     if rest.startswith('"'):
         end = rest.index('"', 1) if '"' in rest[1:] else len(rest)
         while end < len(rest) and rest[end - 1] == "\\":  # an escaped quote inside
             end = rest.index('"', end + 1)
-        old, new = rest[:end + 1], rest[end + 2:]
+        old, new = rest[: end + 1], rest[end + 2 :]
         return _strip_p1(old), _strip_p1(new)
     half = (len(rest) - 1) // 2  # "a/P b/P": the same P on both sides
-    if rest[half] == " " and rest[:half][2:] == rest[half + 1:][2:]:
-        return _strip_p1(rest[:half]), _strip_p1(rest[half + 1:])
+    if rest[half] == " " and rest[:half][2:] == rest[half + 1 :][2:]:
+        return _strip_p1(rest[:half]), _strip_p1(rest[half + 1 :])
     old, _, new = rest.partition(" b/")
     return _strip_p1(old), _strip_p1("b/" + new)
 
@@ -96,9 +96,12 @@ def _sections(text: str) -> list[list[str]]:
                 new_left -= 1
             current.append(line)  # type: ignore[union-attr]
             continue
-        starts_plain = (line.startswith("--- ") and index + 1 < len(lines)
-                        and lines[index + 1].startswith("+++ ")
-                        and (current is None or any(x.startswith(("+++ ", "@@")) for x in current)))
+        starts_plain = (
+            line.startswith("--- ")
+            and index + 1 < len(lines)
+            and lines[index + 1].startswith("+++ ")
+            and (current is None or any(x.startswith(("+++ ", "@@")) for x in current))
+        )
         if line.startswith("diff --git ") or starts_plain:
             current = []
             sections.append(current)
@@ -162,9 +165,12 @@ def is_test_file(path: str) -> bool:
     if not parts:
         return False
     name = parts[-1]
-    return (any(part in TEST_DIRS for part in parts[:-1])
-            or (name.startswith("test_") and name.endswith(".py"))
-            or name.endswith("_test.py") or name == "conftest.py")
+    return (
+        any(part in TEST_DIRS for part in parts[:-1])
+        or (name.startswith("test_") and name.endswith(".py"))
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )
 
 
 def select_test_files(paths: Iterable[str]) -> list[str]:
@@ -185,7 +191,12 @@ def unsafe_paths(paths: Iterable[str]) -> list[str]:
     bad = []
     for path in paths:
         parts = path.replace("\\", "/").split("/")
-        if (path.startswith("/") or not path.strip() or "\0" in path
-                or any(p == ".." for p in parts) or any(p.casefold() == ".git" for p in parts)):
+        if (
+            path.startswith("/")
+            or not path.strip()
+            or "\0" in path
+            or any(p == ".." for p in parts)
+            or any(p.casefold() == ".git" for p in parts)
+        ):
             bad.append(path)
     return bad

@@ -37,20 +37,30 @@ _BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 class PythonEnv:
     """One cached environment per repository × version × recipe (docs/SWE.md)."""
 
-    backend: str         # "bwrap" | "docker"
-    key: str             # cache key (the entry's folder name ends with it)
-    venv: Path           # host path of the venv; every jail mounts it at JAIL_VENV
-    image: str | None    # docker: the image the commands run in
+    backend: str  # "bwrap" | "docker"
+    key: str  # cache key (the entry's folder name ends with it)
+    venv: Path  # host path of the venv; every jail mounts it at JAIL_VENV
+    image: str | None  # docker: the image the commands run in
     recipe: Recipe
 
     def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "key": self.key, "venv": str(self.venv),
-                "image": self.image, "recipe": self.recipe.to_json()}
+        return {
+            "backend": self.backend,
+            "key": self.key,
+            "venv": str(self.venv),
+            "image": self.image,
+            "recipe": self.recipe.to_json(),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PythonEnv:
-        return cls(backend=str(data["backend"]), key=str(data["key"]), venv=Path(data["venv"]),
-                   image=data.get("image"), recipe=Recipe.from_json(data["recipe"]))
+        return cls(
+            backend=str(data["backend"]),
+            key=str(data["key"]),
+            venv=Path(data["venv"]),
+            image=data.get("image"),
+            recipe=Recipe.from_json(data["recipe"]),
+        )
 
 
 def command_env(recipe: Recipe, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -59,13 +69,20 @@ def command_env(recipe: Recipe, extra: Mapping[str, str] | None = None) -> dict[
     Relative ``PYTHONPATH`` entries ("src") are made absolute under ``/repo`` so that a test that
     changes directory still imports the workspace's source.
     """
-    env = {"PATH": f"{JAIL_VENV}/bin:{_BASE_PATH}", "VIRTUAL_ENV": JAIL_VENV,
-           "PYTHONDONTWRITEBYTECODE": "1",  # keep __pycache__ out of the workspace (and its diff)
-           "PIP_NO_INPUT": "1", "PYTHONUTF8": "1"}
+    env = {
+        "PATH": f"{JAIL_VENV}/bin:{_BASE_PATH}",
+        "VIRTUAL_ENV": JAIL_VENV,
+        "PYTHONDONTWRITEBYTECODE": "1",  # keep __pycache__ out of the workspace (and its diff)
+        "PIP_NO_INPUT": "1",
+        "PYTHONUTF8": "1",
+    }
     for name, value in recipe.env.items():
         if name == "PYTHONPATH":
-            value = ":".join(p if p.startswith("/") else f"{JAIL_REPO}/{p}".rstrip("/.")
-                             for p in value.split(":") if p)
+            value = ":".join(
+                p if p.startswith("/") else f"{JAIL_REPO}/{p}".rstrip("/.")
+                for p in value.split(":")
+                if p
+            )
         env[name] = value
     env.update(extra or {})
     return env
@@ -76,24 +93,57 @@ def layout_mounts(venv: Path, repo: Path, *, venv_writable: bool = False) -> lis
     return [Mount(repo, JAIL_REPO, writable=True), Mount(venv, JAIL_VENV, writable=venv_writable)]
 
 
-def run_in_env(venv: Path, recipe: Recipe, repo: Path, argv: Sequence[str], *, backend: str = "bwrap",
-               image: str | None = None, network: bool = False, venv_writable: bool = False,
-               timeout_s: float = 900.0, extra_mounts: Sequence[Mount] = (),
-               extra_env: Mapping[str, str] | None = None) -> CommandResult:
+def run_in_env(
+    venv: Path,
+    recipe: Recipe,
+    repo: Path,
+    argv: Sequence[str],
+    *,
+    backend: str = "bwrap",
+    image: str | None = None,
+    network: bool = False,
+    venv_writable: bool = False,
+    timeout_s: float = 900.0,
+    extra_mounts: Sequence[Mount] = (),
+    extra_env: Mapping[str, str] | None = None,
+) -> CommandResult:
     """Run ``argv`` with ``repo`` at /repo (writable) and ``venv`` at /venv, in /repo."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
     mounts = [*layout_mounts(venv, repo, venv_writable=venv_writable), *extra_mounts]
-    return run_command(list(argv), mounts=mounts, workdir=JAIL_REPO, env=command_env(recipe, extra_env),
-                       network=network, limits=CommandLimits(timeout_s=timeout_s), backend=backend,
-                       image=(image or DOCKER_IMAGE) if backend == "docker" else None)
+    return run_command(
+        list(argv),
+        mounts=mounts,
+        workdir=JAIL_REPO,
+        env=command_env(recipe, extra_env),
+        network=network,
+        limits=CommandLimits(timeout_s=timeout_s),
+        backend=backend,
+        image=(image or DOCKER_IMAGE) if backend == "docker" else None,
+    )
 
 
-def run_in(env: PythonEnv, repo: Path, argv: Sequence[str], *, timeout_s: float = 900.0,
-           extra_mounts: Sequence[Mount] = (), extra_env: Mapping[str, str] | None = None) -> CommandResult:
+def run_in(
+    env: PythonEnv,
+    repo: Path,
+    argv: Sequence[str],
+    *,
+    timeout_s: float = 900.0,
+    extra_mounts: Sequence[Mount] = (),
+    extra_env: Mapping[str, str] | None = None,
+) -> CommandResult:
     """Run ``argv`` in a built environment (network off, venv read-only): tests, agent commands."""
-    return run_in_env(env.venv, env.recipe, repo, argv, backend=env.backend, image=env.image,
-                      timeout_s=timeout_s, extra_mounts=extra_mounts, extra_env=extra_env)
+    return run_in_env(
+        env.venv,
+        env.recipe,
+        repo,
+        argv,
+        backend=env.backend,
+        image=env.image,
+        timeout_s=timeout_s,
+        extra_mounts=extra_mounts,
+        extra_env=extra_env,
+    )
 
 
 def load_env(path: Path) -> PythonEnv:

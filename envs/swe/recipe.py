@@ -29,15 +29,28 @@ MAX_READ_BYTES = 4 * 1024**2  # a packaging or test file bigger than this is tre
 TEST_EXTRAS = ("test", "tests", "testing")  # preferred; "dev" only when none of them exists
 # Flags in a pytest ``addopts`` that fail with "unrecognized arguments" unless a plugin is installed.
 ADDOPTS_PLUGINS = {
-    "--cov": "pytest-cov", "-n": "pytest-xdist", "--numprocesses": "pytest-xdist",
-    "--dist": "pytest-xdist", "--timeout": "pytest-timeout", "--benchmark": "pytest-benchmark",
-    "--reruns": "pytest-rerunfailures", "--mypy": "pytest-mypy", "--flake8": "pytest-flake8",
-    "--doctest-rst": "pytest-doctestplus", "--doctest-plus": "pytest-doctestplus",
-    "--randomly": "pytest-randomly", "--hypothesis": "hypothesis", "--mpl": "pytest-mpl",
+    "--cov": "pytest-cov",
+    "-n": "pytest-xdist",
+    "--numprocesses": "pytest-xdist",
+    "--dist": "pytest-xdist",
+    "--timeout": "pytest-timeout",
+    "--benchmark": "pytest-benchmark",
+    "--reruns": "pytest-rerunfailures",
+    "--mypy": "pytest-mypy",
+    "--flake8": "pytest-flake8",
+    "--doctest-rst": "pytest-doctestplus",
+    "--doctest-plus": "pytest-doctestplus",
+    "--randomly": "pytest-randomly",
+    "--hypothesis": "hypothesis",
+    "--mpl": "pytest-mpl",
 }
 # ini options that only a plugin knows (pytest warns, and with --strict-config fails, without it).
-INI_PLUGINS = {"asyncio_mode": "pytest-asyncio", "timeout": "pytest-timeout",
-               "django_settings_module": "pytest-django", "mock_use_standalone_module": "pytest-mock"}
+INI_PLUGINS = {
+    "asyncio_mode": "pytest-asyncio",
+    "timeout": "pytest-timeout",
+    "django_settings_module": "pytest-django",
+    "mock_use_standalone_module": "pytest-mock",
+}
 RECIPE_KEYS = frozenset({"python", "install", "test_command", "test_framework", "env", "notes"})
 
 
@@ -59,21 +72,30 @@ class Recipe:
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"python": self.python, "install": list(self.install),
-                "test_command": list(self.test_command), "test_framework": self.test_framework,
-                "env": dict(self.env), "notes": list(self.notes)}
+        return {
+            "python": self.python,
+            "install": list(self.install),
+            "test_command": list(self.test_command),
+            "test_framework": self.test_framework,
+            "env": dict(self.env),
+            "notes": list(self.notes),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recipe:
         unknown = set(data) - RECIPE_KEYS
         if unknown:
             raise ValueError(f"unknown recipe keys: {sorted(unknown)}")
-        return cls(python=str(data.get("python", HOST_PYTHON)),
-                   install=tuple(str(c) for c in data.get("install", ())),
-                   test_command=tuple(str(c) for c in data.get("test_command", ("python", "-m", "pytest"))),
-                   test_framework=str(data.get("test_framework", "pytest")),
-                   env={str(k): str(v) for k, v in dict(data.get("env", {})).items()},
-                   notes=tuple(str(n) for n in data.get("notes", ())))
+        return cls(
+            python=str(data.get("python", HOST_PYTHON)),
+            install=tuple(str(c) for c in data.get("install", ())),
+            test_command=tuple(
+                str(c) for c in data.get("test_command", ("python", "-m", "pytest"))
+            ),
+            test_framework=str(data.get("test_framework", "pytest")),
+            env={str(k): str(v) for k, v in dict(data.get("env", {})).items()},
+            notes=tuple(str(n) for n in data.get("notes", ())),
+        )
 
     def key(self) -> str:
         """sha256 of everything that shapes the environment; notes only explain, so they are left out."""
@@ -111,21 +133,32 @@ def detect_recipe(repo_dir: Path) -> Recipe:
         env["PYTHONPATH"] = "src"  # relative: resolved against the repo (the command's workdir)
         notes.append("no packaging metadata and a src/ folder: PYTHONPATH=src")
     else:
-        notes.append("no packaging metadata: tests import from the repo root (python -m pytest puts it on sys.path)")
+        notes.append(
+            "no packaging metadata: tests import from the repo root (python -m pytest puts it on sys.path)"
+        )
 
     framework = _framework(repo_dir, pyproject, setup_cfg, tox_ini, notes)
     plugins = _pytest_plugins(repo_dir, pyproject, setup_cfg, tox_ini, notes)
     test_command = Recipe().test_command
-    if "python_files" not in _pytest_config(pyproject, setup_cfg, tox_ini, repo_dir) and not _test_files(repo_dir):
+    if "python_files" not in _pytest_config(
+        pyproject, setup_cfg, tox_ini, repo_dir
+    ) and not _test_files(repo_dir):
         loose = _loose_test_files(repo_dir)
         if loose:  # tests/test.py, tests.py: pytest's default python_files would collect nothing
             test_command = (*test_command, "-o", f"python_files={LOOSE_TEST_FILES}")
-            notes.append(f"no test_*.py / *_test.py but {loose[0].relative_to(repo_dir)}: python_files={LOOSE_TEST_FILES}")
+            notes.append(
+                f"no test_*.py / *_test.py but {loose[0].relative_to(repo_dir)}: python_files={LOOSE_TEST_FILES}"
+            )
     # pytest last: a version the project pins in its extras/requirements is already satisfied then.
     install.append("python -m pip install " + " ".join(["pytest", *plugins]))
     notes.append("pytest is always installed (it also collects unittest cases)")
-    return Recipe(install=tuple(install), test_command=test_command, test_framework=framework, env=env,
-                  notes=tuple(notes))
+    return Recipe(
+        install=tuple(install),
+        test_command=test_command,
+        test_framework=framework,
+        env=env,
+        notes=tuple(notes),
+    )
 
 
 def _read(path: Path) -> str | None:
@@ -160,10 +193,19 @@ def _read_ini(path: Path, notes: list[str]) -> configparser.ConfigParser:
 
 def _requirement_files(repo_dir: Path, notes: list[str]) -> list[str]:
     """Runtime requirements plus test ones; dev ones only when no test file exists; never docs."""
-    candidates = sorted({p.relative_to(repo_dir).as_posix() for pattern in
-                         ("requirements*.txt", "*requirements*.txt", "requirements/*.txt",
-                          "tests/requirements*.txt")
-                         for p in repo_dir.glob(pattern) if p.is_file()})
+    candidates = sorted(
+        {
+            p.relative_to(repo_dir).as_posix()
+            for pattern in (
+                "requirements*.txt",
+                "*requirements*.txt",
+                "requirements/*.txt",
+                "tests/requirements*.txt",
+            )
+            for p in repo_dir.glob(pattern)
+            if p.is_file()
+        }
+    )
     runtime = [c for c in candidates if Path(c).stem in ("requirements", "base", "install", "main")]
     tests = [c for c in candidates if "test" in c.lower() and c not in runtime]
     dev = [c for c in candidates if "dev" in Path(c).stem.lower() and c not in runtime + tests]
@@ -172,7 +214,9 @@ def _requirement_files(repo_dir: Path, notes: list[str]) -> list[str]:
     if chosen:
         notes.append(f"requirement files installed: {', '.join(chosen)}")
     if skipped:
-        notes.append(f"requirement files not installed (docs/other or dev beside test): {', '.join(skipped)}")
+        notes.append(
+            f"requirement files not installed (docs/other or dev beside test): {', '.join(skipped)}"
+        )
     return chosen
 
 
@@ -193,7 +237,9 @@ def _tox_deps(repo_dir: Path, tox_ini: configparser.ConfigParser, notes: list[st
     if deps:
         notes.append(f"tox.ini [testenv] deps: {', '.join(deps)}")
     if tox_ini.has_option("testenv", "commands"):
-        notes.append(f"tox.ini test commands (for reference, not run): {tox_ini.get('testenv', 'commands').strip()!r}")
+        notes.append(
+            f"tox.ini test commands (for reference, not run): {tox_ini.get('testenv', 'commands').strip()!r}"
+        )
     return deps
 
 
@@ -210,19 +256,31 @@ def _nox_deps(repo_dir: Path, notes: list[str]) -> list[str]:
         return []
     deps: list[str] = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "install"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "install"
+        ):
             for arg in node.args:
-                if (isinstance(arg, ast.Constant) and isinstance(arg.value, str)
-                        and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(\[[\w,\-]+\])?([<>=!~]=?[\w.*]+)?", arg.value)
-                        and arg.value not in deps):
+                if (
+                    isinstance(arg, ast.Constant)
+                    and isinstance(arg.value, str)
+                    and re.fullmatch(
+                        r"[A-Za-z0-9][A-Za-z0-9_.\-]*(\[[\w,\-]+\])?([<>=!~]=?[\w.*]+)?", arg.value
+                    )
+                    and arg.value not in deps
+                ):
                     deps.append(arg.value)
     notes.append(f"noxfile.py present; session.install literals: {', '.join(deps) or 'none'}")
     return deps
 
 
-def _project_install(repo_dir: Path, pyproject: Mapping[str, Any],
-                     setup_cfg: configparser.ConfigParser, notes: list[str]) -> str | None:
+def _project_install(
+    repo_dir: Path,
+    pyproject: Mapping[str, Any],
+    setup_cfg: configparser.ConfigParser,
+    notes: list[str],
+) -> str | None:
     """``pip install -e .[extras]`` when the repo is an installable project, else None."""
     project = pyproject.get("project") if isinstance(pyproject.get("project"), Mapping) else None
     has_backend = isinstance(pyproject.get("build-system"), Mapping)
@@ -233,8 +291,10 @@ def _project_install(repo_dir: Path, pyproject: Mapping[str, Any],
     if project is not None:
         optional = project.get("optional-dependencies")
         extras |= set(optional) if isinstance(optional, Mapping) else set()
-        notes.append(f"pyproject.toml [project] {project.get('name', '?')!r}, build backend "
-                     f"{pyproject.get('build-system', {}).get('build-backend', 'setuptools (default)')}")
+        notes.append(
+            f"pyproject.toml [project] {project.get('name', '?')!r}, build backend "
+            f"{pyproject.get('build-system', {}).get('build-backend', 'setuptools (default)')}"
+        )
         requires = str(project.get("requires-python", ""))
         if requires:
             notes.append(f"requires-python {requires!r}; the host interpreter is {HOST_PYTHON}")
@@ -265,20 +325,31 @@ def _setup_py_extras(setup_py: Path) -> set[str]:
         value = None
         keyword = isinstance(node, ast.keyword) and node.arg == "extras_require"
         assigned = isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and "extras" in t.id.lower() for t in node.targets)
+            isinstance(t, ast.Name) and "extras" in t.id.lower() for t in node.targets
+        )
         if keyword or assigned:
             value = node.value
         if isinstance(value, ast.Dict):
-            keys |= {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            keys |= {
+                k.value
+                for k in value.keys
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            }
     return keys
 
 
-def _pytest_config(pyproject: Mapping[str, Any], setup_cfg: configparser.ConfigParser,
-                   tox_ini: configparser.ConfigParser, repo_dir: Path) -> dict[str, str]:
+def _pytest_config(
+    pyproject: Mapping[str, Any],
+    setup_cfg: configparser.ConfigParser,
+    tox_ini: configparser.ConfigParser,
+    repo_dir: Path,
+) -> dict[str, str]:
     """The pytest ini options from whichever file pytest itself would read them."""
     options = pyproject.get("tool", {}).get("pytest", {}).get("ini_options")
     if isinstance(options, Mapping):
-        return {k: " ".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in options.items()}
+        return {
+            k: " ".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in options.items()
+        }
     pytest_ini = configparser.ConfigParser(interpolation=None, strict=False)
     for name in ("pytest.ini", ".pytest.ini"):
         text = _read(repo_dir / name)
@@ -295,20 +366,30 @@ def _pytest_config(pyproject: Mapping[str, Any], setup_cfg: configparser.ConfigP
     return {}
 
 
-def _framework(repo_dir: Path, pyproject: Mapping[str, Any], setup_cfg: configparser.ConfigParser,
-               tox_ini: configparser.ConfigParser, notes: list[str]) -> str:
+def _framework(
+    repo_dir: Path,
+    pyproject: Mapping[str, Any],
+    setup_cfg: configparser.ConfigParser,
+    tox_ini: configparser.ConfigParser,
+    notes: list[str],
+) -> str:
     if _pytest_config(pyproject, setup_cfg, tox_ini, repo_dir):
         notes.append("pytest configuration found: framework pytest")
         return "pytest"
     uses_pytest = uses_unittest = False
     for path in _test_files(repo_dir):
         text = _read(path) or ""
-        uses_pytest |= bool(re.search(r"^\s*(import pytest|from pytest)|@pytest\.", text, re.MULTILINE))
+        uses_pytest |= bool(
+            re.search(r"^\s*(import pytest|from pytest)|@pytest\.", text, re.MULTILINE)
+        )
         uses_unittest |= "unittest" in text and "TestCase" in text
     if uses_unittest and not uses_pytest:
         notes.append("tests are unittest.TestCase only: framework unittest, run through pytest")
         return "unittest"
-    notes.append("framework pytest" + ("" if uses_pytest else " (no test imports pytest; pytest collects plain test functions)"))
+    notes.append(
+        "framework pytest"
+        + ("" if uses_pytest else " (no test imports pytest; pytest collects plain test functions)")
+    )
     return "pytest"
 
 
@@ -341,15 +422,24 @@ def _loose_test_files(repo_dir: Path, limit: int = 20) -> list[Path]:
     return found
 
 
-def _pytest_plugins(repo_dir: Path, pyproject: Mapping[str, Any], setup_cfg: configparser.ConfigParser,
-                    tox_ini: configparser.ConfigParser, notes: list[str]) -> list[str]:
+def _pytest_plugins(
+    repo_dir: Path,
+    pyproject: Mapping[str, Any],
+    setup_cfg: configparser.ConfigParser,
+    tox_ini: configparser.ConfigParser,
+    notes: list[str],
+) -> list[str]:
     """Plugins the pytest configuration cannot run without (addopts flags, required_plugins, ini keys)."""
     config = _pytest_config(pyproject, setup_cfg, tox_ini, repo_dir)
     plugins: list[str] = []
-    for token in shlex.split(config.get("addopts", ""), posix=True) if config.get("addopts") else []:
+    for token in (
+        shlex.split(config.get("addopts", ""), posix=True) if config.get("addopts") else []
+    ):
         flag = token.split("=", 1)[0]
         plugin = ADDOPTS_PLUGINS.get(flag) or next(
-            (p for f, p in ADDOPTS_PLUGINS.items() if f.startswith("--") and flag.startswith(f)), None)
+            (p for f, p in ADDOPTS_PLUGINS.items() if f.startswith("--") and flag.startswith(f)),
+            None,
+        )
         if plugin and plugin not in plugins:
             plugins.append(plugin)
     plugins += [p for p in config.get("required_plugins", "").split() if p not in plugins]

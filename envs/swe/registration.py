@@ -17,7 +17,9 @@ def _make(**kwargs: Any) -> Env:
     from envs.swe.env import SweEnv
 
     if "instance" not in kwargs:
-        raise TypeError("swe-v0 needs instance=: a SweInstance, a SWE-bench record, or a JSONL path")
+        raise TypeError(
+            "swe-v0 needs instance=: a SweInstance, a SWE-bench record, or a JSONL path"
+        )
     return SweEnv(**kwargs)
 
 

@@ -31,15 +31,38 @@ from envs.swe.recipe import ADDOPTS_PLUGINS, Recipe
 
 # Import names whose distribution is named differently (a wrong guess only costs one failed step).
 DIST_NAMES = {
-    "yaml": "PyYAML", "PIL": "Pillow", "sklearn": "scikit-learn", "cv2": "opencv-python-headless",
-    "bs4": "beautifulsoup4", "dateutil": "python-dateutil", "attr": "attrs", "jwt": "PyJWT",
-    "dotenv": "python-dotenv", "Crypto": "pycryptodome", "serial": "pyserial", "OpenSSL": "pyOpenSSL",
-    "zmq": "pyzmq", "git": "GitPython", "docx": "python-docx", "pkg_resources": "setuptools",
-    "google": "protobuf", "magic": "python-magic", "skimage": "scikit-image", "Levenshtein": "python-Levenshtein",
+    "yaml": "PyYAML",
+    "PIL": "Pillow",
+    "sklearn": "scikit-learn",
+    "cv2": "opencv-python-headless",
+    "bs4": "beautifulsoup4",
+    "dateutil": "python-dateutil",
+    "attr": "attrs",
+    "jwt": "PyJWT",
+    "dotenv": "python-dotenv",
+    "Crypto": "pycryptodome",
+    "serial": "pyserial",
+    "OpenSSL": "pyOpenSSL",
+    "zmq": "pyzmq",
+    "git": "GitPython",
+    "docx": "python-docx",
+    "pkg_resources": "setuptools",
+    "google": "protobuf",
+    "magic": "python-magic",
+    "skimage": "scikit-image",
+    "Levenshtein": "python-Levenshtein",
 }
-MARKER_PLUGINS = {"asyncio": "pytest-asyncio", "django_db": "pytest-django", "timeout": "pytest-timeout",
-                  "benchmark": "pytest-benchmark", "mpl_image_compare": "pytest-mpl", "flaky": "flaky",
-                  "trio": "pytest-trio", "anyio": "anyio", "httpx_mock": "pytest-httpx"}
+MARKER_PLUGINS = {
+    "asyncio": "pytest-asyncio",
+    "django_db": "pytest-django",
+    "timeout": "pytest-timeout",
+    "benchmark": "pytest-benchmark",
+    "mpl_image_compare": "pytest-mpl",
+    "flaky": "flaky",
+    "trio": "pytest-trio",
+    "anyio": "anyio",
+    "httpx_mock": "pytest-httpx",
+}
 PATCH_KEYS = frozenset({"install", "env", "test_command", "reason"})
 MAX_COMMANDS, MAX_COMMAND_CHARS = 40, 2000
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -70,7 +93,11 @@ def _add_install(recipe: Recipe, failure: Failure, command: str, why: str) -> Re
     if command in recipe.install:
         return None  # already tried: this rule has nothing new
     install = list(recipe.install)
-    at = install.index(failure.command) if failure.is_install and failure.command in install else len(install)
+    at = (
+        install.index(failure.command)
+        if failure.is_install and failure.command in install
+        else len(install)
+    )
     install.insert(at, command)
     return replace(recipe, install=tuple(install)).noted(f"repair: {why}: added {command!r}")
 
@@ -82,7 +109,13 @@ def _missing_plugin(recipe: Recipe, failure: Failure) -> Recipe | None:
         for flag in match.group(1).split():
             flag = flag.split("=", 1)[0]
             plugin = ADDOPTS_PLUGINS.get(flag) or next(
-                (p for f, p in ADDOPTS_PLUGINS.items() if f.startswith("--") and flag.startswith(f)), None)
+                (
+                    p
+                    for f, p in ADDOPTS_PLUGINS.items()
+                    if f.startswith("--") and flag.startswith(f)
+                ),
+                None,
+            )
             if plugin and plugin not in plugins:
                 plugins.append(plugin)
     for match in re.finditer(r"Missing required plugins: (.+)", out):
@@ -108,28 +141,46 @@ def _missing_module(recipe: Recipe, failure: Failure) -> Recipe | None:
         if recipe.env.get("PYTHONPATH") == src:
             return None
         return replace(recipe, env={**recipe.env, "PYTHONPATH": src}).noted(
-            f"repair: the project's own module {top!r} is not importable: PYTHONPATH={src}")
+            f"repair: the project's own module {top!r} is not importable: PYTHONPATH={src}"
+        )
     dist = DIST_NAMES.get(top, top)
-    if failure.is_install and "pip install" in failure.command and "--no-build-isolation" not in failure.command:
+    if (
+        failure.is_install
+        and "pip install" in failure.command
+        and "--no-build-isolation" not in failure.command
+    ):
         # A setup.py importing a module at build time: isolation hides the venv, so install the
         # module (and the build tools) into the venv and build without isolation.
         tools = f"python -m pip install setuptools wheel {shlex.quote(dist)}"
         install = list(recipe.install)
         at = install.index(failure.command) if failure.command in install else len(install)
-        install[at:at + 1] = [tools, failure.command.replace("pip install", "pip install --no-build-isolation", 1)]
+        install[at : at + 1] = [
+            tools,
+            failure.command.replace("pip install", "pip install --no-build-isolation", 1),
+        ]
         return replace(recipe, install=tuple(install)).noted(
-            f"repair: the build imports {top!r}: installed it with setuptools/wheel, build without isolation")
-    return _add_install(recipe, failure, f"python -m pip install {shlex.quote(dist)}", f"module {top!r} missing")
+            f"repair: the build imports {top!r}: installed it with setuptools/wheel, build without isolation"
+        )
+    return _add_install(
+        recipe, failure, f"python -m pip install {shlex.quote(dist)}", f"module {top!r} missing"
+    )
 
 
 def _is_own_module(repo_dir: Path, name: str) -> bool:
-    return any((base / name).is_dir() or (base / f"{name}.py").is_file()
-               for base in (repo_dir, repo_dir / "src"))
+    return any(
+        (base / name).is_dir() or (base / f"{name}.py").is_file()
+        for base in (repo_dir, repo_dir / "src")
+    )
 
 
 def _no_wheel(recipe: Recipe, failure: Failure) -> Recipe | None:
-    if "invalid command 'bdist_wheel'" in failure.output or "No module named 'setuptools'" in failure.output:
-        return _add_install(recipe, failure, "python -m pip install setuptools wheel", "build tools missing")
+    if (
+        "invalid command 'bdist_wheel'" in failure.output
+        or "No module named 'setuptools'" in failure.output
+    ):
+        return _add_install(
+            recipe, failure, "python -m pip install setuptools wheel", "build tools missing"
+        )
     return None
 
 
@@ -142,7 +193,8 @@ def _editable_to_plain(recipe: Recipe, failure: Failure) -> Recipe | None:
     src = "src" if (failure.repo_dir / "src").is_dir() else "."
     install = [plain if c == failure.command else c for c in recipe.install]
     return replace(recipe, install=tuple(install), env={**recipe.env, "PYTHONPATH": src}).noted(
-        f"repair: editable install failed: non-editable install with PYTHONPATH={src}")
+        f"repair: editable install failed: non-editable install with PYTHONPATH={src}"
+    )
 
 
 # -- the model ----------------------------------------------------------------------------------
@@ -152,7 +204,7 @@ def _editable_to_plain(recipe: Recipe, failure: Failure) -> Recipe | None:
 class RepairModel:
     """An OpenAI-compatible chat endpoint asked for recipe patches."""
 
-    base_url: str                        # e.g. "http://127.0.0.1:8000/v1"
+    base_url: str  # e.g. "http://127.0.0.1:8000/v1"
     model: str
     api_key_env: str = "OPENAI_API_KEY"  # the variable holding the key ("" or unset: no key sent)
     timeout_s: float = 120.0
@@ -164,11 +216,21 @@ class RepairModel:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        body = {"model": self.model, "temperature": 0, "max_tokens": self.max_tokens,
-                "messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                             {"role": "user", "content": _prompt(recipe, failure)}]}
-        response = httpx.post(self.base_url.rstrip("/") + "/chat/completions", json=body,
-                              headers=headers, timeout=self.timeout_s)
+        body = {
+            "model": self.model,
+            "temperature": 0,
+            "max_tokens": self.max_tokens,
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": _prompt(recipe, failure)},
+            ],
+        }
+        response = httpx.post(
+            self.base_url.rstrip("/") + "/chat/completions",
+            json=body,
+            headers=headers,
+            timeout=self.timeout_s,
+        )
         response.raise_for_status()
         return str(response.json()["choices"][0]["message"]["content"] or "")
 
@@ -184,8 +246,10 @@ Reply with ONE JSON object and nothing else, with any of these keys:
 
 def _prompt(recipe: Recipe, failure: Failure) -> str:
     current = {k: v for k, v in recipe.to_json().items() if k != "notes"}
-    return (f"Current recipe:\n{json.dumps(current, indent=1)}\n\nThis step failed:\n{failure.command}\n\n"
-            f"Last output:\n{failure.output[-3000:]}")
+    return (
+        f"Current recipe:\n{json.dumps(current, indent=1)}\n\nThis step failed:\n{failure.command}\n\n"
+        f"Last output:\n{failure.output[-3000:]}"
+    )
 
 
 def parse_patch(reply: str, recipe: Recipe) -> tuple[Recipe | None, str]:
@@ -204,8 +268,11 @@ def parse_patch(reply: str, recipe: Recipe) -> tuple[Recipe | None, str]:
     if unknown:
         return None, f"unknown keys {unknown}; allowed: {sorted(PATCH_KEYS)}"
     changes: dict[str, Any] = {}
-    checks: dict[str, Callable[[Any], str]] = {"install": _check_commands, "test_command": _check_argv,
-                                               "env": _check_env}
+    checks: dict[str, Callable[[Any], str]] = {
+        "install": _check_commands,
+        "test_command": _check_argv,
+        "env": _check_env,
+    }
     for name, check in checks.items():
         if name in patch:
             problem = check(patch[name])
@@ -220,7 +287,9 @@ def parse_patch(reply: str, recipe: Recipe) -> tuple[Recipe | None, str]:
     patched = replace(recipe, **changes)
     if patched.key() == recipe.key():
         return None, "the patch changes nothing"
-    return patched.noted(f"model repair: {reason[:300] or 'no reason given'} ({', '.join(sorted(changes))})"), ""
+    return patched.noted(
+        f"model repair: {reason[:300] or 'no reason given'} ({', '.join(sorted(changes))})"
+    ), ""
 
 
 def _check_commands(value: Any) -> str:

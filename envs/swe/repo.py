@@ -35,27 +35,49 @@ from envs.swe.instance import SweInstance
 from envs.swe.patch import changed_files, is_test_file, select_test_files, unsafe_paths
 
 __all__ = [
-    "GitError", "PatchResult", "apply_patch", "changed_files", "check_clone_url", "checkout", "diff",
-    "git", "is_test_file", "open_source", "resolve_source", "select_test_files", "source_view",
+    "GitError",
+    "PatchResult",
+    "apply_patch",
+    "changed_files",
+    "check_clone_url",
+    "checkout",
+    "diff",
+    "git",
+    "is_test_file",
+    "open_source",
+    "resolve_source",
+    "select_test_files",
+    "source_view",
 ]
 
 _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
 # What may be cloned: the network transports and file://, and scp-like user@host:path.  No
 # ext:: (runs a command), no leading "-" (git would read an option), no whitespace or controls.
-_CLONE_URL = re.compile(r"^(?:(?:https?|git|ssh|file)://[^\s\x00-\x1f\x7f-]"
-                        r"|[\w][\w.-]*@[\w][\w.-]*:[^\s\x00-\x1f\x7f-])[^\s\x00-\x1f\x7f]*$",
-                        re.IGNORECASE)
+_CLONE_URL = re.compile(
+    r"^(?:(?:https?|git|ssh|file)://[^\s\x00-\x1f\x7f-]"
+    r"|[\w][\w.-]*@[\w][\w.-]*:[^\s\x00-\x1f\x7f-])[^\s\x00-\x1f\x7f]*$",
+    re.IGNORECASE,
+)
 _OWNER_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 _SHA = re.compile(r"^[0-9a-fA-F]{4,40}$")
 # Build and test by-products an agent's run leaves behind; never part of a submitted diff.
-JUNK = ("**/__pycache__/**", "**/*.pyc", "**/*.pyo", "**/*.egg-info/**", "**/.pytest_cache/**",
-        "**/.mypy_cache/**", "**/.ruff_cache/**", "**/.tox/**", "**/.eggs/**")
+JUNK = (
+    "**/__pycache__/**",
+    "**/*.pyc",
+    "**/*.pyo",
+    "**/*.egg-info/**",
+    "**/.pytest_cache/**",
+    "**/.mypy_cache/**",
+    "**/.ruff_cache/**",
+    "**/.tox/**",
+    "**/.eggs/**",
+)
 
 
 @dataclass(frozen=True)
 class PatchResult:
     ok: bool
-    reason: str                  # "" when ok; else git's complaint or why the patch was refused
+    reason: str  # "" when ok; else git's complaint or why the patch was refused
     files: tuple[str, ...] = ()  # the paths the patch touches
 
 
@@ -66,8 +88,10 @@ def _is_url(repo: str) -> bool:
 def check_clone_url(url: str) -> str:
     """`url` if it is one git may clone from (see `_CLONE_URL`), else `GitError` saying why."""
     if not _CLONE_URL.match(url):
-        raise GitError(f"not a repository URL git may clone: {url[:200]!r} (allowed: https://, "
-                       "http://, git://, ssh://, file:// or user@host:path, no spaces or controls)")
+        raise GitError(
+            f"not a repository URL git may clone: {url[:200]!r} (allowed: https://, "
+            "http://, git://, ssh://, file:// or user@host:path, no spaces or controls)"
+        )
     return url
 
 
@@ -77,8 +101,9 @@ def _mirror_path(url: str) -> Path:
     return cache_root() / "swe" / "mirrors" / f"{name or 'repo'}-{digest}.git"
 
 
-def resolve_source(repo: str | os.PathLike[str], repo_url: str = "", *,
-                   update: bool = False) -> Path:
+def resolve_source(
+    repo: str | os.PathLike[str], repo_url: str = "", *, update: bool = False
+) -> Path:
     """The local git directory to read `repo` from: the path itself, or the URL's cached mirror.
 
     A mirror is cloned on first use and fetched again when `update` is true.  Raises `GitError`
@@ -92,8 +117,10 @@ def resolve_source(repo: str | os.PathLike[str], repo_url: str = "", *,
             return path.resolve()
         if not repo_url:
             if _OWNER_NAME.match(text):
-                raise GitError(f"{text!r} is neither a local path nor a URL; set repo_url "
-                               f"(e.g. https://github.com/{text}.git) to say where to clone it from")
+                raise GitError(
+                    f"{text!r} is neither a local path nor a URL; set repo_url "
+                    f"(e.g. https://github.com/{text}.git) to say where to clone it from"
+                )
             raise GitError(f"no such repository path: {path}")
         text = repo_url
     url = check_clone_url(text)
@@ -132,12 +159,16 @@ def update_mirror(mirror: Path, *, timeout_s: float = GIT_TIMEOUT_S) -> None:
         git(["remote", "update", "--prune"], cwd=mirror, timeout_s=timeout_s)
         return
     with source_view(local) as view:
-        git(["fetch", "--quiet", "--prune", "--", view.as_uri(), "+refs/*:refs/*"], cwd=mirror,
-            timeout_s=timeout_s)
+        git(
+            ["fetch", "--quiet", "--prune", "--", view.as_uri(), "+refs/*:refs/*"],
+            cwd=mirror,
+            timeout_s=timeout_s,
+        )
 
 
-def _source_of(instance_or_repo: SweInstance | str | os.PathLike[str], repo_url: str, *,
-               update: bool = False) -> tuple[Path, bool]:
+def _source_of(
+    instance_or_repo: SweInstance | str | os.PathLike[str], repo_url: str, *, update: bool = False
+) -> tuple[Path, bool]:
     """(git dir, whether it is a mirror that a fetch could bring up to date)."""
     if isinstance(instance_or_repo, SweInstance):
         repo, repo_url = instance_or_repo.repo, repo_url or instance_or_repo.repo_url
@@ -148,8 +179,12 @@ def _source_of(instance_or_repo: SweInstance | str | os.PathLike[str], repo_url:
 
 
 @contextmanager
-def open_source(instance_or_repo: SweInstance | str | os.PathLike[str], repo_url: str = "", *,
-                update: bool = False) -> Iterator[Path]:
+def open_source(
+    instance_or_repo: SweInstance | str | os.PathLike[str],
+    repo_url: str = "",
+    *,
+    update: bool = False,
+) -> Iterator[Path]:
     """A view (`git_source.source_view`) of the repository `resolve_source` finds: the git dir
     to run read-only git commands in, with our config and the source's objects and refs."""
     source, _ = _source_of(instance_or_repo, repo_url, update=update)
@@ -162,9 +197,15 @@ def _has_commit(view: Path, commit: str) -> bool:
     return probe.returncode == 0
 
 
-def checkout(instance_or_repo: SweInstance | str | os.PathLike[str], commit: str,
-             dest: str | os.PathLike[str], *, repo_url: str = "", depth: int | None = 1,
-             timeout_s: float = GIT_TIMEOUT_S) -> Path:
+def checkout(
+    instance_or_repo: SweInstance | str | os.PathLike[str],
+    commit: str,
+    dest: str | os.PathLike[str],
+    *,
+    repo_url: str = "",
+    depth: int | None = 1,
+    timeout_s: float = GIT_TIMEOUT_S,
+) -> Path:
     """A clean working tree of `commit` at `dest` (which must be absent or empty).
 
     `dest` is its own repository holding `commit` (detached HEAD) and, unless `depth` limits it,
@@ -180,8 +221,11 @@ def checkout(instance_or_repo: SweInstance | str | os.PathLike[str], commit: str
     with source_view(source) as view:
         if not _has_commit(view, commit) and is_mirror:
             update_mirror(source, timeout_s=timeout_s)
-        resolved = git(["rev-parse", "--verify", "--quiet", "--end-of-options",
-                        f"{commit}^{{commit}}"], cwd=view, check=False)
+        resolved = git(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{commit}^{{commit}}"],
+            cwd=view,
+            check=False,
+        )
         if resolved.returncode != 0:
             raise GitError(f"commit {commit} is not in {source}")
         sha = resolved.stdout.strip()
@@ -195,8 +239,11 @@ def checkout(instance_or_repo: SweInstance | str | os.PathLike[str], commit: str
             if depth is not None:
                 fetch.append(f"--depth={depth}")
             git([*fetch, "--", view.as_uri(), sha], cwd=dest, timeout_s=timeout_s)
-            git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", sha],
-                cwd=dest, timeout_s=timeout_s)
+            git(
+                ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", sha],
+                cwd=dest,
+                timeout_s=timeout_s,
+            )
         except GitError:
             _empty(dest)
             raise
@@ -222,8 +269,9 @@ def _refusal(workdir: Path, paths: list[str]) -> str:
     return ""
 
 
-def apply_patch(workdir: str | os.PathLike[str], patch_text: str, *,
-                timeout_s: float = 120.0) -> PatchResult:
+def apply_patch(
+    workdir: str | os.PathLike[str], patch_text: str, *, timeout_s: float = 120.0
+) -> PatchResult:
     """Apply a unified diff to `workdir` (all or nothing).
 
     A patch that is empty, malformed, does not apply, or touches paths outside the repository or
@@ -244,13 +292,21 @@ def apply_patch(workdir: str | os.PathLike[str], patch_text: str, *,
     base = ["apply", "--whitespace=nowarn"]
     with _scratch_git(workdir, with_objects=False) as env:
         try:
-            checked = git([*base, "--check", "-"], cwd=workdir, input=text, check=False,
-                          timeout_s=timeout_s, env=env)
+            checked = git(
+                [*base, "--check", "-"],
+                cwd=workdir,
+                input=text,
+                check=False,
+                timeout_s=timeout_s,
+                env=env,
+            )
             if checked.returncode != 0:
-                return PatchResult(False, checked.stderr.strip() or "git apply --check failed",
-                                   files)
-            applied = git([*base, "-"], cwd=workdir, input=text, check=False,
-                          timeout_s=timeout_s, env=env)
+                return PatchResult(
+                    False, checked.stderr.strip() or "git apply --check failed", files
+                )
+            applied = git(
+                [*base, "-"], cwd=workdir, input=text, check=False, timeout_s=timeout_s, env=env
+            )
         except GitError as exc:  # a timeout on a pathological patch is still the patch's outcome
             return PatchResult(False, str(exc), files)
     if applied.returncode != 0:
@@ -258,8 +314,9 @@ def apply_patch(workdir: str | os.PathLike[str], patch_text: str, *,
     return PatchResult(True, "", files)
 
 
-def diff(workdir: str | os.PathLike[str], base_commit: str, *,
-         timeout_s: float = GIT_TIMEOUT_S) -> str:
+def diff(
+    workdir: str | os.PathLike[str], base_commit: str, *, timeout_s: float = GIT_TIMEOUT_S
+) -> str:
     """The working tree against `base_commit` as a patch, new untracked files included.
 
     Build junk (`__pycache__`, `*.pyc`, `*.egg-info`, tool caches) and ignored files are left
@@ -272,10 +329,23 @@ def diff(workdir: str | os.PathLike[str], base_commit: str, *,
     with _scratch_git(workdir, with_objects=True) as env:
         git(["read-tree", base_commit], cwd=workdir, env=env, timeout_s=timeout_s)
         git(["add", "--all", "--", ".", *excludes], cwd=workdir, env=env, timeout_s=timeout_s)
-        out = git(["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
-                   "--no-renames",
-                   "--src-prefix=a/", "--dst-prefix=b/", base_commit], cwd=workdir, env=env,
-                  timeout_s=timeout_s)
+        out = git(
+            [
+                "diff",
+                "--cached",
+                "--binary",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--no-renames",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+                base_commit,
+            ],
+            cwd=workdir,
+            env=env,
+            timeout_s=timeout_s,
+        )
     return out.stdout
 
 
@@ -297,5 +367,8 @@ def _scratch_git(workdir: Path, *, with_objects: bool) -> Iterator[dict[str, str
             if not objects.is_dir():
                 raise GitError(f"{workdir} has no .git/objects (not a checkout of ours?)")
             (git_dir / "objects" / "info" / "alternates").write_text(f"{objects.resolve()}\n")
-        yield {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(workdir.resolve()),
-               "GIT_INDEX_FILE": str(git_dir / "index")}
+        yield {
+            "GIT_DIR": str(git_dir),
+            "GIT_WORK_TREE": str(workdir.resolve()),
+            "GIT_INDEX_FILE": str(git_dir / "index"),
+        }

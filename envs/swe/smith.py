@@ -55,7 +55,9 @@ JAIL_PROBE_DIR, JAIL_OUT_DIR = "/envgym-smith", "/envgym-smith-out"
 BRANCH_PREFIX = "envgym-smith/"
 MAX_PROBE_BYTES = 256 * 1024 * 1024
 MAX_SOURCE_BYTES = 16 * 1024 * 1024
-_NOT_SOURCE = re.compile(r"(^|/)(conftest|setup|noxfile|fabfile)\.py$|^(docs?|examples?|benchmarks?)/")
+_NOT_SOURCE = re.compile(
+    r"(^|/)(conftest|setup|noxfile|fabfile)\.py$|^(docs?|examples?|benchmarks?)/"
+)
 
 
 @dataclass(frozen=True)
@@ -66,15 +68,26 @@ class SmithResult:
 
 @dataclass(frozen=True)
 class Probe:
-    status: str                            # "ok" | "timeout" | "crashed"
-    tests: dict[str, dict[str, Any]]       # node id -> {"outcome", "message", "functions"}
+    status: str  # "ok" | "timeout" | "crashed"
+    tests: dict[str, dict[str, Any]]  # node id -> {"outcome", "message", "functions"}
     duration_s: float
     detail: str
 
 
-def smith(repo: str | Path, *, n: int = 1, seed: int = 0, backend: str = "bwrap", rev: str = "HEAD",
-          workdir: Path | None = None, describe: Describer | None = None, max_tries: int | None = None,
-          repeats: int = 2, timeout_s: float = 900.0, model: RepairModel | None = None) -> SmithResult:
+def smith(
+    repo: str | Path,
+    *,
+    n: int = 1,
+    seed: int = 0,
+    backend: str = "bwrap",
+    rev: str = "HEAD",
+    workdir: Path | None = None,
+    describe: Describer | None = None,
+    max_tries: int | None = None,
+    repeats: int = 2,
+    timeout_s: float = 900.0,
+    model: RepairModel | None = None,
+) -> SmithResult:
     """Up to ``n`` validated instances from ``repo`` (a local path or URL); never raises for what
     the repository does — a repository that cannot be set up or traced is one ``rejected`` entry."""
     if rev.startswith("-") or not rev.isprintable():
@@ -82,8 +95,9 @@ def smith(repo: str | Path, *, n: int = 1, seed: int = 0, backend: str = "bwrap"
     source = resolve_source(repo)
     # The user's repository is read through a view: its own config never runs anything here.
     with open_source(source) as view:
-        base = git(["rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}"],
-                   cwd=view).stdout.strip()
+        base = git(
+            ["rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}"], cwd=view
+        ).stdout.strip()
         copy = _local_copy(source, view, base, workdir)
     version = packaging_version(copy)
     setup = ensure_env(copy, repo_key=str(copy), version=version, backend=backend, model=model)
@@ -106,8 +120,19 @@ def smith(repo: str | Path, *, n: int = 1, seed: int = 0, backend: str = "bwrap"
         if len(instances) >= n or tries <= 0:
             break
         tries -= 1
-        made, why = try_mutation(copy, setup.env, base, date, name, version, seed, mutation, tests, describe,
-                             mutant_timeout)
+        made, why = try_mutation(
+            copy,
+            setup.env,
+            base,
+            date,
+            name,
+            version,
+            seed,
+            mutation,
+            tests,
+            describe,
+            mutant_timeout,
+        )
         if made is None:
             rejected.append((mutation.describe(), why))
             continue
@@ -139,12 +164,27 @@ def _local_copy(source: Path, view: Path, base: str, workdir: Path | None) -> Pa
     dot_git = workdir / ".git"
     if dot_git.is_symlink() or not dot_git.is_dir():
         if workdir.exists() or workdir.is_symlink():
-            shutil.rmtree(workdir) if workdir.is_dir() and not workdir.is_symlink() else workdir.unlink()
+            shutil.rmtree(
+                workdir
+            ) if workdir.is_dir() and not workdir.is_symlink() else workdir.unlink()
         workdir.parent.mkdir(parents=True, exist_ok=True)
-        git(["clone", "--quiet", "--no-hardlinks", "--no-checkout", "--", view.as_uri(), str(workdir)])
+        git(
+            [
+                "clone",
+                "--quiet",
+                "--no-hardlinks",
+                "--no-checkout",
+                "--",
+                view.as_uri(),
+                str(workdir),
+            ]
+        )
     if _git(workdir, ["cat-file", "-e", f"{base}^{{commit}}"], check=False).returncode != 0:
         _git(workdir, ["fetch", "--quiet", "--", view.as_uri(), base])
-    _git(workdir, ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", base])
+    _git(
+        workdir,
+        ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", base],
+    )
     _git(workdir, ["clean", "-qfdx"])  # leftovers of an interrupted run
     return workdir
 
@@ -154,7 +194,9 @@ def _slug(source: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip(".-")[:40] or "repo"
 
 
-def probe(workdir: Path, env: PythonEnv, test_ids: Sequence[str], *, trace: bool, timeout_s: float) -> Probe:
+def probe(
+    workdir: Path, env: PythonEnv, test_ids: Sequence[str], *, trace: bool, timeout_s: float
+) -> Probe:
     """Run ``test_ids`` (all when empty) with ``smith_probe`` loaded; see that module for the output."""
     with tempfile.TemporaryDirectory(prefix="envgym-smith-") as scratch:
         plugin, out = Path(scratch) / "plugin", Path(scratch) / "out"
@@ -164,15 +206,32 @@ def probe(workdir: Path, env: PythonEnv, test_ids: Sequence[str], *, trace: bool
         plugin.chmod(0o755)  # read-only mounts keep their modes: the jail's uid must read them
         (plugin / "envgym_smith_probe.py").chmod(0o644)
         paths = [p for p in command_env(env.recipe).get("PYTHONPATH", "").split(":") if p]
-        extra = {"PYTHONPATH": ":".join([*paths, JAIL_PROBE_DIR]), "ENVGYM_SMITH_TRACE": "1" if trace else "0",
-                 "ENVGYM_SMITH_OUT": f"{JAIL_OUT_DIR}/probe.json"}
-        argv = [*env.recipe.test_command, "-p", "no:cacheprovider", "-p", "envgym_smith_probe", "-q",
-                "--continue-on-collection-errors", "--", *test_ids]
+        extra = {
+            "PYTHONPATH": ":".join([*paths, JAIL_PROBE_DIR]),
+            "ENVGYM_SMITH_TRACE": "1" if trace else "0",
+            "ENVGYM_SMITH_OUT": f"{JAIL_OUT_DIR}/probe.json",
+        }
+        argv = [
+            *env.recipe.test_command,
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "envgym_smith_probe",
+            "-q",
+            "--continue-on-collection-errors",
+            "--",
+            *test_ids,
+        ]
         # The copy's .git read-only: host git runs in the copy, so the tests must not be able
         # to plant a filter, hook or fsmonitor in its config (that would run on the host).
-        mounts = [Mount(plugin, JAIL_PROBE_DIR), Mount(out, JAIL_OUT_DIR, writable=True),
-                  Mount(workdir / ".git", f"{JAIL_REPO}/.git")]
-        result = run_in(env, workdir, argv, timeout_s=timeout_s, extra_env=extra, extra_mounts=mounts)
+        mounts = [
+            Mount(plugin, JAIL_PROBE_DIR),
+            Mount(out, JAIL_OUT_DIR, writable=True),
+            Mount(workdir / ".git", f"{JAIL_REPO}/.git"),
+        ]
+        result = run_in(
+            env, workdir, argv, timeout_s=timeout_s, extra_env=extra, extra_mounts=mounts
+        )
         _reclaim(workdir)
         data = _probe_report(out)
     tail = (result.stdout + result.stderr)[-1500:]
@@ -211,18 +270,25 @@ def _probe_report(out: Path) -> dict[str, dict[str, Any]] | None:
             continue
         functions = entry.get("functions")
         message = entry.get("message")
-        kept[test_id] = {"outcome": entry["outcome"],
-                         "message": message if isinstance(message, str) else "",
-                         "functions": [f for f in functions if isinstance(f, str)]
-                         if isinstance(functions, list) else []}
+        kept[test_id] = {
+            "outcome": entry["outcome"],
+            "message": message if isinstance(message, str) else "",
+            "functions": [f for f in functions if isinstance(f, str)]
+            if isinstance(functions, list)
+            else [],
+        }
     return kept
 
 
 def _safe_relpath(path: str) -> bool:
     """A plain path below the repository: relative, no "..", no .git, no empty parts."""
     parts = path.split("/")
-    return bool(path) and not path.startswith("/") and "\0" not in path and all(
-        part not in ("", ".", "..") and part.casefold() != ".git" for part in parts)
+    return (
+        bool(path)
+        and not path.startswith("/")
+        and "\0" not in path
+        and all(part not in ("", ".", "..") and part.casefold() != ".git" for part in parts)
+    )
 
 
 def _read_regular(root: Path, relpath: str, limit: int) -> str | None:
@@ -235,11 +301,13 @@ def _read_regular(root: Path, relpath: str, limit: int) -> str | None:
         current = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         fds.append(current)
         for part in dirs:
-            current = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                              dir_fd=current)
+            current = os.open(
+                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current
+            )
             fds.append(current)
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=current)
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=current
+        )
     except OSError as err:
         if err.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENXIO):
             return None
@@ -272,14 +340,20 @@ def _covering(trace: Probe) -> dict[tuple[str, int], tuple[str, ...]]:
             continue
         for name in entry["functions"]:
             path, _, line = name.rpartition(":")
-            if (path.endswith(".py") and _safe_relpath(path) and line.isdigit()
-                    and not is_test_file(path) and not _NOT_SOURCE.search(path)):
+            if (
+                path.endswith(".py")
+                and _safe_relpath(path)
+                and line.isdigit()
+                and not is_test_file(path)
+                and not _NOT_SOURCE.search(path)
+            ):
                 found.setdefault((path, int(line)), []).append(test_id)
     return {key: tuple(tests) for key, tests in found.items()}
 
 
-def _candidates(copy: Path, covering: dict[tuple[str, int], tuple[str, ...]],
-                seed: int) -> Iterator[tuple[Mutation, tuple[str, ...]]]:
+def _candidates(
+    copy: Path, covering: dict[tuple[str, int], tuple[str, ...]], seed: int
+) -> Iterator[tuple[Mutation, tuple[str, ...]]]:
     """Mutations in seeded order: one per function per round, functions in a shuffled order."""
     rng = random.Random(seed)
     sites: list[tuple[FunctionSite, str]] = []
@@ -299,9 +373,19 @@ def _candidates(copy: Path, covering: dict[tuple[str, int], tuple[str, ...]],
         queues = [(q, t) for q, t in queues if q]
 
 
-def try_mutation(copy: Path, env: PythonEnv, base: str, date: str, name: str, version: str, seed: int,
-             mutation: Mutation, tests: tuple[str, ...], describe: Describer | None,
-             timeout_s: float) -> tuple[SweInstance | None, str]:
+def try_mutation(
+    copy: Path,
+    env: PythonEnv,
+    base: str,
+    date: str,
+    name: str,
+    version: str,
+    seed: int,
+    mutation: Mutation,
+    tests: tuple[str, ...],
+    describe: Describer | None,
+    timeout_s: float,
+) -> tuple[SweInstance | None, str]:
     """Apply ``mutation``, run its covering tests, and commit it as an instance if any broke."""
     original = _read_regular(copy, mutation.path, MAX_SOURCE_BYTES)
     if original is None:  # the tests replaced it with a link or something else: not ours to write
@@ -324,15 +408,37 @@ def try_mutation(copy: Path, env: PythonEnv, base: str, date: str, name: str, ve
     instance_id = f"{name}__smith-{mutation.digest()[:10]}"
     sha = _commit(copy, base, date, mutation.path, mutated, instance_id)
     patch = _git(copy, ["diff", "--no-color", "--no-ext-diff", "--no-textconv", sha, base]).stdout
-    failures = [FailedTest(t, run.tests.get(t, {}).get("message") or "not run (collection failed?)") for t in broken]
-    fix_lines = [line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    failures = [
+        FailedTest(t, run.tests.get(t, {}).get("message") or "not run (collection failed?)")
+        for t in broken
+    ]
+    fix_lines = [
+        line[1:]
+        for line in patch.splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    ]
     statement, how = write_statement(name, failures, fix_lines, describe)
     return SweInstance(
-        instance_id=instance_id, repo=str(copy), base_commit=sha, problem_statement=statement, patch=patch,
-        test_patch="", version=version, created_at=date,
-        metadata={"source": "smith", "seed": seed, "upstream_commit": base, "branch": BRANCH_PREFIX + instance_id,
-                  "mutation": mutation.kind, "path": mutation.path, "function": mutation.function,
-                  "line": mutation.line, "broken_tests": broken, "statement": how},
+        instance_id=instance_id,
+        repo=str(copy),
+        base_commit=sha,
+        problem_statement=statement,
+        patch=patch,
+        test_patch="",
+        version=version,
+        created_at=date,
+        metadata={
+            "source": "smith",
+            "seed": seed,
+            "upstream_commit": base,
+            "branch": BRANCH_PREFIX + instance_id,
+            "mutation": mutation.kind,
+            "path": mutation.path,
+            "function": mutation.function,
+            "line": mutation.line,
+            "broken_tests": broken,
+            "statement": how,
+        },
     ), ""
 
 
@@ -350,7 +456,10 @@ def _commit(copy: Path, base: str, date: str, path: str, text: str, instance_id:
         sha = _git(copy, ["rev-parse", "HEAD"]).stdout.strip()
         _git(copy, ["update-ref", f"refs/heads/{BRANCH_PREFIX}{instance_id}", sha])
     finally:
-        _git(copy, ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", base])
+        _git(
+            copy,
+            ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", base],
+        )
     return sha
 
 

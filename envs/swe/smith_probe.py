@@ -53,8 +53,11 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
-    names = {f"{code.co_filename[len(_ROOT):]}:{code.co_firstlineno}" for code in _seen
-             if code.co_filename.startswith(_ROOT)}
+    names = {
+        f"{code.co_filename[len(_ROOT) :]}:{code.co_firstlineno}"
+        for code in _seen
+        if code.co_filename.startswith(_ROOT)
+    }
     _entry(item.nodeid)["functions"] = sorted(names)
 
 

@@ -21,7 +21,7 @@ MIN_CHARS, MAX_CHARS = 40, 8000
 @dataclass(frozen=True)
 class FailedTest:
     test_id: str
-    message: str        # the first line of pytest's crash message ("" when none)
+    message: str  # the first line of pytest's crash message ("" when none)
 
 
 # (repository name, the tests that broke) -> an issue text, or None to use the template.
@@ -30,16 +30,22 @@ Describer = Callable[[str, Sequence[FailedTest]], "str | None"]
 
 def template_statement(repo_name: str, failures: Sequence[FailedTest]) -> str:
     count = len(failures)
-    lines = [f"{count} test{'s' if count != 1 else ''} of {repo_name} fail{'s' if count == 1 else ''} "
-             "on the current code:", ""]
+    lines = [
+        f"{count} test{'s' if count != 1 else ''} of {repo_name} fail{'s' if count == 1 else ''} "
+        "on the current code:",
+        "",
+    ]
     for failure in failures[:MAX_LISTED]:
         message = _first_line(failure.message)
         lines.append(f"- `{failure.test_id}`" + (f": {message}" if message else ""))
     if count > MAX_LISTED:
         lines.append(f"- ... and {count - MAX_LISTED} more")
-    lines += ["", "The tests describe the intended behaviour and are correct; the library code is at "
-              "fault. Find the bug and fix it in the source so that these tests pass again without "
-              "breaking any other test. Do not change the tests."]
+    lines += [
+        "",
+        "The tests describe the intended behaviour and are correct; the library code is at "
+        "fault. Find the bug and fix it in the source so that these tests pass again without "
+        "breaking any other test. Do not change the tests.",
+    ]
     return "\n".join(lines)
 
 
@@ -48,8 +54,12 @@ def _first_line(text: str) -> str:
     return line[:200] + ("..." if len(line) > 200 else "")
 
 
-def write_statement(repo_name: str, failures: Sequence[FailedTest], fix_lines: Sequence[str],
-                    describe: Describer | None) -> tuple[str, str]:
+def write_statement(
+    repo_name: str,
+    failures: Sequence[FailedTest],
+    fix_lines: Sequence[str],
+    describe: Describer | None,
+) -> tuple[str, str]:
     """(statement, "model" | "template" | "template (model reply unusable: why)")."""
     template = template_statement(repo_name, failures)
     if describe is None:
@@ -91,8 +101,14 @@ functions that are not in the test names, do not propose a fix and do not includ
 Reply with the issue text only."""
 
 
-def llm_describer(model_url: str, model_name: str, *, api_key: str | None = None, timeout_s: float = 60.0,
-                  client: httpx.Client | None = None) -> Describer:
+def llm_describer(
+    model_url: str,
+    model_name: str,
+    *,
+    api_key: str | None = None,
+    timeout_s: float = 60.0,
+    client: httpx.Client | None = None,
+) -> Describer:
     """A describer asking an OpenAI-compatible ``/chat/completions`` endpoint; ``None`` on any failure."""
     url = model_url.rstrip("/")
     if not url.endswith("/chat/completions"):
@@ -102,8 +118,14 @@ def llm_describer(model_url: str, model_name: str, *, api_key: str | None = None
 
     def describe(repo_name: str, failures: Sequence[FailedTest]) -> str | None:
         listed = "\n".join(f"- {f.test_id}: {_first_line(f.message)}" for f in failures[:10])
-        body = {"model": model_name, "temperature": 0.0, "max_tokens": 600,
-                "messages": [{"role": "user", "content": _PROMPT.format(repo=repo_name, failures=listed)}]}
+        body = {
+            "model": model_name,
+            "temperature": 0.0,
+            "max_tokens": 600,
+            "messages": [
+                {"role": "user", "content": _PROMPT.format(repo=repo_name, failures=listed)}
+            ],
+        }
         try:
             response = http.post(url, json=body, headers=headers, timeout=timeout_s)
             response.raise_for_status()

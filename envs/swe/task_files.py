@@ -34,11 +34,13 @@ def _is_link(name: str, dir_fd: int | None) -> bool:
 
 def _refusal(err: OSError, where: str, *, link: bool = False) -> InstanceError:
     if link or err.errno in (errno.ELOOP, errno.EMLINK):
-        return InstanceError("is a symbolic link; links in a task directory are not followed",
-                             where=where)
+        return InstanceError(
+            "is a symbolic link; links in a task directory are not followed", where=where
+        )
     if err.errno == errno.ENOTDIR:
-        return InstanceError("is not a directory (or a link to one, which is not followed)",
-                             where=where)
+        return InstanceError(
+            "is not a directory (or a link to one, which is not followed)", where=where
+        )
     return InstanceError(f"cannot open: {err.strerror}", where=where)
 
 
@@ -61,8 +63,7 @@ def open_dir(path: Path, *, parent_fd: int | None = None) -> Iterator[int]:
         os.close(fd)
 
 
-def read_text(dir_fd: int, relpath: str, *, where: Path,
-              limit: int = MAX_TASK_FILE) -> str | None:
+def read_text(dir_fd: int, relpath: str, *, where: Path, limit: int = MAX_TASK_FILE) -> str | None:
     """The UTF-8 text of `relpath` below `dir_fd`, or None when it does not exist.
 
     `InstanceError` naming the file for a link at any level, a non-regular file, a file over
@@ -102,8 +103,9 @@ def read_text(dir_fd: int, relpath: str, *, where: Path,
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InstanceError(f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                            where=label) from None
+        raise InstanceError(
+            f"not UTF-8 text ({exc.reason} at byte {exc.start})", where=label
+        ) from None
 
 
 def list_dirs(dir_fd: int, *, where: Path) -> list[str]:
@@ -115,8 +117,10 @@ def list_dirs(dir_fd: int, *, where: Path) -> list[str]:
             if count >= MAX_ENTRIES:
                 raise InstanceError(f"more than {MAX_ENTRIES} entries", where=str(where))
             if entry.is_symlink():
-                raise InstanceError("is a symbolic link; links in a task directory are not "
-                                    "followed", where=str(where / entry.name))
+                raise InstanceError(
+                    "is a symbolic link; links in a task directory are not followed",
+                    where=str(where / entry.name),
+                )
             if entry.is_dir(follow_symlinks=False):
                 names.append(entry.name)
     return sorted(names)

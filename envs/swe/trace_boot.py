@@ -45,7 +45,9 @@ def _install(out_dir: str, watched_json: str) -> None:
     key = bytes.fromhex(os.read(key_fd, 256).decode("ascii").strip())
     os.close(key_fd)
     os.unlink(os.path.join(out_dir, "key"))
-    genuine = {p: h for p, h in json.loads(watched_json).items() if type(p) is str and type(h) is str}
+    genuine = {
+        p: h for p, h in json.loads(watched_json).items() if type(p) is str and type(h) is str
+    }
     watched = frozenset(genuine)
     return_ops = frozenset(dis.opmap[n] for n in ("RETURN_VALUE", "RETURN_CONST") if n in dis.opmap)
     returns: dict[tuple[str, int, str], int] = {}
@@ -58,8 +60,12 @@ def _install(out_dir: str, watched_json: str) -> None:
             code = frame.f_code
             name = code.co_filename
             # exact str: no agent __eq__/__hash__ ever runs in here
-            if type(name) is str and name in watched and 0 <= frame.f_lasti < len(code.co_code) \
-                    and code.co_code[frame.f_lasti] in return_ops:
+            if (
+                type(name) is str
+                and name in watched
+                and 0 <= frame.f_lasti < len(code.co_code)
+                and code.co_code[frame.f_lasti] in return_ops
+            ):
                 key_ = (name, code.co_firstlineno, code.co_qualname)
                 returns[key_] = returns.get(key_, 0) + 1
 
@@ -68,7 +74,11 @@ def _install(out_dir: str, watched_json: str) -> None:
                       "gc.get_objects": "gc.get_objects", "sys._current_frames": "sys._current_frames"}  # fmt: skip
 
     def watched_code(value: object) -> bool:
-        return type(value) is code_type and type(value.co_filename) is str and value.co_filename in watched
+        return (
+            type(value) is code_type
+            and type(value.co_filename) is str
+            and value.co_filename in watched
+        )
 
     def audit(event: str, args: tuple) -> None:
         if event in flagged_events:
@@ -83,10 +93,17 @@ def _install(out_dir: str, watched_json: str) -> None:
                 compiled[args[1]] = compiled.get(args[1], 0) + 1
                 if compiled[args[1]] > 1:
                     flags.append(f"{args[1]} was compiled twice")
-        elif event == "code.__new__" and len(args) > 1 and type(args[1]) is str and args[1] in watched:
+        elif (
+            event == "code.__new__"
+            and len(args) > 1
+            and type(args[1]) is str
+            and args[1] in watched
+        ):
             flags.append(f"a code object was built for {args[1]}")
         elif event == "object.__setattr__" and len(args) == 3 and args[1] == "__code__":
-            old = getattr(args[0], "__code__", None) if type(args[0]).__name__ == "function" else None
+            old = (
+                getattr(args[0], "__code__", None) if type(args[0]).__name__ == "function" else None
+            )
             if watched_code(old) or watched_code(args[2]):
                 flags.append("a watched function's __code__ was replaced")
 

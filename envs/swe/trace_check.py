@@ -60,7 +60,11 @@ def launcher(test_command: Sequence[str]) -> list[str] | None:
     """The recipe's pytest invocation as ``python -I -X utf8 trace_boot.py``: the argv head up to
     the key and file list, and the recipe's own extra arguments; None if it is not pytest."""
     argv = list(test_command)
-    if len(argv) >= 3 and PurePosixPath(argv[0]).name.startswith("python") and argv[1:3] == ["-m", "pytest"]:
+    if (
+        len(argv) >= 3
+        and PurePosixPath(argv[0]).name.startswith("python")
+        and argv[1:3] == ["-m", "pytest"]
+    ):
         return [argv[0], "-I", "-X", "utf8", JAIL_BOOT, *argv[3:]]
     if argv and PurePosixPath(argv[0]).name == "pytest":
         return ["python", "-I", "-X", "utf8", JAIL_BOOT, *argv[1:]]
@@ -113,7 +117,9 @@ def _flat(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-def _find(module: ast.Module, names: list[str]) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, str] | None:
+def _find(
+    module: ast.Module, names: list[str]
+) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, str] | None:
     top = _flat(module.body)
     classes = {n.name: n for n in top if isinstance(n, ast.ClassDef)}
     body: list[ast.stmt] = top
@@ -135,15 +141,23 @@ def _find(module: ast.Module, names: list[str]) -> tuple[ast.FunctionDef | ast.A
             if cls is None or cls.name in seen:
                 continue
             seen.add(cls.name)
-            func = next((n for n in reversed(_flat(cls.body)) if isinstance(n, _Def) and n.name == names[-1]), None)
+            func = next(
+                (
+                    n
+                    for n in reversed(_flat(cls.body))
+                    if isinstance(n, _Def) and n.name == names[-1]
+                ),
+                None,
+            )
             if func is not None:
                 return func, f"{cls.name}.{names[-1]}"
             pending += [b.id for b in cls.bases if isinstance(b, ast.Name)]
     return None
 
 
-def graded_run(tree: Path, env: PythonEnv, test_ids: Sequence[str], watched: Sequence[str], *,
-               timeout_s: float) -> tuple[Any, Trace | str]:
+def graded_run(
+    tree: Path, env: PythonEnv, test_ids: Sequence[str], watched: Sequence[str], *, timeout_s: float
+) -> tuple[Any, Trace | str]:
     """Run ``test_ids`` in ``tree`` through the launcher; the ``TestRun`` and the verified
     :class:`Trace` (or why there is none).  ``watched``: the test files (relative paths)."""
     from envs.swe.validation import JAIL_REPORT_DIR, REPORT, TestRun, judge
@@ -155,7 +169,9 @@ def graded_run(tree: Path, env: PythonEnv, test_ids: Sequence[str], watched: Seq
     genuine = {}
     for path in dict.fromkeys(watched):
         try:
-            genuine[f"{JAIL_REPO}/{path}"] = hashlib.sha256(read_regular(tree, path, max_bytes=MAX_TEST_FILE_BYTES)).hexdigest()
+            genuine[f"{JAIL_REPO}/{path}"] = hashlib.sha256(
+                read_regular(tree, path, max_bytes=MAX_TEST_FILE_BYTES)
+            ).hexdigest()
         except (OSError, ValueError):
             continue
     key = secrets.token_bytes(32)
@@ -167,8 +183,14 @@ def graded_run(tree: Path, env: PythonEnv, test_ids: Sequence[str], watched: Seq
                 "--continue-on-collection-errors", "-q", "--", *test_ids]  # fmt: skip
         mounts = [Mount(Path(reports), JAIL_REPORT_DIR, writable=True), Mount(BOOT, JAIL_BOOT),
                   Mount(Path(trace_dir), JAIL_TRACE_DIR, writable=True)]  # fmt: skip
-        result = run_in(env, tree, argv, timeout_s=timeout_s, extra_mounts=mounts,
-                        extra_env={"PYTHONDONTWRITEBYTECODE": "1"})
+        result = run_in(
+            env,
+            tree,
+            argv,
+            timeout_s=timeout_s,
+            extra_mounts=mounts,
+            extra_env={"PYTHONDONTWRITEBYTECODE": "1"},
+        )
         run = judge(result, Path(reports), tree)
         return run, read_trace(Path(trace_dir), key)
 
@@ -184,17 +206,26 @@ def read_trace(trace_dir: Path, key: bytes) -> Trace | str:
     head, _, body = raw.partition(b"\n")
     try:
         mac = json.loads(head)["mac"]
-        ok = isinstance(mac, str) and hmac.compare_digest(mac, hmac.new(key, body, "sha256").hexdigest())
+        ok = isinstance(mac, str) and hmac.compare_digest(
+            mac, hmac.new(key, body, "sha256").hexdigest()
+        )
         data = json.loads(body) if ok else None
-        returns = {(str(f), int(line), str(q)): int(n) for f, line, q, n in data["returns"]} if ok else {}
+        returns = (
+            {(str(f), int(line), str(q)): int(n) for f, line, q, n in data["returns"]} if ok else {}
+        )
         flags = tuple(str(f) for f in data["flags"]) if ok else ()
     except (ValueError, KeyError, TypeError):
         return "trace report malformed"
     return Trace(returns, flags) if ok else "trace report signature does not match"
 
 
-def disagreements(outcomes: Mapping[str, str], tests: Sequence[str], canaries: Sequence[str],
-                  locations: Mapping[str, Location], trace: Trace | str) -> list[str]:
+def disagreements(
+    outcomes: Mapping[str, str],
+    tests: Sequence[str],
+    canaries: Sequence[str],
+    locations: Mapping[str, Location],
+    trace: Trace | str,
+) -> list[str]:
     """Why pytest's claims and the trace disagree ([] when they agree); see the module docstring."""
     if isinstance(trace, str):
         return [trace]
@@ -205,13 +236,17 @@ def disagreements(outcomes: Mapping[str, str], tests: Sequence[str], canaries: S
             continue
         where = locations.get(test)
         if where is None:
-            problems.append(f"{test}: reported passed, but its function could not be located to check that it ran")
+            problems.append(
+                f"{test}: reported passed, but its function could not be located to check that it ran"
+            )
         else:
             claimed[where].append(test)
     for where, passed in claimed.items():
         ran = trace.returns.get((where.file, where.line, where.qualname), 0)
         if ran < len(passed):
-            problems.append(f"{passed[0]}: reported passed {len(passed)} time(s), but its code returned normally {ran} time(s)")
+            problems.append(
+                f"{passed[0]}: reported passed {len(passed)} time(s), but its code returned normally {ran} time(s)"
+            )
     for canary in canaries:
         where = locations.get(canary)
         if where is not None and trace.returns.get((where.file, where.line, where.qualname), 0):

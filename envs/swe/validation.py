@@ -58,57 +58,92 @@ from envs.swe.setup_agent import SetupResult, ensure_env
 
 JAIL_REPORT_DIR = "/junit"
 REPORT = "report.xml"
-STATUSES = ("ok", "patch_failed", "collection_error", "timeout", "no_tests", "crashed", "report_too_large")
+STATUSES = (
+    "ok",
+    "patch_failed",
+    "collection_error",
+    "timeout",
+    "no_tests",
+    "crashed",
+    "report_too_large",
+)
 # The JUnit report is written in the jail: read without following links, at most this many bytes
 # (a 150 MiB report once took the host's memory from 61 to 1,746 MiB); over it, the run failed.
 MAX_REPORT_BYTES = 64 * 1024**2
 # Files whose content decides what an install produces: an instance without a version gets one
 # environment per distinct set of them (instances that agree share it).
-PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "noxfile.py", "Pipfile",
-             "requirements*.txt", "requirements/*.txt", "*requirements*.txt")
+PACKAGING = (
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "tox.ini",
+    "noxfile.py",
+    "Pipfile",
+    "requirements*.txt",
+    "requirements/*.txt",
+    "*requirements*.txt",
+)
 
 
 @dataclass(frozen=True)
 class TestRun:
     __test__ = False  # a result type, not a pytest test class
 
-    status: str                    # one of STATUSES
-    outcomes: Mapping[str, str]    # pytest node id -> "passed" | "failed" | "error" | "skipped"
-    detail: str                    # why, for a human (and the agent)
+    status: str  # one of STATUSES
+    outcomes: Mapping[str, str]  # pytest node id -> "passed" | "failed" | "error" | "skipped"
+    detail: str  # why, for a human (and the agent)
     duration_s: float
 
 
 @dataclass(frozen=True)
 class ValidationReport:
     accepted: bool
-    status: str                    # "accepted" | "rejected" | "checkout_failed" | "setup_failed" |
-    reason: str                    #   "patch_failed" | "invalid_run"; reason says why in words
+    status: str  # "accepted" | "rejected" | "checkout_failed" | "setup_failed" |
+    reason: str  #   "patch_failed" | "invalid_run"; reason says why in words
     fail_to_pass: tuple[str, ...]
     pass_to_pass: tuple[str, ...]
     pass_to_fail: tuple[str, ...]
     flaky: tuple[str, ...]
-    runs: tuple[TestRun, ...]      # base runs, gold runs, then one per gold file left out
+    runs: tuple[TestRun, ...]  # base runs, gold runs, then one per gold file left out
     setup: SetupResult | None
-    instance: SweInstance          # FAIL_TO_PASS / PASS_TO_PASS / version filled in when accepted
+    instance: SweInstance  # FAIL_TO_PASS / PASS_TO_PASS / version filled in when accepted
     timings: Mapping[str, float] = field(default_factory=dict)
     unrelated: tuple[str, ...] = ()  # gold patch files taken out: not part of the fix
 
 
-def run_tests(workdir: Path, env: PythonEnv, test_ids: Sequence[str] = (), *,
-              timeout_s: float = 900.0) -> TestRun:
+def run_tests(
+    workdir: Path, env: PythonEnv, test_ids: Sequence[str] = (), *, timeout_s: float = 900.0
+) -> TestRun:
     """Run ``test_ids`` (all tests when empty) of the checkout at ``workdir`` in ``env``."""
     workdir = Path(workdir)
     with tempfile.TemporaryDirectory(prefix="envgym-junit-") as scratch:
         reports = Path(scratch)
-        argv = [*env.recipe.test_command, "-p", "no:cacheprovider", "-o", "junit_family=xunit2",
-                "-o", "junit_logging=no", f"--junitxml={JAIL_REPORT_DIR}/{REPORT}",
-                "--continue-on-collection-errors", "-q", *(["--", *test_ids] if test_ids else [])]
-        result = run_in(env, workdir, argv, timeout_s=timeout_s,
-                        extra_mounts=[Mount(reports, JAIL_REPORT_DIR, writable=True)])
+        argv = [
+            *env.recipe.test_command,
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "junit_family=xunit2",
+            "-o",
+            "junit_logging=no",
+            f"--junitxml={JAIL_REPORT_DIR}/{REPORT}",
+            "--continue-on-collection-errors",
+            "-q",
+            *(["--", *test_ids] if test_ids else []),
+        ]
+        result = run_in(
+            env,
+            workdir,
+            argv,
+            timeout_s=timeout_s,
+            extra_mounts=[Mount(reports, JAIL_REPORT_DIR, writable=True)],
+        )
         return judge(result, reports, workdir)
 
 
-def judge(result: CommandResult, reports: Path, workdir: Path, *, max_bytes: int = MAX_REPORT_BYTES) -> TestRun:
+def judge(
+    result: CommandResult, reports: Path, workdir: Path, *, max_bytes: int = MAX_REPORT_BYTES
+) -> TestRun:
     """The :class:`TestRun` of a finished pytest command whose JUnit report the jail wrote to
     ``reports/report.xml`` (read here with ``O_NOFOLLOW``, streaming, at most ``max_bytes``)."""
     took = round(result.duration_s, 3)
@@ -119,7 +154,12 @@ def judge(result: CommandResult, reports: Path, workdir: Path, *, max_bytes: int
     except FileNotFoundError:
         return _judge(result, None, workdir)
     except OSError as err:  # a link, a FIFO, a directory: never read, never a pass
-        return TestRun("crashed", {}, f"the JUnit report was not a regular file ({err}); not read\n{_tail(result)}", took)
+        return TestRun(
+            "crashed",
+            {},
+            f"the JUnit report was not a regular file ({err}); not read\n{_tail(result)}",
+            took,
+        )
     with os.fdopen(fd, "rb") as file:
         if size > max_bytes:
             return TestRun("report_too_large", {}, f"the JUnit report is {size} bytes, over the {max_bytes}-byte "
@@ -143,7 +183,12 @@ def _judge(result: CommandResult, report: Iterable[bytes] | None, workdir: Path)
     took = round(result.duration_s, 3)
     tail = _tail(result)
     if result.timed_out:
-        return TestRun("timeout", {}, f"{result.error or 'timeout'}; the whole test run was killed\n{tail}", took)
+        return TestRun(
+            "timeout",
+            {},
+            f"{result.error or 'timeout'}; the whole test run was killed\n{tail}",
+            took,
+        )
     if result.returncode is None:
         return TestRun("crashed", {}, f"the test command did not run: {result.error}\n{tail}", took)
     rc = result.returncode
@@ -157,13 +202,22 @@ def _judge(result: CommandResult, report: Iterable[bytes] | None, workdir: Path)
     broken = collection_errors(outcomes)
     tests = test_outcomes(outcomes)
     if broken:
-        return TestRun("collection_error", outcomes, f"modules that failed to collect: {', '.join(broken)}\n{tail}", took)
+        return TestRun(
+            "collection_error",
+            outcomes,
+            f"modules that failed to collect: {', '.join(broken)}\n{tail}",
+            took,
+        )
     if rc == 5 or not tests:
         return TestRun("no_tests", outcomes, f"no tests ran (pytest exit {rc})\n{tail}", took)
     if rc in (2, 4):
-        return TestRun("collection_error", outcomes, f"pytest was interrupted (exit {rc})\n{tail}", took)
+        return TestRun(
+            "collection_error", outcomes, f"pytest was interrupted (exit {rc})\n{tail}", took
+        )
     if rc not in (0, 1):
-        return TestRun("crashed", outcomes, f"pytest exited {rc} (internal error or killed)\n{tail}", took)
+        return TestRun(
+            "crashed", outcomes, f"pytest exited {rc} (internal error or killed)\n{tail}", took
+        )
     summary = next((line for line in reversed(result.stdout.splitlines()) if line.strip()), "")
     return TestRun("ok", outcomes, summary.strip("= "), took)
 
@@ -175,7 +229,13 @@ def _tail(result: CommandResult, chars: int = 3000) -> str:
 
 def packaging_version(repo_dir: Path) -> str:
     """A version for instances without one: a digest of the packaging files' contents."""
-    files = sorted({p.relative_to(repo_dir).as_posix() for pattern in PACKAGING for p in repo_dir.glob(pattern)})
+    files = sorted(
+        {
+            p.relative_to(repo_dir).as_posix()
+            for pattern in PACKAGING
+            for p in repo_dir.glob(pattern)
+        }
+    )
     digest = hashlib.sha256()
     for rel in files:  # the repository is input: a link among them is skipped, never followed
         try:
@@ -186,9 +246,16 @@ def packaging_version(repo_dir: Path) -> str:
     return "deps-" + digest.hexdigest()[:12]
 
 
-def validate_instance(instance: SweInstance, *, backend: str = "bwrap", repeats: int = 2,
-                      model: RepairModel | None = None, scope: str = "suite",
-                      timeout_s: float = 900.0, max_repairs: int = 3) -> ValidationReport:
+def validate_instance(
+    instance: SweInstance,
+    *,
+    backend: str = "bwrap",
+    repeats: int = 2,
+    model: RepairModel | None = None,
+    scope: str = "suite",
+    timeout_s: float = 900.0,
+    max_repairs: int = 3,
+) -> ValidationReport:
     """Check out the base, set up the env, run the tests with the test_patch, then with the gold
     patch too, ``repeats`` times each; accept iff F2P ≥ 1 and P2F = 0 after flaky exclusion (and
     the instance's own FAIL_TO_PASS / PASS_TO_PASS lists, when given, agree)."""
@@ -200,7 +267,9 @@ def validate_instance(instance: SweInstance, *, backend: str = "bwrap", repeats:
     runs: list[TestRun] = []
 
     def verdict(status: str, reason: str, setup: SetupResult | None = None) -> ValidationReport:
-        return ValidationReport(False, status, reason, (), (), (), (), tuple(runs), setup, instance, timings)
+        return ValidationReport(
+            False, status, reason, (), (), (), (), tuple(runs), setup, instance, timings
+        )
 
     scratch = Path(tempfile.mkdtemp(prefix="envgym-validate-"))
     try:
@@ -210,14 +279,22 @@ def validate_instance(instance: SweInstance, *, backend: str = "bwrap", repeats:
         except GitError as exc:
             return verdict("checkout_failed", f"checkout of {instance.base_commit}: {exc}")
         version = instance.version or packaging_version(workspace)
-        setup = ensure_env(workspace, repo_key=instance.repo_url or instance.repo, version=version,
-                           backend=backend, model=model, max_repairs=max_repairs)
+        setup = ensure_env(
+            workspace,
+            repo_key=instance.repo_url or instance.repo,
+            version=version,
+            backend=backend,
+            model=model,
+            max_repairs=max_repairs,
+        )
         timings["setup_s"] = round(time.monotonic() - started, 3)
         if not setup.ok or setup.env is None:
             return verdict("setup_failed", f"environment setup failed: {setup.reason}", setup)
         ids = select_test_files(changed_files(instance.test_patch)) if scope == "touched" else []
         if scope == "touched" and not ids:
-            return verdict("invalid_run", "scope 'touched': the test_patch touches no test file", setup)
+            return verdict(
+                "invalid_run", "scope 'touched': the test_patch touches no test file", setup
+            )
         sides: dict[str, list[Mapping[str, str]]] = {}
         for side, patch in (("base", instance.test_patch), ("gold", instance.patch)):
             # an empty test_patch (a synthesized bug: the deciding tests exist already) is nothing
@@ -225,15 +302,21 @@ def validate_instance(instance: SweInstance, *, backend: str = "bwrap", repeats:
             applied = apply_patch(workspace, patch) if patch.strip() or side == "gold" else None
             if applied is not None and not applied.ok:
                 name = "test_patch" if side == "base" else "gold patch"
-                runs.append(TestRun("patch_failed", {}, f"{name} does not apply: {applied.reason}", 0.0))
+                runs.append(
+                    TestRun("patch_failed", {}, f"{name} does not apply: {applied.reason}", 0.0)
+                )
                 return verdict("patch_failed", f"{name} does not apply: {applied.reason}", setup)
             started = time.monotonic()
             for attempt in range(repeats):
                 run = run_tests(workspace, setup.env, ids, timeout_s=timeout_s)
                 runs.append(run)
                 if run.status not in ("ok", "collection_error"):
-                    return verdict("invalid_run", f"{side} run {attempt + 1}: {run.status}: "
-                                   f"{run.detail.splitlines()[0] if run.detail else ''}", setup)
+                    return verdict(
+                        "invalid_run",
+                        f"{side} run {attempt + 1}: {run.status}: "
+                        f"{run.detail.splitlines()[0] if run.detail else ''}",
+                        setup,
+                    )
                 sides.setdefault(side, []).append(run.outcomes)
             timings[f"{side}_runs_s"] = round(time.monotonic() - started, 3)
         found = classify(sides["base"], sides["gold"])
@@ -249,23 +332,48 @@ def validate_instance(instance: SweInstance, *, backend: str = "bwrap", repeats:
         filled = instance
         unrelated: list[str] = []
         if accepted:
-            filled = replace(instance, fail_to_pass=instance.fail_to_pass or found.fail_to_pass,
-                             pass_to_pass=instance.pass_to_pass or found.pass_to_pass, version=version)
+            filled = replace(
+                instance,
+                fail_to_pass=instance.fail_to_pass or found.fail_to_pass,
+                pass_to_pass=instance.pass_to_pass or found.pass_to_pass,
+                version=version,
+            )
             started = time.monotonic()
-            filled, unrelated = _separate_unrelated(filled, setup.env, ids, scratch, runs, timeout_s)
+            filled, unrelated = _separate_unrelated(
+                filled, setup.env, ids, scratch, runs, timeout_s
+            )
             timings["separate_s"] = round(time.monotonic() - started, 3)
-        reason = "; ".join(problems) or (f"{len(found.fail_to_pass)} FAIL_TO_PASS, {len(found.pass_to_pass)} "
-                                         f"PASS_TO_PASS, {len(found.flaky)} flaky excluded")
+        reason = "; ".join(problems) or (
+            f"{len(found.fail_to_pass)} FAIL_TO_PASS, {len(found.pass_to_pass)} "
+            f"PASS_TO_PASS, {len(found.flaky)} flaky excluded"
+        )
         reason += "".join(f"; set aside {UNRELATED}[{path}]" for path in unrelated)
-        return ValidationReport(accepted, "accepted" if accepted else "rejected", reason, found.fail_to_pass,
-                                found.pass_to_pass, found.pass_to_fail, found.flaky, tuple(runs), setup,
-                                filled, timings, tuple(unrelated))
+        return ValidationReport(
+            accepted,
+            "accepted" if accepted else "rejected",
+            reason,
+            found.fail_to_pass,
+            found.pass_to_pass,
+            found.pass_to_fail,
+            found.flaky,
+            tuple(runs),
+            setup,
+            filled,
+            timings,
+            tuple(unrelated),
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _separate_unrelated(instance: SweInstance, env: PythonEnv, ids: Sequence[str], scratch: Path,
-                        runs: list[TestRun], timeout_s: float) -> tuple[SweInstance, list[str]]:
+def _separate_unrelated(
+    instance: SweInstance,
+    env: PythonEnv,
+    ids: Sequence[str],
+    scratch: Path,
+    runs: list[TestRun],
+    timeout_s: float,
+) -> tuple[SweInstance, list[str]]:
     """``instance`` with its unrelated gold files taken out (module docstring), and their paths.
 
     Each try is one run on a fresh checkout of base + test_patch + the gold patch without one
@@ -280,15 +388,21 @@ def _separate_unrelated(instance: SweInstance, env: PythonEnv, ids: Sequence[str
         tree = scratch / f"without-{len(runs)}"
         try:
             checkout(instance, instance.base_commit, tree)
-            applied = [apply_patch(tree, text) for text in (instance.test_patch, variant) if text.strip()]
+            applied = [
+                apply_patch(tree, text) for text in (instance.test_patch, variant) if text.strip()
+            ]
         except GitError as exc:
             applied = [PatchResult(False, str(exc))]
-        run = (run_tests(tree, env, ids, timeout_s=timeout_s) if all(a.ok for a in applied)
-               else TestRun("patch_failed", {}, f"the gold patch without {path} does not apply", 0.0))
+        run = (
+            run_tests(tree, env, ids, timeout_s=timeout_s)
+            if all(a.ok for a in applied)
+            else TestRun("patch_failed", {}, f"the gold patch without {path} does not apply", 0.0)
+        )
         shutil.rmtree(tree, ignore_errors=True)
         runs.append(run)
         if run.status in ("ok", "collection_error") and still_solves(
-                run.outcomes, instance.fail_to_pass, instance.pass_to_pass):
+            run.outcomes, instance.fail_to_pass, instance.pass_to_pass
+        ):
             patch, needed = variant, set()
             dropped.append(path)
         else:
@@ -296,4 +410,6 @@ def _separate_unrelated(instance: SweInstance, env: PythonEnv, ids: Sequence[str
     if not dropped:
         return instance, []
     aside = "".join(s.text for s in parse_patch(instance.patch) if s.path in dropped)
-    return replace(instance, patch=patch, metadata={**instance.metadata, "unrelated_patch": aside}), dropped
+    return replace(
+        instance, patch=patch, metadata={**instance.metadata, "unrelated_patch": aside}
+    ), dropped

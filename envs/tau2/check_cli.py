@@ -18,7 +18,9 @@ def tau2_domain(target: str) -> str | None:
     return (match[1] or match[2]) if match else None
 
 
-def tau2_check_main(target: str, *, as_json: bool = False, limit: int | None = None, console: Any = None) -> int:
+def tau2_check_main(
+    target: str, *, as_json: bool = False, limit: int | None = None, console: Any = None
+) -> int:
     """Run the τ² oracle check of ``target`` and print it; the exit code (0: every task passes)."""
     from envs.tau2.oracle import check_domain
 
@@ -40,7 +42,15 @@ def _print(report: Any, console: Any) -> None:
 
     console = console or Console()
     table = Table(title=f"envgym check tau2/{report.domain}")
-    for col in ("task", "basis", "gold calls", "gold reward", "no-op reward", "transfer reward", "problems"):
+    for col in (
+        "task",
+        "basis",
+        "gold calls",
+        "gold reward",
+        "no-op reward",
+        "transfer reward",
+        "problems",
+    ):
         table.add_column(col)
     for t in report.tasks:
         gold = "judge" if t.needs_judge else f"{t.gold_reward}"
@@ -58,7 +68,9 @@ def _print(report: Any, console: Any) -> None:
             console.print(f"[yellow]{t.task_id}[/]: {t.notes[0]}")
     noted = [t for t in report.tasks if t.notes and not t.supplied_gold]
     if noted:
-        console.print(f"[dim]{len(noted)} tasks: {noted[0].notes[0]} (not scored by τ²; docs/TAU2.md)[/]")
+        console.print(
+            f"[dim]{len(noted)} tasks: {noted[0].notes[0]} (not scored by τ²; docs/TAU2.md)[/]"
+        )
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
     passed = sum(t.gold_passed for t in report.tasks)
     console.print(f"{verdict}: {passed}/{len(report.tasks)} tasks pass the gold check; "

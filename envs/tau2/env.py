@@ -50,7 +50,9 @@ class Tau2Env(Env):
         self.link = link or Tau2Link()
         self._owns_link = link is None  # a link passed in (shared by a check or a bench) stays open
         self._user_spec = user
-        self._user: UserModel | None = user if user is not None and not isinstance(user, str) else None
+        self._user: UserModel | None = (
+            user if user is not None and not isinstance(user, str) else None
+        )
         self.parser = get_parser(parser)
         self.native_tools = native_tools
         counters = counting(context, tokenizer, window=context_window is not None)
@@ -70,7 +72,9 @@ class Tau2Env(Env):
         self._done = True
 
     # -- the contract ------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
         key = (options or {}).get("task")
         if key is None:
@@ -112,10 +116,15 @@ class Tau2Env(Env):
             self.history.append(parsed.message)
             ended = self._agent_turn(parsed)
         else:
-            self.episode.turns += 1  # the action is not read (the user already ended), yet it was a turn
+            self.episode.turns += (
+                1  # the action is not read (the user already ended), yet it was a turn
+            )
         if ended is None:
             obs = self._observe()
-            if self.context_window is not None and self._budget_counter.count(obs["messages"], self.tools) > self.context_window:
+            if (
+                self.context_window is not None
+                and self._budget_counter.count(obs["messages"], self.tools) > self.context_window
+            ):
                 # the next prompt does not fit: τ²'s own "max steps" ending, scored by τ² (0)
                 return self._finish("max_steps", truncated_by="context_window")
             return obs, 0.0, False, False, self._info({})
@@ -137,10 +146,16 @@ class Tau2Env(Env):
                   if e["id"] not in {c["id"] for c in calls}}  # fmt: skip
         if parsed.problems and not calls:  # nothing τ² can run: the agent reads why, and retries
             for call_id, name in broken.items():
-                self.history.append(tool_message(call_id, name, "Error: this call could not be read"))
-            self.history.append(env_message("Error: " + "; ".join(p.message for p in parsed.problems)))
+                self.history.append(
+                    tool_message(call_id, name, "Error: this call could not be read")
+                )
+            self.history.append(
+                env_message("Error: " + "; ".join(p.message for p in parsed.problems))
+            )
             return None
-        done = self._call({"op": "turn", "role": "assistant", "content": parsed.content, "calls": calls})
+        done = self._call(
+            {"op": "turn", "role": "assistant", "content": parsed.content, "calls": calls}
+        )
         self.episode.tool_calls += len(calls)
         names = {c["id"]: c["name"] for c in calls}
         for result in done["results"]:
@@ -167,8 +182,12 @@ class Tau2Env(Env):
             prompt = self._call({"op": "user_prompt"})
             seed = user_seed(self.seed, len(self.user_turns))
             turn = self._user.reply(prompt["messages"], prompt["tools"], seed)
-            self.user_turns.append({"seed": seed, "content": turn["content"], "calls": turn["calls"]})
-            done = self._call({"op": "turn", "role": "user", "content": turn["content"], "calls": turn["calls"]})
+            self.user_turns.append(
+                {"seed": seed, "content": turn["content"], "calls": turn["calls"]}
+            )
+            done = self._call(
+                {"op": "turn", "role": "user", "content": turn["content"], "calls": turn["calls"]}
+            )
             names = {c["id"]: c["name"] for c in turn["calls"]}
             for result in done["results"]:
                 self._record_tool(result, names[result["id"]], "user")
@@ -181,7 +200,9 @@ class Tau2Env(Env):
                 return None
         return "user_error"  # τ²: a user that never speaks to the agent is a user error
 
-    def _finish(self, ended: str, truncated_by: str | None = None) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+    def _finish(
+        self, ended: str, truncated_by: str | None = None
+    ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         self._done = True
         if self._user is not None:
             self._user.end()

@@ -45,7 +45,11 @@ class Tau2Link:
     def __init__(self, mode: str = "auto") -> None:
         if mode not in ("auto", "inprocess", "worker"):
             raise ValueError(f"τ² link mode is auto, inprocess or worker, not {mode!r}")
-        self.mode = "inprocess" if mode == "auto" and tau2_importable() else ("worker" if mode == "auto" else mode)
+        self.mode = (
+            "inprocess"
+            if mode == "auto" and tau2_importable()
+            else ("worker" if mode == "auto" else mode)
+        )
         self._domains: dict[str, Any] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()

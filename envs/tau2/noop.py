@@ -52,7 +52,9 @@ class ProbeUser:
         self.final = final
         self.spoke = False
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    def reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int
+    ) -> dict[str, Any]:
         if self.spoke:
             return {"content": self.final, "calls": []}
         self.spoke = True
@@ -108,7 +110,10 @@ def reason(probes: Mapping[str, Probe], gold: Iterable[str] = ()) -> str | None:
         hits.remove("transfer")
     if not hits:
         return None
-    who = {"noop": "an agent that does nothing", "transfer": "an agent that transfers to a human at once"}
+    who = {
+        "noop": "an agent that does nothing",
+        "transfer": "an agent that transfers to a human at once",
+    }
     verb = "scores" if len(hits) == 1 else "score"
     return " and ".join(who[h] for h in hits) + f" {verb} 1.0 in τ²'s own evaluation"
 
@@ -121,7 +126,9 @@ def measure_domain(domain: str, *, link: Tau2Link | None = None, task_ids: Itera
     tasks = [t for t in domain_tasks(domain) if "NL_ASSERTION" not in t["reward_basis"]]
     wanted = None if task_ids is None else set(task_ids)
     todo = [t["id"] for t in tasks if wanted is None or t["id"] in wanted]
-    env = Tau2Env(domain, user=ProbeUser(AGENT_STOP), link=link, noop_flags={})  # no list needed yet
+    env = Tau2Env(
+        domain, user=ProbeUser(AGENT_STOP), link=link, noop_flags={}
+    )  # no list needed yet
     out: dict[str, dict[str, Probe]] = {}
     try:
         for n, task_id in enumerate(todo, start=1):
@@ -140,7 +147,10 @@ def domain_entry(domain: str, measured: Mapping[str, Mapping[str, Probe]]) -> di
                for tid, probes in measured.items() if (r := reason(probes, gold[tid])) is not None}  # fmt: skip
     return {
         "tasks_measured": len(measured),
-        "rewarded": {agent: sorted(t for t, p in measured.items() if p[agent].reward == 1.0) for agent in AGENTS},
+        "rewarded": {
+            agent: sorted(t for t, p in measured.items() if p[agent].reward == 1.0)
+            for agent in AGENTS
+        },
         "flagged": flagged,
     }
 
@@ -161,7 +171,9 @@ def main(argv: list[str]) -> int:
     domains = [a for a in argv if not a.startswith("-")] or list(DOMAINS)
     unknown = [d for d in domains if d not in DOMAINS]
     if unknown:
-        sys.stderr.write(f"unknown τ² domain(s) {', '.join(unknown)}; expected {', '.join(DOMAINS)}\n")
+        sys.stderr.write(
+            f"unknown τ² domain(s) {', '.join(unknown)}; expected {', '.join(DOMAINS)}\n"
+        )
         return 2
     data = measure(domains)
     for d, entry in data["domains"].items():

@@ -22,7 +22,9 @@ def shipped() -> dict[str, Any]:
     try:
         data = json.loads(DATA.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise RuntimeError(f"cannot read τ²'s no-op task list {DATA}: {exc} (regenerate: {REGENERATE})") from None
+        raise RuntimeError(
+            f"cannot read τ²'s no-op task list {DATA}: {exc} (regenerate: {REGENERATE})"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("domains"), dict):
         # a damaged shipped file, not a caller's wrong type: the same error as an unreadable one
         raise RuntimeError(  # noqa: TRY004
@@ -35,5 +37,7 @@ def flagged_tasks(domain: str) -> dict[str, str]:
     """τ² task id → why a do-nothing agent passes it, for ``domain``, from the shipped list."""
     entry = shipped()["domains"].get(domain)
     if entry is None:
-        raise RuntimeError(f"τ²'s no-op task list has no {domain!r} entry (regenerate: {REGENERATE})")
+        raise RuntimeError(
+            f"τ²'s no-op task list has no {domain!r} entry (regenerate: {REGENERATE})"
+        )
     return {str(tid): str(v["reason"]) for tid, v in entry["flagged"].items()}

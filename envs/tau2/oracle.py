@@ -37,8 +37,11 @@ USER_STOP = "###STOP###"
 SUPPLIED_GOLD: dict[tuple[str, str], tuple[dict[str, Any], ...]] = {
     # env assertion assert_task_status(task_2, "completed"); the user asks to mark task_2 done
     ("mock", "update_task_with_history_and_env_assertions"): (
-        {"name": "update_task_status", "arguments": {"task_id": "task_2", "status": "completed"},
-         "requestor": "assistant"},
+        {
+            "name": "update_task_status",
+            "arguments": {"task_id": "task_2", "status": "completed"},
+            "requestor": "assistant",
+        },
     ),
 }
 
@@ -116,7 +119,9 @@ class ScriptedUser:
         self.finished = False
         self.count = 0
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    def reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int
+    ) -> dict[str, Any]:
         if self.pending:
             calls, self.pending = self.pending, []
             return {"content": "", "calls": calls}
@@ -145,7 +150,12 @@ def gold_episode(env: Tau2Env, task: dict[str, Any]) -> tuple[dict[str, Any], li
             while i < len(actions) and actions[i]["requestor"] == "user":
                 user.pending.append(_call(actions[i], i))
                 i += 1
-            result = env.step({"role": "assistant", "content": "Please perform the requested steps on your device."})
+            result = env.step(
+                {
+                    "role": "assistant",
+                    "content": "Please perform the requested steps on your device.",
+                }
+            )
         else:
             calls = [_call(actions[i], i)]
             i += 1
@@ -154,7 +164,9 @@ def gold_episode(env: Tau2Env, task: dict[str, Any]) -> tuple[dict[str, Any], li
                  "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for c in calls]}  # fmt: skip
             result = env.step(msg)
         if result[2] or result[3]:
-            problems.append(f"the episode ended after gold action {i} of {len(actions)} ({result[4].get('report', {}).get('termination')})")
+            problems.append(
+                f"the episode ended after gold action {i} of {len(actions)} ({result[4].get('report', {}).get('termination')})"
+            )
             break
     else:
         user.finished = True
@@ -166,7 +178,9 @@ def gold_episode(env: Tau2Env, task: dict[str, Any]) -> tuple[dict[str, Any], li
     report = result[4]["report"]
     for r in report["tool_results"]:
         if r["error"] and r["id"].startswith("gold"):
-            problems.append(f"gold action {r['name']} ({r['requestor']}) failed in τ²: {r['content'][:200]}")
+            problems.append(
+                f"gold action {r['name']} ({r['requestor']}) failed in τ²: {r['content'][:200]}"
+            )
     return report, problems
 
 
@@ -183,7 +197,9 @@ def component_problems(report: dict[str, Any]) -> list[str]:
     if "ACTION" in report.get("reward_basis", []) and not all(report.get("actions") or [True]):
         out.append(f"ACTION: gold actions matched {report['actions']}")
     if report.get("reward") != 1.0:
-        out.append(f"reward {report.get('reward')} != 1.0 ({report.get('termination')}, {report.get('note')})")
+        out.append(
+            f"reward {report.get('reward')} != 1.0 ({report.get('termination')}, {report.get('note')})"
+        )
     return out
 
 
@@ -215,15 +231,19 @@ def check_task(env: Tau2Env, task: dict[str, Any], *,
     if report:
         problems += component_problems(report)
         if supplied is not None:
-            notes.append("gold supplied by envgym: τ²'s data lists no gold action for this task "
-                         f"({', '.join(a['name'] for a in supplied)} is what its env assertion names)")
+            notes.append(
+                "gold supplied by envgym: τ²'s data lists no gold action for this task "
+                f"({', '.join(a['name'] for a in supplied)} is what its env assertion names)"
+            )
         elif report.get("db_match") is False and "DB" not in basis:
             # telecom: τ²'s evaluator builds its gold DB with make_tool_call and never calls
             # sync_tools, while the trajectory replay does (get_response): the user-device DB then
             # differs.  DB is outside these tasks' basis, so τ² does not score it; reported, not failed.
             notes.append("DB (outside the reward basis) differs from τ²'s unsynced gold DB")
     if not task["actions"] and (report.get("reward") != 1.0):
-        problems.append("τ²'s task data has no gold actions, yet the gold (empty) run does not score 1.0")
+        problems.append(
+            "τ²'s task data has no gold actions, yet the gold (empty) run does not score 1.0"
+        )
     probes = {agent: probe(env, task["id"], agent) for agent in AGENTS}
     who = reason(probes, [a["name"] for a in task["actions"]])
     note = "; ".join(f"{a}: {p.note}" for a, p in probes.items() if p.note) or None
@@ -243,7 +263,9 @@ def stale_entries(domain: str, checks: tuple[Tau2TaskCheck, ...]) -> tuple[str, 
         if t.needs_judge or (t.noop_reason is not None) == (t.task_id in shipped):
             continue
         now = "flagged" if t.noop_reason is not None else "not flagged"
-        out.append(f"{t.task_id}: measured {now}, the shipped no-op list says otherwise (regenerate: {REGENERATE})")
+        out.append(
+            f"{t.task_id}: measured {now}, the shipped no-op list says otherwise (regenerate: {REGENERATE})"
+        )
     return tuple(out)
 
 
@@ -260,7 +282,9 @@ def check_domain(domain: str, *, limit: int | None = None, link: Tau2Link | None
     checks = []
     try:
         for n, task in enumerate(todo, start=1):
-            checks.append(check_task(env, task, supplied_gold=SUPPLIED_GOLD if supplied is None else supplied))
+            checks.append(
+                check_task(env, task, supplied_gold=SUPPLIED_GOLD if supplied is None else supplied)
+            )
             if progress is not None:
                 progress(n, len(todo))
     finally:

@@ -78,7 +78,9 @@ class Tau2Domain:
 
     def __init__(self, domain: str, task_set: str | None = None) -> None:
         if domain not in DOMAINS:
-            raise SessionError(f"unknown τ² domain {domain!r}; expected one of {', '.join(DOMAINS)}")
+            raise SessionError(
+                f"unknown τ² domain {domain!r}; expected one of {', '.join(DOMAINS)}"
+            )
         self.domain = domain
         self.make_env = registry.get_env_constructor(domain)
         tasks = registry.get_tasks_loader(task_set or domain)()
@@ -130,12 +132,18 @@ class Episode:
         self.trajectory = history or [DEFAULT_FIRST_AGENT_MESSAGE.model_copy(deep=True)]
         last = self.trajectory[-1]
         if not isinstance(last, (AssistantMessage, UserMessage)) or last.is_tool_call():
-            raise SessionError(f"task {self.task.id}: an initial history ending in a tool turn is unsupported")
-        system = SYSTEM_PROMPT.format(agent_instruction=AGENT_INSTRUCTION, domain_policy=self.env.get_policy())
+            raise SessionError(
+                f"task {self.task.id}: an initial history ending in a tool turn is unsupported"
+            )
+        system = SYSTEM_PROMPT.format(
+            agent_instruction=AGENT_INSTRUCTION, domain_policy=self.env.get_policy()
+        )
         return {
             "system": system,
             "tools": [t.openai_schema for t in self.env.get_tools()],
-            "user_tools": [t.openai_schema for t in self.env.get_user_tools()] if self.env.user_tools else [],
+            "user_tools": [t.openai_schema for t in self.env.get_user_tools()]
+            if self.env.user_tools
+            else [],
             "messages": [to_openai(m) for m in self.trajectory],
             "next": "user" if isinstance(last, AssistantMessage) else "agent",
         }
@@ -145,8 +153,14 @@ class Episode:
         out = []
         for c in calls:
             if not isinstance(c.get("arguments"), dict) or not isinstance(c.get("name"), str):
-                raise SessionError(f"malformed tool call {c!r}: needs a name and an arguments object")
-            out.append(ToolCall(id=str(c["id"]), name=c["name"], arguments=c["arguments"], requestor=requestor))
+                raise SessionError(
+                    f"malformed tool call {c!r}: needs a name and an arguments object"
+                )
+            out.append(
+                ToolCall(
+                    id=str(c["id"]), name=c["name"], arguments=c["arguments"], requestor=requestor
+                )
+            )
         return out
 
     def turn(self, role: str, content: str | None, calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -200,7 +214,11 @@ class Episode:
             id=str(uuid.uuid4()), task_id=self.task.id, start_time="", end_time="", duration=0.0,
             termination_reason=reason, messages=self.trajectory,
         )  # fmt: skip
-        basis = set(self.task.evaluation_criteria.reward_basis) if self.task.evaluation_criteria else set()
+        basis = (
+            set(self.task.evaluation_criteria.reward_basis)
+            if self.task.evaluation_criteria
+            else set()
+        )
         if RewardType.NL_ASSERTION in basis:
             raise SessionError(f"task {self.task.id}: its reward basis needs an NL-assertion judge")
         info = evaluate_simulation(run, self.task, EvaluationType.ALL, False, self.domain.domain)
@@ -235,7 +253,9 @@ def handle(domains: dict[str, Tau2Domain], request: dict[str, Any]) -> Any:
     if op == "reset":
         return dom.reset(str(request["task"]))
     if op == "turn":
-        return dom.current().turn(request["role"], request.get("content"), request.get("calls") or [])
+        return dom.current().turn(
+            request["role"], request.get("content"), request.get("calls") or []
+        )
     if op == "user_prompt":
         return dom.current().user_prompt()
     if op == "finish":

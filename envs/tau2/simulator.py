@@ -28,7 +28,9 @@ class UserTurnError(RuntimeError):
 
 
 class UserModel(Protocol):
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    def reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int
+    ) -> dict[str, Any]:
         """The user's next turn: ``{"content": str, "calls": [{"id", "name", "arguments"}]}``."""
         ...
 
@@ -53,7 +55,9 @@ class _Loop:
         with cls._lock:
             if cls._loop is None:
                 cls._loop = asyncio.new_event_loop()
-                threading.Thread(target=cls._loop.run_forever, name="tau2-user", daemon=True).start()
+                threading.Thread(
+                    target=cls._loop.run_forever, name="tau2-user", daemon=True
+                ).start()
         return asyncio.run_coroutine_threadsafe(coro, cls._loop).result()
 
 
@@ -84,7 +88,9 @@ class PolicyUser:
         self.parser = get_parser(parser)
         self.session = f"tau2-user-{uuid.uuid4().hex}"
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    def reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int
+    ) -> dict[str, Any]:
         params = replace(self.params, seed=seed)
         try:
             turn = _Loop.run(self.policy.act(self.session, messages, tools, params))
@@ -92,9 +98,17 @@ class PolicyUser:
             raise UserTurnError(f"the user model failed: {type(exc).__name__}: {exc}") from exc
         # native tool calls (arguments as JSON text) or raw text: read both the way the env reads
         # the agent's turns; calls whose arguments do not decode are dropped, as τ² cannot run them
-        parsed = normalize_action(turn.message) if turn.message is not None else self.parser.parse(turn.text)
+        parsed = (
+            normalize_action(turn.message)
+            if turn.message is not None
+            else self.parser.parse(turn.text)
+        )
         content = parsed.content or ""
-        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls if c.parsed]
+        calls = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments}
+            for c in parsed.tool_calls
+            if c.parsed
+        ]
         return {"content": content, "calls": calls}
 
     def end(self) -> None:
@@ -109,13 +123,17 @@ class ReplayUser:
         self.turns = [dict(t) for t in turns]
         self.index = 0
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    def reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int
+    ) -> dict[str, Any]:
         if self.index >= len(self.turns):
             raise UserTurnError(f"replay diverged: the episode asks for user turn {self.index + 1}, "
                                 f"but only {len(self.turns)} were recorded")  # fmt: skip
         turn = self.turns[self.index]
         if turn.get("seed") not in (None, seed):
-            raise UserTurnError(f"replay diverged at user turn {self.index + 1}: seed {seed} != recorded {turn['seed']}")
+            raise UserTurnError(
+                f"replay diverged at user turn {self.index + 1}: seed {seed} != recorded {turn['seed']}"
+            )
         self.index += 1
         return {"content": turn["content"], "calls": turn["calls"]}
 

@@ -75,7 +75,11 @@ def _write(out: Path, domain: str, tasks: list[dict[str, Any]]) -> None:
                 "solution": "tau2_gold_actions",
                 "verifier": "tau2_reward",
                 "submit_tool": None,
-                "metadata": {"tau2_id": t["id"], "domain": domain, "reward_basis": t["reward_basis"]},
+                "metadata": {
+                    "tau2_id": t["id"],
+                    "domain": domain,
+                    "reward_basis": t["reward_basis"],
+                },
             }
             if t["id"] in noop:  # envgym eval leaves these out of pass@k (envgym.evaluate.summary)
                 line["metadata"].update({NOOP_FLAG: True, NOOP_REASON: noop[t["id"]]})
@@ -93,4 +97,6 @@ def bundle_dir(domain: str) -> Path:
     data = hashlib.sha256(json.dumps(tasks, sort_keys=True).encode()).hexdigest()
     sources = source_digest(_HERE, [*sorted(_HERE.rglob("*.py")), NOOP_DATA])
     key = hashlib.sha256(f"{BUNDLE_VERSION}\0{domain}\0{data}\0{sources}".encode()).hexdigest()[:12]
-    return built_once(cache_root() / "bundles" / f"tau2-{domain}-v0-{key}", lambda out: _write(out, domain, tasks))
+    return built_once(
+        cache_root() / "bundles" / f"tau2-{domain}-v0-{key}", lambda out: _write(out, domain, tasks)
+    )

@@ -1,8 +1,8 @@
 """Build trip-planning bundles (docs/BUNDLE.md) and the cached default bundle.
 
-    from envs.trip_planning.build import build_bundle, default_bundle_dir
-    build_bundle(Path("out/trip"), seed=3, n_tasks=20)
-    default_bundle_dir()  # ~/.cache/envgym/bundles/trip-planning-v0-<hash>, built once
+from envs.trip_planning.build import build_bundle, default_bundle_dir
+build_bundle(Path("out/trip"), seed=3, n_tasks=20)
+default_bundle_dir()  # ~/.cache/envgym/bundles/trip-planning-v0-<hash>, built once
 """
 
 from __future__ import annotations
@@ -65,8 +65,13 @@ def build_bundle(
     with LocalBundle(out).episode() as ep:
         witnesses = _RuleWitnesses(ep, world)
         tasks: list[GeneratedTask] = [worked_example(world)] if include_worked_example else []
-        tasks += generate_tasks(world, seed=seed, n_tasks=n_tasks, difficulties=tuple(difficulties),
-                                accept=witnesses.accept)
+        tasks += generate_tasks(
+            world,
+            seed=seed,
+            n_tasks=n_tasks,
+            difficulties=tuple(difficulties),
+            accept=witnesses.accept,
+        )
         if not tasks:
             raise ValueError("a bundle needs at least one task (n_tasks=0 and no worked example)")
         _check_witnesses(out, tasks)
@@ -90,7 +95,9 @@ def _check_witnesses(bundle_dir: Path, tasks: list[GeneratedTask]) -> None:
         for t in tasks:
             report = ep.verify({"answer_text": json.dumps(t.witness.answer())}, t.task)
             if not passed(report):
-                failed = [f"{c['name']}: {c['detail']}" for c in report["checks"] if not c["passed"]]
+                failed = [
+                    f"{c['name']}: {c['detail']}" for c in report["checks"] if not c["passed"]
+                ]
                 raise RuntimeError(f"witness of {t.task['id']} rejected by the verifier: {failed}")
 
 
@@ -108,13 +115,16 @@ class _RuleWitnesses:
 
     def _search(self, spec: TripSpec, plan: Plan) -> list[str]:
         task = {"id": "draw", "verifier": VERIFIER, "metadata": spec.metadata()}
+
         def verify(sub: dict[str, Any]) -> dict[str, Any]:
             return self.ep.verify(sub, task)
 
         found, missing = find_witnesses(verify, self.world, spec, plan.answer())
         if not missing:
             rules = [w["rule"] for w in found]
-            self.found[spec] = found + condition_witnesses(verify, rules, probes(self.world, spec, plan.answer()))
+            self.found[spec] = found + condition_witnesses(
+                verify, rules, probes(self.world, spec, plan.answer())
+            )
         return missing
 
     def accept(self, spec: TripSpec, plan: Plan) -> bool:
@@ -134,8 +144,13 @@ def default_bundle_dir(seed: int = 0) -> Path:
     The directory name hashes the generator version, the seed and the generator's own source,
     so editing the generator never serves a stale bundle; concurrent callers wait for one build.
     """
-    key = hashlib.sha256(f"{GENERATOR_VERSION}\0{seed}\0{_source_digest()}".encode()).hexdigest()[:12]
-    return built_once(cache_root() / "bundles" / f"trip-planning-v0-{key}", lambda out: build_bundle(out, seed=seed))
+    key = hashlib.sha256(f"{GENERATOR_VERSION}\0{seed}\0{_source_digest()}".encode()).hexdigest()[
+        :12
+    ]
+    return built_once(
+        cache_root() / "bundles" / f"trip-planning-v0-{key}",
+        lambda out: build_bundle(out, seed=seed),
+    )
 
 
 def _source_digest() -> str:

@@ -13,7 +13,12 @@ from typing import Any, Literal
 from envs.trip_planning import reference as ref
 
 BASE_FIELDS: tuple[str, ...] = (
-    "time", "city", "hotel", "afternoon_restaurant", "afternoon_attraction", "evening_restaurant",
+    "time",
+    "city",
+    "hotel",
+    "afternoon_restaurant",
+    "afternoon_attraction",
+    "evening_restaurant",
 )
 TRANSPORT_FIELD = "transport"
 
@@ -102,8 +107,16 @@ class TripSpec:
 
 
 BASE_RULES: tuple[str, ...] = (
-    "valid_json", "day_count", "fields_present", "dates", "entities_exist", "start_city",
-    "no_repeated_city", "no_repeated_restaurant", "hotel_in_city", "restaurants_in_city",
+    "valid_json",
+    "day_count",
+    "fields_present",
+    "dates",
+    "entities_exist",
+    "start_city",
+    "no_repeated_city",
+    "no_repeated_restaurant",
+    "hotel_in_city",
+    "restaurants_in_city",
     "attraction_in_city",
 )
 
@@ -114,17 +127,26 @@ def declared_rules(c: Constraints) -> list[str]:
     rules = list(BASE_RULES)
     if c.budget_tiers is not None:
         rules += [f"day{n}_budget_tier" for n in c.budget_tiers.days]
-    rules += [k for k in ("hotel_min_rating", "restaurant_min_rating", "attraction_min_rating")
-              if getattr(c, k) is not None]
+    rules += [
+        k
+        for k in ("hotel_min_rating", "restaurant_min_rating", "attraction_min_rating")
+        if getattr(c, k) is not None
+    ]
     rules += ["ticket_cap"] if c.max_ticket is not None else []
     rules += ["total_budget"] if c.total_budget is not None else []
     rules += [f"weather_{c.weather.rule}"] if c.weather is not None else []
     if c.transport is not None:
         t = c.transport
         rules += ["transport_connects", "transport_mode"]
-        rules += [name for name, value in (("transport_max_hours", t.max_hours),
-                                           ("transport_arrive_by", t.arrive_by),
-                                           ("transport_budget", t.budget)) if value is not None]
+        rules += [
+            name
+            for name, value in (
+                ("transport_max_hours", t.max_hours),
+                ("transport_arrive_by", t.arrive_by),
+                ("transport_budget", t.budget),
+            )
+            if value is not None
+        ]
     return rules
 
 
@@ -136,31 +158,48 @@ def constraints_json(c: Constraints) -> dict[str, Any]:
             "days": list(bt.days),
             "require_tier": bt.require_tier,
             "tiers": [
-                {"label": t.label, "min_price": t.min_price, "max_price": t.max_price,
-                 "restaurants_total_lt": t.restaurants_total_lt,
-                 "restaurants_all_min_rating": t.restaurants_all_min_rating,
-                 "restaurants_any_min_rating": t.restaurants_any_min_rating,
-                 "ticket_lt": t.ticket_lt}
+                {
+                    "label": t.label,
+                    "min_price": t.min_price,
+                    "max_price": t.max_price,
+                    "restaurants_total_lt": t.restaurants_total_lt,
+                    "restaurants_all_min_rating": t.restaurants_all_min_rating,
+                    "restaurants_any_min_rating": t.restaurants_any_min_rating,
+                    "ticket_lt": t.ticket_lt,
+                }
                 for t in bt.tiers
             ],
         }
-    for key in ("hotel_min_rating", "restaurant_min_rating", "attraction_min_rating",
-                "max_ticket", "total_budget"):
+    for key in (
+        "hotel_min_rating",
+        "restaurant_min_rating",
+        "attraction_min_rating",
+        "max_ticket",
+        "total_budget",
+    ):
         if getattr(c, key) is not None:
             out[key] = getattr(c, key)
     if c.weather is not None:
-        out["weather"] = {"rule": c.weather.rule, "rainy_conditions": list(c.weather.rainy_conditions)}
+        out["weather"] = {
+            "rule": c.weather.rule,
+            "rainy_conditions": list(c.weather.rainy_conditions),
+        }
     if c.transport is not None:
         t = c.transport
-        out["transport"] = {"modes": list(t.modes), "max_hours": t.max_hours,
-                            "arrive_by": t.arrive_by, "budget": t.budget}
+        out["transport"] = {
+            "modes": list(t.modes),
+            "max_hours": t.max_hours,
+            "arrive_by": t.arrive_by,
+            "budget": t.budget,
+        }
     return out
 
 
 # The seed's worked example (DeepSeek-V3.2 §3.2.3), day-2 tiers exactly as stated there.
 SEED_TIERS: tuple[Tier, ...] = (
-    Tier("luxury", 800, None, restaurants_total_lt=350, restaurants_all_min_rating=4.0,
-         ticket_lt=120),
+    Tier(
+        "luxury", 800, None, restaurants_total_lt=350, restaurants_all_min_rating=4.0, ticket_lt=120
+    ),
     Tier("mid-to-high", 500, 800, restaurants_any_min_rating=4.0, ticket_lt=180),
     Tier("affordable", 200, 500, restaurants_any_min_rating=3.2),
 )
@@ -168,5 +207,7 @@ HANGZHOU_3DAY = TripSpec(
     start_city="Hangzhou",
     start_date="2025-10-01",
     days=3,
-    constraints=Constraints(budget_tiers=BudgetTiers(days=(2,), tiers=SEED_TIERS, require_tier=True)),
+    constraints=Constraints(
+        budget_tiers=BudgetTiers(days=(2,), tiers=SEED_TIERS, require_tier=True)
+    ),
 )

@@ -145,10 +145,19 @@ class _Generator:
     def rows(self) -> list[Base]:
         out: list[Base] = []
         for cid, city in enumerate(self.cities, start=1):
-            out.append(City(id=cid, name=city.name, province=city.province, region=city.region,
-                            latitude=city.lat, longitude=city.lon,
-                            population_millions=city.population_millions,
-                            description=city.description, local_cuisine=city.local_cuisine))
+            out.append(
+                City(
+                    id=cid,
+                    name=city.name,
+                    province=city.province,
+                    region=city.region,
+                    latitude=city.lat,
+                    longitude=city.lon,
+                    population_millions=city.population_millions,
+                    description=city.description,
+                    local_cuisine=city.local_cuisine,
+                )
+            )
         for cid, city in enumerate(self.cities, start=1):
             out += self._hotels(cid, city)
             out += self._restaurants(cid, city)
@@ -173,8 +182,10 @@ class _Generator:
         rng = self.rng
         # One hotel per main price band first, so every city can satisfy a tiered budget.
         bands = [(200, 499), (500, 799), (800, 1800)]
-        bands += [rng.choice([(90, 199), (200, 499), (200, 499), (500, 799), (800, 1800)])
-                  for _ in range(rng.randint(3, 5))]
+        bands += [
+            rng.choice([(90, 199), (200, 499), (200, 499), (500, 799), (800, 1800)])
+            for _ in range(rng.randint(3, 5))
+        ]
         areas = rng.sample(city.areas, len(bands))
         hotels = []
         for area, (lo, hi) in zip(areas, bands):
@@ -183,8 +194,16 @@ class _Generator:
             name = self._unique(lambda a=area, s=styles: f"{a} {rng.choice(s)}")
             frac = min(1.0, price / 1500)
             stars = 1 if price < 200 else 2 + min(3, int(price // 300))
-            hotels.append(Hotel(name=name, city_id=cid, district=area, price_per_night=price,
-                                rating=self._rating(3.3 + 1.2 * frac), stars=stars))
+            hotels.append(
+                Hotel(
+                    name=name,
+                    city_id=cid,
+                    district=area,
+                    price_per_night=price,
+                    rating=self._rating(3.3 + 1.2 * frac),
+                    stars=stars,
+                )
+            )
         return hotels
 
     def _restaurants(self, cid: int, city: ref.CityRef) -> list[Restaurant]:
@@ -197,7 +216,7 @@ class _Generator:
             else:
                 cuisine, noun = rng.choice(ref.CUISINES)
             prefixes = ref.RESTAURANT_OWNERS + city.areas
-            name = self._unique(lambda n=noun: f"{rng.choice(prefixes)} {n}")
+            name = self._unique(lambda n=noun: f"{rng.choice(prefixes)} {n}")  # noqa: B023 - called within this iteration
             frac = rng.random()
             price = int(round(math.exp(math.log(25) + frac * (math.log(420) - math.log(25)))))
             # Ratings follow price loosely, so the cheapest meal is rarely the best-rated one;
@@ -209,8 +228,16 @@ class _Generator:
                 price, rating = rng.randint(120, 420), rng.choice([4.5, 4.6, 4.7, 4.8, 4.9])
             else:
                 rating = round(min(4.9, max(2.5, rng.gauss(3.3 + 1.1 * frac, 0.45))), 1)
-            out.append(Restaurant(name=name, city_id=cid, district=rng.choice(city.areas),
-                                  cuisine=cuisine, avg_price_per_person=price, rating=rating))
+            out.append(
+                Restaurant(
+                    name=name,
+                    city_id=cid,
+                    district=rng.choice(city.areas),
+                    cuisine=cuisine,
+                    avg_price_per_person=price,
+                    rating=rating,
+                )
+            )
         return out
 
     def _attractions(self, cid: int, city: ref.CityRef) -> list[Attraction]:
@@ -224,24 +251,52 @@ class _Generator:
             name = self._unique(lambda n=noun: f"{rng.choice(city.areas)} {n}")
             ticket = 0 if rng.random() < 0.15 and lo == 0 else 5 * round(rng.randint(lo, hi) / 5)
             opening = "09:00-17:00" if is_indoor else rng.choice(["08:00-17:30", "all day"])
-            out.append(Attraction(name=name, city_id=cid, district=name.removesuffix(" " + noun),
-                                  kind=kind, indoor=is_indoor, ticket_price=ticket,
-                                  rating=self._rating(4.2),
-                                  recommended_hours=rng.choice([1.0, 1.5, 2.0, 2.5, 3.0, 4.0]),
-                                  opening_hours=opening))
+            out.append(
+                Attraction(
+                    name=name,
+                    city_id=cid,
+                    district=name.removesuffix(" " + noun),
+                    kind=kind,
+                    indoor=is_indoor,
+                    ticket_price=ticket,
+                    rating=self._rating(4.2),
+                    recommended_hours=rng.choice([1.0, 1.5, 2.0, 2.5, 3.0, 4.0]),
+                    opening_hours=opening,
+                )
+            )
         return out
 
     def _city_transport(self, cid: int, city: ref.CityRef) -> list[CityTransport]:
         rng = self.rng
         out = []
         if city.has_metro:
-            out.append(CityTransport(city_id=cid, mode="metro", typical_fare=rng.randint(3, 6),
-                                     avg_trip_minutes=rng.randint(25, 45),
-                                     service_hours="06:00-23:00"))
-        out.append(CityTransport(city_id=cid, mode="bus", typical_fare=2,
-                                 avg_trip_minutes=rng.randint(35, 60), service_hours="05:30-22:30"))
-        out.append(CityTransport(city_id=cid, mode="taxi", typical_fare=rng.randint(25, 60),
-                                 avg_trip_minutes=rng.randint(15, 35), service_hours="24 hours"))
+            out.append(
+                CityTransport(
+                    city_id=cid,
+                    mode="metro",
+                    typical_fare=rng.randint(3, 6),
+                    avg_trip_minutes=rng.randint(25, 45),
+                    service_hours="06:00-23:00",
+                )
+            )
+        out.append(
+            CityTransport(
+                city_id=cid,
+                mode="bus",
+                typical_fare=2,
+                avg_trip_minutes=rng.randint(35, 60),
+                service_hours="05:30-22:30",
+            )
+        )
+        out.append(
+            CityTransport(
+                city_id=cid,
+                mode="taxi",
+                typical_fare=rng.randint(25, 60),
+                avg_trip_minutes=rng.randint(15, 35),
+                service_hours="24 hours",
+            )
+        )
         return out
 
     def _weather(self, cid: int, city: ref.CityRef) -> list[Weather]:
@@ -255,15 +310,27 @@ class _Generator:
             low = high - rng.uniform(5.0, 9.0)
             if rainy:
                 condition = rng.choices(ref.RAIN_CONDITIONS, weights=[5, 3, 1, 2])[0]
-                lo_mm, hi_mm = {"light rain": (0.5, 9.9), "moderate rain": (10.0, 24.9),
-                                "heavy rain": (25.0, 60.0), "thunderstorm": (5.0, 40.0)}[condition]
+                lo_mm, hi_mm = {
+                    "light rain": (0.5, 9.9),
+                    "moderate rain": (10.0, 24.9),
+                    "heavy rain": (25.0, 60.0),
+                    "thunderstorm": (5.0, 40.0),
+                }[condition]
                 mm = round(rng.uniform(lo_mm, hi_mm), 1)
             else:
                 condition = rng.choices(ref.DRY_CONDITIONS, weights=[5, 4, 4, 2, 1])[0]
                 mm = 0.0
             day = (WEATHER_START + timedelta(days=offset)).isoformat()
-            out.append(Weather(city_id=cid, date=day, condition=condition, temp_high=round(high),
-                               temp_low=round(low), precipitation_mm=mm))
+            out.append(
+                Weather(
+                    city_id=cid,
+                    date=day,
+                    condition=condition,
+                    temp_high=round(high),
+                    temp_low=round(low),
+                    precipitation_mm=mm,
+                )
+            )
         return out
 
     def _code(self, prefix: str, digits: int) -> str:
@@ -289,41 +356,74 @@ class _Generator:
                 if rail:
                     out += self._trains(src, dst, km * 1.25)
                 if fly:
-                    out += self._services(src, dst, "flight", rng.randint(1, 3),
-                                          hours=lambda: 0.9 + km / 760,
-                                          price=lambda: 10 * round((km * rng.uniform(0.55, 1.1) + 60) / 10),
-                                          code=lambda: self._code(rng.choice(ref.AIRLINES), 4))
+                    out += self._services(
+                        src,
+                        dst,
+                        "flight",
+                        rng.randint(1, 3),
+                        hours=lambda: 0.9 + km / 760,  # noqa: B023 - called within this iteration
+                        price=lambda: 10 * round((km * rng.uniform(0.55, 1.1) + 60) / 10),  # noqa: B023 - called within this iteration
+                        code=lambda: self._code(rng.choice(ref.AIRLINES), 4),
+                    )
                 if coach:
                     road = km * 1.3
-                    out += self._services(src, dst, "bus", rng.randint(1, 2),
-                                          hours=lambda: road / rng.uniform(60, 75) + 0.3,
-                                          price=lambda: round(road * rng.uniform(0.3, 0.4)),
-                                          code=lambda: self._code("BUS", 3))
+                    out += self._services(
+                        src,
+                        dst,
+                        "bus",
+                        rng.randint(1, 2),
+                        hours=lambda: road / rng.uniform(60, 75) + 0.3,  # noqa: B023 - called within this iteration
+                        price=lambda: round(road * rng.uniform(0.3, 0.4)),  # noqa: B023 - called within this iteration
+                        code=lambda: self._code("BUS", 3),
+                    )
         return out
 
     def _trains(self, src: int, dst: int, rail_km: float) -> list[InterCityTransport]:
         rng = self.rng
         out = []
         if rail_km <= 1400:
-            out += self._services(src, dst, "train", rng.randint(1, 3),
-                                  hours=lambda: rail_km / rng.uniform(230, 290) + rng.uniform(0.2, 0.4),
-                                  price=lambda: round(rail_km * rng.uniform(0.42, 0.5) + 5),
-                                  code=lambda: self._code("G", 4))
+            out += self._services(
+                src,
+                dst,
+                "train",
+                rng.randint(1, 3),
+                hours=lambda: rail_km / rng.uniform(230, 290) + rng.uniform(0.2, 0.4),
+                price=lambda: round(rail_km * rng.uniform(0.42, 0.5) + 5),
+                code=lambda: self._code("G", 4),
+            )
         if rng.random() < 0.4:
-            out += self._services(src, dst, "train", 1,
-                                  hours=lambda: rail_km / rng.uniform(170, 200) + 0.3,
-                                  price=lambda: round(rail_km * rng.uniform(0.3, 0.36) + 5),
-                                  code=lambda: self._code("D", 4))
+            out += self._services(
+                src,
+                dst,
+                "train",
+                1,
+                hours=lambda: rail_km / rng.uniform(170, 200) + 0.3,
+                price=lambda: round(rail_km * rng.uniform(0.3, 0.36) + 5),
+                code=lambda: self._code("D", 4),
+            )
         if rail_km <= 1200 and rng.random() < 0.4:
-            out += self._services(src, dst, "train", 1,
-                                  hours=lambda: rail_km / rng.uniform(70, 90) + 0.2,
-                                  price=lambda: round(rail_km * 0.16 + 10),
-                                  code=lambda: self._code("K", 4))
+            out += self._services(
+                src,
+                dst,
+                "train",
+                1,
+                hours=lambda: rail_km / rng.uniform(70, 90) + 0.2,
+                price=lambda: round(rail_km * 0.16 + 10),
+                code=lambda: self._code("K", 4),
+            )
         return out
 
-    def _services(self, src: int, dst: int, mode: str, count: int, *,
-                  hours: Callable[[], float], price: Callable[[], float],
-                  code: Callable[[], str]) -> list[InterCityTransport]:
+    def _services(
+        self,
+        src: int,
+        dst: int,
+        mode: str,
+        count: int,
+        *,
+        hours: Callable[[], float],
+        price: Callable[[], float],
+        code: Callable[[], str],
+    ) -> list[InterCityTransport]:
         out = []
         for _ in range(count):
             minutes = max(20, 5 * round(hours() * 60 / 5))
@@ -331,10 +431,18 @@ class _Generator:
             if latest < 6 * 60:
                 continue  # would arrive after midnight: timetables here are same-day only
             depart = 5 * (self.rng.randint(6 * 60, latest) // 5)
-            out.append(InterCityTransport(code=code(), mode=mode, from_city_id=src,
-                                          to_city_id=dst, departure_time=_hhmm(depart),
-                                          arrival_time=_hhmm(depart + minutes),
-                                          duration_minutes=minutes, price=int(price())))
+            out.append(
+                InterCityTransport(
+                    code=code(),
+                    mode=mode,
+                    from_city_id=src,
+                    to_city_id=dst,
+                    departure_time=_hhmm(depart),
+                    arrival_time=_hhmm(depart + minutes),
+                    duration_minutes=minutes,
+                    price=int(price()),
+                )
+            )
         return out
 
 
@@ -353,5 +461,8 @@ def _hhmm(minutes: int) -> str:
 
 def _great_circle_km(a: ref.CityRef, b: ref.CityRef) -> float:
     lat1, lon1, lat2, lon2 = map(math.radians, (a.lat, a.lon, b.lat, b.lon))
-    h = math.sin((lat2 - lat1) / 2) ** 2 + math.cos(lat1) * math.cos(lat2) * math.sin((lon2 - lon1) / 2) ** 2
+    h = (
+        math.sin((lat2 - lat1) / 2) ** 2
+        + math.cos(lat1) * math.cos(lat2) * math.sin((lon2 - lon1) / 2) ** 2
+    )
     return 2 * 6371.0 * math.asin(math.sqrt(h))

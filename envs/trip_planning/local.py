@@ -41,8 +41,10 @@ class LocalBundle:
         self.solution_module = _load(self.root / "solution.py", f"_envgym_trip_{tag}_solution")
         self.verifier_module = _load(self.root / "verifier.py", f"_envgym_trip_{tag}_verifier")
         self.tool_functions: dict[str, Callable[..., Any]] = {
-            name: fn for name, fn in vars(self.tools_module).items()
-            if inspect.isfunction(fn) and not name.startswith("_")
+            name: fn
+            for name, fn in vars(self.tools_module).items()
+            if inspect.isfunction(fn)
+            and not name.startswith("_")
             and fn.__module__ == self.tools_module.__name__
         }
 
@@ -79,6 +81,7 @@ class Episode:
                 if name == submit_tool:
                     result.submission = dict(arguments)
                 return value
+
             return call
 
         tools = SimpleNamespace(**{n: wrap(n, f) for n, f in self.bundle.tool_functions.items()})

@@ -49,8 +49,11 @@ class Plan:
         out = []
         for day, leg in zip(self.days, self.legs):
             row: dict[str, Any] = {
-                "time": day.date, "city": day.city, "hotel": day.hotel,
-                "afternoon_restaurant": day.lunch, "afternoon_attraction": day.attraction,
+                "time": day.date,
+                "city": day.city,
+                "hotel": day.hotel,
+                "afternoon_restaurant": day.lunch,
+                "afternoon_attraction": day.attraction,
                 "evening_restaurant": day.dinner,
             }
             if self.transport:
@@ -80,8 +83,11 @@ class Planner:
         if rainy and c.weather is not None and c.weather.rule == "avoid_rain":
             return None
         tiers = c.budget_tiers if c.budget_tiers and day_no in c.budget_tiers.days else None
-        restaurants = [r for r in self.world.restaurants[city]
-                       if c.restaurant_min_rating is None or r.rating >= c.restaurant_min_rating]
+        restaurants = [
+            r
+            for r in self.world.restaurants[city]
+            if c.restaurant_min_rating is None or r.rating >= c.restaurant_min_rating
+        ]
         best: DayPlan | None = None
         for hotel in self.world.hotels[city]:
             if c.hotel_min_rating is not None and hotel.rating < c.hotel_min_rating:
@@ -105,39 +111,53 @@ class Planner:
                         continue
                 cost = hotel.price + total + attraction.ticket
                 if best is None or cost < best.cost:
-                    best = DayPlan(city, day_date, hotel.name, a.name, attraction.name, b.name, cost)
+                    best = DayPlan(
+                        city, day_date, hotel.name, a.name, attraction.name, b.name, cost
+                    )
         return best
 
-    def _cheapest_attraction(self, city: str, rainy: bool, ticket_lt: int | None) -> AttractionRow | None:
+    def _cheapest_attraction(
+        self, city: str, rainy: bool, ticket_lt: int | None
+    ) -> AttractionRow | None:
         c = self.c
-        ok = [a for a in self.world.attractions[city]
-              if (c.attraction_min_rating is None or a.rating >= c.attraction_min_rating)
-              and (c.max_ticket is None or a.ticket <= c.max_ticket)
-              and (ticket_lt is None or a.ticket < ticket_lt)
-              and (not rainy or a.indoor)]
+        ok = [
+            a
+            for a in self.world.attractions[city]
+            if (c.attraction_min_rating is None or a.rating >= c.attraction_min_rating)
+            and (c.max_ticket is None or a.ticket <= c.max_ticket)
+            and (ticket_lt is None or a.ticket < ticket_lt)
+            and (not rainy or a.indoor)
+        ]
         return min(ok, key=lambda a: a.ticket, default=None)
 
     def _best_leg(self, src: str, dst: str) -> Connection | None:
         rule = self.c.transport
         if rule is None:
             return None
-        ok = [s for s in self.world.connections.get((src, dst), ())
-              if s.mode in rule.modes
-              and (rule.max_hours is None or s.minutes <= rule.max_hours * 60)
-              and (rule.arrive_by is None or s.arrival <= rule.arrive_by)]
+        ok = [
+            s
+            for s in self.world.connections.get((src, dst), ())
+            if s.mode in rule.modes
+            and (rule.max_hours is None or s.minutes <= rule.max_hours * 60)
+            and (rule.arrive_by is None or s.arrival <= rule.arrive_by)
+        ]
         return min(ok, key=lambda s: s.price, default=None)
 
     def plans(self) -> Iterator[Plan]:
         """Every city sequence that works when trip-wide budgets are ignored."""
         yield from self._extend((), ())
 
-    def _extend(self, days: tuple[DayPlan, ...], legs: tuple[Connection | None, ...]) -> Iterator[Plan]:
+    def _extend(
+        self, days: tuple[DayPlan, ...], legs: tuple[Connection | None, ...]
+    ) -> Iterator[Plan]:
         n = len(days)
         if n == self.spec.days:
             yield Plan(days, legs, self.c.transport is not None)
             return
         visited = {d.city for d in days}
-        candidates = [self.spec.start_city] if n == 0 else [c for c in self.world.cities if c not in visited]
+        candidates = (
+            [self.spec.start_city] if n == 0 else [c for c in self.world.cities if c not in visited]
+        )
         for city in candidates:
             leg = None
             if n > 0 and self.c.transport is not None:

@@ -47,7 +47,9 @@ def render_prompt(spec: TripSpec) -> str:
     if c.restaurant_min_rating is not None:
         parts.append(f"I only eat at restaurants rated {c.restaurant_min_rating} or higher.")
     if c.attraction_min_rating is not None:
-        parts.append(f"Every attraction should have a rating of at least {c.attraction_min_rating}.")
+        parts.append(
+            f"Every attraction should have a rating of at least {c.attraction_min_rating}."
+        )
     if c.max_ticket is not None:
         parts.append(f"No attraction ticket should cost more than {c.max_ticket} CNY.")
     if c.budget_tiers is not None:
@@ -56,15 +58,20 @@ def render_prompt(spec: TripSpec) -> str:
         parts.append(
             "Over the whole trip, the hotels, the meals (lunch and dinner, counted at each "
             "restaurant's average price per person) and the attraction tickets must add up to at "
-            f"most {c.total_budget} CNY.")
+            f"most {c.total_budget} CNY."
+        )
     if c.weather is not None:
         rainy = _or_list(list(c.weather.rainy_conditions))
         if c.weather.rule == "rain_indoor":
-            parts.append(f"If the forecast for the city I'm in on a given day is {rainy}, the "
-                         "afternoon attraction that day has to be indoors.")
+            parts.append(
+                f"If the forecast for the city I'm in on a given day is {rainy}, the "
+                "afternoon attraction that day has to be indoors."
+            )
         else:
-            parts.append("I don't want to spend a day anywhere it rains: don't put me in a city on "
-                         f"a day when its forecast is {rainy}.")
+            parts.append(
+                "I don't want to spend a day anywhere it rains: don't put me in a city on "
+                f"a day when its forecast is {rainy}."
+            )
     if c.transport is not None:
         parts.append(_transport_text(spec))
     parts.append("Can you help me put together this itinerary?")
@@ -80,13 +87,21 @@ def submit_format(spec: TripSpec, heading: str | None = None) -> str:
         rows.append(
             f'{{ "time": "{day}", "city": "city_name", "hotel": "hotel_name", '
             '"afternoon_restaurant": "restaurant_name", "afternoon_attraction": "attraction_name", '
-            f'"evening_restaurant": "restaurant_name"{extra} }}')
+            f'"evening_restaurant": "restaurant_name"{extra} }}'
+        )
     block = "```\n[\n" + ",\n".join(rows) + "\n]\n```"
-    intro = (heading + "\n\n") if heading else (
-        "When the itinerary is ready, submit it with submit_result, passing answer_text as a JSON "
-        "array with one object per day, in exactly this format:\n")
-    tail = ("\nSubmit it by calling submit_result with this JSON array as answer_text; use the "
-            "exact names the tools return.")
+    intro = (
+        (heading + "\n\n")
+        if heading
+        else (
+            "When the itinerary is ready, submit it with submit_result, passing answer_text as a JSON "
+            "array with one object per day, in exactly this format:\n"
+        )
+    )
+    tail = (
+        "\nSubmit it by calling submit_result with this JSON array as answer_text; use the "
+        "exact names the tools return."
+    )
     return intro + block + tail
 
 
@@ -102,17 +117,24 @@ def _tiers_text(bt: BudgetTiers) -> str:
 
 
 def _tier_sentence(t: Tier) -> str:
-    band = (f"{t.min_price} CNY or more per night" if t.max_price is None
-            else f"{t.min_price} CNY or more but under {t.max_price} CNY per night")
+    band = (
+        f"{t.min_price} CNY or more per night"
+        if t.max_price is None
+        else f"{t.min_price} CNY or more but under {t.max_price} CNY per night"
+    )
     rules = []
     if t.restaurants_total_lt is not None:
-        rules.append("lunch and dinner together (average price per person) must cost less than "
-                     f"{t.restaurants_total_lt} CNY")
+        rules.append(
+            "lunch and dinner together (average price per person) must cost less than "
+            f"{t.restaurants_total_lt} CNY"
+        )
     if t.restaurants_all_min_rating is not None:
         rules.append(f"both restaurants must be rated at least {t.restaurants_all_min_rating}")
     if t.restaurants_any_min_rating is not None:
-        rules.append(f"at least one of the two restaurants must be rated "
-                     f"{t.restaurants_any_min_rating} or higher")
+        rules.append(
+            f"at least one of the two restaurants must be rated "
+            f"{t.restaurants_any_min_rating} or higher"
+        )
     if t.ticket_lt is not None:
         rules.append(f"the afternoon attraction ticket must cost less than {t.ticket_lt} CNY")
     then = _and_list(rules) if rules else "anything goes"
@@ -122,8 +144,10 @@ def _tier_sentence(t: Tier) -> str:
 def _transport_text(spec: TripSpec) -> str:
     t = spec.constraints.transport
     assert t is not None
-    text = (f"I'll move to the next city each morning on a single direct "
-            f"{_or_list(list(t.modes))} (no changes)")
+    text = (
+        f"I'll move to the next city each morning on a single direct "
+        f"{_or_list(list(t.modes))} (no changes)"
+    )
     if t.max_hours is not None:
         text += f" that takes at most {t.max_hours:g} hours"
     if t.arrive_by is not None:
@@ -131,8 +155,10 @@ def _transport_text(spec: TripSpec) -> str:
     text += "."
     if t.budget is not None:
         text += f" All those tickets together must cost at most {t.budget} CNY."
-    return text + (" For each day, add a \"transport\" field with the code of the service that "
-                   "brings me there from the previous day's city, and null on the first day.")
+    return text + (
+        ' For each day, add a "transport" field with the code of the service that '
+        "brings me there from the previous day's city, and null on the first day."
+    )
 
 
 def _days_phrase(days: tuple[int, ...]) -> str:

@@ -15,7 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from envs.trip_planning.constraints import (
-    HANGZHOU_3DAY, BudgetTiers, Constraints, Tier, TransportRule, TripSpec, WeatherRule,
+    HANGZHOU_3DAY,
+    BudgetTiers,
+    Constraints,
+    Tier,
+    TransportRule,
+    TripSpec,
+    WeatherRule,
 )
 from envs.trip_planning.planner import Plan, Planner
 from envs.trip_planning.prompts import render_prompt, seed_prompt
@@ -44,15 +50,27 @@ def worked_example(world: World) -> GeneratedTask:
     """The seed's Hangzhou example (§3.2.3), exactly as stated there."""
     witness = Planner(world, HANGZHOU_3DAY).witness()
     if witness is None:
-        raise UnsolvableTask(f"{WORKED_EXAMPLE_ID} has no solution on this database; build with "
-                             "include_worked_example=False or another seed")
-    return GeneratedTask(HANGZHOU_3DAY, witness, _task(
-        WORKED_EXAMPLE_ID, seed_prompt(HANGZHOU_3DAY), "solve_hangzhou_3day", 3, HANGZHOU_3DAY))
+        raise UnsolvableTask(
+            f"{WORKED_EXAMPLE_ID} has no solution on this database; build with "
+            "include_worked_example=False or another seed"
+        )
+    return GeneratedTask(
+        HANGZHOU_3DAY,
+        witness,
+        _task(
+            WORKED_EXAMPLE_ID, seed_prompt(HANGZHOU_3DAY), "solve_hangzhou_3day", 3, HANGZHOU_3DAY
+        ),
+    )
 
 
-def generate_tasks(world: World, *, seed: int, n_tasks: int,
-                   difficulties: tuple[int, ...] = (1, 2, 3, 4, 5),
-                   accept: Callable[[TripSpec, Plan], bool] | None = None) -> list[GeneratedTask]:
+def generate_tasks(
+    world: World,
+    *,
+    seed: int,
+    n_tasks: int,
+    difficulties: tuple[int, ...] = (1, 2, 3, 4, 5),
+    accept: Callable[[TripSpec, Plan], bool] | None = None,
+) -> list[GeneratedTask]:
     """``n_tasks`` tasks, difficulties cycling through ``difficulties``.
 
     ``accept`` may veto a solvable draw (the build vetoes tasks whose every rule cannot be
@@ -66,19 +84,36 @@ def generate_tasks(world: World, *, seed: int, n_tasks: int,
         difficulty = difficulties[i % len(difficulties)]
         spec, witness = _draw_solvable(world, rng, difficulty, accept)
         task_id = f"trip-{i + 1:03d}-d{difficulty}"
-        out.append(GeneratedTask(spec, witness,
-                                 _task(task_id, render_prompt(spec), SOLVER, difficulty, spec)))
+        out.append(
+            GeneratedTask(
+                spec, witness, _task(task_id, render_prompt(spec), SOLVER, difficulty, spec)
+            )
+        )
     return out
 
 
-def _task(task_id: str, prompt: str, solution: str, difficulty: int, spec: TripSpec) -> dict[str, Any]:
-    return {"id": task_id, "prompt": prompt, "solution": solution, "verifier": VERIFIER,
-            "difficulty": difficulty, "submit_tool": "submit_result", "system_prompt": None,
-            "metadata": spec.metadata(), "baseline": BASELINE}
+def _task(
+    task_id: str, prompt: str, solution: str, difficulty: int, spec: TripSpec
+) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "prompt": prompt,
+        "solution": solution,
+        "verifier": VERIFIER,
+        "difficulty": difficulty,
+        "submit_tool": "submit_result",
+        "system_prompt": None,
+        "metadata": spec.metadata(),
+        "baseline": BASELINE,
+    }
 
 
-def _draw_solvable(world: World, rng: random.Random, difficulty: int,
-                   accept: Callable[[TripSpec, Plan], bool] | None = None) -> tuple[TripSpec, Plan]:
+def _draw_solvable(
+    world: World,
+    rng: random.Random,
+    difficulty: int,
+    accept: Callable[[TripSpec, Plan], bool] | None = None,
+) -> tuple[TripSpec, Plan]:
     for _ in range(MAX_DRAWS):
         spec = _draw(world, rng, difficulty)
         if spec is None:
@@ -86,8 +121,10 @@ def _draw_solvable(world: World, rng: random.Random, difficulty: int,
         witness = _with_budgets(world, spec, rng, difficulty)
         if witness is not None and (accept is None or accept(*witness)):
             return witness
-    raise UnsolvableTask(f"no solvable difficulty-{difficulty} task in {MAX_DRAWS} draws; "
-                         "the database is too small for this difficulty")
+    raise UnsolvableTask(
+        f"no solvable difficulty-{difficulty} task in {MAX_DRAWS} draws; "
+        "the database is too small for this difficulty"
+    )
 
 
 def _draw(world: World, rng: random.Random, difficulty: int) -> TripSpec | None:
@@ -110,12 +147,19 @@ def _draw(world: World, rng: random.Random, difficulty: int) -> TripSpec | None:
     if difficulty >= 3:
         c = replace(c, weather=WeatherRule(rng.choice(["rain_indoor", "avoid_rain"])))
     if difficulty >= 4:
-        modes = ("train",) if difficulty == 4 else rng.choice(
-            [("train",), ("train", "bus"), ("train", "flight")])
-        c = replace(c, transport=TransportRule(
-            modes=modes,
-            max_hours=rng.choice([3.0, 4.0, 5.0] if difficulty == 4 else [2.5, 3.0, 4.0]),
-            arrive_by=rng.choice(["12:00", "13:00"]) if difficulty == 5 else None))
+        modes = (
+            ("train",)
+            if difficulty == 4
+            else rng.choice([("train",), ("train", "bus"), ("train", "flight")])
+        )
+        c = replace(
+            c,
+            transport=TransportRule(
+                modes=modes,
+                max_hours=rng.choice([3.0, 4.0, 5.0] if difficulty == 4 else [2.5, 3.0, 4.0]),
+                arrive_by=rng.choice(["12:00", "13:00"]) if difficulty == 5 else None,
+            ),
+        )
     spec = TripSpec(start_city, start_date, days, c)
     if c.weather is not None and not _weather_binds(world, spec):
         return None
@@ -140,18 +184,38 @@ def _pick(rng: random.Random, options: list[Any], tight: float) -> Any:
 
 def _tiers(rng: random.Random, days: tuple[int, ...], tight: float) -> BudgetTiers:
     """The seed's three tiers with jittered thresholds."""
-    low, mid, lux = rng.choice([150, 200, 250]), rng.choice([450, 500, 550]), rng.choice([750, 800, 900])
-    return BudgetTiers(days=days, require_tier=True, tiers=(
-        Tier("luxury", lux, None,
-             restaurants_total_lt=_pick(rng, [450, 400, 350, 300, 250], tight),
-             restaurants_all_min_rating=_pick(rng, [3.6, 3.8, 4.0, 4.2], tight),
-             ticket_lt=_pick(rng, [160, 140, 120, 100, 80], tight)),
-        Tier("mid-to-high", mid, lux,
-             restaurants_any_min_rating=_pick(rng, [3.8, 4.0, 4.2, 4.4], tight),
-             ticket_lt=_pick(rng, [200, 180, 150, 120], tight)),
-        Tier("affordable", low, mid,
-             restaurants_any_min_rating=_pick(rng, [3.0, 3.2, 3.5, 3.8], tight)),
-    ))
+    low, mid, lux = (
+        rng.choice([150, 200, 250]),
+        rng.choice([450, 500, 550]),
+        rng.choice([750, 800, 900]),
+    )
+    return BudgetTiers(
+        days=days,
+        require_tier=True,
+        tiers=(
+            Tier(
+                "luxury",
+                lux,
+                None,
+                restaurants_total_lt=_pick(rng, [450, 400, 350, 300, 250], tight),
+                restaurants_all_min_rating=_pick(rng, [3.6, 3.8, 4.0, 4.2], tight),
+                ticket_lt=_pick(rng, [160, 140, 120, 100, 80], tight),
+            ),
+            Tier(
+                "mid-to-high",
+                mid,
+                lux,
+                restaurants_any_min_rating=_pick(rng, [3.8, 4.0, 4.2, 4.4], tight),
+                ticket_lt=_pick(rng, [200, 180, 150, 120], tight),
+            ),
+            Tier(
+                "affordable",
+                low,
+                mid,
+                restaurants_any_min_rating=_pick(rng, [3.0, 3.2, 3.5, 3.8], tight),
+            ),
+        ),
+    )
 
 
 def _weather_binds(world: World, spec: TripSpec) -> bool:
@@ -162,8 +226,9 @@ def _weather_binds(world: World, spec: TripSpec) -> bool:
     return wet >= 2
 
 
-def _with_budgets(world: World, spec: TripSpec, rng: random.Random,
-                  difficulty: int) -> tuple[TripSpec, Plan] | None:
+def _with_budgets(
+    world: World, spec: TripSpec, rng: random.Random, difficulty: int
+) -> tuple[TripSpec, Plan] | None:
     """Solve without trip-wide budgets; at difficulty 5, then set budgets that bind.
 
     The trip budget sits at a low quantile of what the otherwise-valid plans cost, and the
@@ -183,12 +248,13 @@ def _with_budgets(world: World, spec: TripSpec, rng: random.Random,
     fare = _round_up(fares[int(rng.choice([0.5, 0.7]) * (len(fares) - 1))], 10)
     c = spec.constraints
     assert c.transport is not None
-    spec = replace(spec, constraints=replace(
-        c, total_budget=total, transport=replace(c.transport, budget=fare)))
+    spec = replace(
+        spec,
+        constraints=replace(c, total_budget=total, transport=replace(c.transport, budget=fare)),
+    )
     witness = Planner(world, spec).witness()  # re-proved under the final spec
     return None if witness is None else (spec, witness)
 
 
 def _round_up(x: float, step: int) -> int:
     return int(math.ceil(x / step) * step)
-

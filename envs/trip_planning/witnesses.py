@@ -31,11 +31,17 @@ Answer = list[dict[str, Any]]
 Verify = Callable[[dict[str, Any]], dict[str, Any]]  # submission -> verifier report
 MAX_PLANS_PER_RULE = 150
 MAX_STAY_DAYS = 80
-_SLOTS = (("hotel", "hotels"), ("afternoon_restaurant", "restaurants"),
-          ("evening_restaurant", "restaurants"), ("afternoon_attraction", "attractions"))
+_SLOTS = (
+    ("hotel", "hotels"),
+    ("afternoon_restaurant", "restaurants"),
+    ("evening_restaurant", "restaurants"),
+    ("afternoon_attraction", "attractions"),
+)
 
 
-def find_witnesses(verify: Verify, world: World, spec: TripSpec, gold: Answer) -> tuple[list[dict[str, Any]], list[str]]:
+def find_witnesses(
+    verify: Verify, world: World, spec: TripSpec, gold: Answer
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Witnesses (tasks.jsonl form) for every rule the gold verdict reports, and the rules left without one."""
     rules = [c["name"] for c in verify(_submit(gold))["checks"]]
     found: dict[str, dict[str, Any]] = {}
@@ -58,9 +64,15 @@ def _candidates(world: World, spec: TripSpec, gold: Answer) -> Iterator[tuple[di
         yield _submit(gold[:-1]), "the last day is missing"
     else:
         yield _submit(gold + gold), "the only day is given twice"
-    yield _submit([{**gold[0], "note": "extra"}, *gold[1:]]), "day 1 has a field the task does not ask for"
+    yield (
+        _submit([{**gold[0], "note": "extra"}, *gold[1:]]),
+        "day 1 has a field the task does not ask for",
+    )
     yield _submit([{**gold[0], "time": "1999-01-01"}, *gold[1:]]), "day 1 has the wrong date"
-    yield _submit([{**gold[0], "hotel": "Nowhere Grand Hotel"}, *gold[1:]]), "day 1's hotel does not exist"
+    yield (
+        _submit([{**gold[0], "hotel": "Nowhere Grand Hotel"}, *gold[1:]]),
+        "day 1's hotel does not exist",
+    )
     for answer, note in _slot_swaps(world, gold):
         yield _submit(answer), note
     for answer, note in _relaxed_plans(world, spec):
@@ -72,7 +84,10 @@ def _candidates(world: World, spec: TripSpec, gold: Answer) -> Iterator[tuple[di
 def _slot_swaps(world: World, gold: Answer) -> Iterator[tuple[Answer, str]]:
     for i, day in enumerate(gold):
         if day["afternoon_restaurant"] != day["evening_restaurant"]:
-            yield _with(gold, i, evening_restaurant=day["afternoon_restaurant"]), f"day {i + 1}: lunch reused as dinner"
+            yield (
+                _with(gold, i, evening_restaurant=day["afternoon_restaurant"]),
+                f"day {i + 1}: lunch reused as dinner",
+            )
     for i, day in enumerate(gold):
         home = day["city"]
         for key, table in _SLOTS:
@@ -80,13 +95,19 @@ def _slot_swaps(world: World, gold: Answer) -> Iterator[tuple[Answer, str]]:
             for city in [home, *[c for c in world.cities if c != home]]:
                 for row in rows[city]:
                     if row.name != day[key]:
-                        yield _with(gold, i, **{key: row.name}), f"day {i + 1}: {key} is {row.name} ({city})"
+                        yield (
+                            _with(gold, i, **{key: row.name}),
+                            f"day {i + 1}: {key} is {row.name} ({city})",
+                        )
     services = [s for group in world.connections.values() for s in group]
     for i, day in enumerate(gold):
         if "transport" in day and i > 0:
             for s in sorted(services, key=lambda s: s.price):
                 if s.code != day["transport"]:
-                    yield _with(gold, i, transport=s.code), f"day {i + 1}: takes {s.code} ({s.src} → {s.dst})"
+                    yield (
+                        _with(gold, i, transport=s.code),
+                        f"day {i + 1}: takes {s.code} ({s.src} → {s.dst})",
+                    )
 
 
 def _relaxed_plans(world: World, spec: TripSpec) -> Iterator[tuple[Answer, str]]:
@@ -97,8 +118,11 @@ def _relaxed_plans(world: World, spec: TripSpec) -> Iterator[tuple[Answer, str]]
         r = relaxed.constraints
         cap = c.total_budget if r.total_budget is not None else None
         fare_cap = fare if r.transport is not None and r.transport.budget is not None else None
-        within = (p for p in Planner(world, relaxed).plans()
-                  if (cap is None or p.cost <= cap) and (fare_cap is None or p.transport_cost <= fare_cap))
+        within = (
+            p
+            for p in Planner(world, relaxed).plans()
+            if (cap is None or p.cost <= cap) and (fare_cap is None or p.transport_cost <= fare_cap)
+        )
         for plan in islice(within, MAX_PLANS_PER_RULE):
             yield plan.answer(), note
 
@@ -109,17 +133,32 @@ def _relaxations(world: World, spec: TripSpec) -> Iterator[tuple[TripSpec, str]]
     if bt is not None:
         for n in bt.days:
             days = tuple(d for d in bt.days if d != n)
-            yield _spec(spec, budget_tiers=replace(bt, days=days) if days else None), f"day {n} ignores the budget tiers"
-    for key in ("hotel_min_rating", "restaurant_min_rating", "attraction_min_rating", "max_ticket",
-                "total_budget", "weather"):
+            yield (
+                _spec(spec, budget_tiers=replace(bt, days=days) if days else None),
+                f"day {n} ignores the budget tiers",
+            )
+    for key in (
+        "hotel_min_rating",
+        "restaurant_min_rating",
+        "attraction_min_rating",
+        "max_ticket",
+        "total_budget",
+        "weather",
+    ):
         if getattr(c, key) is not None:
             yield _spec(spec, **{key: None}), f"a plan that ignores {key}"
     t = c.transport
     if t is not None:
-        yield _spec(spec, transport=replace(t, modes=("train", "bus", "flight"))), "a plan on any mode"
+        yield (
+            _spec(spec, transport=replace(t, modes=("train", "bus", "flight"))),
+            "a plan on any mode",
+        )
         for key in ("max_hours", "arrive_by", "budget"):
             if getattr(t, key) is not None:
-                yield _spec(spec, transport=replace(t, **{key: None})), f"a plan that ignores transport {key}"
+                yield (
+                    _spec(spec, transport=replace(t, **{key: None})),
+                    f"a plan that ignores transport {key}",
+                )
     for city in world.cities:
         if city != spec.start_city:
             yield replace(spec, start_city=city), f"the trip starts in {city}"
@@ -142,23 +181,51 @@ def _stays(world: World, spec: TripSpec, gold: Answer) -> Iterator[tuple[Answer,
                 continue
             answer[k + 1]["transport"] = leg.code
         c, prev = spec.constraints, gold[k - 1]
-        free = [r for r in world.restaurants[city] if r.name not in used
-                and (c.restaurant_min_rating is None or r.rating >= c.restaurant_min_rating)]
-        hotels = [h for h in world.hotels[city] if c.hotel_min_rating is None or h.rating >= c.hotel_min_rating]
-        sights = [s for s in world.attractions[city]
-                  if (c.attraction_min_rating is None or s.rating >= c.attraction_min_rating)
-                  and (c.max_ticket is None or s.ticket <= c.max_ticket)]
+        free = [
+            r
+            for r in world.restaurants[city]
+            if r.name not in used
+            and (c.restaurant_min_rating is None or r.rating >= c.restaurant_min_rating)
+        ]
+        hotels = [
+            h
+            for h in world.hotels[city]
+            if c.hotel_min_rating is None or h.rating >= c.hotel_min_rating
+        ]
+        sights = [
+            s
+            for s in world.attractions[city]
+            if (c.attraction_min_rating is None or s.rating >= c.attraction_min_rating)
+            and (c.max_ticket is None or s.ticket <= c.max_ticket)
+        ]
         # The previous day's hotel and attraction already meet the per-item rules (repeating
         # them is fine: only the city repeat is a violation), so they come first.
-        options = [(h.name != prev["hotel"], s.name != prev["afternoon_attraction"],
-                    h.price + a.price + b.price + s.ticket, h.name, a.name, b.name, s.name)
-                   for h in hotels for s in sights for a, b in combinations(free, 2)]
+        options = [
+            (
+                h.name != prev["hotel"],
+                s.name != prev["afternoon_attraction"],
+                h.price + a.price + b.price + s.ticket,
+                h.name,
+                a.name,
+                b.name,
+                s.name,
+            )
+            for h in hotels
+            for s in sights
+            for a, b in combinations(free, 2)
+        ]
         for *_, hotel, lunch, dinner, sight in sorted(options)[:MAX_STAY_DAYS]:
-            day = {**answer[k], "city": city, "hotel": hotel, "afternoon_restaurant": lunch,
-                   "afternoon_attraction": sight, "evening_restaurant": dinner}
+            day = {
+                **answer[k],
+                "city": city,
+                "hotel": hotel,
+                "afternoon_restaurant": lunch,
+                "afternoon_attraction": sight,
+                "evening_restaurant": dinner,
+            }
             if "transport" in day:
                 day["transport"] = None
-            yield [*answer[:k], day, *answer[k + 1:]], f"day {k + 1} stays in {city}"
+            yield [*answer[:k], day, *answer[k + 1 :]], f"day {k + 1} stays in {city}"
 
 
 def _with(answer: Answer, i: int, **changes: Any) -> Answer:

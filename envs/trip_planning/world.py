@@ -68,19 +68,32 @@ def load_world(path: Path) -> World:
             restaurants: dict[str, list[RestaurantRow]] = defaultdict(list)
             for r in s.scalars(select(db.Restaurant).order_by(db.Restaurant.id)):
                 restaurants[names[r.city_id]].append(
-                    RestaurantRow(r.name, r.avg_price_per_person, r.rating))
+                    RestaurantRow(r.name, r.avg_price_per_person, r.rating)
+                )
             attractions: dict[str, list[AttractionRow]] = defaultdict(list)
             for a in s.scalars(select(db.Attraction).order_by(db.Attraction.id)):
                 attractions[names[a.city_id]].append(
-                    AttractionRow(a.name, a.ticket_price, a.rating, a.indoor))
+                    AttractionRow(a.name, a.ticket_price, a.rating, a.indoor)
+                )
             connections: dict[tuple[str, str], list[Connection]] = defaultdict(list)
             for t in s.scalars(select(db.InterCityTransport).order_by(db.InterCityTransport.id)):
                 src, dst = names[t.from_city_id], names[t.to_city_id]
-                connections[(src, dst)].append(Connection(
-                    t.code, t.mode, src, dst, t.departure_time, t.arrival_time,
-                    t.duration_minutes, t.price))
-            weather = {(names[w.city_id], w.date): w.condition
-                       for w in s.scalars(select(db.Weather).order_by(db.Weather.id))}
+                connections[(src, dst)].append(
+                    Connection(
+                        t.code,
+                        t.mode,
+                        src,
+                        dst,
+                        t.departure_time,
+                        t.arrival_time,
+                        t.duration_minutes,
+                        t.price,
+                    )
+                )
+            weather = {
+                (names[w.city_id], w.date): w.condition
+                for w in s.scalars(select(db.Weather).order_by(db.Weather.id))
+            }
     finally:
         engine.dispose()
     cities = tuple(names.values())

@@ -35,8 +35,12 @@ TOOL_SPECS: list[dict[str, Any]] = [
         "parameters": {"type": "object", "properties": {"id": {"type": "string"}, "pattern": {"type": "string"}},
                        "required": ["id", "pattern"]}}},
 ]  # fmt: skip
-ANSWER_NOW = "You have used all your tool calls. Reply now with your final answer, without calling a tool."
-_MAX_RESULT_CHARS = 4000  # a tool result longer than this is cut (the model's context is the budget)
+ANSWER_NOW = (
+    "You have used all your tool calls. Reply now with your final answer, without calling a tool."
+)
+_MAX_RESULT_CHARS = (
+    4000  # a tool result longer than this is cut (the model's context is the budget)
+)
 
 
 @dataclass
@@ -70,8 +74,16 @@ def call_tool(tools: SearchTools, name: str, arguments: Any) -> tuple[bool, Any]
         return False, f"{name}: bad arguments ({err})"
 
 
-async def run_agent(policy: Policy, tools: SearchTools, messages: list[dict[str, Any]], *, session: str,
-                    params: SamplingParams, max_tool_turns: int, use_tools: bool = True) -> AgentRun:
+async def run_agent(
+    policy: Policy,
+    tools: SearchTools,
+    messages: list[dict[str, Any]],
+    *,
+    session: str,
+    params: SamplingParams,
+    max_tool_turns: int,
+    use_tools: bool = True,
+) -> AgentRun:
     """Let ``policy`` work on ``messages`` (mutated: the transcript) and return its run."""
     parser = get_parser("hermes")
     run = AgentRun()
@@ -87,7 +99,11 @@ async def run_agent(policy: Policy, tools: SearchTools, messages: list[dict[str,
             run.turns += 1
             run.prompt_tokens += turn.usage.prompt_tokens
             run.completion_tokens += turn.usage.completion_tokens or len(turn.token_ids)
-            action = normalize_action(turn.message) if turn.message is not None else parser.parse(turn.text)
+            action = (
+                normalize_action(turn.message)
+                if turn.message is not None
+                else parser.parse(turn.text)
+            )
             message = dict(action.message)
             messages.append(message)
             calls = message.get("tool_calls") or []
@@ -106,7 +122,12 @@ async def run_agent(policy: Policy, tools: SearchTools, messages: list[dict[str,
                     arguments = runnable[call_id].arguments
                     ok, result = call_tool(tools, runnable[call_id].name, arguments)
                     doc = arguments.get("id") if isinstance(arguments, dict) else None
-                    if ok and name in ("open", "find") and isinstance(doc, str) and doc not in run.opened:
+                    if (
+                        ok
+                        and name in ("open", "find")
+                        and isinstance(doc, str)
+                        and doc not in run.opened
+                    ):
                         run.opened.append(doc)
                 else:
                     result = problems.get(call_id, "the call could not be read")

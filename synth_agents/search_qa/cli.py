@@ -28,14 +28,31 @@ def is_search_qa(category: str) -> bool:
     return isinstance(category, str) and re.sub(r"[\s_\-]+", "", category).lower() in NAMES
 
 
-def search_qa_command(*, agent: str, model: str, n: int, out: Path, seed: int, hops: int, breadth: int,
-                      answer_models: str, max_tokens: int, temperature: float, sandbox: str, filter_k: int,
-                      as_json: bool) -> None:
+def search_qa_command(
+    *,
+    agent: str,
+    model: str,
+    n: int,
+    out: Path,
+    seed: int,
+    hops: int,
+    breadth: int,
+    answer_models: str,
+    max_tokens: int,
+    temperature: float,
+    sandbox: str,
+    filter_k: int,
+    as_json: bool,
+) -> None:
     err = Console(stderr=True)
     try:
         payload = _run(agent, model, n, out, seed, hops, breadth, answer_models, max_tokens, temperature, sandbox,
                        filter_k)  # fmt: skip
-    except (ValueError, RuntimeError, OSError) as exc:  # bad options, unloadable model, corpus, check failure
+    except (
+        ValueError,
+        RuntimeError,
+        OSError,
+    ) as exc:  # bad options, unloadable model, corpus, check failure
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     if as_json:
@@ -50,8 +67,20 @@ def search_qa_command(*, agent: str, model: str, n: int, out: Path, seed: int, h
                   + f"  ·  {payload['seconds']:.1f} s")  # fmt: skip
 
 
-def _run(agent: str, model: str, n: int, out: Path, seed: int, hops: int, breadth: int, answer_models: str,
-         max_tokens: int, temperature: float, sandbox: str, filter_k: int) -> dict[str, Any]:
+def _run(
+    agent: str,
+    model: str,
+    n: int,
+    out: Path,
+    seed: int,
+    hops: int,
+    breadth: int,
+    answer_models: str,
+    max_tokens: int,
+    temperature: float,
+    sandbox: str,
+    filter_k: int,
+) -> dict[str, Any]:
     from synth_agents.search_qa.model_pipeline import SynthConfig
     from synth_agents.search_qa.run import synthesize_procedural, synthesize_with_models
     from tools.search.debian import load_packages
@@ -71,4 +100,6 @@ def _run(agent: str, model: str, n: int, out: Path, seed: int, hops: int, breadt
     from tools.search import SearchTools
     from tools.search.build import default_index
 
-    return synthesize_with_models(out, load_packages(), SearchTools(default_index()), config, check=check)
+    return synthesize_with_models(
+        out, load_packages(), SearchTools(default_index()), config, check=check
+    )

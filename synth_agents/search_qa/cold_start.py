@@ -71,11 +71,15 @@ def _ask(kind: str, target: Package) -> tuple[str, str] | None:
 def _unique_summary(facts: Facts, parent: str, child: Package) -> bool:
     """``child``'s description names it among ``parent``'s dependencies (case-insensitive)."""
     key = child.summary.casefold()
-    return bool(key) and sum(1 for d in facts.known_depends(parent) if d.summary.casefold() == key) == 1
+    return (
+        bool(key)
+        and sum(1 for d in facts.known_depends(parent) if d.summary.casefold() == key) == 1
+    )
 
 
-def construction_script(entity: str, facts: Facts, rng: random.Random, *, hops: int, breadth: int,
-                        kind: str) -> Script | None:
+def construction_script(
+    entity: str, facts: Facts, rng: random.Random, *, hops: int, breadth: int, kind: str
+) -> Script | None:
     """A constructor's trace from ``entity`` (``None`` when no chain of ``hops`` fits)."""
     path = [entity]
     for _ in range(hops - 1):
@@ -93,8 +97,11 @@ def construction_script(entity: str, facts: Facts, rng: random.Random, *, hops: 
         question = f"The Debian package {entity} is in section '{target.section}'. {ask.replace('that', 'this')}"
     else:
         hops_text = ", which depends on a package described as ".join(
-            f'"{facts.packages[name].summary}"' for name in path[1:])
-        question = f"The Debian package {entity} depends on a package described as {hops_text}. {ask}"
+            f'"{facts.packages[name].summary}"' for name in path[1:]
+        )
+        question = (
+            f"The Debian package {entity} depends on a package described as {hops_text}. {ask}"
+        )
     raw = {"question": question, "answer": answer, "evidence": path}
     pair, _why = ground(raw, entity, facts.packages, hops)
     if pair is None:
@@ -104,41 +111,69 @@ def construction_script(entity: str, facts: Facts, rng: random.Random, *, hops: 
                 {"role": "user", "content": roles.CONSTRUCT_USER.format(
                     entity=entity, document=document.body[:2000], hops=hops, breadth=breadth)})  # fmt: skip
     calls: list[Step] = [ToolCall(f"c{i}", "open", {"id": name}) for i, name in enumerate(path[1:])]
-    return Script("construct", entity, messages, (*calls, json.dumps(raw, ensure_ascii=False)), pair)
+    return Script(
+        "construct", entity, messages, (*calls, json.dumps(raw, ensure_ascii=False)), pair
+    )
 
 
 def _wrong_value(pair: QAPair, facts: Facts, rng: random.Random) -> str | None:
     """A wrong answer of the same kind: preferably the field of a package next to the target
     (another dependency of the previous hop, or an earlier hop), else of any package."""
-    def value(p: Package) -> str:
-        return maintainer_name(p.maintainer) if pair.kind == "person" else p.fields.get("Version", "")
 
-    near = [d.name for d in facts.known_depends(pair.evidence[-2])] if len(pair.evidence) > 1 else []
-    for names in (near + list(pair.evidence[:-1]), rng.sample(sorted(facts.packages), min(50, len(facts.packages)))):
-        values = sorted({v for n in names if (v := value(facts.packages[n])) and v.casefold() != pair.answer.casefold()})
+    def value(p: Package) -> str:
+        return (
+            maintainer_name(p.maintainer) if pair.kind == "person" else p.fields.get("Version", "")
+        )
+
+    near = (
+        [d.name for d in facts.known_depends(pair.evidence[-2])] if len(pair.evidence) > 1 else []
+    )
+    for names in (
+        near + list(pair.evidence[:-1]),
+        rng.sample(sorted(facts.packages), min(50, len(facts.packages))),
+    ):
+        values = sorted(
+            {
+                v
+                for n in names
+                if (v := value(facts.packages[n])) and v.casefold() != pair.answer.casefold()
+            }
+        )
         if values:
             return rng.choice(values)
     return None
 
 
-def verification_script(pair: QAPair, entity: str, facts: Facts, rng: random.Random, *,
-                        correct: bool) -> Script | None:
+def verification_script(
+    pair: QAPair, entity: str, facts: Facts, rng: random.Random, *, correct: bool
+) -> Script | None:
     """A verifier's trace: open the last evidence document, then the verdict with its reason."""
     proposed = pair.answer if correct else _wrong_value(pair, facts, rng)
     if proposed is None:
         return None
     field_name = "Maintainer" if pair.kind == "person" else "Version"
     target = pair.evidence[-1]
-    ask = roles.VERIFY_USER.format(question=pair.question, answer=proposed, evidence=", ".join(pair.evidence))
-    messages = ({"role": "system", "content": roles.VERIFY_SYSTEM}, {"role": "user", "content": ask})
+    ask = roles.VERIFY_USER.format(
+        question=pair.question, answer=proposed, evidence=", ".join(pair.evidence)
+    )
+    messages = (
+        {"role": "system", "content": roles.VERIFY_SYSTEM},
+        {"role": "user", "content": ask},
+    )
     # The reason comes first and puts the document's value beside the proposed one, so the
     # verdict is written after the comparison, not before it.
     reason = f"the {field_name} of {target} is {pair.answer}; the proposed answer is {proposed}"
-    verdict = json.dumps({"reason": reason, "verdict": "correct" if correct else "incorrect"}, ensure_ascii=False)
-    return Script("verify", entity, messages, (ToolCall("v0", "open", {"id": target}), verdict), pair)
+    verdict = json.dumps(
+        {"reason": reason, "verdict": "correct" if correct else "incorrect"}, ensure_ascii=False
+    )
+    return Script(
+        "verify", entity, messages, (ToolCall("v0", "open", {"id": target}), verdict), pair
+    )
 
 
-def scripts_for(entities: Sequence[str], facts: Facts, *, hops: int, breadth: int, seed: int) -> list[Script]:
+def scripts_for(
+    entities: Sequence[str], facts: Facts, *, hops: int, breadth: int, seed: int
+) -> list[Script]:
     """Per entity that has a fitting chain: its construction trace and two verification traces
     of that pair, one with the true answer (``correct``) and one with a wrong value of the same
     kind (``incorrect``) — contrastive, so what is learned is the comparison, not a rubber
@@ -151,7 +186,9 @@ def scripts_for(entities: Sequence[str], facts: Facts, *, hops: int, breadth: in
                                                                      breadth=breadth, kind=k))), None)  # fmt: skip
         if made is None:
             continue
-        checks = [verification_script(made.pair, entity, facts, rng, correct=c) for c in (True, False)]
+        checks = [
+            verification_script(made.pair, entity, facts, rng, correct=c) for c in (True, False)
+        ]
         out += [made, *(c for c in checks if c is not None)]
     return out
 
@@ -162,7 +199,9 @@ class Played:
 
     steps: list[Step]
     session: TokenSession = field(default_factory=TokenSession)
-    turns: list[tuple[list[int], list[int]]] = field(default_factory=list)  # (prompt ids, written ids)
+    turns: list[tuple[list[int], list[int]]] = field(
+        default_factory=list
+    )  # (prompt ids, written ids)
 
 
 class TeacherPolicy:
@@ -184,8 +223,13 @@ class TeacherPolicy:
     def begin(self, session: str, steps: Sequence[Step]) -> None:
         self._sessions[session] = Played(list(steps))
 
-    async def act(self, session: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-                  params: SamplingParams) -> Turn:
+    async def act(
+        self,
+        session: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        params: SamplingParams,
+    ) -> Turn:
         played = self._sessions.get(session)
         if played is None or len(played.turns) >= len(played.steps):
             raise PolicyError(f"{session}: the script has no step left")
@@ -213,7 +257,9 @@ def example_from(played: Played, *, task_id: str) -> Any:
     from trainer.sft_data import SFTExample
 
     if len(played.turns) != len(played.steps):
-        raise ValueError(f"{task_id}: the agent stopped after {len(played.turns)} of {len(played.steps)} steps")
+        raise ValueError(
+            f"{task_id}: the agent stopped after {len(played.turns)} of {len(played.steps)} steps"
+        )
     ids: list[int] = []
     mask: list[int] = []
     for prompt, written in played.turns:

@@ -39,20 +39,33 @@ class ColdStartConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.entities, self.hops, self.breadth, self.epochs) < 1 or self.exclude_n < 0 or self.lr <= 0:
-            raise ValueError("entities, hops, breadth and epochs must be >= 1, exclude_n >= 0 and lr > 0")
+        if (
+            min(self.entities, self.hops, self.breadth, self.epochs) < 1
+            or self.exclude_n < 0
+            or self.lr <= 0
+        ):
+            raise ValueError(
+                "entities, hops, breadth and epochs must be >= 1, exclude_n >= 0 and lr > 0"
+            )
 
 
 def training_entities(packages: Sequence[Package], cfg: ColdStartConfig) -> list[str]:
     """``cfg.entities`` long-tail entities none of which a synthesis run with ``exclude_seed``
     and ``n <= exclude_n`` samples (sample_entities is prefix-stable in its seed)."""
-    excluded = set(sample_entities(packages, cfg.exclude_n, cfg.exclude_seed)) if cfg.exclude_n else set()
+    excluded = (
+        set(sample_entities(packages, cfg.exclude_n, cfg.exclude_seed)) if cfg.exclude_n else set()
+    )
     pool = sample_entities(packages, cfg.entities + len(excluded), cfg.seed + 1_000)
     return [e for e in pool if e not in excluded][: cfg.entities]
 
 
-def play(scripts: Sequence[Script], tools: SearchTools, fmt: Any, end_ids: frozenset[int],
-         cfg: ColdStartConfig) -> list[Any]:
+def play(
+    scripts: Sequence[Script],
+    tools: SearchTools,
+    fmt: Any,
+    end_ids: frozenset[int],
+    cfg: ColdStartConfig,
+) -> list[Any]:
     """Every script through the real agent loop and tools; one example each."""
     teacher = TeacherPolicy(fmt, end_ids)
     params = SamplingParams(temperature=0.0, max_tokens=512)
@@ -66,12 +79,15 @@ def play(scripts: Sequence[Script], tools: SearchTools, fmt: Any, end_ids: froze
                             params=params, max_tool_turns=turns)  # fmt: skip
 
     asyncio.run(main())
-    return [example_from(teacher.finished[session], task_id=f"{session}:{script.entity}")
-            for session, script in zip(sessions, scripts)]
+    return [
+        example_from(teacher.finished[session], task_id=f"{session}:{script.entity}")
+        for session, script in zip(sessions, scripts)
+    ]
 
 
-def probe_verifier(policy: Any, packages: Sequence[Package], tools: SearchTools, cfg: ColdStartConfig,
-                   pairs: int) -> dict[str, Any]:
+def probe_verifier(
+    policy: Any, packages: Sequence[Package], tools: SearchTools, cfg: ColdStartConfig, pairs: int
+) -> dict[str, Any]:
     """The taught verifier on held-out pairs: ``pairs`` entities from the excluded sample (never
     trained on), each checked once with its true answer and once with a sibling's value."""
     from synth_agents.search_qa import roles
@@ -87,29 +103,50 @@ def probe_verifier(policy: Any, packages: Sequence[Package], tools: SearchTools,
             if done == pairs:
                 break
             kind = "person" if done % 2 == 0 else "version"
-            made = construction_script(entity, facts, rng, hops=cfg.hops, breadth=cfg.breadth, kind=kind)
+            made = construction_script(
+                entity, facts, rng, hops=cfg.hops, breadth=cfg.breadth, kind=kind
+            )
             if made is None:
                 continue
-            checks = [verification_script(made.pair, entity, facts, rng, correct=c) for c in (True, False)]
+            checks = [
+                verification_script(made.pair, entity, facts, rng, correct=c) for c in (True, False)
+            ]
             if None in checks:
                 continue
             done += 1
             for truth, check in zip(("true", "false"), checks):
                 messages = [dict(m) for m in check.messages]  # type: ignore[union-attr]
-                run = await run_agent(policy, tools, messages, session=f"probe-{entity}-{truth}",
-                                      params=SamplingParams(temperature=0.0, max_tokens=160), max_tool_turns=4)
+                run = await run_agent(
+                    policy,
+                    tools,
+                    messages,
+                    session=f"probe-{entity}-{truth}",
+                    params=SamplingParams(temperature=0.0, max_tokens=160),
+                    max_tool_turns=4,
+                )
                 said, _ = roles.read_verdict(run.text)
                 tally[f"{truth}_{'accepted' if said else 'rejected'}"] += 1
 
     asyncio.run(main())
     right = tally["true_accepted"] + tally["false_rejected"]
     total = sum(tally.values())
-    return {"pairs": total // 2, **dict(tally), "accuracy": round(right / total, 3) if total else None}
+    return {
+        "pairs": total // 2,
+        **dict(tally),
+        "accuracy": round(right / total, 3) if total else None,
+    }
 
 
-def run_cold_start(out: Path, packages: Sequence[Package], tools: SearchTools, cfg: ColdStartConfig, *,
-                   model: str = "smollm2", probe: int = 0,
-                   on_step: Callable[[Any, int], None] | None = None) -> dict[str, Any]:
+def run_cold_start(
+    out: Path,
+    packages: Sequence[Package],
+    tools: SearchTools,
+    cfg: ColdStartConfig,
+    *,
+    model: str = "smollm2",
+    probe: int = 0,
+    on_step: Callable[[Any, int], None] | None = None,
+) -> dict[str, Any]:
     """Traces → examples → SFT of ``model`` → ``out`` (an HF folder); returns the summary, with
     the taught verifier's held-out accuracy on ``probe`` pairs (:func:`probe_verifier`) if > 0."""
     from envgym.models.chat import ChatFormat, end_tokens
@@ -117,19 +154,29 @@ def run_cold_start(out: Path, packages: Sequence[Package], tools: SearchTools, c
 
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / "sft_run.json").is_file():
-        raise FileExistsError(f"{out} is not empty and not an earlier SFT output; choose a new --out")
+        raise FileExistsError(
+            f"{out} is not empty and not an earlier SFT output; choose a new --out"
+        )
     entities = training_entities(packages, cfg)
-    scripts = scripts_for(entities, Facts.of(packages), hops=cfg.hops, breadth=cfg.breadth, seed=cfg.seed)
+    scripts = scripts_for(
+        entities, Facts.of(packages), hops=cfg.hops, breadth=cfg.breadth, seed=cfg.seed
+    )
     if not scripts:
-        raise ValueError(f"none of the {len(entities)} training entities has a {cfg.hops}-hop chain to ask about")
+        raise ValueError(
+            f"none of the {len(entities)} training entities has a {cfg.hops}-hop chain to ask about"
+        )
     net, tokenizer = load_trainable(model)
     fmt = ChatFormat(tokenizer, "hermes")
-    examples = play(scripts, tools, fmt, end_tokens(tokenizer, getattr(net, "generation_config", None)), cfg)
+    examples = play(
+        scripts, tools, fmt, end_tokens(tokenizer, getattr(net, "generation_config", None)), cfg
+    )
     sft = SFTConfig(epochs=cfg.epochs, lr=cfg.lr, batch_tokens=max(cfg.batch_tokens, max(len(e.token_ids)
                     for e in examples)), seed=cfg.seed)  # fmt: skip
     result = train_sft(net, examples, sft, on_step=on_step)
     roles_count = Counter(s.role for s in scripts)
-    verdicts = Counter(json.loads(str(s.steps[-1]))["verdict"] for s in scripts if s.role == "verify")
+    verdicts = Counter(
+        json.loads(str(s.steps[-1]))["verdict"] for s in scripts if s.role == "verify"
+    )
     summary = {
         "out": str(out), "model": model, "config": asdict(cfg),
         "entities": len(entities), "scripts": dict(roles_count), "verify_verdicts": dict(verdicts),
@@ -139,7 +186,9 @@ def run_cold_start(out: Path, packages: Sequence[Package], tools: SearchTools, c
         "first_loss": result.steps[0].loss, "last_loss": result.steps[-1].loss,
         "seconds": round(result.seconds, 1),
     }  # fmt: skip
-    save_policy(net, tokenizer, out, {"cold_start": "search-qa", **summary, "training": result.to_dict()})
+    save_policy(
+        net, tokenizer, out, {"cold_start": "search-qa", **summary, "training": result.to_dict()}
+    )
     if probe > 0:
         from envgym.models import load_policy
 

@@ -69,7 +69,13 @@ class SynthConfig:
     concurrency: int = 1  # entities in flight
 
     def __post_init__(self) -> None:
-        if self.n < 1 or self.hops < 1 or self.breadth < 1 or self.verify_passes < 1 or self.concurrency < 1:
+        if (
+            self.n < 1
+            or self.hops < 1
+            or self.breadth < 1
+            or self.verify_passes < 1
+            or self.concurrency < 1
+        ):
             raise ValueError("n, hops, breadth, verify_passes and concurrency must all be >= 1")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, not {self.max_tokens}")
@@ -95,7 +101,9 @@ def sample_entities(packages: Sequence[Package], n: int, seed: int) -> list[str]
     facts = Facts.of(packages)
     names = sorted(p.name for p in packages if p.section and p.depends)
     if len(names) < n:
-        raise ValueError(f"the corpus has {len(names)} informative packages; asked for {n} entities")
+        raise ValueError(
+            f"the corpus has {len(names)} informative packages; asked for {n} entities"
+        )
     cumulative = list(itertools.accumulate(1.0 / (1 + facts.popularity(name)) for name in names))
     rng = random.Random(seed)
     chosen: dict[str, None] = {}
@@ -107,10 +115,15 @@ def sample_entities(packages: Sequence[Package], n: int, seed: int) -> list[str]
 def _mentions(text: str, answer: str) -> bool:
     """``answer`` as a whole token in ``text`` (both normalized): package names hold - . +."""
     needle = normalize(answer)
-    return bool(needle) and re.search(rf"(?<![a-z0-9]){re.escape(needle)}(?![a-z0-9])", normalize(text)) is not None
+    return (
+        bool(needle)
+        and re.search(rf"(?<![a-z0-9]){re.escape(needle)}(?![a-z0-9])", normalize(text)) is not None
+    )
 
 
-def ground(raw: dict[str, Any], entity: str, packages: dict[str, Package], hops: int) -> tuple[QAPair | None, str]:
+def ground(
+    raw: dict[str, Any], entity: str, packages: dict[str, Package], hops: int
+) -> tuple[QAPair | None, str]:
     """A constructed pair checked against the corpus, with its answer kind and aliases."""
     evidence = raw["evidence"]
     unknown = [e for e in evidence if e not in packages]
@@ -131,12 +144,18 @@ def ground(raw: dict[str, Any], entity: str, packages: dict[str, Package], hops:
     kind, aliases = "text", ()
     if answer in packages:
         kind = "name"
-    elif any(answer in (p.fields.get("Version", ""), p.fields.get("Version", "").split(":", 1)[-1]) for p in docs):
+    elif any(
+        answer in (p.fields.get("Version", ""), p.fields.get("Version", "").split(":", 1)[-1])
+        for p in docs
+    ):
         kind = "version"
     else:
         for p in docs:
             if p.maintainer and normalize(maintainer_name(p.maintainer)) == normalize(answer):
-                kind, aliases = "person", tuple(x for x in (maintainer_email(p.maintainer), p.maintainer) if x)
+                kind, aliases = (
+                    "person",
+                    tuple(x for x in (maintainer_email(p.maintainer), p.maintainer) if x),
+                )
                 break
     return QAPair(question, answer, aliases, kind, tuple(evidence), len(evidence), "model",
                   (("entity", entity),)), ""  # fmt: skip
@@ -146,13 +165,23 @@ def candidate_correct(text: str, pair: QAPair) -> bool:
     """Right by the bundle's equivalence, or the answer anywhere in the reply (lenient: a pair a
     candidate may have answered is not kept)."""
     given = roles.read_answer(text)
-    return equivalent(given, pair.answer, list(pair.aliases), pair.kind) or _mentions(text, pair.answer)
+    return equivalent(given, pair.answer, list(pair.aliases), pair.kind) or _mentions(
+        text, pair.answer
+    )
 
 
 def _pair_of(record: dict[str, Any]) -> QAPair:
     p = record["pair"]
-    return QAPair(p["question"], p["answer"], tuple(p["aliases"]), p["kind"], tuple(p["evidence"]), p["hops"],
-                  p["template"], tuple(tuple(x) for x in p["params"]))  # type: ignore[arg-type]
+    return QAPair(
+        p["question"],
+        p["answer"],
+        tuple(p["aliases"]),
+        p["kind"],
+        tuple(p["evidence"]),
+        p["hops"],
+        p["template"],
+        tuple(tuple(x) for x in p["params"]),
+    )  # type: ignore[arg-type]
 
 
 @dataclass
@@ -215,7 +244,9 @@ class Synthesis:
         if not checked["ok"]:
             return self._decide(key, "verify", "; ".join(checked["reasons"]))
         for agent in self.config.agents():
-            tried = self.journal.get("answer", f"{key}/{agent.name}") or await self._answer(key, agent, pair)
+            tried = self.journal.get("answer", f"{key}/{agent.name}") or await self._answer(
+                key, agent, pair
+            )
             if tried["correct"]:
                 return self._decide(key, "answer", f"answered by {agent.name}")
         self._decide(key, "kept", "verified; every candidate answer is wrong", kept=True)
@@ -236,9 +267,17 @@ class Synthesis:
         pair = None
         if raw is not None:
             pair, reason = ground(raw, entity, self.by_name, c.hops)
-        record = {"entity": entity, "ok": pair is not None, "reason": reason, "reply": run.text[-500:],
-                  "opened": run.opened, "cost": run.cost(),
-                  "pair": None if pair is None else {**asdict(pair), "params": [list(x) for x in pair.params]}}
+        record = {
+            "entity": entity,
+            "ok": pair is not None,
+            "reason": reason,
+            "reply": run.text[-500:],
+            "opened": run.opened,
+            "cost": run.cost(),
+            "pair": None
+            if pair is None
+            else {**asdict(pair), "params": [list(x) for x in pair.params]},
+        }
         self.journal.append("construct", key, record)
         return self.journal.get("construct", key)  # type: ignore[return-value]
 
@@ -246,9 +285,13 @@ class Synthesis:
         c = self.config
         reasons, costs, ok = [], [], True
         for number in range(c.verify_passes):
-            ask = roles.VERIFY_USER.format(question=pair.question, answer=pair.answer,
-                                           evidence=", ".join(pair.evidence))
-            messages = [{"role": "system", "content": roles.VERIFY_SYSTEM}, {"role": "user", "content": ask}]
+            ask = roles.VERIFY_USER.format(
+                question=pair.question, answer=pair.answer, evidence=", ".join(pair.evidence)
+            )
+            messages = [
+                {"role": "system", "content": roles.VERIFY_SYSTEM},
+                {"role": "user", "content": ask},
+            ]
             run = await run_agent(self.policies[c.verifier_model], self.tools, messages,
                                   session=f"verify-{key}-{number}", params=self._params(0.0 if number == 0 else 0.7,
                                   f"verify-{key}-{number}"), max_tool_turns=c.verify_tool_turns)  # fmt: skip
@@ -263,8 +306,10 @@ class Synthesis:
         return self.journal.get("verify", key)  # type: ignore[return-value]
 
     async def _answer(self, key: str, agent: roles.AnswerAgent, pair: QAPair) -> dict[str, Any]:
-        messages = [{"role": "system", "content": agent.system},
-                    {"role": "user", "content": roles.ANSWER_USER.format(question=pair.question)}]
+        messages = [
+            {"role": "system", "content": agent.system},
+            {"role": "user", "content": roles.ANSWER_USER.format(question=pair.question)},
+        ]
         run = await run_agent(self.policies[agent.model], self.tools, messages, session=f"answer-{key}-{agent.name}",
                               params=self._params(agent.temperature, f"answer-{key}-{agent.name}"),
                               max_tool_turns=self.config.answer_tool_turns if agent.tools else 0,

@@ -46,18 +46,34 @@ def _filter(rng: random.Random, facts: Facts, a: Package, max_hops: int) -> QAPa
     if not deps or not a.section or not a.maintainer:
         return None
     dep = rng.choice(deps)
-    same = [n for n in facts.by_section_maintainer[(a.section, a.maintainer)] if dep in facts.packages[n].depends]
+    same = [
+        n
+        for n in facts.by_section_maintainer[(a.section, a.maintainer)]
+        if dep in facts.packages[n].depends
+    ]
     if same != [a.name]:
         return None
     who = maintainer_name(a.maintainer)
     question = (f"Which Debian package in section '{a.section}' is maintained by {who} and "
                 f"depends on {dep}? Answer with the package name.")  # fmt: skip
-    return QAPair(question, a.name, (), "name", (a.name,), 1, "filter",
-                  (("section", a.section), ("maintainer", a.maintainer), ("depends", dep)))
+    return QAPair(
+        question,
+        a.name,
+        (),
+        "name",
+        (a.name,),
+        1,
+        "filter",
+        (("section", a.section), ("maintainer", a.maintainer), ("depends", dep)),
+    )
 
 
-def _shared_dependency(rng: random.Random, facts: Facts, a: Package, max_hops: int) -> QAPair | None:
-    rare = [d for d in a.depends if 0 < facts.popularity(d) < 200]  # common deps (libc6) say nothing
+def _shared_dependency(
+    rng: random.Random, facts: Facts, a: Package, max_hops: int
+) -> QAPair | None:
+    rare = [
+        d for d in a.depends if 0 < facts.popularity(d) < 200
+    ]  # common deps (libc6) say nothing
     if len(rare) < 2:
         return None
     d1, d2 = rng.sample(rare, 2)
@@ -67,8 +83,16 @@ def _shared_dependency(rng: random.Random, facts: Facts, a: Package, max_hops: i
         return None
     question = (f"Which Debian package in section '{a.section}' depends on both {d1} and {d2}? "
                 "Answer with the package name.")  # fmt: skip
-    return QAPair(question, a.name, (), "name", (a.name,), 1, "shared_dependency",
-                  (("section", a.section), ("depends", d1), ("depends", d2)))
+    return QAPair(
+        question,
+        a.name,
+        (),
+        "name",
+        (a.name,),
+        1,
+        "shared_dependency",
+        (("section", a.section), ("depends", d1), ("depends", d2)),
+    )
 
 
 def _only_dependency_in(facts: Facts, name: str, section: str) -> Package | None:
@@ -76,7 +100,9 @@ def _only_dependency_in(facts: Facts, name: str, section: str) -> Package | None
     return found[0] if len(found) == 1 else None
 
 
-def _dependency_maintainer(rng: random.Random, facts: Facts, a: Package, max_hops: int) -> QAPair | None:
+def _dependency_maintainer(
+    rng: random.Random, facts: Facts, a: Package, max_hops: int
+) -> QAPair | None:
     known = facts.known_depends(a.name)
     if not known:
         return None
@@ -94,7 +120,9 @@ def _chain(rng: random.Random, facts: Facts, a: Package, max_hops: int) -> QAPai
     depth = rng.randint(2, max(2, max_hops))
     path, sections = [a], []
     for _ in range(depth - 1):
-        known = [p for p in facts.known_depends(path[-1].name) if p.name not in {q.name for q in path}]
+        known = [
+            p for p in facts.known_depends(path[-1].name) if p.name not in {q.name for q in path}
+        ]
         if not known:
             return None
         nxt = rng.choice(known)
@@ -109,7 +137,9 @@ def _chain(rng: random.Random, facts: Facts, a: Package, max_hops: int) -> QAPai
     question = (f"Start at the Debian package {a.name}. Follow {steps}. What is the version of "
                 "the package you reach? Answer with the version string.")  # fmt: skip
     params = (("start", a.name), *(("section", s) for s in sections))
-    return QAPair(question, version, (), "version", tuple(p.name for p in path), len(path), "chain", params)
+    return QAPair(
+        question, version, (), "version", tuple(p.name for p in path), len(path), "chain", params
+    )
 
 
 Template = Callable[[random.Random, Facts, Package, int], QAPair | None]
@@ -121,8 +151,15 @@ TEMPLATES: dict[str, Template] = {
 }
 
 
-def build_questions(packages: Sequence[Package], n: int, *, seed: int = 0, max_hops: int = 3,
-                    templates: Sequence[str] = tuple(TEMPLATES), max_tries: int = 200) -> list[QAPair]:
+def build_questions(
+    packages: Sequence[Package],
+    n: int,
+    *,
+    seed: int = 0,
+    max_hops: int = 3,
+    templates: Sequence[str] = tuple(TEMPLATES),
+    max_tries: int = 200,
+) -> list[QAPair]:
     """``n`` distinct questions (fewer if the corpus cannot supply them within the tries).
 
     ``max_hops`` bounds the ``chain`` depth (the pipeline's depth knob); ``templates`` its
@@ -145,7 +182,9 @@ def build_questions(packages: Sequence[Package], n: int, *, seed: int = 0, max_h
         if len(out) == n:
             break
         template = usable[len(out) % len(usable)]  # round-robin: every template gets its share
-        pair = TEMPLATES[template](rng, facts, facts.packages[_long_tail_pick(rng, facts, names)], max_hops)
+        pair = TEMPLATES[template](
+            rng, facts, facts.packages[_long_tail_pick(rng, facts, names)], max_hops
+        )
         if pair is not None and pair.question not in seen:
             seen.add(pair.question)
             out.append(pair)

@@ -36,7 +36,9 @@ VERIFY_USER = (
     "Question: {question}\nProposed answer: {answer}\nSuggested evidence documents: {evidence}\n\n"
     "Check the facts with the tools. Then reply with only a JSON object: "
     '{{"verdict": "correct" or "incorrect", "reason": "..."}}')  # fmt: skip
-ANSWER_USER = "Question: {question}\n\nReply with only the answer on a line starting with 'Answer:'."
+ANSWER_USER = (
+    "Question: {question}\n\nReply with only the answer on a line starting with 'Answer:'."
+)
 
 #: Answer-agent styles: (name, system prompt, temperature, may use tools).  Heterogeneous on
 #: purpose: a question one configuration answers is not hard enough to keep.
@@ -93,9 +95,17 @@ def read_pair(text: str) -> tuple[dict[str, Any] | None, str]:
         answer = str(answer)
     if not isinstance(answer, str) or not answer.strip():
         return None, "no answer"
-    if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence) or not evidence:
+    if (
+        not isinstance(evidence, list)
+        or not all(isinstance(e, str) for e in evidence)
+        or not evidence
+    ):
         return None, "evidence is not a non-empty list of document ids"
-    return {"question": question.strip(), "answer": answer.strip(), "evidence": list(dict.fromkeys(evidence))}, ""
+    return {
+        "question": question.strip(),
+        "answer": answer.strip(),
+        "evidence": list(dict.fromkeys(evidence)),
+    }, ""
 
 
 def read_answer(text: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.policy import Policy
-from synth_agents.search_qa.model_pipeline import Synthesis, SynthConfig
+from synth_agents.search_qa.model_pipeline import SynthConfig, Synthesis
 from tools.search import SearchTools
 from tools.search.debian import Package
 
@@ -49,12 +49,21 @@ def _check(bundle: Path, sandbox: str) -> dict[str, Any]:
     report = check_bundle(load_bundle(bundle), sandbox=sandbox, corruptions_per_task=10, reruns=2)
     failed = [t.task_id for t in report.tasks if not t.passed]
     if not report.passed:
-        raise RuntimeError(f"the synthesized bundle {bundle} fails envgym check on tasks {failed[:5]}")
+        raise RuntimeError(
+            f"the synthesized bundle {bundle} fails envgym check on tasks {failed[:5]}"
+        )
     return {"passed": True, "tasks": len(report.tasks), "sandbox": sandbox}
 
 
-def synthesize_with_models(out: Path, packages: Sequence[Package], tools: SearchTools, config: SynthConfig, *,
-                           policies: dict[str, Policy] | None = None, check: str | None = "bwrap") -> dict[str, Any]:
+def synthesize_with_models(
+    out: Path,
+    packages: Sequence[Package],
+    tools: SearchTools,
+    config: SynthConfig,
+    *,
+    policies: dict[str, Policy] | None = None,
+    check: str | None = "bwrap",
+) -> dict[str, Any]:
     """Run (or resume) the model pipeline into ``out``; ``policies`` given are used, not closed."""
     from envs.search_qa.build import write_bundle
 
@@ -74,16 +83,28 @@ def synthesize_with_models(out: Path, packages: Sequence[Package], tools: Search
 
     yields = asyncio.run(main())
     kept = synthesis.kept()
-    models = {"constructor": config.constructor, "verifier": config.verifier_model,
-              "answer": sorted({a.model for a in config.agents()})}
+    models = {
+        "constructor": config.constructor,
+        "verifier": config.verifier_model,
+        "answer": sorted({a.model for a in config.agents()}),
+    }
     payload: dict[str, Any] = {"agent": "model", "models": models, "config": config.identity() | {"n": config.n},
                                "yield": yields, "seconds": round(time.perf_counter() - started, 2),
                                "bundle": None, "check": None}  # fmt: skip
     if kept:
-        provenance = {"agent": "model:search_qa", "model": config.constructor, "seed": config.seed, "yield": yields}
+        provenance = {
+            "agent": "model:search_qa",
+            "model": config.constructor,
+            "seed": config.seed,
+            "yield": yields,
+        }
         pairs, wrong = [p for p, _ in kept], [w for _, w in kept]
-        bundle = _replace_bundle(out, lambda d: write_bundle(d, pairs, packages, seed=config.seed,
-                                                             provenance=provenance, wrong=wrong))
+        bundle = _replace_bundle(
+            out,
+            lambda d: write_bundle(
+                d, pairs, packages, seed=config.seed, provenance=provenance, wrong=wrong
+            ),
+        )
         payload["bundle"] = str(bundle)
         if check:
             payload["check"] = _check(bundle, check)
@@ -91,14 +112,23 @@ def synthesize_with_models(out: Path, packages: Sequence[Package], tools: Search
     return payload
 
 
-def synthesize_procedural(out: Path, packages: Sequence[Package], *, n: int, seed: int, hops: int,
-                          check: str | None = "bwrap") -> dict[str, Any]:
+def synthesize_procedural(
+    out: Path,
+    packages: Sequence[Package],
+    *,
+    n: int,
+    seed: int,
+    hops: int,
+    check: str | None = "bwrap",
+) -> dict[str, Any]:
     from envs.search_qa.build import build_bundle
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    bundle = _replace_bundle(out, lambda d: build_bundle(d, packages, n=n, seed=seed, max_hops=hops))
+    bundle = _replace_bundle(
+        out, lambda d: build_bundle(d, packages, n=n, seed=seed, max_hops=hops)
+    )
     kept = sum(1 for _ in (bundle / "tasks.jsonl").open())
     payload: dict[str, Any] = {"agent": "procedural", "config": {"n": n, "seed": seed, "hops": hops},
                                "yield": {"explored": n, "kept": kept}, "bundle": str(bundle), "check": None,
@@ -113,7 +143,13 @@ def yield_rows(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Rows for the printed table: (stage, count, note)."""
     y = payload["yield"]
     if payload["agent"] == "procedural":
-        return [("questions", str(y["kept"]), f"of {y['explored']} asked; answers known by construction")]
+        return [
+            (
+                "questions",
+                str(y["kept"]),
+                f"of {y['explored']} asked; answers known by construction",
+            )
+        ]
     f = y["fraction"]
 
     def pct(x: float | None) -> str:
@@ -122,10 +158,26 @@ def yield_rows(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
     rate = y["kept_per_model_hour"]
     return [
         ("entities explored", str(y["explored"]), "long-tail sample"),
-        ("constructed", str(y["constructed"]), f"{pct(f['constructed'])} of explored (grounded in the corpus)"),
+        (
+            "constructed",
+            str(y["constructed"]),
+            f"{pct(f['constructed'])} of explored (grounded in the corpus)",
+        ),
         ("verified", str(y["verified"]), f"{pct(f['verified'])} of constructed"),
-        ("kept: all candidates failed", str(y["kept"]), f"{pct(f['kept'])} of verified; {pct(f['overall'])} overall"),
-        ("dropped at", ", ".join(f"{k}: {v}" for k, v in sorted(y["dropped_at"].items())) or "—", ""),
-        ("model time", f"{y['model_s']:.1f} s", f"{y['completion_tokens']} tokens; by role {y['model_s_by_role']}"),
+        (
+            "kept: all candidates failed",
+            str(y["kept"]),
+            f"{pct(f['kept'])} of verified; {pct(f['overall'])} overall",
+        ),
+        (
+            "dropped at",
+            ", ".join(f"{k}: {v}" for k, v in sorted(y["dropped_at"].items())) or "—",
+            "",
+        ),
+        (
+            "model time",
+            f"{y['model_s']:.1f} s",
+            f"{y['completion_tokens']} tokens; by role {y['model_s_by_role']}",
+        ),
         ("kept pairs per model hour", "—" if rate is None else f"{rate:.1f}", ""),
     ]

@@ -19,18 +19,36 @@ from rich.console import Console
 
 def is_swe(category: str) -> bool:
     """``swe``, ``SWE``, ``swe-bench``, ``swe_instances``…"""
-    return isinstance(category, str) and re.fullmatch(r"swe([\s_-]*(bench|instances?))?", category.strip().lower()) is not None
+    return (
+        isinstance(category, str)
+        and re.fullmatch(r"swe([\s_-]*(bench|instances?))?", category.strip().lower()) is not None
+    )
 
 
 def default_out(repo: str) -> Path:
-    name = re.sub(r"[^\w.-]", "_", repo.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")) or "repo"
+    name = (
+        re.sub(r"[^\w.-]", "_", repo.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")) or "repo"
+    )
     return Path("synth-swe") / name
 
 
-def swe_command(*, repo: str | None, out: Path | None, max_candidates: int, repeats: int, sandbox: str,
-                judge_model: str, as_json: bool) -> None:
+def swe_command(
+    *,
+    repo: str | None,
+    out: Path | None,
+    max_candidates: int,
+    repeats: int,
+    sandbox: str,
+    judge_model: str,
+    as_json: bool,
+) -> None:
     from envgym.progress import print_stages, progress_bar
-    from synth_agents.swe.pipeline import SweSynthConfig, SweSynthesis, normalized_repo, summary_rows
+    from synth_agents.swe.pipeline import (
+        SweSynthConfig,
+        SweSynthesis,
+        normalized_repo,
+        summary_rows,
+    )
 
     err = Console(stderr=True)
     try:

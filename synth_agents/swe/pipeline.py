@@ -43,11 +43,11 @@ Progress = Callable[[int, int, str], None]  # (candidates done, candidates, what
 
 @dataclass(frozen=True)
 class SweSynthConfig:
-    repo: str                    # a local path (made absolute) or a clone URL
-    max_candidates: int = 20     # may grow on resume: the ranking is deterministic
+    repo: str  # a local path (made absolute) or a clone URL
+    max_candidates: int = 20  # may grow on resume: the ranking is deterministic
     repeats: int = 2
     sandbox: str = "bwrap"
-    judge_model: str = ""        # "URL#model" of an OpenAI-compatible server; "" for none
+    judge_model: str = ""  # "URL#model" of an OpenAI-compatible server; "" for none
     rev: str = "HEAD"
 
     def __post_init__(self) -> None:
@@ -78,7 +78,13 @@ def category(reason: str) -> str:
 class SweSynthesis:
     """One (resumable) run into ``out``."""
 
-    def __init__(self, out: Path, config: SweSynthConfig, *, judge: Callable[[SweInstance], tuple[bool, str]] | None = None) -> None:
+    def __init__(
+        self,
+        out: Path,
+        config: SweSynthConfig,
+        *,
+        judge: Callable[[SweInstance], tuple[bool, str]] | None = None,
+    ) -> None:
         self.out = Path(out)
         self.config = config
         self.journal = Journal(self.out / JOURNAL)
@@ -99,7 +105,10 @@ class SweSynthesis:
 
             started = time.monotonic()
             result = mine(self.config.repo, rev=self.config.rev)
-            ranked = sorted(enumerate(result.candidates), key=lambda p: (-float(p[1].metadata.get("score", 0)), p[0]))
+            ranked = sorted(
+                enumerate(result.candidates),
+                key=lambda p: (-float(p[1].metadata.get("score", 0)), p[0]),
+            )
             self.journal.append("mine", "history", {
                 "candidates": [to_record(c) for _, c in ranked], "rejected": [list(r) for r in result.rejected],
                 "commits": len(result.candidates) + len(result.rejected), "seconds": round(time.monotonic() - started, 3)})  # fmt: skip
@@ -132,7 +141,9 @@ class SweSynthesis:
         from envs.swe.validation import validate_instance
 
         started = time.monotonic()
-        report = validate_instance(candidate, backend=self.config.sandbox, repeats=self.config.repeats)
+        report = validate_instance(
+            candidate, backend=self.config.sandbox, repeats=self.config.repeats
+        )
         instance = report.instance
         if report.accepted:
             instance = replace(instance, metadata={**instance.metadata, "validation": {
@@ -188,7 +199,10 @@ class SweSynthesis:
     def summary(self, todo: list[SweInstance], seconds: float) -> dict[str, Any]:
         mined = self.mined()
         rows = self.rejections()
-        by = {stage: Counter(r["category"] for r in rows if r["stage"] == stage) for stage in ("mine", "judge", "setup", "validate")}
+        by = {
+            stage: Counter(r["category"] for r in rows if r["stage"] == stage)
+            for stage in ("mine", "judge", "setup", "validate")
+        }
         validated = [self.journal.get("validate", c.instance_id) for c in todo]
         return {"repo": self.config.repo, "out": str(self.out), "config": self.config.identity(),
                 "commits": mined["commits"], "candidates": len(mined["candidates"]), "considered": len(todo),
@@ -203,11 +217,26 @@ class SweSynthesis:
 
 def summary_rows(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The summary table's rows: (stage, count, note)."""
-    rows = [("commits walked", str(payload["commits"]), "first-parent history"),
-            ("mined candidates", str(payload["candidates"]), f"{payload['considered']} considered (--max-candidates)")]
-    for title, key in (("rejected (heuristic)", "rejected_heuristic"), ("rejected (judge)", "rejected_judge"),
-                       ("setup failure", "setup_failures"), ("rejected (validation)", "rejected_validation")):
-        rows += [(f"{title}: {name}", str(count), "") for name, count in sorted(payload[key].items(), key=lambda kv: -kv[1])]
-    rows.append(("accepted", str(payload["accepted"]), f"{payload['flaky_excluded']} flaky tests excluded"))
+    rows = [
+        ("commits walked", str(payload["commits"]), "first-parent history"),
+        (
+            "mined candidates",
+            str(payload["candidates"]),
+            f"{payload['considered']} considered (--max-candidates)",
+        ),
+    ]
+    for title, key in (
+        ("rejected (heuristic)", "rejected_heuristic"),
+        ("rejected (judge)", "rejected_judge"),
+        ("setup failure", "setup_failures"),
+        ("rejected (validation)", "rejected_validation"),
+    ):
+        rows += [
+            (f"{title}: {name}", str(count), "")
+            for name, count in sorted(payload[key].items(), key=lambda kv: -kv[1])
+        ]
+    rows.append(
+        ("accepted", str(payload["accepted"]), f"{payload['flaky_excluded']} flaky tests excluded")
+    )
     rows.append(("wall time", f"{payload['seconds']:.1f} s", ""))
     return rows

@@ -42,6 +42,8 @@ class KernelConfig:
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
         if self.max_message_bytes < 64 * 1024:
-            raise ValueError(f"max_message_bytes must be at least 65536, got {self.max_message_bytes}")
+            raise ValueError(
+                f"max_message_bytes must be at least 65536, got {self.max_message_bytes}"
+            )
         if self.max_output_chars < 200:
             raise ValueError(f"max_output_chars must be at least 200, got {self.max_output_chars}")

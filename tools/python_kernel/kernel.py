@@ -117,11 +117,15 @@ class JailedKernel:
         }
         packages = self.config.packages
 
-        def start_jail() -> JailedProcess:  # in a thread: it forks, and the first listing reads metadata
+        def start_jail() -> (
+            JailedProcess
+        ):  # in a thread: it forks, and the first listing reads metadata
             view: dict[str, Any] = {}
             if packages is not None:
                 view = {"site_dir": site_packages(), "site_names": site_entries(packages)}
-            return launch("ipykernel_launcher", args, self.dirs, limits=self.config.limits, env=env, **view)
+            return launch(
+                "ipykernel_launcher", args, self.dirs, limits=self.config.limits, env=env, **view
+            )
 
         launching = asyncio.ensure_future(asyncio.to_thread(start_jail))
         try:
@@ -148,7 +152,9 @@ class JailedKernel:
             await self._wait_ready(t0 + self.config.startup_timeout_s)
             setup = _SETUP if self.config.reap_strays else ""
             if self.config.preload:
-                setup += "".join(f"\n__import__('importlib').import_module({m!r})" for m in self.config.preload)
+                setup += "".join(
+                    f"\n__import__('importlib').import_module({m!r})" for m in self.config.preload
+                )
             if setup:
                 await self._silent(setup, t0 + self.config.startup_timeout_s)
         except BaseException:
@@ -255,7 +261,9 @@ class JailedKernel:
     def submit(self, code: str) -> str:
         """Send an execute_request; returns its msg_id."""
         assert self.client is not None
-        return self.client.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
+        return self.client.execute(
+            code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
+        )
 
     async def wait(self, msg_id: str, collector: OutputCollector, deadline: float) -> RunOutcome:
         """Fold IOPub messages of ``msg_id`` into ``collector`` until the kernel is idle again,
@@ -264,7 +272,9 @@ class JailedKernel:
         iopub = self.client.iopub_channel
         interrupted = False
         count: int | None = None
-        replied: float | None = None  # when the execute_reply was seen (only looked for when IOPub is quiet)
+        replied: float | None = (
+            None  # when the execute_reply was seen (only looked for when IOPub is quiet)
+        )
         resubscribed = False
         heard = time.monotonic()  # last IOPub message
         while True:
@@ -373,5 +383,7 @@ class JailedKernel:
             if remaining <= 0:
                 self.broken = "it did not answer an interrupt request"
                 return
-            if await self._take(self.client.control_channel, self._interrupting, min(_POLL_S, remaining)):
+            if await self._take(
+                self.client.control_channel, self._interrupting, min(_POLL_S, remaining)
+            ):
                 self._interrupting = None

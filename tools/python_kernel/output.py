@@ -119,7 +119,9 @@ class OutputCollector:
         elif msg_type == "error":
             ename, evalue = str(content.get("ename", "Error")), str(content.get("evalue", ""))
             tb = [str(x) for x in content.get("traceback") or []]
-            self.error = KernelError(ename, evalue, shorten_traceback(tb, ename, evalue, self.max_traceback_lines))
+            self.error = KernelError(
+                ename, evalue, shorten_traceback(tb, ename, evalue, self.max_traceback_lines)
+            )
             self.received += sum(len(x) for x in tb)
         elif msg_type == "clear_output":
             self._head, self._head_len, self._tail, self._total = [], 0, "", 0
@@ -134,5 +136,7 @@ class OutputCollector:
             cut = self._total - len(keep_head) - len(self._tail)
             text = f"{keep_head}\n[... {cut} characters of output omitted ...]\n{self._tail}"
         if self.error is not None:
-            text = (text + "\n" if text and not text.endswith("\n") else text) + self.error.traceback
+            text = (
+                text + "\n" if text and not text.endswith("\n") else text
+            ) + self.error.traceback
         return text

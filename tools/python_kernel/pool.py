@@ -61,7 +61,9 @@ class KernelPool:
         root: Path | None = None,
     ) -> None:
         if warm < 0 or max_kernels < 1 or warm > max_kernels:
-            raise ValueError(f"need 0 <= warm <= max_kernels and max_kernels >= 1 (got warm={warm}, max_kernels={max_kernels})")
+            raise ValueError(
+                f"need 0 <= warm <= max_kernels and max_kernels >= 1 (got warm={warm}, max_kernels={max_kernels})"
+            )
         self.config = config or KernelConfig()
         self.warm = warm
         self.max_kernels = max_kernels
@@ -156,7 +158,9 @@ class KernelPool:
             async with self._changed:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"no kernel free within {timeout_s} s (max_kernels={self.max_kernels})")
+                    raise TimeoutError(
+                        f"no kernel free within {timeout_s} s (max_kernels={self.max_kernels})"
+                    )
                 try:
                     await asyncio.wait_for(self._changed.wait(), remaining)
                 except TimeoutError:
@@ -198,7 +202,9 @@ class KernelPool:
             restarts=self._restarts,
         )
 
-    async def _start_kernel(self, workspace: Path | None = None, *, counted: bool = True) -> JailedKernel:
+    async def _start_kernel(
+        self, workspace: Path | None = None, *, counted: bool = True
+    ) -> JailedKernel:
         assert self.root is not None
         name = f"{next(self._names)}-{secrets.token_hex(3)}"
         ipc = self._new_dir(f"ipc-{name}-", _IPC_BYTES)

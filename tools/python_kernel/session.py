@@ -64,7 +64,9 @@ class KernelSession:
             await self._restart()
             restarted = True
         self.executions += 1
-        out = OutputCollector(config.max_output_chars, config.flood_bytes, config.max_traceback_lines)
+        out = OutputCollector(
+            config.max_output_chars, config.flood_bytes, config.max_traceback_lines
+        )
         kernel = self.kernel
         msg_id = kernel.submit(code)
         outcome = await kernel.wait(msg_id, out, time.monotonic() + timeout)
@@ -81,7 +83,9 @@ class KernelSession:
                 )
             else:
                 why = "died" if after.status == "died" else "did not respond to the interrupt"
-                notes.append(f"Execution timed out after {timeout:g} seconds; the kernel {why} and was restarted. {_LOST}")
+                notes.append(
+                    f"Execution timed out after {timeout:g} seconds; the kernel {why} and was restarted. {_LOST}"
+                )
                 await self._restart()
                 restarted = True
         elif outcome.status == "died":

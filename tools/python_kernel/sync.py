@@ -36,10 +36,16 @@ class SyncKernelPool:
         wait: bool = True,
     ) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="envgym-kernel-pool", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="envgym-kernel-pool", daemon=True
+        )
         self._thread.start()
         self.pool = KernelPool(
-            config, warm=warm, max_kernels=max_kernels, health_interval_s=health_interval_s, root=root
+            config,
+            warm=warm,
+            max_kernels=max_kernels,
+            health_interval_s=health_interval_s,
+            root=root,
         )
         self._closed = False
         try:

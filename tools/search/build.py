@@ -68,8 +68,9 @@ def write_index(folder: Path, packages: Sequence[Package], console: Console | No
     (folder / MARKER).write_text(json.dumps(meta, indent=1) + "\n")
 
 
-def build_at(final: Path, packages: Iterable[Package] | None = None,
-             console: Console | None = None) -> Path:
+def build_at(
+    final: Path, packages: Iterable[Package] | None = None, console: Console | None = None
+) -> Path:
     """Build (once) an index at ``final``; ``packages`` default to the machine's apt corpus."""
 
     def build(folder: Path) -> None:

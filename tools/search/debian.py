@@ -115,7 +115,9 @@ def dumpavail() -> str:
         )
     proc = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise CorpusUnavailable(f"`apt-cache dumpavail` failed ({proc.returncode}): {proc.stderr[-500:]}")
+        raise CorpusUnavailable(
+            f"`apt-cache dumpavail` failed ({proc.returncode}): {proc.stderr[-500:]}"
+        )
     count = proc.stdout.count("\nPackage: ") + proc.stdout.startswith("Package: ")
     if count < MIN_PACKAGES:
         raise CorpusUnavailable(

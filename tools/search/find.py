@@ -35,7 +35,9 @@ def compile_pattern(pattern: str) -> re2._Regexp:
     if not isinstance(pattern, str) or not pattern:
         raise SearchError("find: the pattern is empty; give a word or a regular expression")
     if len(pattern) > MAX_PATTERN:
-        raise SearchError(f"find: the pattern is {len(pattern)} characters; the limit is {MAX_PATTERN}")
+        raise SearchError(
+            f"find: the pattern is {len(pattern)} characters; the limit is {MAX_PATTERN}"
+        )
     options = re2.Options()
     options.log_errors = False  # RE2 would print every rejected pattern on stderr
     options.case_sensitive = False
@@ -43,13 +45,19 @@ def compile_pattern(pattern: str) -> re2._Regexp:
     try:
         return re2.compile(pattern, options)
     except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        reason = (
+            exc.args[0].decode(errors="replace")
+            if exc.args and isinstance(exc.args[0], bytes)
+            else str(exc)
+        )
         raise SearchError(
             f"find: invalid pattern {pattern!r}: {reason} (RE2 syntax: no backreferences or lookaround)"
         ) from None
 
 
-def find_matches(pages: list[str], pattern: str, limit: int = MAX_MATCHES) -> tuple[list[Match], bool]:
+def find_matches(
+    pages: list[str], pattern: str, limit: int = MAX_MATCHES
+) -> tuple[list[Match], bool]:
     """Matches of ``pattern`` over the joined pages (at most ``limit``) and whether more exist."""
     compiled = compile_pattern(pattern)
     text = "".join(pages)
@@ -64,7 +72,11 @@ def find_matches(pages: list[str], pattern: str, limit: int = MAX_MATCHES) -> tu
         line_end = text.find("\n", end)
         line_end = len(text) if line_end < 0 else line_end
         left, right = max(line_start, start - _CONTEXT), min(line_end, end + _CONTEXT)
-        context = ("…" if left > line_start else "") + text[left:right] + ("…" if right < line_end else "")
+        context = (
+            ("…" if left > line_start else "")
+            + text[left:right]
+            + ("…" if right < line_end else "")
+        )
         matches.append(Match(page=page_of(pages, start), line=text.count("\n", 0, start) + 1,
                              match=found.group(0), context=context))  # fmt: skip
     return matches, False

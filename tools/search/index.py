@@ -55,8 +55,13 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(words))
 
 
-def build_index(folder: Path, docs: Iterable[Document], *, advance: Callable[[int], None] = lambda n: None,
-                threads: int = 1) -> int:
+def build_index(
+    folder: Path,
+    docs: Iterable[Document],
+    *,
+    advance: Callable[[int], None] = lambda n: None,
+    threads: int = 1,
+) -> int:
     """Write an index of ``docs`` into the empty ``folder``; returns the document count.
 
     ``advance(n)`` is called as documents are added (for a progress bar).  One writer thread
@@ -94,7 +99,9 @@ class Index:
         terms = query_terms(query)
         if not terms:
             return []
-        parsed = self._index.parse_query(" ".join(terms), ["title", "body"], field_boosts={"title": 2.0})
+        parsed = self._index.parse_query(
+            " ".join(terms), ["title", "body"], field_boosts={"title": 2.0}
+        )
         hits = self._searcher.search(parsed, k, count=False).hits
         if not hits:
             return []

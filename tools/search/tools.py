@@ -42,7 +42,9 @@ class SearchTools:
             )
         terms = query_terms(query)
         if not terms:
-            raise SearchError(f"search: the query {query!r} has no searchable words (letters or digits)")
+            raise SearchError(
+                f"search: the query {query!r} has no searchable words (letters or digits)"
+            )
         if len(terms) > MAX_QUERY_TERMS:
             raise SearchError(
                 f"search: the query has {len(terms)} distinct words; the limit is {MAX_QUERY_TERMS}"
@@ -61,7 +63,13 @@ class SearchTools:
             raise SearchError(
                 f"open: page {page} is out of range; document {id!r} has pages 1 to {len(pages)}"
             )
-        return {"id": doc.id, "title": doc.title, "page": page, "pages": len(pages), "text": pages[page - 1]}
+        return {
+            "id": doc.id,
+            "title": doc.title,
+            "page": page,
+            "pages": len(pages),
+            "text": pages[page - 1],
+        }
 
     def find(self, id: str, pattern: str) -> dict[str, Any]:  # noqa: A002
         """Matches of ``pattern`` (RE2 regex, case-insensitive) in document ``id``, with page and line."""
@@ -74,8 +82,12 @@ class SearchTools:
         if not isinstance(doc_id, str) or not doc_id.strip():
             raise SearchError(f"{tool}: the id is empty; use an id from search results")
         if len(doc_id) > MAX_ID_CHARS:
-            raise SearchError(f"{tool}: the id is {len(doc_id)} characters; ids are at most {MAX_ID_CHARS}")
+            raise SearchError(
+                f"{tool}: the id is {len(doc_id)} characters; ids are at most {MAX_ID_CHARS}"
+            )
         doc = self.backend.get(doc_id)
         if doc is None:
-            raise SearchError(f"{tool}: no document with id {doc_id!r}; use an id from search results")
+            raise SearchError(
+                f"{tool}: no document with id {doc_id!r}; use an id from search results"
+            )
         return doc

@@ -117,12 +117,20 @@ class WebSearch:
         allow_private: let pages on loopback/private/link-local addresses be opened.
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 10.0, client: httpx.Client | None = None,
-                 allow_private: bool = False) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 10.0,
+        client: httpx.Client | None = None,
+        allow_private: bool = False,
+    ) -> None:
         import httpx
 
         if not isinstance(base_url, str) or not re.match(r"https?://[^/\s]+", base_url):
-            raise ValueError(f"the web search URL must be http(s)://host[:port][/path], not {base_url!r}")
+            raise ValueError(
+                f"the web search URL must be http(s)://host[:port][/path], not {base_url!r}"
+            )
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, not {timeout_s}")
         self.base_url = base_url.rstrip("/")
@@ -141,11 +149,18 @@ class WebSearch:
         self._client.close()
 
     def search(self, query: str, k: int) -> list[Hit]:
-        answer = self._exchange(f"{self.base_url}/search", tool="search", shown=self.base_url,
-                                params={"q": query, "format": "json"}, cap=MAX_ANSWER_BYTES)
+        answer = self._exchange(
+            f"{self.base_url}/search",
+            tool="search",
+            shown=self.base_url,
+            params={"q": query, "format": "json"},
+            cap=MAX_ANSWER_BYTES,
+        )
         if answer.cut:
             limit = MAX_ANSWER_BYTES
-            raise SearchError(f"search: {self.base_url} answered more than {limit} bytes; the limit")
+            raise SearchError(
+                f"search: {self.base_url} answered more than {limit} bytes; the limit"
+            )
         try:
             data = json.loads(answer.text)
         except ValueError:
@@ -157,14 +172,22 @@ class WebSearch:
                               "'results' list")  # fmt: skip
         hits: list[Hit] = []
         for rank, item in enumerate(results):
-            if not isinstance(item, dict) or not isinstance(item.get("url"), str) or not item["url"]:
+            if (
+                not isinstance(item, dict)
+                or not isinstance(item.get("url"), str)
+                or not item["url"]
+            ):
                 continue  # one odd result does not spoil the rest
             url = item["url"]
             title = str(item.get("title") or url)
             score = item.get("score")
             numeric = isinstance(score, (int, float)) and not isinstance(score, bool)
-            score = float(score) if numeric else 1.0 / (rank + 1)  # SearxNG omits it for some engines
-            hits.append(Hit(url, title, score, " ".join(str(item.get("content") or "").split())[:160]))
+            score = (
+                float(score) if numeric else 1.0 / (rank + 1)
+            )  # SearxNG omits it for some engines
+            hits.append(
+                Hit(url, title, score, " ".join(str(item.get("content") or "").split())[:160])
+            )
             self._remember(url, title)
             if len(hits) == k:
                 break
@@ -185,8 +208,13 @@ class WebSearch:
     def _fetch(self, url: str) -> _Answer:
         """A page (the last few are kept)."""
         if url not in self._pages:
-            self._pages[url] = self._exchange(url, tool="open", shown=url, cap=MAX_PAGE_BYTES,
-                                              check=lambda target: self._check_address(url, target))
+            self._pages[url] = self._exchange(
+                url,
+                tool="open",
+                shown=url,
+                cap=MAX_PAGE_BYTES,
+                check=lambda target: self._check_address(url, target),
+            )
             while len(self._pages) > MAX_CACHED_PAGES:
                 self._pages.popitem(last=False)
         self._pages.move_to_end(url)
@@ -205,9 +233,16 @@ class WebSearch:
             where = "is" if target == url else f"redirects to {_clip(hostname)}, which is"
             raise SearchError(f"open: {url} {where} on a private or local address; refused")
 
-    def _exchange(self, first: str, *, tool: str, shown: str, cap: int,
-                  params: dict[str, str] | None = None,
-                  check: Callable[[str], None] | None = None) -> _Answer:
+    def _exchange(
+        self,
+        first: str,
+        *,
+        tool: str,
+        shown: str,
+        cap: int,
+        params: dict[str, str] | None = None,
+        check: Callable[[str], None] | None = None,
+    ) -> _Answer:
         """GET ``first`` within one deadline, following redirects by hand (at most MAX_REDIRECTS,
         each hop passed to ``check``), and read at most ``cap`` decoded bytes of the answer.
         Every failure is a SearchError that starts with ``tool`` and names ``shown``."""
@@ -226,14 +261,28 @@ class WebSearch:
                                       f"{_clip(str(err))})") from None  # fmt: skip
         raise SearchError(f"{tool}: {shown} did not answer within {self.timeout_s:g} s; try again")
 
-    def _hops(self, target: str, tool: str, shown: str, cap: int, params: dict[str, str] | None,
-              check: Callable[[str], None] | None, deadline: Deadline) -> _Answer:
+    def _hops(
+        self,
+        target: str,
+        tool: str,
+        shown: str,
+        cap: int,
+        params: dict[str, str] | None,
+        check: Callable[[str], None] | None,
+        deadline: Deadline,
+    ) -> _Answer:
         for _ in range(MAX_REDIRECTS + 1):
             if check is not None:
                 check(target)
-            with self._client.stream("GET", target, params=params, timeout=deadline.left(),
-                                     headers=_HEADERS, follow_redirects=False,
-                                     extensions={"trace": deadline.trace}) as reply:
+            with self._client.stream(
+                "GET",
+                target,
+                params=params,
+                timeout=deadline.left(),
+                headers=_HEADERS,
+                follow_redirects=False,
+                extensions={"trace": deadline.trace},
+            ) as reply:
                 deadline.watch_stream(reply.extensions.get("network_stream"))  # a reused connection
                 location = reply.headers.get("location") if reply.is_redirect else None
                 if location:  # the body of a redirect is never read

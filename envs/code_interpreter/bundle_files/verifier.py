@@ -27,7 +27,16 @@ MAX_DEPTH = 64  # bracket nesting: ast.parse recurses (3,000 nested signs -> Rec
 MAX_SIGNS = 4  # consecutive unary signs
 MAX_TOKENS = 1_500
 MAX_ROOT = 10**8  # radicand limit: squarefree test by trial division stays < 10^4 steps
-_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+_NUMBER_WORDS = {
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+}
 
 
 class AnswerError(ValueError):
@@ -91,7 +100,9 @@ _LATEX_SPACES = (("\\left", ""), ("\\right", ""), ("\\displaystyle", ""), ("\\!"
                  ("\\;", " "), ("\\ ", " "), ("{,}", ","), ("−", "-"), ("\u2009", ""), ("\u202f", ""))  # fmt: skip
 _HEX = re.compile(r"[+-]?0(?:[xX][0-9a-fA-F]+|[bB][01]+|[oO][0-7]+)")
 _PLAIN = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+))?")
-_SCI = re.compile(r"([+-]?)([1-9](?:\.\d*)?)\s*(?:\\times|\\cdot|×|·|\*)\s*10\s*(?:\^|\*\*)\s*\{?\s*([+-]?\d+)\s*\}?")
+_SCI = re.compile(
+    r"([+-]?)([1-9](?:\.\d*)?)\s*(?:\\times|\\cdot|×|·|\*)\s*10\s*(?:\^|\*\*)\s*\{?\s*([+-]?\d+)\s*\}?"
+)
 _RATIO = re.compile(r"([+-]?)\s*(\d+)\s*/\s*(\d+)")
 # [±] [p/q | k] √n [/m]: \frac{..}{..} and \sqrt{..} are rewritten to a/b and √n first
 _SURD = re.compile(r"([+-]?)\s*(?:(\d+)\s*/\s*(\d+)|(\d+))?\s*\*?\s*√(\d+)(?:\s*/\s*(\d+))?")
@@ -111,7 +122,9 @@ def _reduced(p: int, q: int, strict: bool, what: str) -> Fraction:
     if q == 0:
         raise AnswerError("division by zero")
     if strict and (q < 2 or math.gcd(p, q) != 1):
-        raise AnswerError(f"{what} is not a fraction in lowest terms (denominator >= 2): simplify it")
+        raise AnswerError(
+            f"{what} is not a fraction in lowest terms (denominator >= 2): simplify it"
+        )
     return Fraction(p, q)
 
 
@@ -125,7 +138,10 @@ def _rational(t: str, strict: bool) -> Num | None:
         power = _int(exponent) if exponent else 0
         if abs(power) > MAX_EXP10:
             raise AnswerError(f"exponent {power} is out of range (|exponent| <= {MAX_EXP10})")
-        value = Fraction(_int(mantissa.replace(",", "").replace(".", "") or "0"), 10 ** len(mantissa.partition(".")[2]))
+        value = Fraction(
+            _int(mantissa.replace(",", "").replace(".", "") or "0"),
+            10 ** len(mantissa.partition(".")[2]),
+        )
         value *= Fraction(10) ** power
         form = "sci" if exponent else "decimal" if "." in mantissa else "int"
         return Num(-value if sign == "-" else value, Fraction(0), 1, form)
@@ -146,8 +162,12 @@ def _surd(t: str, strict: bool) -> tuple[Fraction, int] | None:
         raise AnswerError(f"{t[:60]!r} has two denominators: simplify it")
     coef = _reduced(_int(p or k or "1"), _int(q or m or "1"), strict and bool(q or m), t)
     rad = _int(n)
-    if strict and (rad < 2 or rad > MAX_ROOT or any(rad % (d * d) == 0 for d in range(2, math.isqrt(rad) + 1))):
-        raise AnswerError(f"√{rad} is not a simplified surd (radicand >= 2, squarefree, <= {MAX_ROOT})")
+    if strict and (
+        rad < 2 or rad > MAX_ROOT or any(rad % (d * d) == 0 for d in range(2, math.isqrt(rad) + 1))
+    ):
+        raise AnswerError(
+            f"√{rad} is not a simplified surd (radicand >= 2, squarefree, <= {MAX_ROOT})"
+        )
     if not coef:
         raise AnswerError("a zero coefficient before a square root")
     return (-coef if sign == "-" else coef), rad
@@ -176,7 +196,9 @@ def read_number(text: str, prompt: str = "", strict: bool = True) -> Num:
             if rat and term:
                 return Num(rat.rat, term[0], term[1], "surd")
     if re.search(r"[-+*/^×÷·()]|\\[a-z]|\d\s+\d|[a-zA-Z]{2,}\s*\(", t):
-        raise AnswerError(f"{t[:60]!r} is an expression, not a value: compute it and give the result")
+        raise AnswerError(
+            f"{t[:60]!r} is an expression, not a value: compute it and give the result"
+        )
     raise AnswerError(f"{t[:60]!r} is not a number")
 
 
@@ -186,12 +208,23 @@ def _strip_decorations(t: str, prompt: str) -> str:
     t = match.group(1).strip() if match else t
     match = re.fullmatch(r"([+-]?)\s*(?:\\\$|\$|€|£|¥)\s*(.+)", t, re.S)
     t = match.group(1) + match.group(2).strip() if match else t
-    match = None if _HEX.fullmatch(t) else re.fullmatch(r"(.*[\d}.])\s*([A-Za-z%°][A-Za-z%° ]*)", t, re.S)
+    match = (
+        None
+        if _HEX.fullmatch(t)
+        else re.fullmatch(r"(.*[\d}.])\s*([A-Za-z%°][A-Za-z%° ]*)", t, re.S)
+    )
     if match:
-        said = set(re.findall(r"[a-z%°]+", prompt.lower())) | ({"percent"} if "%" in prompt else set())
+        said = set(re.findall(r"[a-z%°]+", prompt.lower())) | (
+            {"percent"} if "%" in prompt else set()
+        )
         unit = [w.rstrip("s") for w in match.group(2).lower().split()]
-        if any(len(w) < 2 and w not in ("%", "°") for w in match.group(2).split()) or not all(u in said or u + "s" in said or u in ("%", "percent") and "percent" in said for u in unit):
-            raise AnswerError(f"unexpected text {match.group(2)!r} after the number (units only where the task names them)")
+        if any(len(w) < 2 and w not in ("%", "°") for w in match.group(2).split()) or not all(
+            u in said or u + "s" in said or u in ("%", "percent") and "percent" in said
+            for u in unit
+        ):
+            raise AnswerError(
+                f"unexpected text {match.group(2)!r} after the number (units only where the task names them)"
+            )
         t = match.group(1).strip()
     return t
 
@@ -206,7 +239,10 @@ def precision(task: dict) -> tuple[str, int] | None:
         return ("sig", meta["sig_figs"])
     prompt = str(task.get("prompt") or "").lower()
     count = r"(\d+|" + "|".join(_NUMBER_WORDS) + r")"
-    for kind, pattern in (("dec", count + r" decimal (?:places?|digits?)"), ("sig", count + r" significant (?:figures?|digits?)")):
+    for kind, pattern in (
+        ("dec", count + r" decimal (?:places?|digits?)"),
+        ("sig", count + r" significant (?:figures?|digits?)"),
+    ):
         match = re.search(pattern, prompt)
         if match:
             word = match.group(1)
@@ -218,7 +254,9 @@ def _round_sig(x: Fraction, figures: int) -> Fraction:
     """``x`` rounded half-even to ``figures`` significant figures, exactly (reasoning-gym's rule)."""
     if not x:
         return x
-    exponent = Context(prec=120).divide(Decimal(abs(x.numerator)), Decimal(x.denominator)).adjusted()
+    exponent = (
+        Context(prec=120).divide(Decimal(abs(x.numerator)), Decimal(x.denominator)).adjusted()
+    )
     unit = Fraction(10) ** (exponent - figures + 1)
     return round(x / unit) * unit
 
@@ -235,12 +273,23 @@ def numbers_match(given: Num, expected: Num, task: dict) -> bool:
     if abs_tol or rel_tol:
         e = expected.approx()
         return abs(given.approx() - e) <= max(abs_tol, rel_tol * abs(e))
-    return (given.rat, given.coef, given.rad if given.coef else 1) == (expected.rat, expected.coef, expected.rad if expected.coef else 1)
+    return (given.rat, given.coef, given.rad if given.coef else 1) == (
+        expected.rat,
+        expected.coef,
+        expected.rad if expected.coef else 1,
+    )
 
 
 # -- symbolic answers: rational functions, exact ----------------------------------------------
-_TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.?\d*|\.\d+)|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<op>\*\*|[-+*/()^]))")
-_OPS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__, ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>\d+\.?\d*|\.\d+)|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<op>\*\*|[-+*/()^]))"
+)
+_OPS = {
+    ast.Add: Fraction.__add__,
+    ast.Sub: Fraction.__sub__,
+    ast.Mult: Fraction.__mul__,
+    ast.Div: Fraction.__truediv__,
+}
 _LATEX = ((r"\left", ""), (r"\right", ""), (r"\cdot", "*"), (r"\times", "*"), ("×", "*"), ("·", "*"), ("−", "-"),
           (r"\,", ""), (r"\!", ""), ("{", "("), ("}", ")"))  # fmt: skip
 
@@ -255,7 +304,11 @@ def _tokens(text: str) -> list[tuple[str, str]]:
         kind = match.lastgroup or ""
         tok = match.group(kind)
         depth += {"(": 1, ")": -1}.get(tok, 0)
-        signs = signs + 1 if tok in ("+", "-") and (not out or out[-1][1] in ("+", "-", "*", "/", "(", "^", "**")) else 0
+        signs = (
+            signs + 1
+            if tok in ("+", "-") and (not out or out[-1][1] in ("+", "-", "*", "/", "(", "^", "**"))
+            else 0
+        )
         if depth > MAX_DEPTH or signs > MAX_SIGNS or len(out) >= MAX_TOKENS:
             raise AnswerError("expression too deeply nested or too long")
         out.append((kind, tok))
@@ -275,7 +328,9 @@ def to_python(text: str) -> str:
     parts: list[str] = []
     prev = ("", "")
     for kind, tok in _tokens(text):
-        if (prev[0] in ("num", "name") or prev[1] == ")") and (kind in ("num", "name") or tok == "("):
+        if (prev[0] in ("num", "name") or prev[1] == ")") and (
+            kind in ("num", "name") or tok == "("
+        ):
             parts.append("*")
         parts.append("**" if tok == "^" else tok)
         prev = (kind, tok)
@@ -304,10 +359,17 @@ def evaluate(node: ast.AST, env: dict[str, Fraction]) -> Fraction:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = evaluate(node.operand, env)
         return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)):
+    if isinstance(node, ast.BinOp) and isinstance(
+        node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)
+    ):
         a, b = evaluate(node.left, env), evaluate(node.right, env)
         if isinstance(node.op, ast.Pow):
-            if b.denominator != 1 or abs(b.numerator) > 10_000 or (a.numerator.bit_length() + a.denominator.bit_length()) * abs(b.numerator) > MAX_BITS:
+            if (
+                b.denominator != 1
+                or abs(b.numerator) > 10_000
+                or (a.numerator.bit_length() + a.denominator.bit_length()) * abs(b.numerator)
+                > MAX_BITS
+            ):
                 raise AnswerError("only integer powers of moderate size are allowed")
             if not a and b < 0:
                 raise AnswerError("division by zero")
@@ -371,9 +433,17 @@ def _factors(node: ast.AST) -> list[tuple[str, int]] | None:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
         left, right = _factors(node.left), _factors(node.right)
         return None if left is None or right is None else left + right
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and isinstance(node.left, ast.Name):
+    if (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Pow)
+        and isinstance(node.left, ast.Name)
+    ):
         right = node.right
-        return [(node.left.id, right.value)] if isinstance(right, ast.Constant) and type(right.value) is int else None
+        return (
+            [(node.left.id, right.value)]
+            if isinstance(right, ast.Constant) and type(right.value) is int
+            else None
+        )
     if isinstance(node, ast.Name):
         return [(node.id, 1)]
     return [("", 0)] if isinstance(node, ast.Constant) else None
@@ -396,7 +466,11 @@ def int_list(text: str, factors: bool = False) -> list[int]:
         t = t.replace("×", " ")
     out: list[int] = []
     for item in _items(t):
-        match = re.fullmatch(r"([+-]?\d+)(?:\^\{?(\d+)\}?)?", item) if factors else re.fullmatch(r"[+-]?\d+", item)
+        match = (
+            re.fullmatch(r"([+-]?\d+)(?:\^\{?(\d+)\}?)?", item)
+            if factors
+            else re.fullmatch(r"[+-]?\d+", item)
+        )
         if match is None:
             raise AnswerError(f"expected a list of integers, found {item[:40]!r}")
         times = _int(match.group(2)) if factors and match.group(2) else 1
@@ -411,10 +485,18 @@ def int_grid(text: str) -> list[list[int]]:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        data = [[x for x in re.split(r"[\s,]+", line.strip("[]() ,")) if x] for line in text.strip().splitlines() if line.strip()]
+        data = [
+            [x for x in re.split(r"[\s,]+", line.strip("[]() ,")) if x]
+            for line in text.strip().splitlines()
+            if line.strip()
+        ]
     if not isinstance(data, list) or not data or not all(isinstance(row, list) for row in data):
         raise AnswerError("expected a grid: rows of integers")
-    if not all(type(x) is int or isinstance(x, str) and re.fullmatch(r"[+-]?\d+", x) for row in data for x in row):
+    if not all(
+        type(x) is int or isinstance(x, str) and re.fullmatch(r"[+-]?\d+", x)
+        for row in data
+        for x in row
+    ):
         raise AnswerError("expected a grid of integers")
     return [[_int(str(x)) for x in row] for row in data]
 
@@ -470,7 +552,13 @@ def compare(given: str, task: dict) -> tuple[bool, str]:
     if kind in ("int_multiset", "int_list", "int_set"):
         factors = kind == "int_multiset"
         g, e = int_list(given, factors), int_list(expected, factors)
-        ok = g == e if kind == "int_list" else sorted(g) == sorted(e) if factors else set(g) == set(e)
+        ok = (
+            g == e
+            if kind == "int_list"
+            else sorted(g) == sorted(e)
+            if factors
+            else set(g) == set(e)
+        )
         return ok, "" if ok else "different numbers" if factors else "different list"
     if kind == "int_grid":
         ok = int_grid(given) == int_grid(expected)
@@ -492,7 +580,11 @@ def _given(submission: dict) -> tuple[str | None, str]:
     """The answer text and, when there is none, why."""
     if "answer" in submission:
         value = submission.get("answer")
-        return (value, "") if isinstance(value, str) and value.strip() else (None, "the answer is empty")
+        return (
+            (value, "")
+            if isinstance(value, str) and value.strip()
+            else (None, "the answer is empty")
+        )
     if "content" in submission:
         try:
             return final_answer(str(submission.get("content") or "")), ""
@@ -512,7 +604,13 @@ def verify_answer(submission: dict, task: dict) -> dict:
         checks.append({"name": "answer_parses", "passed": False, "detail": str(exc)})
         return {"checks": checks}
     except Exception as exc:  # noqa: BLE001 -- last resort: a verifier must reject, never crash
-        checks.append({"name": "answer_parses", "passed": False, "detail": f"could not be checked ({type(exc).__name__})"})
+        checks.append(
+            {
+                "name": "answer_parses",
+                "passed": False,
+                "detail": f"could not be checked ({type(exc).__name__})",
+            }
+        )
         return {"checks": checks}
     checks.append({"name": "answer_parses", "passed": True, "detail": ""})
     checks.append({"name": "answer_correct", "passed": ok, "detail": detail})

@@ -27,18 +27,38 @@ def verify_task(submission, task):
             f.write(meta["verify_py"])
         with open(os.path.join(folder, "meta.json"), "w", encoding="utf-8") as f:
             f.write(meta["meta_json"])
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": folder, "LANG": "C.UTF-8",
-               "GIT_CONFIG_NOSYSTEM": "1", variable: str(target),
-               # the state may belong to another user than the verifier's (bwrap, MCP servers)
-               "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": folder,
+            "LANG": "C.UTF-8",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            variable: str(target),
+            # the state may belong to another user than the verifier's (bwrap, MCP servers)
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "safe.directory",
+            "GIT_CONFIG_VALUE_0": "*",
+        }
         try:
-            done = subprocess.run([sys.executable, "-I", script], cwd=folder, env=env, capture_output=True,
-                                  text=True, timeout=VERIFY_TIMEOUT_S)
+            done = subprocess.run(
+                [sys.executable, "-I", script],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=VERIFY_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"verify.py did not finish within {VERIFY_TIMEOUT_S}s") from None
     if done.returncode < 0:
         raise RuntimeError(f"verify.py was killed by signal {-done.returncode}")
     said = (done.stdout + done.stderr).strip().splitlines()
     detail = " | ".join(said[-5:])[:1000]
-    return {"checks": [{"name": "verify.py", "passed": done.returncode == 0,
-                        "detail": f"exit {done.returncode}: {detail}"}]}
+    return {
+        "checks": [
+            {
+                "name": "verify.py",
+                "passed": done.returncode == 0,
+                "detail": f"exit {done.returncode}: {detail}",
+            }
+        ]
+    }

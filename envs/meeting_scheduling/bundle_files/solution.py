@@ -44,11 +44,16 @@ class _Search:
             p = self.tools.get_person(name=name)
             shift = 60 * p["tz_offset_hours"]
             self.people[name] = {
-                "work": (_minutes(p["work_start_local"]) - shift, _minutes(p["work_end_local"]) - shift),
+                "work": (
+                    _minutes(p["work_start_local"]) - shift,
+                    _minutes(p["work_end_local"]) - shift,
+                ),
                 "lunch": (12 * 60 - shift, 13 * 60 - shift),
                 "away": self.tools.is_out_of_office(person=name, date=self.date),
-                "busy": [(_minutes(e["start_utc"]), _minutes(e["end_utc"]))
-                         for e in self.tools.get_events(person=name, date=self.date)],
+                "busy": [
+                    (_minutes(e["start_utc"]), _minutes(e["end_utc"]))
+                    for e in self.tools.get_events(person=name, date=self.date)
+                ],
             }
         return self.people[name]
 
@@ -68,7 +73,8 @@ class _Search:
             if room["name"] not in self.bookings:
                 self.bookings[room["name"]] = [
                     (_minutes(b["start_utc"]), _minutes(b["end_utc"]))
-                    for b in self.tools.get_room_bookings(room=room["name"], date=self.date)]
+                    for b in self.tools.get_room_bookings(room=room["name"], date=self.date)
+                ]
             if not any(_overlap(start, end, a, b) for a, b in self.bookings[room["name"]]):
                 return room["name"]
         return None
@@ -76,7 +82,9 @@ class _Search:
     def representative(self, team: str, exclude: list, start: int, end: int) -> str | None:
         if team not in self.teams:
             self.teams[team] = [p["name"] for p in self.tools.list_people(team=team)]
-        return next((n for n in self.teams[team] if n not in exclude and self.free(n, start, end)), None)
+        return next(
+            (n for n in self.teams[team] if n not in exclude and self.free(n, start, end)), None
+        )
 
     def place(self, m: dict, start: int) -> dict | None:
         end = start + m["duration_min"]

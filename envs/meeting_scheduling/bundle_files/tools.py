@@ -27,7 +27,9 @@ def list_people(team: str | None = None) -> list[dict[str, str]]:
     if team is None:
         rows = sqlite().execute("SELECT name, team FROM people ORDER BY name")
     else:
-        rows = sqlite().execute("SELECT name, team FROM people WHERE team = ? ORDER BY name", (team,))
+        rows = sqlite().execute(
+            "SELECT name, team FROM people WHERE team = ? ORDER BY name", (team,)
+        )
     return [dict(r) for r in rows]
 
 
@@ -58,8 +60,11 @@ def get_events(person: str, date: str) -> list[dict[str, str]]:
         One entry per event: start_utc, end_utc (HH:MM, UTC) and title.
     """
     get_person(person)
-    rows = sqlite().execute("SELECT start_utc, end_utc, title FROM events WHERE person = ? AND date = ? "
-                            "ORDER BY start_utc", (person, date))
+    rows = sqlite().execute(
+        "SELECT start_utc, end_utc, title FROM events WHERE person = ? AND date = ? "
+        "ORDER BY start_utc",
+        (person, date),
+    )
     return [dict(r) for r in rows]
 
 
@@ -71,8 +76,12 @@ def is_out_of_office(person: str, date: str) -> bool:
         date: YYYY-MM-DD.
     """
     get_person(person)
-    return sqlite().execute("SELECT 1 FROM out_of_office WHERE person = ? AND date = ?",
-                            (person, date)).fetchone() is not None
+    return (
+        sqlite()
+        .execute("SELECT 1 FROM out_of_office WHERE person = ? AND date = ?", (person, date))
+        .fetchone()
+        is not None
+    )
 
 
 def list_rooms(min_capacity: int = 1, needs_video: bool = False) -> list[dict[str, Any]]:
@@ -85,9 +94,11 @@ def list_rooms(min_capacity: int = 1, needs_video: bool = False) -> list[dict[st
     Returns:
         One entry per room: name, capacity, floor and has_video.
     """
-    rows = sqlite().execute("SELECT name, capacity, floor, has_video FROM rooms WHERE capacity >= ? "
-                            "AND (has_video = 1 OR ? = 0) ORDER BY capacity, floor, name",
-                            (min_capacity, int(needs_video)))
+    rows = sqlite().execute(
+        "SELECT name, capacity, floor, has_video FROM rooms WHERE capacity >= ? "
+        "AND (has_video = 1 OR ? = 0) ORDER BY capacity, floor, name",
+        (min_capacity, int(needs_video)),
+    )
     return [dict(r, has_video=bool(r["has_video"])) for r in rows]
 
 
@@ -103,8 +114,11 @@ def get_room_bookings(room: str, date: str) -> list[dict[str, str]]:
     """
     if sqlite().execute("SELECT 1 FROM rooms WHERE name = ?", (room,)).fetchone() is None:
         raise KeyError(f"no room named {room!r}")
-    rows = sqlite().execute("SELECT start_utc, end_utc FROM room_bookings WHERE room = ? AND date = ? "
-                            "ORDER BY start_utc", (room, date))
+    rows = sqlite().execute(
+        "SELECT start_utc, end_utc FROM room_bookings WHERE room = ? AND date = ? "
+        "ORDER BY start_utc",
+        (room, date),
+    )
     return [dict(r) for r in rows]
 
 

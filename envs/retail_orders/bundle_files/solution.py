@@ -46,7 +46,10 @@ def _basket(tools, meta: dict) -> dict | None:
     for combo in itertools.product(*pools):
         if meta["distinct_brands"] and len({p["brand"] for p in combo}) < len(combo):
             continue
-        if meta["max_weight_g"] is not None and sum(p["weight_g"] for p in combo) > meta["max_weight_g"]:
+        if (
+            meta["max_weight_g"] is not None
+            and sum(p["weight_g"] for p in combo) > meta["max_weight_g"]
+        ):
             continue
         key = (sum(p["price"] for p in combo), [p["sku"] for p in combo])
         if best is None or key < best[0]:
@@ -75,7 +78,10 @@ def _returns(tools, meta: dict) -> dict | None:
             policy = policies[category]
             if not 0 <= age <= policy["window_days"]:
                 continue
-            refund = round(line["unit_price"] * line["quantity"] * (100 - policy["restocking_fee_pct"]) / 100, 2)
+            refund = round(
+                line["unit_price"] * line["quantity"] * (100 - policy["restocking_fee_pct"]) / 100,
+                2,
+            )
             lines.append((order["order_id"], line["sku"], refund))
     lines.sort()
     for n in range(1, len(lines) + 1):
@@ -84,9 +90,11 @@ def _returns(tools, meta: dict) -> dict | None:
                 continue
             total = round(sum(r for _, _, r in subset), 2)
             if meta["refund_min"] <= total <= meta["refund_max"]:
-                return {"customer": meta["customer"],
-                        "returns": [{"order_id": o, "sku": s} for o, s, _ in subset],
-                        "refund_total": total}
+                return {
+                    "customer": meta["customer"],
+                    "returns": [{"order_id": o, "sku": s} for o, s, _ in subset],
+                    "refund_total": total,
+                }
     return None
 
 
@@ -95,7 +103,9 @@ def greedy_retail(tools, task: dict) -> None:
     the per-product rules, ignoring the rules that tie products together (brands, weight);
     returns take eligible lines largest refund first while the total stays under the maximum."""
     meta = task["metadata"]
-    answer = _greedy_basket(tools, meta) if meta["kind"] == "basket" else _greedy_returns(tools, meta)
+    answer = (
+        _greedy_basket(tools, meta) if meta["kind"] == "basket" else _greedy_returns(tools, meta)
+    )
     tools.submit_result(answer_text=json.dumps(answer))
 
 
@@ -103,12 +113,21 @@ def _greedy_basket(tools, meta: dict) -> dict:
     customer, discount, owned = _customer_context(tools, meta)
     skus, prices = [], []
     for category in meta["categories"]:
-        for p in tools.list_products(category=category, min_rating=meta["min_rating"]):  # cheapest first
-            if p["sku"] not in owned and tools.get_stock(sku=p["sku"], region=customer["region"]) > 0:
+        for p in tools.list_products(
+            category=category, min_rating=meta["min_rating"]
+        ):  # cheapest first
+            if (
+                p["sku"] not in owned
+                and tools.get_stock(sku=p["sku"], region=customer["region"]) > 0
+            ):
                 skus.append(p["sku"])
                 prices.append(p["price"])
                 break
-    return {"customer": meta["customer"], "skus": skus, "total": round(sum(prices) * (100 - discount) / 100, 2)}
+    return {
+        "customer": meta["customer"],
+        "skus": skus,
+        "total": round(sum(prices) * (100 - discount) / 100, 2),
+    }
 
 
 def _greedy_returns(tools, meta: dict) -> dict:
@@ -123,11 +142,19 @@ def _greedy_returns(tools, meta: dict) -> dict:
             if product["final_sale"] or product["category"] == meta["exclude_category"]:
                 continue
             if 0 <= age <= policy["window_days"]:
-                refund = round(line["unit_price"] * line["quantity"] * (100 - policy["restocking_fee_pct"]) / 100, 2)
+                refund = round(
+                    line["unit_price"]
+                    * line["quantity"]
+                    * (100 - policy["restocking_fee_pct"])
+                    / 100,
+                    2,
+                )
                 lines.append((refund, order["order_id"], line["sku"]))
     picked, total, orders = [], 0.0, set()
     for refund, order_id, sku in sorted(lines, reverse=True):
-        if total + refund <= meta["refund_max"] and not (meta["one_per_order"] and order_id in orders):
+        if total + refund <= meta["refund_max"] and not (
+            meta["one_per_order"] and order_id in orders
+        ):
             picked.append({"order_id": order_id, "sku": sku})
             total = round(total + refund, 2)
             orders.add(order_id)

@@ -21,8 +21,11 @@ def get_customer(name: str) -> dict[str, Any]:
     Returns:
         name, tier (standard | silver | gold), region (the warehouse that serves them), member_since.
     """
-    row = sqlite().execute("SELECT name, tier, region, member_since FROM customers WHERE name = ?",
-                           (name,)).fetchone()
+    row = (
+        sqlite()
+        .execute("SELECT name, tier, region, member_since FROM customers WHERE name = ?", (name,))
+        .fetchone()
+    )
     if row is None:
         raise KeyError(f"no customer named {name!r}")
     return dict(row)
@@ -42,7 +45,9 @@ def get_tier_discount(tier: str) -> int:
 
 def list_categories() -> list[str]:
     """All product categories, alphabetically."""
-    return [r[0] for r in sqlite().execute("SELECT DISTINCT category FROM products ORDER BY category")]
+    return [
+        r[0] for r in sqlite().execute("SELECT DISTINCT category FROM products ORDER BY category")
+    ]
 
 
 def list_products(category: str, min_rating: float | None = None) -> list[dict[str, Any]]:
@@ -58,7 +63,9 @@ def list_products(category: str, min_rating: float | None = None) -> list[dict[s
     _category(category)
     rows = sqlite().execute(
         "SELECT sku, name, brand, price, rating FROM products WHERE category = ? AND rating >= ? "
-        "ORDER BY price, sku", (category, -1.0 if min_rating is None else min_rating))
+        "ORDER BY price, sku",
+        (category, -1.0 if min_rating is None else min_rating),
+    )
     return [dict(r) for r in rows]
 
 
@@ -72,8 +79,15 @@ def get_product(sku: str) -> dict[str, Any]:
         sku, name, category, brand, price (USD), rating, weight_g (shipping weight in grams) and
         final_sale (final-sale products cannot be returned).
     """
-    row = sqlite().execute("SELECT sku, name, category, brand, price, rating, weight_g, final_sale "
-                           "FROM products WHERE sku = ?", (sku,)).fetchone()
+    row = (
+        sqlite()
+        .execute(
+            "SELECT sku, name, category, brand, price, rating, weight_g, final_sale "
+            "FROM products WHERE sku = ?",
+            (sku,),
+        )
+        .fetchone()
+    )
     if row is None:
         raise KeyError(f"no product with sku {sku!r}")
     out = dict(row)
@@ -88,7 +102,11 @@ def get_stock(sku: str, region: str) -> int:
         sku: The product's SKU.
         region: north, south, east or west.
     """
-    row = sqlite().execute("SELECT quantity FROM stock WHERE sku = ? AND region = ?", (sku, region)).fetchone()
+    row = (
+        sqlite()
+        .execute("SELECT quantity FROM stock WHERE sku = ? AND region = ?", (sku, region))
+        .fetchone()
+    )
     if row is None:
         raise KeyError(f"no stock record for {sku!r} in region {region!r}")
     return row[0]
@@ -106,8 +124,11 @@ def list_orders(customer: str) -> list[dict[str, Any]]:
     row = sqlite().execute("SELECT id FROM customers WHERE name = ?", (customer,)).fetchone()
     if row is None:
         raise KeyError(f"no customer named {customer!r}")
-    rows = sqlite().execute("SELECT order_id, order_date, status, delivered_date FROM orders "
-                            "WHERE customer_id = ? ORDER BY order_date, order_id", (row[0],))
+    rows = sqlite().execute(
+        "SELECT order_id, order_date, status, delivered_date FROM orders "
+        "WHERE customer_id = ? ORDER BY order_date, order_id",
+        (row[0],),
+    )
     return [dict(r) for r in rows]
 
 
@@ -122,8 +143,10 @@ def get_order_lines(order_id: str) -> list[dict[str, Any]]:
     """
     if sqlite().execute("SELECT 1 FROM orders WHERE order_id = ?", (order_id,)).fetchone() is None:
         raise KeyError(f"no order {order_id!r}")
-    rows = sqlite().execute("SELECT sku, quantity, unit_price FROM order_lines WHERE order_id = ? ORDER BY sku",
-                            (order_id,))
+    rows = sqlite().execute(
+        "SELECT sku, quantity, unit_price FROM order_lines WHERE order_id = ? ORDER BY sku",
+        (order_id,),
+    )
     return [dict(r) for r in rows]
 
 
@@ -138,8 +161,14 @@ def get_return_policy(category: str) -> dict[str, int]:
         restocking_fee_pct (deducted from the refund, in percent).
     """
     _category(category)
-    row = sqlite().execute("SELECT window_days, restocking_fee_pct FROM return_policies WHERE category = ?",
-                           (category,)).fetchone()
+    row = (
+        sqlite()
+        .execute(
+            "SELECT window_days, restocking_fee_pct FROM return_policies WHERE category = ?",
+            (category,),
+        )
+        .fetchone()
+    )
     return dict(row)
 
 
@@ -163,5 +192,10 @@ def submit_result(answer_text: str) -> str:
 
 
 def _category(category: str) -> None:
-    if sqlite().execute("SELECT 1 FROM products WHERE category = ? LIMIT 1", (category,)).fetchone() is None:
+    if (
+        sqlite()
+        .execute("SELECT 1 FROM products WHERE category = ? LIMIT 1", (category,))
+        .fetchone()
+        is None
+    ):
         raise KeyError(f"no category {category!r}; see list_categories()")

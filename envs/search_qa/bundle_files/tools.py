@@ -70,7 +70,10 @@ def search(query: str, k: int = 5) -> list[dict[str, Any]]:
         if score:
             scored.append((-score, doc["id"], doc))
     scored.sort()
-    return [{"id": d["id"], "title": d["title"], "score": -s, "snippet": d["body"][:160]} for s, _, d in scored[:k]]
+    return [
+        {"id": d["id"], "title": d["title"], "score": -s, "snippet": d["body"][:160]}
+        for s, _, d in scored[:k]
+    ]
 
 
 def open(id: str, page: int = 1) -> dict[str, Any]:  # noqa: A001 - the agent-facing name
@@ -86,8 +89,16 @@ def open(id: str, page: int = 1) -> dict[str, Any]:  # noqa: A001 - the agent-fa
     doc = _doc(id)
     pages = _pages(doc["body"])
     if not 1 <= page <= len(pages):
-        raise ValueError(f"page {page} is out of range; document {id!r} has pages 1 to {len(pages)}")
-    return {"id": id, "title": doc["title"], "page": page, "pages": len(pages), "text": pages[page - 1]}
+        raise ValueError(
+            f"page {page} is out of range; document {id!r} has pages 1 to {len(pages)}"
+        )
+    return {
+        "id": id,
+        "title": doc["title"],
+        "page": page,
+        "pages": len(pages),
+        "text": pages[page - 1],
+    }
 
 
 def find(id: str, pattern: str) -> dict[str, Any]:
@@ -108,8 +119,16 @@ def find(id: str, pattern: str) -> dict[str, Any]:
     matches = []
     for number, line in enumerate(doc["body"].splitlines(), start=1):
         for found in needle.finditer(line):
-            matches.append({"page": 1, "line": number, "match": found.group(0), "context": line[:200]})
-    return {"id": id, "pattern": pattern, "matches": matches[:50], "truncated": len(matches) > 50, "limit": 50}
+            matches.append(
+                {"page": 1, "line": number, "match": found.group(0), "context": line[:200]}
+            )
+    return {
+        "id": id,
+        "pattern": pattern,
+        "matches": matches[:50],
+        "truncated": len(matches) > 50,
+        "limit": 50,
+    }
 
 
 def submit_answer(answer: str) -> str:

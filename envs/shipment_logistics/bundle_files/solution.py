@@ -20,8 +20,10 @@ def solve_routing(tools, task: dict) -> None:
     best = _search(options, shipments, 0, [], {}, 0.0, floor, meta["budget"])
     if best is None:
         raise RuntimeError(f"no routing fits the budget of task {task.get('id')!r}")
-    routes = [{"shipment": s["shipment_id"], "lanes": [lane["lane_id"] for lane in path]}
-              for s, (_, path) in zip(shipments, best)]
+    routes = [
+        {"shipment": s["shipment_id"], "lanes": [lane["lane_id"] for lane in path]}
+        for s, (_, path) in zip(shipments, best)
+    ]
     total = round(sum(cost for cost, _ in best), 2)
     tools.submit_result(answer_text=json.dumps({"routes": routes, "total_cost": total}))
 
@@ -56,14 +58,16 @@ def _search(options, shipments, i, chosen, load, spent, floor, budget):
     if i == len(options):
         return list(chosen)
     for cost, path in options[i]:
-        if spent + cost + sum(floor[i + 1:]) > budget + 1e-9:
+        if spent + cost + sum(floor[i + 1 :]) > budget + 1e-9:
             break  # routes are sorted by cost: every later one is dearer
         weight = shipments[i]["weight_kg"]
         if any(load.get(lane["lane_id"], 0) + weight > lane["capacity_kg"] for lane in path):
             continue
         for lane in path:
             load[lane["lane_id"]] = load.get(lane["lane_id"], 0) + weight
-        found = _search(options, shipments, i + 1, chosen + [(cost, path)], load, spent + cost, floor, budget)
+        found = _search(
+            options, shipments, i + 1, chosen + [(cost, path)], load, spent + cost, floor, budget
+        )
         for lane in path:
             load[lane["lane_id"]] -= weight
         if found is not None:
@@ -81,8 +85,11 @@ def greedy_routing(tools, task: dict) -> None:
     routes, total = [], 0.0
     for sid in meta["shipments"]:
         s = tools.get_shipment(shipment_id=sid)
-        for cost, path in _routes(tools, s, meta, lanes, handling):
-            if all(load.get(lane["lane_id"], 0) + s["weight_kg"] <= lane["capacity_kg"] for lane in path):
+        for cost, path in _routes(tools, s, meta, lanes, handling):  # noqa: B007 - read after the break below
+            if all(
+                load.get(lane["lane_id"], 0) + s["weight_kg"] <= lane["capacity_kg"]
+                for lane in path
+            ):
                 break
         else:
             raise RuntimeError(f"greedy: no route left for {sid}")

@@ -12,7 +12,10 @@ from envgym.runtime import sqlite
 
 def list_hubs() -> list[dict[str, Any]]:
     """Every hub: code, city and handling_hours (added when a route passes through it)."""
-    return [dict(r) for r in sqlite().execute("SELECT code, city, handling_hours FROM hubs ORDER BY code")]
+    return [
+        dict(r)
+        for r in sqlite().execute("SELECT code, city, handling_hours FROM hubs ORDER BY code")
+    ]
 
 
 def get_hub(code: str) -> dict[str, Any]:
@@ -44,7 +47,9 @@ def list_lanes_from(hub: str, mode: str | None = None) -> list[dict[str, Any]]:
     get_hub(hub)
     rows = sqlite().execute(
         "SELECT lane_id, destination, mode, transit_hours, cost_per_kg, capacity_kg, hazmat_ok FROM lanes "
-        "WHERE origin = ? AND (mode = ? OR ? IS NULL) ORDER BY lane_id", (hub, mode, mode))
+        "WHERE origin = ? AND (mode = ? OR ? IS NULL) ORDER BY lane_id",
+        (hub, mode, mode),
+    )
     return [dict(r, hazmat_ok=bool(r["hazmat_ok"])) for r in rows]
 
 
@@ -70,7 +75,9 @@ def get_shipment(shipment_id: str) -> dict[str, Any]:
         shipment_id, origin and destination hub codes, weight_kg, hazmat and deadline_hours
         (door to door: transit plus handling at intermediate hubs).
     """
-    row = sqlite().execute("SELECT * FROM shipments WHERE shipment_id = ?", (shipment_id,)).fetchone()
+    row = (
+        sqlite().execute("SELECT * FROM shipments WHERE shipment_id = ?", (shipment_id,)).fetchone()
+    )
     if row is None:
         raise KeyError(f"no shipment {shipment_id!r}")
     return dict(row, hazmat=bool(row["hazmat"]))

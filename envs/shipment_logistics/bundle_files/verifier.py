@@ -16,17 +16,27 @@ from typing import Any
 
 from envgym.runtime import sqlite
 
-
 _MODES = ("air", "rail", "truck")
 
 
 def _stages(meta: dict) -> list[list[str]]:
-    hazmat = any(bool(r[0]) for r in sqlite().execute(
-        f"SELECT hazmat FROM shipments WHERE shipment_id IN ({','.join('?' * len(meta['shipments']))})",
-        list(meta["shipments"])))
+    hazmat = any(
+        bool(r[0])
+        for r in sqlite().execute(
+            f"SELECT hazmat FROM shipments WHERE shipment_id IN ({','.join('?' * len(meta['shipments']))})",
+            list(meta["shipments"]),
+        )
+    )
     modes = ["allowed_modes"] if set(meta["allowed_modes"]) < set(_MODES) else []
-    return [["shipments_in_order", "lanes_exist"], ["route_connects", "no_repeated_hub"], ["max_hops"],
-            modes + (["hazmat"] if hazmat else []), ["deadline"], ["capacity"], ["total_cost_correct", "budget"]]
+    return [
+        ["shipments_in_order", "lanes_exist"],
+        ["route_connects", "no_repeated_hub"],
+        ["max_hops"],
+        modes + (["hazmat"] if hazmat else []),
+        ["deadline"],
+        ["capacity"],
+        ["total_cost_correct", "budget"],
+    ]
 
 
 def verify_routing(submission: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
@@ -40,9 +50,13 @@ def verify_routing(submission: dict[str, Any], task: dict[str, Any]) -> dict[str
     total = 0.0
     for route, wanted in zip(answer["routes"], meta["shipments"]):
         if route["shipment"] != wanted:
-            out.setdefault("shipments_in_order", []).append(f"expected {wanted}, got {route['shipment']!r}")
+            out.setdefault("shipments_in_order", []).append(
+                f"expected {wanted}, got {route['shipment']!r}"
+            )
             continue
-        s = dict(sqlite().execute("SELECT * FROM shipments WHERE shipment_id = ?", (wanted,)).fetchone())
+        s = dict(
+            sqlite().execute("SELECT * FROM shipments WHERE shipment_id = ?", (wanted,)).fetchone()
+        )
         lanes = []
         for lane_id in route["lanes"]:
             row = sqlite().execute("SELECT * FROM lanes WHERE lane_id = ?", (lane_id,)).fetchone()
@@ -58,7 +72,9 @@ def verify_routing(submission: dict[str, Any], task: dict[str, Any]) -> dict[str
             capacity[lane["lane_id"]] = lane["capacity_kg"]
     for lane_id, kg in load.items():
         if kg > capacity[lane_id]:
-            out.setdefault("capacity", []).append(f"{lane_id} carries {kg} kg > {capacity[lane_id]} kg")
+            out.setdefault("capacity", []).append(
+                f"{lane_id} carries {kg} kg > {capacity[lane_id]} kg"
+            )
     if not any(k in out for k in ("shipments_in_order", "lanes_exist")):
         total = round(total, 2)
         claimed = answer["total_cost"]
@@ -98,13 +114,25 @@ def _read(submission: dict[str, Any], count: int) -> tuple[dict | None, str]:
         return None, f"answer_text is not JSON: {exc.msg}"
     except RecursionError:  # nesting deeper than the parser's stack: not an answer
         return None, "answer_text is nested too deeply"
-    if not isinstance(answer, dict) or "total_cost" not in answer or not isinstance(answer.get("routes"), list):
+    if (
+        not isinstance(answer, dict)
+        or "total_cost" not in answer
+        or not isinstance(answer.get("routes"), list)
+    ):
         return None, "answer_text must be an object with routes and total_cost"
     routes = answer["routes"]
     if len(routes) != count or not all(
-            isinstance(r, dict) and isinstance(r.get("shipment"), str) and isinstance(r.get("lanes"), list)
-            and r["lanes"] and all(isinstance(x, str) for x in r["lanes"]) for r in routes):
-        return None, f"routes must hold {count} objects with a shipment id and a non-empty lanes list"
+        isinstance(r, dict)
+        and isinstance(r.get("shipment"), str)
+        and isinstance(r.get("lanes"), list)
+        and r["lanes"]
+        and all(isinstance(x, str) for x in r["lanes"])
+        for r in routes
+    ):
+        return (
+            None,
+            f"routes must hold {count} objects with a shipment id and a non-empty lanes list",
+        )
     return answer, ""
 
 
@@ -113,9 +141,15 @@ def _route(s: dict, lanes: list[dict], meta: dict, out: dict[str, list[str]]) ->
     hub, seen, hours = s["origin"], {s["origin"]}, 0
     for i, lane in enumerate(lanes):
         if lane["origin"] != hub:
-            out.setdefault("route_connects", []).append(f"{sid}: {lane['lane_id']} does not leave {hub}")
+            out.setdefault("route_connects", []).append(
+                f"{sid}: {lane['lane_id']} does not leave {hub}"
+            )
         if i:
-            hours += sqlite().execute("SELECT handling_hours FROM hubs WHERE code = ?", (hub,)).fetchone()[0]
+            hours += (
+                sqlite()
+                .execute("SELECT handling_hours FROM hubs WHERE code = ?", (hub,))
+                .fetchone()[0]
+            )
         hours += lane["transit_hours"]
         hub = lane["destination"]
         if hub in seen:

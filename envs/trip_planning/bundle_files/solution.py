@@ -55,26 +55,57 @@ def greedy_trip(tools, task: dict) -> None:
                 if not transport:
                     city = dst
                     break
-                legs = [s for s in tools.get_inter_city_transport(from_city=days[-1]["city"], to_city=dst)
-                        if s["mode"] in transport["modes"]
-                        and (transport.get("max_hours") is None or s["duration_minutes"] <= transport["max_hours"] * 60)
-                        and (transport.get("arrive_by") is None or s["arrival_time"] <= transport["arrive_by"])]
+                legs = [
+                    s
+                    for s in tools.get_inter_city_transport(from_city=days[-1]["city"], to_city=dst)
+                    if s["mode"] in transport["modes"]
+                    and (
+                        transport.get("max_hours") is None
+                        or s["duration_minutes"] <= transport["max_hours"] * 60
+                    )
+                    and (
+                        transport.get("arrive_by") is None
+                        or s["arrival_time"] <= transport["arrive_by"]
+                    )
+                ]
                 if legs:
                     city, leg = dst, cheapest(legs, "price")[0]
                     break
             if city is None:
                 break
         visited.add(city)
-        hotels = cheapest([h for h in tools.get_all_hotels_by_city(city=city) if ok(h, "hotel_min_rating")],
-                          "price_per_night")
-        meals = cheapest([r for r in tools.get_all_restaurants_by_city(city=city) if ok(r, "restaurant_min_rating")],
-                         "avg_price_per_person", 2)
-        sights = cheapest([a for a in tools.get_all_attractions_by_city(city=city) if ok(a, "attraction_min_rating")
-                           and (c.get("max_ticket") is None or a["ticket_price"] <= c["max_ticket"])], "ticket_price")
+        hotels = cheapest(
+            [h for h in tools.get_all_hotels_by_city(city=city) if ok(h, "hotel_min_rating")],
+            "price_per_night",
+        )
+        meals = cheapest(
+            [
+                r
+                for r in tools.get_all_restaurants_by_city(city=city)
+                if ok(r, "restaurant_min_rating")
+            ],
+            "avg_price_per_person",
+            2,
+        )
+        sights = cheapest(
+            [
+                a
+                for a in tools.get_all_attractions_by_city(city=city)
+                if ok(a, "attraction_min_rating")
+                and (c.get("max_ticket") is None or a["ticket_price"] <= c["max_ticket"])
+            ],
+            "ticket_price",
+        )
         if not hotels or len(meals) < 2 or not sights:
             break
-        row = {"time": date, "city": city, "hotel": hotels[0]["name"], "afternoon_restaurant": meals[0]["name"],
-               "afternoon_attraction": sights[0]["name"], "evening_restaurant": meals[1]["name"]}
+        row = {
+            "time": date,
+            "city": city,
+            "hotel": hotels[0]["name"],
+            "afternoon_restaurant": meals[0]["name"],
+            "afternoon_attraction": sights[0]["name"],
+            "evening_restaurant": meals[1]["name"],
+        }
         if transport:
             row["transport"] = leg["code"] if leg else None
         days.append(row)
@@ -121,8 +152,9 @@ class _Search:
             candidates = [self.meta["start_city"]]
         else:
             visited = {d["city"] for d in days}
-            candidates = self._nearest(days[-1]["city"], [c for c in self.cities
-                                                          if c not in visited and c in self.allowed])
+            candidates = self._nearest(
+                days[-1]["city"], [c for c in self.cities if c not in visited and c in self.allowed]
+            )
         budget, fare_cap = self.c.get("total_budget"), (self.transport or {}).get("budget")
         for city in candidates:
             if self._rain_blocks(city, n + 1):  # one cheap call that can rule the city out
@@ -135,8 +167,9 @@ class _Search:
             day = self._day(city, n + 1)
             if day is None or (budget is not None and cost + day["cost"] > budget):
                 continue
-            found = self._extend(days + [day], legs + [leg], cost + day["cost"],
-                                 fare + (leg["price"] if leg else 0))
+            found = self._extend(
+                days + [day], legs + [leg], cost + day["cost"], fare + (leg["price"] if leg else 0)
+            )
             if found is not None:
                 return found
         return None
@@ -144,8 +177,17 @@ class _Search:
     def _answer(self, days: list, legs: list) -> list:
         out = []
         for day, leg in zip(days, legs):
-            row = {k: day[k] for k in ("time", "city", "hotel", "afternoon_restaurant",
-                                       "afternoon_attraction", "evening_restaurant")}
+            row = {
+                k: day[k]
+                for k in (
+                    "time",
+                    "city",
+                    "hotel",
+                    "afternoon_restaurant",
+                    "afternoon_attraction",
+                    "evening_restaurant",
+                )
+            }
             if self.transport:
                 row["transport"] = leg["code"] if leg else None
             out.append(row)
@@ -157,23 +199,31 @@ class _Search:
             return cities
         for city in dict.fromkeys([here, *cities]):
             if city not in self.coords:
-                info = self.tools.get_infos_by_city(info_keywords=["latitude", "longitude"], city=city)
+                info = self.tools.get_infos_by_city(
+                    info_keywords=["latitude", "longitude"], city=city
+                )
                 self.coords[city] = (info["latitude"], info["longitude"])
         lat0, lon0 = self.coords[here]
-        return sorted(cities, key=lambda c: (self.coords[c][0] - lat0) ** 2 + (self.coords[c][1] - lon0) ** 2)
+        return sorted(
+            cities, key=lambda c: (self.coords[c][0] - lat0) ** 2 + (self.coords[c][1] - lon0) ** 2
+        )
 
     def _list(self, kind: str, city: str) -> list:
         key = (kind, city)
         if key not in self.lists:
-            fetch = {"hotels": self.tools.get_all_hotels_by_city,
-                     "restaurants": self.tools.get_all_restaurants_by_city,
-                     "attractions": self.tools.get_all_attractions_by_city}[kind]
+            fetch = {
+                "hotels": self.tools.get_all_hotels_by_city,
+                "restaurants": self.tools.get_all_restaurants_by_city,
+                "attractions": self.tools.get_all_attractions_by_city,
+            }[kind]
             self.lists[key] = fetch(city=city)
         return self.lists[key]
 
     def _is_indoor(self, attraction: str) -> bool:
         if attraction not in self.indoor:
-            info = self.tools.get_infos_by_attraction(info_keywords=["indoor"], attraction=attraction)
+            info = self.tools.get_infos_by_attraction(
+                info_keywords=["indoor"], attraction=attraction
+            )
             self.indoor[attraction] = bool(info["indoor"])
         return self.indoor[attraction]
 
@@ -182,20 +232,28 @@ class _Search:
             return False
         if (city, date) not in self.weather:
             report = self.tools.get_weather_by_city_date(city=city, date=date)
-            self.weather[(city, date)] = report["condition"] in self.weather_rule["rainy_conditions"]
+            self.weather[(city, date)] = (
+                report["condition"] in self.weather_rule["rainy_conditions"]
+            )
         return self.weather[(city, date)]
 
     def _rain_blocks(self, city: str, n: int) -> bool:
-        return (bool(self.weather_rule) and self.weather_rule["rule"] == "avoid_rain"
-                and self._rainy(city, self.meta["dates"][n - 1]))
+        return (
+            bool(self.weather_rule)
+            and self.weather_rule["rule"] == "avoid_rain"
+            and self._rainy(city, self.meta["dates"][n - 1])
+        )
 
     def _leg(self, src: str, dst: str) -> dict | None:
         if (src, dst) not in self.legs:
             t = self.transport
-            ok = [s for s in self.tools.get_inter_city_transport(from_city=src, to_city=dst)
-                  if s["mode"] in t["modes"]
-                  and (t.get("max_hours") is None or s["duration_minutes"] <= t["max_hours"] * 60)
-                  and (t.get("arrive_by") is None or s["arrival_time"] <= t["arrive_by"])]
+            ok = [
+                s
+                for s in self.tools.get_inter_city_transport(from_city=src, to_city=dst)
+                if s["mode"] in t["modes"]
+                and (t.get("max_hours") is None or s["duration_minutes"] <= t["max_hours"] * 60)
+                and (t.get("arrive_by") is None or s["arrival_time"] <= t["arrive_by"])
+            ]
             self.legs[(src, dst)] = min(ok, key=lambda s: (s["price"], s["code"]), default=None)
         return self.legs[(src, dst)]
 
@@ -212,7 +270,9 @@ class _Search:
         tiers = c.get("budget_tiers") or {}
         tiered = n in tiers.get("days", [])
         floor = c.get("restaurant_min_rating")
-        restaurants = [r for r in self._list("restaurants", city) if floor is None or r["rating"] >= floor]
+        restaurants = [
+            r for r in self._list("restaurants", city) if floor is None or r["rating"] >= floor
+        ]
         best = None
         for hotel in self._list("hotels", city):
             if c.get("hotel_min_rating") is not None and hotel["rating"] < c["hotel_min_rating"]:
@@ -220,29 +280,54 @@ class _Search:
             tier = None
             if tiered:
                 price = hotel["price_per_night"]
-                tier = next((t for t in tiers["tiers"] if price >= t["min_price"]
-                             and (t["max_price"] is None or price < t["max_price"])), None)
+                tier = next(
+                    (
+                        t
+                        for t in tiers["tiers"]
+                        if price >= t["min_price"]
+                        and (t["max_price"] is None or price < t["max_price"])
+                    ),
+                    None,
+                )
                 if tier is None and tiers.get("require_tier"):
                     continue
             sight = self._attraction(city, rainy, (tier or {}).get("ticket_lt"))
             pair = self._restaurant_pair(restaurants, tier or {})
             if sight is None or pair is None:
                 continue
-            cost = hotel["price_per_night"] + pair[0]["avg_price_per_person"] \
-                + pair[1]["avg_price_per_person"] + sight["ticket_price"]
+            cost = (
+                hotel["price_per_night"]
+                + pair[0]["avg_price_per_person"]
+                + pair[1]["avg_price_per_person"]
+                + sight["ticket_price"]
+            )
             if best is None or cost < best["cost"]:
-                best = {"time": date, "city": city, "hotel": hotel["name"],
-                        "afternoon_restaurant": pair[0]["name"], "afternoon_attraction": sight["name"],
-                        "evening_restaurant": pair[1]["name"], "cost": cost}
+                best = {
+                    "time": date,
+                    "city": city,
+                    "hotel": hotel["name"],
+                    "afternoon_restaurant": pair[0]["name"],
+                    "afternoon_attraction": sight["name"],
+                    "evening_restaurant": pair[1]["name"],
+                    "cost": cost,
+                }
         return best
 
     def _attraction(self, city: str, rainy: bool, ticket_lt) -> dict | None:
         c = self.c
-        ok = sorted((a for a in self._list("attractions", city)
-                     if (c.get("attraction_min_rating") is None or a["rating"] >= c["attraction_min_rating"])
-                     and (c.get("max_ticket") is None or a["ticket_price"] <= c["max_ticket"])
-                     and (ticket_lt is None or a["ticket_price"] < ticket_lt)),
-                    key=lambda a: (a["ticket_price"], a["name"]))
+        ok = sorted(
+            (
+                a
+                for a in self._list("attractions", city)
+                if (
+                    c.get("attraction_min_rating") is None
+                    or a["rating"] >= c["attraction_min_rating"]
+                )
+                and (c.get("max_ticket") is None or a["ticket_price"] <= c["max_ticket"])
+                and (ticket_lt is None or a["ticket_price"] < ticket_lt)
+            ),
+            key=lambda a: (a["ticket_price"], a["name"]),
+        )
         # Only a rainy day needs to know which attractions are indoors; ask lazily, cheapest first.
         return next((a for a in ok if not rainy or self._is_indoor(a["name"])), None)
 
@@ -250,12 +335,21 @@ class _Search:
         best = None
         for a, b in combinations(restaurants, 2):
             total = a["avg_price_per_person"] + b["avg_price_per_person"]
-            if tier.get("restaurants_total_lt") is not None and total >= tier["restaurants_total_lt"]:
+            if (
+                tier.get("restaurants_total_lt") is not None
+                and total >= tier["restaurants_total_lt"]
+            ):
                 continue
             low, high = sorted((a["rating"], b["rating"]))
-            if tier.get("restaurants_all_min_rating") is not None and low < tier["restaurants_all_min_rating"]:
+            if (
+                tier.get("restaurants_all_min_rating") is not None
+                and low < tier["restaurants_all_min_rating"]
+            ):
                 continue
-            if tier.get("restaurants_any_min_rating") is not None and high < tier["restaurants_any_min_rating"]:
+            if (
+                tier.get("restaurants_any_min_rating") is not None
+                and high < tier["restaurants_any_min_rating"]
+            ):
                 continue
             if best is None or total < best[0]:
                 best = (total, a, b)

@@ -16,27 +16,63 @@ from typing import Any
 from envgym.runtime import sqlite
 
 _RAINY = ("light rain", "moderate rain", "heavy rain", "thunderstorm")
-_FIELDS = ("time", "city", "hotel", "afternoon_restaurant", "afternoon_attraction",
-           "evening_restaurant")
+_FIELDS = (
+    "time",
+    "city",
+    "hotel",
+    "afternoon_restaurant",
+    "afternoon_attraction",
+    "evening_restaurant",
+)
 
 # Keyword → SQL expression, per entity table (aliased ``e``; its city is ``c``).
 _INFOS: dict[str, dict[str, str]] = {
-    "hotels": {"city": "c.name", "district": "e.district", "price_per_night": "e.price_per_night",
-               "rating": "e.rating", "stars": "e.stars"},
-    "restaurants": {"city": "c.name", "district": "e.district", "cuisine": "e.cuisine",
-                    "avg_price_per_person": "e.avg_price_per_person", "rating": "e.rating"},
-    "attractions": {"city": "c.name", "district": "e.district", "kind": "e.kind",
-                    "indoor": "e.indoor", "ticket_price": "e.ticket_price", "rating": "e.rating",
-                    "recommended_hours": "e.recommended_hours",
-                    "opening_hours": "e.opening_hours"},
-    "cities": {"province": "e.province", "region": "e.region", "latitude": "e.latitude",
-               "longitude": "e.longitude", "population_millions": "e.population_millions",
-               "description": "e.description", "local_cuisine": "e.local_cuisine"},
+    "hotels": {
+        "city": "c.name",
+        "district": "e.district",
+        "price_per_night": "e.price_per_night",
+        "rating": "e.rating",
+        "stars": "e.stars",
+    },
+    "restaurants": {
+        "city": "c.name",
+        "district": "e.district",
+        "cuisine": "e.cuisine",
+        "avg_price_per_person": "e.avg_price_per_person",
+        "rating": "e.rating",
+    },
+    "attractions": {
+        "city": "c.name",
+        "district": "e.district",
+        "kind": "e.kind",
+        "indoor": "e.indoor",
+        "ticket_price": "e.ticket_price",
+        "rating": "e.rating",
+        "recommended_hours": "e.recommended_hours",
+        "opening_hours": "e.opening_hours",
+    },
+    "cities": {
+        "province": "e.province",
+        "region": "e.region",
+        "latitude": "e.latitude",
+        "longitude": "e.longitude",
+        "population_millions": "e.population_millions",
+        "description": "e.description",
+        "local_cuisine": "e.local_cuisine",
+    },
 }
-_KIND = {"hotels": "hotel", "restaurants": "restaurant", "attractions": "attraction",
-         "cities": "city"}
-_LISTER = {"hotels": "get_all_hotels_by_city(city)", "restaurants": "get_all_restaurants_by_city(city)",
-           "attractions": "get_all_attractions_by_city(city)", "cities": "get_all_cities()"}
+_KIND = {
+    "hotels": "hotel",
+    "restaurants": "restaurant",
+    "attractions": "attraction",
+    "cities": "city",
+}
+_LISTER = {
+    "hotels": "get_all_hotels_by_city(city)",
+    "restaurants": "get_all_restaurants_by_city(city)",
+    "attractions": "get_all_attractions_by_city(city)",
+    "cities": "get_all_cities()",
+}
 
 
 def get_all_cities() -> list[str]:
@@ -69,8 +105,9 @@ def get_all_restaurants_by_city(city: str) -> list[dict[str, Any]]:
     Returns:
         One entry per restaurant: name, avg_price_per_person (CNY) and rating (out of 5).
     """
-    return _list("restaurants", city,
-                 "e.avg_price_per_person AS avg_price_per_person, e.rating AS rating")
+    return _list(
+        "restaurants", city, "e.avg_price_per_person AS avg_price_per_person, e.rating AS rating"
+    )
 
 
 def get_all_attractions_by_city(city: str) -> list[dict[str, Any]]:
@@ -171,7 +208,9 @@ def get_city_transport(city: str) -> list[dict[str, Any]]:
     cid = _city_id(city)
     rows = sqlite().execute(
         "SELECT mode, typical_fare, avg_trip_minutes, service_hours FROM city_transport "
-        "WHERE city_id = ? ORDER BY id", (cid,))
+        "WHERE city_id = ? ORDER BY id",
+        (cid,),
+    )
     return [dict(r) for r in rows]
 
 
@@ -194,7 +233,9 @@ def get_inter_city_transport(from_city: str, to_city: str) -> list[dict[str, Any
     rows = sqlite().execute(
         "SELECT code, mode, departure_time, arrival_time, duration_minutes, price "
         "FROM inter_city_transport WHERE from_city_id = ? AND to_city_id = ? "
-        "ORDER BY departure_time, code", (src, dst))
+        "ORDER BY departure_time, code",
+        (src, dst),
+    )
     return [dict(r) for r in rows]
 
 
@@ -214,15 +255,27 @@ def get_weather_by_city_date(city: str, date: str) -> dict[str, Any]:
         day = _dt.date.fromisoformat(date.strip()).isoformat()
     except ValueError:
         raise ValueError(f"date must look like 2025-10-01 (YYYY-MM-DD), got {date!r}") from None
-    row = sqlite().execute(
-        "SELECT condition, temp_high, temp_low, precipitation_mm FROM weather "
-        "WHERE city_id = ? AND date = ?", (cid, day)).fetchone()
+    row = (
+        sqlite()
+        .execute(
+            "SELECT condition, temp_high, temp_low, precipitation_mm FROM weather "
+            "WHERE city_id = ? AND date = ?",
+            (cid, day),
+        )
+        .fetchone()
+    )
     if row is None:
         lo, hi = sqlite().execute("SELECT MIN(date), MAX(date) FROM weather").fetchone()
         raise ValueError(f"no forecast for {day}; forecasts cover {lo} to {hi}")
-    return {"city": city, "date": day, "condition": row["condition"],
-            "rainy": row["condition"] in _RAINY, "temp_high": row["temp_high"],
-            "temp_low": row["temp_low"], "precipitation_mm": row["precipitation_mm"]}
+    return {
+        "city": city,
+        "date": day,
+        "condition": row["condition"],
+        "rainy": row["condition"] in _RAINY,
+        "temp_high": row["temp_high"],
+        "temp_low": row["temp_low"],
+        "precipitation_mm": row["precipitation_mm"],
+    }
 
 
 def submit_result(answer_text: str) -> str:
@@ -239,8 +292,10 @@ def submit_result(answer_text: str) -> str:
     try:
         days = json.loads(_strip_fence(answer_text))
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"answer_text is not valid JSON ({exc}); send the itinerary as a JSON "
-                         "array of day objects") from None
+        raise ValueError(
+            f"answer_text is not valid JSON ({exc}); send the itinerary as a JSON "
+            "array of day objects"
+        ) from None
     if not isinstance(days, list) or not days:
         raise ValueError("answer_text must be a non-empty JSON array with one object per day")
     allowed = set(_FIELDS) | {"transport"}
@@ -249,12 +304,15 @@ def submit_result(answer_text: str) -> str:
             raise ValueError(f"day {i} is a {type(day).__name__}, not a JSON object")
         missing = [k for k in _FIELDS if k not in day]
         if missing:
-            raise ValueError(f"day {i} is missing {', '.join(missing)}; every day needs "
-                             + ", ".join(_FIELDS))
+            raise ValueError(
+                f"day {i} is missing {', '.join(missing)}; every day needs " + ", ".join(_FIELDS)
+            )
         extra = sorted(set(day) - allowed)
         if extra:
-            raise ValueError(f"day {i} has unknown keys {', '.join(extra)}; allowed: "
-                             + ", ".join(sorted(allowed)))
+            raise ValueError(
+                f"day {i} has unknown keys {', '.join(extra)}; allowed: "
+                + ", ".join(sorted(allowed))
+            )
         bad = [k for k in _FIELDS if not isinstance(day[k], str) or not day[k].strip()]
         if bad:
             raise ValueError(f"day {i}: {', '.join(bad)} must be non-empty strings")
@@ -263,9 +321,13 @@ def submit_result(answer_text: str) -> str:
         try:
             _dt.date.fromisoformat(day["time"])
         except ValueError:
-            raise ValueError(f"day {i}: time must be a date like 2025-10-01, got {day['time']!r}") from None
-    return (f"Itinerary received: {len(days)} day(s), {days[0]['time']} to {days[-1]['time']}. "
-            "It will now be checked against your requirements.")
+            raise ValueError(
+                f"day {i}: time must be a date like 2025-10-01, got {day['time']!r}"
+            ) from None
+    return (
+        f"Itinerary received: {len(days)} day(s), {days[0]['time']} to {days[-1]['time']}. "
+        "It will now be checked against your requirements."
+    )
 
 
 def _strip_fence(text: str) -> str:
@@ -281,8 +343,9 @@ def _unknown(table: str, name: str) -> ValueError:
     names = [r[0] for r in sqlite().execute(f"SELECT name FROM {table}")]
     close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return ValueError(f"no {_KIND[table]} named {name!r}.{hint} Use {_LISTER[table]} to list the "
-                      f"exact names.")
+    return ValueError(
+        f"no {_KIND[table]} named {name!r}.{hint} Use {_LISTER[table]} to list the exact names."
+    )
 
 
 def _city_id(city: str) -> int:
@@ -294,14 +357,22 @@ def _city_id(city: str) -> int:
 
 def _list(table: str, city: str, columns: str) -> list[dict[str, Any]]:
     cid = _city_id(city)
-    rows = sqlite().execute(f"SELECT e.name AS name, {columns} FROM {table} e "
-                            "WHERE e.city_id = ? ORDER BY e.name", (cid,))
+    rows = sqlite().execute(
+        f"SELECT e.name AS name, {columns} FROM {table} e WHERE e.city_id = ? ORDER BY e.name",
+        (cid,),
+    )
     return [dict(r) for r in rows]
 
 
 def _city_of(table: str, name: str) -> str:
-    row = sqlite().execute(f"SELECT c.name FROM {table} e JOIN cities c ON c.id = e.city_id "
-                           "WHERE e.name = ?", (name,)).fetchone()
+    row = (
+        sqlite()
+        .execute(
+            f"SELECT c.name FROM {table} e JOIN cities c ON c.id = e.city_id WHERE e.name = ?",
+            (name,),
+        )
+        .fetchone()
+    )
     if row is None:
         raise _unknown(table, name)
     return str(row[0])
@@ -313,11 +384,17 @@ def _infos(table: str, info_keywords: list[str], name: str) -> dict[str, Any]:
     wanted = [str(k).strip() for k in keywords] or list(fields)
     unknown = [k for k in wanted if k not in fields]
     if unknown:
-        raise ValueError(f"unknown info keyword(s) {', '.join(repr(k) for k in unknown)} for a "
-                         f"{_KIND[table]}; valid keywords: {', '.join(fields)}")
+        raise ValueError(
+            f"unknown info keyword(s) {', '.join(repr(k) for k in unknown)} for a "
+            f"{_KIND[table]}; valid keywords: {', '.join(fields)}"
+        )
     join = "" if table == "cities" else " JOIN cities c ON c.id = e.city_id"
     select = ", ".join(f"{fields[k]} AS k{i}" for i, k in enumerate(wanted))
-    row = sqlite().execute(f"SELECT {select} FROM {table} e{join} WHERE e.name = ?", (name,)).fetchone()
+    row = (
+        sqlite()
+        .execute(f"SELECT {select} FROM {table} e{join} WHERE e.name = ?", (name,))
+        .fetchone()
+    )
     if row is None:
         raise _unknown(table, name)
     out: dict[str, Any] = {"name": name}

@@ -1,6 +1,7 @@
 """Shared by every verify.py of filesystem/project_notes: envgym prepends it (layout.PRELUDE)."""
 
-import os, sys
+import os
+import sys
 from pathlib import Path
 
 ROOT = Path(os.environ["FILESYSTEM_TEST_DIR"])

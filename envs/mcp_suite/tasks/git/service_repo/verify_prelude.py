@@ -1,6 +1,8 @@
 """Shared by every verify.py of git/service_repo: envgym prepends it (layout.PRELUDE)."""
 
-import os, subprocess, sys
+import os
+import subprocess
+import sys
 
 REPO = os.environ["GIT_TEST_REPO"]
 MAIN = "88ffd7f8bae6825c6c2e885a97dee41f1dc344c7"  # main's tip in the initial state
@@ -13,8 +15,12 @@ def fail(why):
 
 
 def git(*args):
-    done = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-C", REPO, *args],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["git", "-c", "core.hooksPath=/dev/null", "-C", REPO, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return done.stdout.strip() if done.returncode == 0 else None
 
 
