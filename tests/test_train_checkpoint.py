@@ -81,7 +81,7 @@ def test_killed_run_resumes_with_identical_weights_and_data_order(
     # A new process: a fresh model object with other weights, the same config.
     resumed = Trainer(config, model=tiny_model(seed=1), tokenizer=tokenizer)
     resumed_reports = resumed.run()
-    assert resumed._resumed_from == ck / "step-000002"
+    assert resumed.resumed_from == ck / "step-000002"
     assert [r.step for r in resumed_reports] == [3]
 
     a, b = straight.model.state_dict(), resumed.model.state_dict()

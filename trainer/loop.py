@@ -40,24 +40,16 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from envgym.policy import SamplingParams
 from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
-from envgym.rollout.errored import ErroredShare, check_errored
-from trainer.batch import (
-    Group,
-    group_results,
-    nonfinite_rewards,
-    samples_from_groups,
-    split_informative,
-)
+from envgym.rollout.errored import check_errored
+from trainer.batch import Group, group_results, nonfinite_rewards, samples_from_groups
 from trainer.checkpoint import (
     TaskOrder,
     config_changes,
@@ -66,20 +58,19 @@ from trainer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from trainer.collect import Collected, StepReport, Tally, derive_seed
 from trainer.config import TrainConfig, resolve_device
 from trainer.metrics import MetricsLog, RunRecord, write_run
 from trainer.policy import Policy
+from trainer.stream import run_async
 from trainer.tasks import TaskRef, task_split
 from trainer.update import Update
 from trainer.weight_sync import build_engine, load_model, managed_vllm, pad_id, sync_weights
 
+# StepReport, derive_seed and task_split are imported from here by callers and tests.
+__all__ = ["StepReport", "Trainer", "derive_seed", "task_split"]
+
 log = logging.getLogger(__name__)
-
-
-def derive_seed(*parts: int) -> int:
-    """A 31-bit seed that depends only on ``parts`` (run seed, step, round…)."""
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def _run_config(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
@@ -90,13 +81,6 @@ def _run_config(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
     if isinstance(data.get("model"), dict):
         data["model"].pop("device", None)
     return data
-
-
-@dataclass(frozen=True)
-class StepReport:
-    step: int
-    metrics: dict[str, float]
-    skipped: str | None = None  # why the update was skipped (NaN rewards, empty batch…)
 
 
 class Trainer:
@@ -169,9 +153,9 @@ class Trainer:
             metrics_dir=str(Path(config.metrics.dir).resolve()),
             checkpoint_dir=str(Path(config.checkpoint.dir).resolve()),
         )
-        self._resumed_from: Path | None = None
-        self._retry: list[TaskRef] = []  # async: stale prompts to roll out again
-        self._errored = ErroredShare()  # this step's episodes, errored or not
+        self.resumed_from: Path | None = None  # the checkpoint maybe_resume loaded
+        # One per config.envs entry, entered when the run starts (arun) and closed at its end.
+        self.rollout_engines: list[RolloutEngine] = []
 
     # -- resume ----------------------------------------------------------------------------------
     def maybe_resume(self) -> Path | None:
@@ -196,7 +180,7 @@ class Trainer:
         self.step, self.version = state.step, state.policy_version
         self.order = TaskOrder(self.train_tasks, self.config.seed, **state.cursor)
         self.metrics.truncate(self.step)
-        self._resumed_from = path
+        self.resumed_from = path
         return path
 
     # -- the run ---------------------------------------------------------------------------------
@@ -215,17 +199,17 @@ class Trainer:
                         managed_vllm(self.config, self.model, self.tokenizer)
                     )
                     self.engine.version = self.version  # served from the resumed weights
-                elif self._resumed_from is not None:
+                elif self.resumed_from is not None:
                     await sync_weights(self.engine, self.model, self.version, self.config)
-                self._engines = [
-                    await stack.enter_async_context(e) for e in self._rollout_engines()
+                self.rollout_engines = [
+                    await stack.enter_async_context(e) for e in self._make_rollout_engines()
                 ]
                 write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
                 if self.config.async_.enabled:
-                    await self._run_async(reports)
+                    await run_async(self, reports)
                 else:
                     while self.step < self.config.steps:
-                        reports.append(await self._finish(await self._collect_sync()))
+                        reports.append(await self.finish_step(await self._collect_sync()))
             if self.config.checkpoint.export:
                 self.on_phase(f"exporting the policy to {self.config.checkpoint.export}")
                 export_policy(
@@ -256,7 +240,7 @@ class Trainer:
                     await self.engine.aclose()
         return reports
 
-    def _rollout_engines(self) -> list[RolloutEngine]:
+    def _make_rollout_engines(self) -> list[RolloutEngine]:
         from envgym import registry
 
         r = self.config.rollout
@@ -283,8 +267,9 @@ class Trainer:
             )
         return out
 
-    async def _rollout(self, refs: list[TaskRef], seed: int) -> list[Group]:
-        """``group_size`` episodes of each task; one :class:`Group` per task with ≥ 2 valid."""
+    async def _rollout(self, refs: list[TaskRef], seed: int, tally: Tally) -> list[Group]:
+        """``group_size`` episodes of each task; one :class:`Group` per task with ≥ 2 valid.
+        Every episode is recorded in ``tally`` and the ones left out of groups counted."""
         n = self.config.rollout.group_size
         by_env: dict[int, list[str]] = {}
         for env, task in refs:
@@ -292,74 +277,50 @@ class Trainer:
 
         async def one(env: int, tasks: list[str]) -> list[EpisodeResult]:
             specs = [EpisodeSpec(t, s, seed=seed) for t in tasks for s in range(n)]
-            async with contextlib.aclosing(self._engines[env].run(specs)) as stream:
+            async with contextlib.aclosing(self.rollout_engines[env].run(specs)) as stream:
                 return [r async for r in stream]
 
         runs = await asyncio.gather(*(one(e, ts) for e, ts in by_env.items()))
         groups: list[Group] = []
         for env, results in zip(by_env, runs):
             for r in results:
-                self._errored = self._errored.add(r)
+                tally.record(r)
             found, errored = group_results(results)
-            self._tally["errored"] += errored
+            tally.errored += errored
             for g in found:
                 g.task_id = f"{env}::{g.task_id}"
             groups.extend(found)
         return groups
 
-    async def _collect_sync(self) -> tuple[list[Group], str | None]:
-        """One batch of groups (dynamic sampling with refills); a skip reason or None."""
+    async def _collect_sync(self) -> Collected:
+        """One batch of groups (dynamic sampling with refills), or why the step is skipped."""
         c = self.config
-        self._tally = {
-            "errored": 0,
-            "all_correct": 0,
-            "all_wrong": 0,
-            "refills": 0,
-            "episodes": 0,
-            "passed": 0,
-            "reward_sum": 0.0,
-            "stale_dropped": 0,
-        }
-        self._errored = ErroredShare()
-        self._t0 = time.monotonic()
+        tally = Tally()
+        started = time.monotonic()
         kept: list[Group] = []
         rounds = 1 + (c.dynamic_sampling.max_refills if c.dynamic_sampling.enabled else 0)
         for round_ in range(rounds):
             self.on_phase(f"step {self.step + 1}: rollouts (round {round_ + 1})")
             refs = self.order.take(c.rollout.prompts - len(kept))
-            groups = await self._rollout(refs, derive_seed(c.seed, self.step, round_))
-            self._tally["refills"] += round_ > 0
+            groups = await self._rollout(refs, derive_seed(c.seed, self.step, round_), tally)
+            tally.refills += round_ > 0
             bad = nonfinite_rewards(groups)
             if bad:
-                return [], f"non-finite rewards: {', '.join(bad[:5])}"
-            self._count(groups)
-            kept.extend(self._filter(groups))
+                return Collected([], f"non-finite rewards: {', '.join(bad[:5])}", tally, started)
+            tally.count(groups)
+            kept.extend(tally.informative(groups, dynamic_sampling=c.dynamic_sampling.enabled))
             if len(kept) >= c.rollout.prompts:
                 break
-        return kept, None if kept else "empty batch: every group was filtered out"
+        skipped = None if kept else "empty batch: every group was filtered out"
+        return Collected(kept, skipped, tally, started)
 
-    def _count(self, groups: list[Group]) -> None:
-        for g in groups:
-            for r in g.results:
-                self._tally["episodes"] += 1
-                self._tally["passed"] += r.passed
-                self._tally["reward_sum"] += r.reward
-
-    def _filter(self, groups: list[Group]) -> list[Group]:
-        if not self.config.dynamic_sampling.enabled:
-            return list(groups)
-        kept, correct, wrong = split_informative(groups)
-        self._tally["all_correct"] += correct
-        self._tally["all_wrong"] += wrong
-        return kept
-
-    async def _finish(self, collected: tuple[list[Group], str | None]) -> StepReport:
+    async def finish_step(self, collected: Collected) -> StepReport:
         """Update on the collected groups (unless skipped), sync, log, checkpoint."""
-        groups, skipped = collected
-        rollout_s = time.monotonic() - self._t0
+        groups, skipped, t0 = collected.groups, collected.skipped, collected.started
+        rollout_s = time.monotonic() - t0
         # Before training on the batch: the survivors of a mostly errored batch are biased.
         check_errored(
-            self._errored,
+            collected.tally.share,
             self.config.rollout.max_errored_share,
             where=f"step {self.step + 1}",
             log=log,
@@ -382,14 +343,14 @@ class Trainer:
             and (self.step % self.config.heldout.every == 0 or self.step == self.config.steps)
         ):
             metrics["heldout_pass_rate"] = await self.evaluate_heldout()
-        metrics.update(self._tally_metrics(groups))
+        metrics.update(collected.tally.metrics(groups))
         metrics.update(
             step=self.step,
             policy_version=self.version,
             skipped=float(skipped is not None),
             rollout_s=rollout_s,
-            train_s=t1 - self._t0 - rollout_s,
-            step_s=time.monotonic() - self._t0,
+            train_s=t1 - t0 - rollout_s,
+            step_s=time.monotonic() - t0,
         )
         if skipped is not None:
             log.warning("step %d: update skipped: %s", self.step, skipped)
@@ -412,24 +373,6 @@ class Trainer:
             rewards[i, : len(g.results)] = torch.tensor(g.rewards, dtype=torch.float64)
             valid[i, : len(g.results)] = True
         return group_advantages(rewards, normalize_std=self.config.normalize_std, valid=valid)
-
-    def _tally_metrics(self, groups: list[Group]) -> dict[str, float]:
-        t = self._tally
-        episodes = max(t["episodes"], 1)
-        lengths = [r.sampled_tokens for g in groups for r in g.results]
-        return {
-            "reward_mean": t["reward_sum"] / episodes,
-            "pass_rate": t["passed"] / episodes,
-            "episodes": float(t["episodes"]),
-            "errored": float(t["errored"]),
-            "groups_kept": float(len(groups)),
-            "groups_all_correct": float(t["all_correct"]),
-            "groups_all_wrong": float(t["all_wrong"]),
-            "refills": float(t["refills"]),
-            "stale_dropped": float(t["stale_dropped"]),
-            "response_len_mean": float(np.mean(lengths)) if lengths else 0.0,
-            **({"staleness_max": float(t["staleness_max"])} if "staleness_max" in t else {}),
-        }
 
     def _checkpoint(self) -> None:
         c = self.config.checkpoint
@@ -454,15 +397,9 @@ class Trainer:
         for env in sorted({e for e, _ in self.heldout_tasks}):
             tasks = [t for e, t in self.heldout_tasks if e == env]
             specs = [EpisodeSpec(t, s, seed=h.seed) for t in tasks for s in range(h.samples)]
-            async with contextlib.aclosing(self._engines[env].run(specs)) as stream:
+            async with contextlib.aclosing(self.rollout_engines[env].run(specs)) as stream:
                 async for r in stream:
                     if r.error is None:
                         passed += r.passed
                         total += 1
         return passed / total if total else math.nan
-
-    # -- asynchronous mode -----------------------------------------------------------------------
-    async def _run_async(self, reports: list[StepReport]) -> None:
-        from trainer.stream import run_async
-
-        await run_async(self, reports)

@@ -22,14 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from envgym.rollout import EpisodeResult, EpisodeSpec
-from envgym.rollout.errored import ErroredShare
 from trainer.batch import Group, group_results, nonfinite_rewards
-
-if TYPE_CHECKING:
-    from trainer.loop import StepReport, Trainer
+from trainer.collect import Collected, StepHost, StepReport, Tally, derive_seed
+from trainer.tasks import TaskRef
 
 ASYNC_SEED_BASE = 1 << 20  # async batches are numbered apart from synchronous steps' seeds
 
@@ -45,49 +43,55 @@ def oldest_version(group: Group) -> int:
     return min(versions, default=min(r.record.policy_version for r in group.results))
 
 
-async def run_async(trainer: Trainer, reports: list[StepReport]) -> None:
-    c = trainer.config
-    queue: asyncio.Queue[Group] = asyncio.Queue(
-        maxsize=c.rollout.prompts * (c.async_.max_staleness + 1)
-    )
-    producer = asyncio.create_task(_produce(trainer, queue))
+@dataclass
+class _Shared:
+    """What the producer and the consumer of one async run share."""
+
+    queue: asyncio.Queue[Group]
+    retry: list[TaskRef] = field(default_factory=list)  # stale prompts to roll out again
+    # The step being collected: the producer's finished episodes count there (those finished
+    # while the trainer trains count nowhere, as the next step starts a new tally).
+    tally: Tally = field(default_factory=Tally)
+
+
+async def run_async(host: StepHost, reports: list[StepReport]) -> None:
+    """Train until ``config.steps`` with one producer streaming groups (module docstring)."""
+    c = host.config
+    shared = _Shared(asyncio.Queue(maxsize=c.rollout.prompts * (c.async_.max_staleness + 1)))
+    producer = asyncio.create_task(_produce(host, shared))
     try:
-        while trainer.step < c.steps:
-            collected = await _consume(trainer, queue, producer)
-            reports.append(await trainer._finish(collected))
+        while host.step < c.steps:
+            collected = await _consume(host, shared, producer)
+            reports.append(await host.finish_step(collected))
     finally:
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
 
 
-async def _produce(trainer: Trainer, queue: asyncio.Queue[Group]) -> None:
-    from trainer.loop import derive_seed
-
-    c = trainer.config
+async def _produce(host: StepHost, shared: _Shared) -> None:
+    c = host.config
     batch = 0
     while True:
-        refs = trainer._retry[: c.rollout.prompts]
-        del trainer._retry[: len(refs)]
-        refs += trainer.order.take(c.rollout.prompts - len(refs))
+        refs = shared.retry[: c.rollout.prompts]
+        del shared.retry[: len(refs)]
+        refs += host.order.take(c.rollout.prompts - len(refs))
         seed = derive_seed(c.seed, ASYNC_SEED_BASE + batch)
         batch += 1
         by_env: dict[int, list[str]] = {}
         for env, task in refs:
             by_env.setdefault(env, []).append(task)
-        await asyncio.gather(
-            *(_stream_env(trainer, queue, e, ts, seed) for e, ts in by_env.items())
-        )
+        await asyncio.gather(*(_stream_env(host, shared, e, ts, seed) for e, ts in by_env.items()))
 
 
 async def _stream_env(
-    trainer: Trainer, queue: asyncio.Queue[Group], env: int, tasks: list[str], seed: int
+    host: StepHost, shared: _Shared, env: int, tasks: list[str], seed: int
 ) -> None:
-    n = trainer.config.rollout.group_size
+    n = host.config.rollout.group_size
     pending: dict[str, list[EpisodeResult]] = {}
     specs = [EpisodeSpec(t, s, seed=seed) for t in tasks for s in range(n)]
-    async with contextlib.aclosing(trainer._engines[env].run(specs)) as stream:
+    async with contextlib.aclosing(host.rollout_engines[env].run(specs)) as stream:
         async for result in stream:
-            trainer._errored = trainer._errored.add(result)
+            shared.tally.record(result)
             done = pending.setdefault(result.task_id, [])
             done.append(result)
             if len(done) < n:
@@ -95,51 +99,40 @@ async def _stream_env(
             groups, _ = group_results(pending.pop(result.task_id))
             for g in groups:  # one at most: all samples of one task
                 g.task_id = f"{env}::{g.task_id}"
-                await queue.put(g)
+                await shared.queue.put(g)
 
 
-async def _consume(
-    trainer: Trainer, queue: asyncio.Queue[Group], producer: asyncio.Task[None]
-) -> tuple[list[Group], str | None]:
-    c = trainer.config
-    trainer._tally = {
-        "errored": 0,
-        "all_correct": 0,
-        "all_wrong": 0,
-        "refills": 0,
-        "episodes": 0,
-        "passed": 0,
-        "reward_sum": 0.0,
-        "stale_dropped": 0,
-    }
-    trainer._errored = ErroredShare()  # what the producer finished while this step collected
-    trainer._t0 = time.monotonic()
-    trainer.on_phase(f"step {trainer.step + 1}: streaming rollouts (async)")
+async def _consume(host: StepHost, shared: _Shared, producer: asyncio.Task[None]) -> Collected:
+    c = host.config
+    tally = shared.tally = Tally()  # what the producer finishes while this step collects
+    started = time.monotonic()
+    host.on_phase(f"step {host.step + 1}: streaming rollouts (async)")
     refills = c.dynamic_sampling.max_refills if c.dynamic_sampling.enabled else 0
     limit = c.rollout.prompts * (1 + refills)
     kept: list[Group] = []
     pulled = 0
     while len(kept) < c.rollout.prompts and pulled < limit:
-        getter = asyncio.ensure_future(queue.get())
+        getter = asyncio.ensure_future(shared.queue.get())
         await asyncio.wait({getter, producer}, return_when=asyncio.FIRST_COMPLETED)
         if not getter.done():  # the producer died: surface its error
             getter.cancel()
             producer.result()
             raise RuntimeError("the rollout producer stopped")
         group = getter.result()
-        staleness = trainer.version - oldest_version(group)
+        staleness = host.version - oldest_version(group)
         if staleness > c.async_.max_staleness:
-            trainer._tally["stale_dropped"] += 1
+            tally.stale_dropped += 1
             if c.async_.stale == "regenerate":
                 env, _, task = group.task_id.partition("::")
-                trainer._retry.append((int(env), task))
+                shared.retry.append((int(env), task))
             continue
         pulled += 1
-        trainer._tally["staleness_max"] = max(trainer._tally.get("staleness_max", 0), staleness)
+        tally.staleness_max = max(tally.staleness_max or 0, staleness)
         bad = nonfinite_rewards([group])
         if bad:
-            return [], f"non-finite rewards: {', '.join(bad[:5])}"
-        trainer._count([group])
-        kept.extend(trainer._filter([group]))
-    trainer._tally["refills"] = max(0, pulled - c.rollout.prompts)
-    return kept, None if kept else "empty batch: every group was filtered out"
+            return Collected([], f"non-finite rewards: {', '.join(bad[:5])}", tally, started)
+        tally.count([group])
+        kept.extend(tally.informative([group], dynamic_sampling=c.dynamic_sampling.enabled))
+    tally.refills = max(0, pulled - c.rollout.prompts)
+    skipped = None if kept else "empty batch: every group was filtered out"
+    return Collected(kept, skipped, tally, started)

@@ -18,9 +18,11 @@ The weight sync to the engine that follows is trainer/weight_sync.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,6 +36,15 @@ from trainer.policy import Policy
 
 # Diagnostics of grpo_loss that are bookkeeping, not metrics.
 _NOT_METRICS = frozenset({"loss_sum", "n_units", "tokens", "sequences"})
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the no-grad pass computed, or why the batch is skipped (then nothing else)."""
+
+    samples: list[Sample]  # copies of the samples given, π_old / reference log-probs filled in
+    metrics: dict[str, float]
+    skipped: str | None = None
 
 
 class Update:
@@ -78,9 +89,11 @@ class Update:
         if not samples:
             return {}, "empty batch: no trained tokens after masking"
         metrics: dict[str, float] = {"samples": float(len(samples))}
-        bad = self._prepare(samples, metrics)
-        if bad is not None:
-            return metrics, bad
+        prepared = self._prepare(samples)
+        metrics.update(prepared.metrics)
+        if prepared.skipped is not None:
+            return metrics, prepared.skipped
+        samples = prepared.samples
         gen = torch.Generator().manual_seed(int(step) * 1_000_003 + self.config.seed)
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
@@ -172,36 +185,46 @@ class Update:
         return loss * nonzero(diag["n_units"]), diag
 
     @torch.no_grad()
-    def _prepare(self, samples: list[Sample], metrics: dict[str, float]) -> str | None:
+    def _prepare(self, samples: list[Sample]) -> Prepared:
         """π_old / reference log-probs and the flip rate; a skip reason on non-finite values."""
         c = self.config
+        old: dict[int, Tensor] = {}  # sample index → its log-probs [length - 1]
+        ref: dict[int, Tensor] = {}
         flips, flip_w = 0.0, 0
         lengths = []
         for idx in self._micro(samples, list(range(len(samples)))):
             batch = self._collate([samples[i] for i in idx])
             sel = batch.mask > 0
             if not bool(torch.isfinite(batch.engine_logp[sel]).all()):
-                return "non-finite engine log-probs (the engine did not report them?)"
+                return Prepared(
+                    [], {}, "non-finite engine log-probs (the engine did not report them?)"
+                )
             if c.old_logprobs == "recompute":
                 lp, _ = self.policy.logprobs(batch, temperature=c.rollout.temperature)
                 if not bool(torch.isfinite(lp[sel]).all()):
-                    return "non-finite log-probs from the trainer's recompute"
-                _store(samples, idx, lp, "old_logp")
+                    return Prepared([], {}, "non-finite log-probs from the trainer's recompute")
+                old.update(_rows(samples, idx, lp))
             if self.ref_policy is not None:
                 lp, _ = self.ref_policy.logprobs(batch, temperature=c.rollout.temperature)
-                _store(samples, idx, lp, "ref_logp")
+                ref.update(_rows(samples, idx, lp))
             rate = self.policy.routing_flip_rate(batch) if batch.routes is not None else None
             if rate is not None:
                 flips += rate * batch.tokens
                 flip_w += batch.tokens
             lengths.extend(samples[i].length for i in idx)
-        metrics["seq_len_mean"] = float(sum(lengths) / len(lengths))
-        metrics["tokens"] = float(sum(s.trained_tokens for s in samples))
+        metrics = {
+            "seq_len_mean": float(sum(lengths) / len(lengths)),
+            "tokens": float(sum(s.trained_tokens for s in samples)),
+        }
         if flip_w:
             metrics["routing_flip_rate"] = flips / flip_w
-        return None
+        filled = [
+            dataclasses.replace(s, old_logp=old.get(i, s.old_logp), ref_logp=ref.get(i, s.ref_logp))
+            for i, s in enumerate(samples)
+        ]
+        return Prepared(filled, metrics)
 
 
-def _store(samples: list[Sample], idx: list[int], logp: Tensor, name: str) -> None:
-    for b, i in enumerate(idx):
-        setattr(samples[i], name, logp[b, : samples[i].length - 1].detach().clone())
+def _rows(samples: Sequence[Sample], idx: Sequence[int], logp: Tensor) -> dict[int, Tensor]:
+    """Row ``b`` of a microbatch's ``logp [B, T]`` cut to sample ``idx[b]``'s positions."""
+    return {i: logp[b, : samples[i].length - 1].detach().clone() for b, i in enumerate(idx)}
