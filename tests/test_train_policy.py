@@ -3,6 +3,7 @@ mask, keep routing) checked against a full-logits computation; non-finite inputs
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -272,6 +273,20 @@ def test_non_finite_log_probs_skip_the_update_and_say_why() -> None:
     assert all(torch.equal(before[k], after[k]) for k in before if "up_proj" not in k)
     _, skipped = _update(_llama()).run([], step=0)
     assert skipped is not None and "empty batch" in skipped
+
+
+def test_a_non_finite_minibatch_is_skipped_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A NaN advantage makes one of two minibatches' loss non-finite: that optimizer step is
+    skipped, counted in minibatches_skipped and logged; the other minibatch trains."""
+    samples = _samples()
+    samples[0].advantage = math.nan
+    with caplog.at_level(logging.WARNING, logger="trainer.update"):
+        metrics, skipped = _update(_llama(), minibatches=2).run(samples, step=4)
+    assert skipped is None
+    assert (metrics["optimizer_steps"], metrics["minibatches_skipped"]) == (1.0, 1.0)
+    assert "step 5: minibatch" in caplog.text and "skipped: non-finite loss" in caplog.text
 
 
 @pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")

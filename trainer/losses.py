@@ -19,8 +19,12 @@ by ``kernels.logprob.selected_logprobs`` (reference: :func:`trainer.masks.keep_m
 
 **Non-finite inputs** are flagged, not raised, by default: values at untrained positions are
 ignored (never propagate), a NaN/inf at a trained position makes the loss non-finite and is
-counted in ``diagnostics["nonfinite"]``; the trainer skips such a batch (``finite_batch`` checks
-before the forward pass is spent, ``trainer.distributed`` drops a non-finite step).  Pass
+counted in ``diagnostics["nonfinite"]``.  The GRPO trainer (trainer/update.py) skips a batch
+whose engine or recomputed log-probs are non-finite at trained positions before it trains, and
+an optimizer step whose loss or gradient norm is non-finite (counted in ``minibatches_skipped``
+and logged); ``trainer.distributed.distributed_step`` drops a non-finite step the same way.
+:func:`finite_batch` asks the same question of the inputs before a forward pass is spent, for
+callers that want to check first (the trainer does not call it).  Pass
 ``on_nonfinite="raise"`` for a ValueError naming the input instead.  docs/LOSSES.md has the rest.
 """
 

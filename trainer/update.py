@@ -5,13 +5,15 @@
 
 1. one no-grad pass over length-balanced microbatches computes π_old at the rollout weights
    (``old_logprobs: recompute``), the reference log-probs for the KL term (eq. 7) and the MoE
-   routing-flip rate; non-finite engine or recomputed log-probs skip the batch (reported);
+   routing-flip rate, returned as a :class:`Prepared` (copies of the samples with them filled
+   in: the caller's samples are left alone); non-finite engine or recomputed log-probs skip
+   the batch (reported);
 2. the samples are shuffled (seeded by the step) into minibatches; each minibatch accumulates
    gradients over its microbatches: each microbatch contributes its loss *sum* divided by the
    minibatch's units — trained tokens (token-mean), sequences (seq-mean-token-mean) or the
    fixed ``loss.normalizer`` (constant) — so the accumulated gradient is that of one
    ``grpo_loss`` over the whole minibatch; a non-finite loss or gradient norm skips that
-   optimizer step (reported).
+   optimizer step (counted in ``minibatches_skipped`` and logged).
 
 The weight sync to the engine that follows is trainer/weight_sync.py.
 """
@@ -19,6 +21,7 @@ The weight sync to the engine that follows is trainer/weight_sync.py.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -33,6 +36,8 @@ from trainer.batch import Sample, TrainBatch, balanced_microbatches, collate, sp
 from trainer.config import TrainConfig
 from trainer.losses import grpo_loss
 from trainer.policy import Policy
+
+log = logging.getLogger(__name__)
 
 # Diagnostics of grpo_loss that are bookkeeping, not metrics.
 _NOT_METRICS = frozenset({"loss_sum", "n_units", "tokens", "sequences"})
@@ -85,7 +90,8 @@ class Update:
         return [[rows[j] for j in mb] for mb in bins]
 
     def run(self, samples: list[Sample], step: int) -> tuple[dict[str, float], str | None]:
-        """Train on ``samples``; ``(metrics, skip reason or None)``."""
+        """Train on ``samples`` (left unchanged) after ``step`` finished steps; ``(metrics,
+        skip reason or None)``.  A skipped minibatch is counted and logged."""
         if not samples:
             return {}, "empty batch: no trained tokens after masking"
         metrics: dict[str, float] = {"samples": float(len(samples))}
@@ -102,7 +108,7 @@ class Update:
         losses = []
         # Masking (overlong turns) can leave fewer samples than minibatches: one sample each.
         parts = min(self.config.minibatches, len(samples))
-        for part in split_minibatches(len(samples), parts, gen):
+        for k, part in enumerate(split_minibatches(len(samples), parts, gen), 1):
             units = self._units([samples[i] for i in part])
             self.optimizer.zero_grad(set_to_none=True)
             finite, total = True, 0.0
@@ -127,6 +133,10 @@ class Update:
             if not finite or not math.isfinite(norm):
                 self.optimizer.zero_grad(set_to_none=True)
                 skipped += 1
+                what = "gradient norm" if finite else "loss"
+                log.warning(
+                    "step %d: minibatch %d of %d skipped: non-finite %s", step + 1, k, parts, what
+                )
                 continue
             self.optimizer.step()
             self.scheduler.step()
