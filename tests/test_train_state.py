@@ -49,7 +49,7 @@ class _Host:
     rollout_engines: list[Any] = field(default_factory=list)
     step: int = 0
     version: int = 0
-    on_phase: Callable[[str], None] = print
+    on_phase: Callable[[str], None] = lambda text: None
     collected: list[Collected] = field(default_factory=list)
 
     async def finish_step(self, collected: Collected) -> StepReport:

@@ -67,7 +67,7 @@ from trainer.tasks import TaskRef, task_split
 from trainer.update import Update
 from trainer.weight_sync import build_engine, load_model, managed_vllm, pad_id, sync_weights
 
-# StepReport, derive_seed and task_split are imported from here by callers and tests.
+# Defined in trainer.collect and trainer.tasks; callers and tests import them from here.
 __all__ = ["StepReport", "Trainer", "derive_seed", "task_split"]
 
 log = logging.getLogger(__name__)
