@@ -70,8 +70,8 @@ MUTANTS: dict[str, tuple[Recipe, int, str, str, str]] = {
     "meeting-next-in-list-not-compared": (
         MEETINGS,
         5,
-        "for b0, b1, b in spans[i + 1:]:",
-        "for b0, b1, b in spans[i + 2:]:",
+        "for b0, b1, b in spans[i + 1 :]:",
+        "for b0, b1, b in spans[i + 2 :]:",
         "no_overlap:next_in_list",
     ),
     "meeting-lunch-ends-half-an-hour-early": (
