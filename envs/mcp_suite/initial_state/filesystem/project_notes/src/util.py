@@ -1,2 +1,2 @@
 def load():
-    return "ok"
+    return 'ok'
