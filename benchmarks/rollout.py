@@ -25,91 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any
 
 import torch
 
+from benchmarks.rollout_episodes import Trace, rollouts, trip_envs
 from envgym.bench import BenchResult
-from envgym.bundle_env import BundleEnv
 from envgym.models.local import LocalPolicy
-from envgym.parsers import get_parser
-from envgym.policy import Policy, SamplingParams, Turn
-
-
-@dataclass
-class Trace:
-    """What one episode asked for and produced, turn by turn."""
-
-    prompts: list[list[dict[str, Any]]] = field(default_factory=list)  # messages per turn
-    turns: list[Turn] = field(default_factory=list)
-    tools: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _action(
-    turn: Turn, call: tuple[str, dict[str, Any]], step: int, reasoning: bool
-) -> dict[str, Any]:
-    import json
-
-    name, args = call
-    tool_call = {
-        "id": f"call_{step}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)},
-    }
-    if not reasoning:
-        return {"role": "assistant", "content": turn.text, "tool_calls": [tool_call]}
-    parsed = get_parser("hermes").parse(turn.text)
-    message = {"role": "assistant", "content": parsed.content or "", "tool_calls": [tool_call]}
-    if parsed.reasoning_content:
-        message["reasoning_content"] = parsed.reasoning_content
-    return message
-
-
-async def _episode(
-    policy: Policy,
-    env: BundleEnv,
-    task: int,
-    turns: int,
-    params: SamplingParams,
-    index: int,
-    reasoning: bool = False,
-) -> Trace:
-    session = f"ep{index}"
-    if params.seed is not None:  # distinct episodes, even when they share a task (a GRPO group)
-        params = replace(params, seed=params.seed + index)
-    obs, _ = env.reset(options={"task": task})
-    calls = env.gold_calls()
-    trace = Trace(tools=obs["tools"])
-    for step in range(turns):
-        trace.prompts.append(obs["messages"])
-        turn = await policy.act(session, obs["messages"], obs["tools"], params)
-        trace.turns.append(turn)
-        obs, *_ = env.step(_action(turn, calls[step % len(calls)], step, reasoning))
-    await policy.end_session(session)
-    return trace
-
-
-def _envs(n: int, **kwargs: Any) -> list[BundleEnv]:
-    from envs.trip_planning.build import default_bundle_dir
-
-    return [
-        BundleEnv(default_bundle_dir(), sandbox="inprocess", max_turns=10_000, **kwargs)
-        for _ in range(n)
-    ]
-
-
-async def _rollouts(
-    policy: Policy, envs: list[BundleEnv], turns: int, params: SamplingParams, **kw: Any
-) -> list[Trace]:
-    return list(
-        await asyncio.gather(
-            *(
-                _episode(policy, env, i % len(env.bundle.tasks), turns, params, i, **kw)
-                for i, env in enumerate(envs)
-            )
-        )
-    )
+from envgym.policy import SamplingParams
 
 
 # -- (a) KV reuse vs re-prefill ----------------------------------------------------------------
@@ -147,10 +69,10 @@ def kv_reuse(quick: bool) -> dict[str, float]:
     episodes, turns = (2, 4) if quick else (4, 6)
     params = SamplingParams(temperature=0.8, top_p=0.95, max_tokens=16 if quick else 40, seed=0)
     policy = LocalPolicy.from_pretrained("smollm2", max_batch=episodes)
-    envs = _envs(episodes)
+    envs = trip_envs(episodes)
     try:
         started = time.perf_counter()
-        traces = asyncio.run(_rollouts(policy, envs, turns, params))
+        traces = asyncio.run(rollouts(policy, envs, turns, params))
         reuse_s = time.perf_counter() - started
         reuse_tokens = sum(len(t.token_ids) for tr in traces for t in tr.turns)
         base_tokens, base_s = _reprefill(policy, traces, params)
@@ -175,11 +97,11 @@ def retention(quick: bool) -> dict[str, float]:
     out: dict[str, float] = {}
     for policy_name, key in (("thinking-retention", "retention"), ("discard-reasoning", "discard")):
         policy = LocalPolicy.from_pretrained("smollm2", thinking=True, max_batch=episodes)
-        envs = _envs(episodes, context=policy_name)
+        envs = trip_envs(episodes, context=policy_name)
         try:
             # Distinct tasks: with scripted tool turns, same-task episodes would collapse into one
             # prompt under discard (no reasoning left to differ) and share all of it.
-            traces = asyncio.run(_rollouts(policy, envs, turns, params, reasoning=True))
+            traces = asyncio.run(rollouts(policy, envs, turns, params, reasoning=True))
         finally:
             for env in envs:
                 env.close()

@@ -15,6 +15,7 @@ import time
 
 import httpx
 
+from benchmarks.rollout_episodes import rollouts, trip_envs
 from envgym.models.vllm_server import DEFAULT_VENV, VLLMPolicy, VLLMServer
 from envgym.policy import SamplingParams
 
@@ -46,16 +47,14 @@ def vllm_metrics(quick: bool) -> tuple[dict[str, float], dict[str, str]]:
 
 
 async def _compare(server: VLLMServer) -> tuple[float, float]:
-    from benchmarks.rollout import _envs, _rollouts
-
     params = SamplingParams(temperature=0.8, top_p=0.95, max_tokens=32, seed=2)
     policy = VLLMPolicy(server.base_url, server.served_name)
-    envs = _envs(EPISODES)
+    envs = trip_envs(EPISODES)
     try:
-        await _rollouts(policy, envs[:2], 1, params)  # warm the server's compiled paths
+        await rollouts(policy, envs[:2], 1, params)  # warm the server's compiled paths
         await policy.reset_prefix_cache()
         started = time.perf_counter()
-        traces = await _rollouts(policy, envs, 3, params)
+        traces = await rollouts(policy, envs, 3, params)
         envgym_s = time.perf_counter() - started
         await policy.reset_prefix_cache()
     finally:

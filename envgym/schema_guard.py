@@ -32,13 +32,11 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
 
-import re2
+from envgym.re2_compile import compile_re2
 
 MAX_SCHEMA_NODES = 10_000  # every dict, list and scalar; real tool schemas have a few hundred
 MAX_SCHEMA_DEPTH = 32  # JSON nesting of the schema document
 MAX_SCHEMA_CHARS = 200_000  # characters of all strings (descriptions, names, patterns) together
-MAX_PATTERN_CHARS = 1_000
-RE2_MAX_MEM = 8 << 20  # bytes of automaton per compiled pattern: bounds compile time and memory
 
 # Keywords whose value is one subschema, a list of them, or a map of names to them (2020-12).
 _ONE = frozenset(
@@ -63,32 +61,6 @@ _FORBIDDEN = frozenset({"$id", "$schema", "$vocabulary", "$recursiveRef", "$recu
 
 class SchemaRefused(ValueError):
     """A tool's schema envgym will not compile; the message names the tool and the reason."""
-
-
-def re2_options() -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False  # RE2 would print every refused pattern on stderr
-    options.max_mem = RE2_MAX_MEM
-    return options
-
-
-def compile_re2(pattern: str) -> Any:
-    """``pattern`` compiled by RE2 (linear-time matching), or ValueError with RE2's reason."""
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise ValueError(
-            f"the pattern is {len(pattern)} characters; the limit is {MAX_PATTERN_CHARS}"
-        )
-    try:
-        return re2.compile(pattern, re2_options())
-    except re2.error as exc:
-        reason = (
-            exc.args[0].decode(errors="replace")
-            if exc.args and isinstance(exc.args[0], bytes)
-            else str(exc)
-        )
-        raise ValueError(
-            f"RE2 cannot compile {pattern!r}: {reason} (no backreferences or lookaround)"
-        ) from None
 
 
 def check_schema(schema: Any, *, tool: str) -> None:

@@ -25,7 +25,7 @@ from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import NoSuchResource
 
-from envgym.schema_guard import compile_re2
+from envgym.re2_compile import compile_re2
 
 #: Seconds one argument check may take on jsonschema's path (the exact fast path needs none).
 VALIDATION_DEADLINE_S = 2.0

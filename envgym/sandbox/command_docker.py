@@ -40,7 +40,7 @@ from envgym.sandbox.command_io import (
     readonly_extras,
     write_identity,
 )
-from envgym.sandbox.command_jail import CommandLimits, CommandResult, Mount, finish
+from envgym.sandbox.command_types import CommandLimits, CommandResult, Mount, finish
 from envgym.sandbox.docker_backend import IMAGE, LABEL, docker_client
 
 PYTHON = "/usr/bin/python3"  # the image's interpreter, which runs BOOT

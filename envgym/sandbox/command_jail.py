@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
-import posixpath
 import signal
 import subprocess
 import tempfile
@@ -45,6 +43,10 @@ from envgym.sandbox.command_io import (
     readonly_extras,
     write_identity,
 )
+
+# The arguments and result types live in command_types (command_docker imports them too); they
+# stay importable from here, where run_command's callers look for them.
+from envgym.sandbox.command_types import CommandLimits, CommandResult, Mount, finish
 from envgym.sandbox.fdwait import wait_readable
 from envgym.sandbox.jail import (
     Bind,
@@ -59,76 +61,9 @@ from envgym.sandbox.jail import (
 from envgym.sandbox.jail import Mount as JailMount
 from envgym.sandbox.kernel_jail import children
 
+__all__ = ["CommandLimits", "CommandResult", "Mount", "finish", "run_command"]
+
 DEATH_WAIT_S = 5.0  # how long a kill waits for the jail's processes to be gone
-
-
-@dataclass(frozen=True)
-class Mount:
-    host: Path  # a host directory or file
-    target: str  # absolute path inside the jail
-    writable: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "host", Path(self.host))
-        if (
-            not self.target.startswith("/")
-            or posixpath.normpath(self.target) != self.target
-            or self.target == "/"
-        ):
-            raise ValueError(
-                f"Mount.target must be a normalized absolute path other than /, got {self.target!r}"
-            )
-
-
-@dataclass(frozen=True)
-class CommandLimits:
-    timeout_s: float = 600.0  # wall clock for the whole command; then the tree is killed
-    memory_bytes: int = 4 * 1024**3  # RLIMIT_AS per process
-    max_processes: int = 256  # RLIMIT_NPROC on the jail's own uid (bwrap) / pids_limit (docker)
-    max_file_bytes: int = 1024**3  # RLIMIT_FSIZE
-    tmp_bytes: int = 1024**3  # the private /tmp tmpfs
-    output_bytes: int = 1024**2  # stdout and stderr each kept to this many bytes (tail kept)
-    # All the jail's processes together (a cgroup where the host has one: cgroup.py); the
-    # per-process RLIMIT_AS alone let a jail hold max_processes x memory_bytes.
-    total_memory_bytes: int = 4 * 1024**3
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
-            raise ValueError(f"CommandLimits.timeout_s must be positive, got {self.timeout_s!r}")
-        for name in (
-            "memory_bytes",
-            "max_processes",
-            "max_file_bytes",
-            "tmp_bytes",
-            "output_bytes",
-            "total_memory_bytes",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"CommandLimits.{name} must be a positive int, got {value!r}")
-
-    def rlimits(self) -> dict[str, int]:
-        """Per-process limits BOOT sets (NPROC is the backend's business)."""
-        # RLIMIT_CPU is only a backstop behind the wall clock: threads add up, so a process may
-        # legitimately burn timeout × cores of CPU time before the wall timeout hits.
-        cpu = math.ceil(self.timeout_s) * (os.cpu_count() or 1) + 1
-        return {"AS": self.memory_bytes, "CPU": cpu, "FSIZE": self.max_file_bytes, "CORE": 0}
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    argv: tuple[str, ...]
-    returncode: int | None  # None when killed (timeout) or never started
-    stdout: str
-    stderr: str
-    timed_out: bool
-    duration_s: float
-    truncated: bool  # some output was dropped
-    error: str | None = None  # why it did not run / was killed, in words
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
 
 
 def run_command(
@@ -172,38 +107,6 @@ def run_command(
     if image is not None:
         raise ValueError("image is for backend='docker' only")
     return _run_bwrap(args, mounts, workdir, env, network, limits)
-
-
-def finish(
-    argv: tuple[str, ...],
-    code: int | None,
-    status: str,
-    outputs: tuple[Capture, Capture],
-    started: float,
-    timeout_s: float | None,
-    problem: str | None = None,
-) -> CommandResult:
-    """The result from what the backend saw: the exit code, the BOOT status text ("" = BOOT
-    never ran, "R" = the command was exec'd, "R<message>" = it could not be), a timeout."""
-    (stdout, cut_out), (stderr, cut_err) = outputs[0].tail(), outputs[1].tail()
-    error = problem
-    if timeout_s is not None:
-        code, error = None, f"timeout after {timeout_s:g} s"
-    elif not status.startswith("R"):
-        code = None
-        error = error or f"the jail did not start: {stderr.strip()[-500:] or 'no diagnostics'}"
-    elif len(status) > 1:
-        code, error = None, status[1:]
-    return CommandResult(
-        argv,
-        code,
-        stdout,
-        stderr,
-        timeout_s is not None,
-        time.monotonic() - started,
-        cut_out or cut_err,
-        error,
-    )
 
 
 # -- bubblewrap -----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 
 from envgym.bundle_env import BundleEnv
 from envs.mcp_suite import layout
+from envs.mcp_suite.services import CATEGORIES
 from envs.mcp_suite.suite import SUBMIT_TOOL, make_env
 
 TARGET = re.compile(r"mcp-suite/([a-z]+)(?:/([a-z0-9_]+))?")
@@ -72,8 +73,6 @@ def categories_of(target: str) -> list[tuple[str, str]]:
         return layout.categories()
     registered = ENV_ID.fullmatch(target)
     if registered is not None:
-        from envs.mcp_suite.registration import CATEGORIES
-
         service = registered[1]
         category: str | None = CATEGORIES.get(service, "")
     else:

@@ -13,9 +13,9 @@ from typing import Any
 
 from envgym.core import Env
 from envgym.registry import register, register_check
+from envs.mcp_suite.services import CATEGORIES
 
-# The category each service's env serves (tasks/<service>/<category>/).
-CATEGORIES = {"filesystem": "project_notes", "git": "service_repo", "sqlite": "shop"}
+__all__ = ["CATEGORIES", "register_envs"]
 SERVERS = {
     "filesystem": "the reference filesystem server (npm @modelcontextprotocol/server-filesystem)",
     "git": "mcp-server-git (PyPI, own venv)",

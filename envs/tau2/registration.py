@@ -14,8 +14,7 @@ from typing import Any
 
 from envgym.core import Env
 from envgym.registry import register, register_check
-
-DOMAINS = ("airline", "retail", "telecom", "mock")
+from envs.tau2.domains import DOMAINS
 
 
 def _bundle_dir(domain: str) -> Path:

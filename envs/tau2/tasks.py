@@ -21,12 +21,10 @@ from typing import Any
 from envgym.bundle import write_manifest
 from envgym.cache import built_once, cache_root, source_digest
 from envgym.evaluate.summary import NOOP_FLAG, NOOP_REASON
+from envs.tau2.domains import DOMAINS  # re-exported: env.py and noop.py import it from here
 from envs.tau2.link import Tau2Link
 from envs.tau2.noop_data import DATA as NOOP_DATA
 from envs.tau2.noop_data import flagged_tasks
-from envs.tau2.registration import (
-    DOMAINS,  # one list (session.py keeps its own: it runs in .venv-tau2)
-)
 
 BUNDLE_VERSION = "tau2-bundle-1"
 _HERE = Path(__file__).resolve().parent
