@@ -247,49 +247,34 @@ def bench(
         _fail(str(exc).strip('"'))
 
 
-@app.command()
-def demo(
-    episodes: int = typer.Option(20, help="random-agent episodes"),
-    sandbox: str = SandboxOpt,
-    train: bool = typer.Option(
-        True, "--train/--no-train", help="end with cold start + a few GRPO steps (~10 min)"
-    ),
-    quick: bool = typer.Option(
-        False, "--quick", help="every step at its smallest size: the same paths in a few minutes"
-    ),
-    swe: bool = typer.Option(
-        True,
-        "--swe/--no-swe",
-        help="mine, validate and check SWE instances from a small repository",
-    ),
-) -> None:
-    """The README demo: build, check, play, evaluate, synthesize (bundles and SWE instances),
-    then cold-start and train."""
-    from envgym.demo import run_demo
+COMMANDS_GROUP = "envgym.commands"
 
-    raise typer.Exit(
-        run_demo(
-            console=console,
-            random_episodes=episodes,
-            sandbox=sandbox,
-            training=train,
-            quick=quick,
-            swe=swe,
+
+def _register_commands() -> None:
+    """Add every command declared in the ``envgym.commands`` entry-point group (pyproject.toml).
+
+    Each is a ``register(app: typer.Typer) -> None``.  The core names none of them, so commands
+    that drive other rooms (``synth``, ``train``, the demo: ``apps/``) live above the core and a
+    third-party package adds commands by declaring an entry point.  A command that fails to load
+    is reported and left out; the others still work.
+    """
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name)
+    if not found:  # metadata from an install that predates the group: say how to fix it
+        err.print(
+            f"[yellow]envgym: no {COMMANDS_GROUP} entry points are installed; "
+            "run `pip install -e .` (scripts/setup.sh) to get the feature commands[/]"
         )
-    )
+    for ep in found:
+        try:
+            ep.load()(app)
+        except Exception as exc:  # one broken plugin must not take the whole CLI down
+            err.print(f"[yellow]envgym: command {_safe(ep.name)} ({_safe(ep.value)}) not loaded: "
+                      f"{_safe(exc)}[/]")  # fmt: skip
 
 
-def _register_command_modules() -> None:
-    import importlib
-    import pkgutil
-
-    import envgym.commands
-
-    for info in sorted(pkgutil.iter_modules(envgym.commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"envgym.commands.{info.name}").register(app)
-
-
-_register_command_modules()
+_register_commands()
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from envgym.demo import DemoEval, demo_evaluation
+from apps.demo import DemoEval, demo_evaluation
 from envgym.store import Store
 
 

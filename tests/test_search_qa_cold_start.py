@@ -17,23 +17,23 @@ import pytest
 from search_corpus import dumpavail_text
 from typer.testing import CliRunner
 
-from envgym.messages import ToolCall
-from envgym.models.chat import ChatFormat, end_tokens
-from synth_agents.search_qa.agent_loop import TOOL_SPECS
-from synth_agents.search_qa.cold_start import (
-    Played,
-    construction_script,
-    example_from,
-    scripts_for,
-    verification_script,
-)
-from synth_agents.search_qa.cold_start_run import (
+from apps.cold_start_run import (
     ColdStartConfig,
+    example_from,
     play,
     run_cold_start,
     training_entities,
 )
-from synth_agents.search_qa.facts import Facts, maintainer_name
+from envgym.messages import ToolCall
+from envgym.models.chat import ChatFormat, end_tokens
+from envs.search_qa.facts import Facts, maintainer_name
+from synth_agents.search_qa.agent_loop import TOOL_SPECS
+from synth_agents.search_qa.cold_start import (
+    Played,
+    construction_script,
+    scripts_for,
+    verification_script,
+)
 from synth_agents.search_qa.model_pipeline import ground, sample_entities
 from tools.search import SearchTools
 from tools.search.build import build_at

@@ -11,8 +11,8 @@ import re
 import pytest
 from search_corpus import dumpavail_text
 
-from synth_agents.search_qa.facts import maintainer_name
-from synth_agents.search_qa.procedural import TEMPLATES, QAPair, build_questions
+from envs.search_qa.facts import maintainer_name
+from envs.search_qa.procedural import TEMPLATES, QAPair, build_questions
 from tools.search.debian import Package, parse_packages, parse_stanzas
 
 

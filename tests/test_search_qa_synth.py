@@ -28,9 +28,9 @@ from search_corpus import dumpavail_text
 from envgym.bundle import load_bundle
 from envgym.models.http_client import RetryPolicy
 from envgym.models.openai_http import OpenAIPolicy
+from envs.search_qa.facts import maintainer_name
 from synth_agents.journal import Journal
 from synth_agents.search_qa import roles
-from synth_agents.search_qa.facts import maintainer_name
 from synth_agents.search_qa.model_pipeline import JOURNAL, SynthConfig, ground, sample_entities
 from synth_agents.search_qa.run import synthesize_with_models
 from tools.search import SearchTools

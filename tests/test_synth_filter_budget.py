@@ -93,7 +93,7 @@ def test_the_table_says_how_the_budget_was_set(
     require_backend("bwrap")
     from rich.console import Console
 
-    from envgym.commands.synth import print_summary
+    from apps.synth import print_summary
     from synth_agents.pipeline import RunSummary
 
     summary = filter_run(

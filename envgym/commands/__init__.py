@@ -1,5 +1,6 @@
-"""CLI command modules: each defines ``register(app: typer.Typer) -> None``.
+"""The core's own ``envgym`` commands (``eval``, ``compare``, ``serve-mcp``): each module defines
+``register(app: typer.Typer) -> None`` and imports nothing outside the core.
 
-``envgym.cli`` imports every module of this package and calls its ``register``, so features
-add commands without editing cli.py.
+``envgym.cli`` finds them, like the commands in ``apps/``, through the ``envgym.commands``
+entry-point group in pyproject.toml.
 """

@@ -19,7 +19,7 @@ from typing import Any
 
 from envgym.bundle import write_manifest
 from envgym.cache import built_once, cache_root, source_digest
-from synth_agents.search_qa.procedural import QAPair, build_questions
+from envs.search_qa.procedural import QAPair, build_questions
 from tools.search.build import corpus_key, package_document
 from tools.search.debian import Package, load_packages
 
@@ -160,8 +160,8 @@ def write_bundle(
 
 def default_bundle_dir(*, n: int = 50, seed: int = 0, max_hops: int = 3) -> Path:
     """The registered default bundle, built once per corpus (apt lists) and generator source."""
-    sources = source_digest(_PACKAGE.parent.parent, sorted(_PACKAGE.rglob("*.py")) + sorted(
-        (_PACKAGE.parent.parent / "synth_agents" / "search_qa").rglob("*.py")))  # fmt: skip
+    # the question generator (procedural.py, facts.py) lives in this package: its source is here
+    sources = source_digest(_PACKAGE.parent.parent, sorted(_PACKAGE.rglob("*.py")))
     key = hashlib.sha256(
         f"{GENERATOR_VERSION}\0{n}\0{seed}\0{max_hops}\0{corpus_key()}\0{sources}".encode()
     )

@@ -1,4 +1,4 @@
-"""``envgym synth search-qa``: the search-QA branch of the synth command (envgym/commands/synth.py).
+"""``envgym synth search-qa``: the search-QA branch of the synth command (apps/synth.py).
 
     envgym synth search-qa --n 50 --out out/sqa                                  # procedural, offline
     envgym synth search-qa --agent llm --model http://host:8000/v1 --n 20 --out out/sqa --hops 2

@@ -19,8 +19,8 @@ for the same reason; here the roles of §3.2.3's pipeline get one:
 * :class:`TeacherPolicy` — plays a script through the real :func:`agent_loop.run_agent` and the
   real search tools, writing each call as the model's own tool-call text and building every
   prompt with the local engine's own rule (``next_prompt``), so an example is token for token
-  what the model will see and write; :func:`example_from` turns a run into one
-  :class:`~trainer.sft_data.SFTExample` (loss only on the written tokens).
+  what the model will see and write; ``apps/cold_start_run.py``'s ``example_from`` turns a run
+  into one SFT example (loss only on the written tokens: the trainer room is imported there).
 
 Training entities are disjoint from the synthesis run's sample (``exclude``): the model never
 sees a trace about an entity it will later be asked to build a question from.
@@ -38,10 +38,10 @@ from envgym.messages import ToolCall
 from envgym.models.chat import ChatFormat
 from envgym.models.session import TokenSession, forced_turn
 from envgym.policy import PolicyError, SamplingParams, Turn
+from envs.search_qa.facts import Facts, maintainer_name
+from envs.search_qa.procedural import QAPair
 from synth_agents.search_qa import roles
-from synth_agents.search_qa.facts import Facts, maintainer_name
 from synth_agents.search_qa.model_pipeline import ground
-from synth_agents.search_qa.procedural import QAPair
 from tools.search.build import package_document
 from tools.search.debian import Package
 
@@ -249,22 +249,3 @@ class TeacherPolicy:
 
     async def aclose(self) -> None:
         self._sessions.clear()
-
-
-def example_from(played: Played, *, task_id: str) -> Any:
-    """The SFT example of one played script: ids of the last turn, loss on every written span.
-    Each prompt must extend the last (the local engine's token-in/token-out rule)."""
-    from trainer.sft_data import SFTExample
-
-    if len(played.turns) != len(played.steps):
-        raise ValueError(
-            f"{task_id}: the agent stopped after {len(played.turns)} of {len(played.steps)} steps"
-        )
-    ids: list[int] = []
-    mask: list[int] = []
-    for prompt, written in played.turns:
-        if prompt[: len(ids)] != ids:
-            raise ValueError(f"{task_id}: a prompt does not extend the previous turn")
-        mask += [0] * (len(prompt) - len(ids)) + [1] * len(written)
-        ids = [*prompt, *written]
-    return SFTExample(tuple(ids), tuple(mask), "gold", "search-qa-cold-start", task_id)

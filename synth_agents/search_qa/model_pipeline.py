@@ -39,11 +39,11 @@ from typing import Any
 
 from envgym.policy import Policy, SamplingParams
 from envs.search_qa.bundle_files.verifier import equivalent, normalize
+from envs.search_qa.facts import Facts, maintainer_email, maintainer_name
+from envs.search_qa.procedural import QAPair
 from synth_agents.journal import Journal
 from synth_agents.search_qa import roles
 from synth_agents.search_qa.agent_loop import run_agent
-from synth_agents.search_qa.facts import Facts, maintainer_email, maintainer_name
-from synth_agents.search_qa.procedural import QAPair
 from synth_agents.search_qa.yields import stage_yield
 from tools.search import SearchTools
 from tools.search.build import package_document

@@ -1,6 +1,6 @@
 """Running search-QA synthesis end to end: models in, a checked bundle and its yields out.
 
-``envgym synth search-qa`` lands here (envgym/commands/synth.py): ``--agent procedural`` (the
+``envgym synth search-qa`` lands here (apps/synth.py): ``--agent procedural`` (the
 default, offline) writes procedural questions; ``--agent llm`` runs the model pipeline
 (model_pipeline.py) with any OpenAI-compatible server or the embedded model.  Either way the
 bundle is written to ``OUT/bundle`` and must pass the adversarial ``envgym check`` before it

@@ -1,4 +1,4 @@
-"""``envgym synth swe``: the SWE branch of the synth command (envgym/commands/synth.py).
+"""``envgym synth swe``: the SWE branch of the synth command (apps/synth.py).
 
     envgym synth swe --repo ../myproject --out out/swe --max-candidates 20 --repeats 2
     envgym synth swe --repo https://github.com/o/p.git --judge-model http://host:8000/v1#qwen

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from envgym.policy import SamplingParams
+from envs.search_qa.facts import Facts
 from synth_agents.search_qa.agent_loop import run_agent
-from synth_agents.search_qa.cold_start import Script, TeacherPolicy, example_from, scripts_for
-from synth_agents.search_qa.facts import Facts
+from synth_agents.search_qa.cold_start import Played, Script, TeacherPolicy, scripts_for
 from synth_agents.search_qa.model_pipeline import sample_entities
 from tools.search import SearchTools
 from tools.search.debian import Package
@@ -57,6 +57,25 @@ def training_entities(packages: Sequence[Package], cfg: ColdStartConfig) -> list
     )
     pool = sample_entities(packages, cfg.entities + len(excluded), cfg.seed + 1_000)
     return [e for e in pool if e not in excluded][: cfg.entities]
+
+
+def example_from(played: Played, *, task_id: str) -> Any:
+    """The SFT example of one played script: ids of the last turn, loss on every written span.
+    Each prompt must extend the last (the local engine's token-in/token-out rule)."""
+    from trainer.sft_data import SFTExample
+
+    if len(played.turns) != len(played.steps):
+        raise ValueError(
+            f"{task_id}: the agent stopped after {len(played.turns)} of {len(played.steps)} steps"
+        )
+    ids: list[int] = []
+    mask: list[int] = []
+    for prompt, written in played.turns:
+        if prompt[: len(ids)] != ids:
+            raise ValueError(f"{task_id}: a prompt does not extend the previous turn")
+        mask += [0] * (len(prompt) - len(ids)) + [1] * len(written)
+        ids = [*prompt, *written]
+    return SFTExample(tuple(ids), tuple(mask), "gold", "search-qa-cold-start", task_id)
 
 
 def play(

@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from synth_agents.search_qa.facts import Facts, maintainer_email, maintainer_name
+from envs.search_qa.facts import Facts, maintainer_email, maintainer_name
 from tools.search.debian import Package
 
 

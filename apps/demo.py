@@ -1,19 +1,25 @@
-"""The README demo: build → check → play → evaluate the embedded model (pass@k + HTML report)
-on trip planning and the code interpreter → synthesize, validate and pass@k-filter new bundles
-procedurally, then evaluate one → cold-start and GRPO-train the embedded model on code-interpreter
-math, with the held-out pass rate before and after (envgym/demo_train.py).
+"""``envgym demo``, the README demo: build → check → play → evaluate the embedded model (pass@k
++ HTML report) on trip planning and the code interpreter → synthesize, validate and
+pass@k-filter new bundles procedurally, then evaluate one → mine and check SWE instances
+(demo_swe.py) → cold-start and GRPO-train the embedded model on code-interpreter math, with the
+held-out pass rate before and after (demo_train.py).
+
+It drives the synthesis, SWE and trainer rooms, so it lives in ``apps/`` (above the core) and
+reaches the CLI through the ``envgym.commands`` entry point.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -24,6 +30,42 @@ from envgym.bundle_env import BundleEnv
 from envgym.check import check_bundle
 
 DEMO_ENV = "trip-planning-v0"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_command)
+
+
+def demo_command(
+    episodes: int = typer.Option(20, help="random-agent episodes"),
+    sandbox: str = typer.Option(
+        "bwrap", "--sandbox", help="bwrap | docker | inprocess (trusted bundles only)"
+    ),
+    train: bool = typer.Option(
+        True, "--train/--no-train", help="end with cold start + a few GRPO steps (~10 min)"
+    ),
+    quick: bool = typer.Option(
+        False, "--quick", help="every step at its smallest size: the same paths in a few minutes"
+    ),
+    swe: bool = typer.Option(
+        True,
+        "--swe/--no-swe",
+        help="mine, validate and check SWE instances from a small repository",
+    ),
+) -> None:
+    """The README demo: build, check, play, evaluate, synthesize (bundles and SWE instances),
+    then cold-start and train."""
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    raise typer.Exit(
+        run_demo(
+            console=console,
+            random_episodes=episodes,
+            sandbox=sandbox,
+            training=train,
+            quick=quick,
+            swe=swe,
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -133,7 +175,7 @@ def run_demo(
         ok = _timed(console, lambda: demo_synthesis(console, sandbox, step=step, size=size)) and ok
     step = 6 + len(evaluations)
     if swe:
-        from envgym.demo_swe import demo_swe
+        from apps.demo_swe import demo_swe
 
         ok = (
             _timed(
@@ -143,10 +185,14 @@ def run_demo(
         )
         step += 1
     if training:
-        from envgym.demo_train import DemoTraining, demo_training
+        from apps.demo_train import DemoTraining, demo_training
 
         spec = DemoTraining.quick() if quick else DemoTraining()
-        ok = _timed(console, lambda: demo_training(console, sandbox, step=step, spec=spec)) and ok
+        out = _demo_dir() / "train"
+        ok = (
+            _timed(console, lambda: demo_training(console, out, sandbox, step=step, spec=spec))
+            and ok
+        )
     console.print(
         f"[bold]{'demo OK' if ok else 'demo FAILED'}[/] in {time.perf_counter() - t0:.1f} s"
     )
@@ -213,9 +259,7 @@ def demo_synthesis(
     """The synthesis step: synthesize ``size`` bundles procedurally, validate them, filter their
     tasks by pass@``size`` with the embedded model (tiny budgets), then evaluate ``size`` tasks
     of the first bundle."""
-    import typer
-
-    from envgym.commands.synth import synth_command
+    from apps.synth import synth_command
 
     out = _demo_dir()
     synth_out = out / "synth"

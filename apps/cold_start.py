@@ -54,7 +54,7 @@ def cold_start_command(
             raise ValueError(
                 f"unknown category {category!r}; cold-start knows {', '.join(CATEGORIES)}"
             )
-        from synth_agents.search_qa.cold_start_run import ColdStartConfig
+        from apps.cold_start_run import ColdStartConfig
 
         cfg = ColdStartConfig(entities=entities, hops=hops, breadth=breadth, exclude_seed=exclude_seed,
                               exclude_n=exclude_n, epochs=epochs, lr=lr, seed=seed)  # fmt: skip
@@ -63,7 +63,7 @@ def cold_start_command(
     except ValueError as exc:
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
-    from synth_agents.search_qa.cold_start_run import run_cold_start
+    from apps.cold_start_run import run_cold_start
     from tools.search import SearchTools
     from tools.search.build import default_index
     from tools.search.debian import load_packages

@@ -96,23 +96,19 @@ def heldout_pass(
 
 def demo_training(
     console: Console,
+    out: Path,
     sandbox: str = "bwrap",
     *,
     step: int = 8,
     spec: DemoTraining | None = None,
-    out: Path | None = None,
 ) -> bool:
-    """Cold start + a few GRPO steps; False when a stage could not run."""
+    """Cold start + a few GRPO steps into ``out``; False when a stage could not run."""
     from trainer.config import config_from_dict
     from trainer.loop import Trainer
     from trainer.sft import SFTConfig
     from trainer.sft_run import EnvOptions, SFTRunConfig, run_sft
 
     spec = spec or DemoTraining()
-    if out is None:
-        from envgym.demo import _demo_dir
-
-        out = _demo_dir() / "train"
     out.mkdir(parents=True, exist_ok=True)
     console.rule(
         f"[bold]{step}. cold start (envgym sft) and {spec.grpo_steps} GRPO steps "
