@@ -87,6 +87,37 @@ def test_the_async_loop_runs_on_the_step_host_interface_alone() -> None:
     assert [r.metrics["stale_dropped"] for r in reports] == [float(s) for s in stale]
 
 
+class _ErroringEngine(_Engine):
+    """Like _Engine, but the last sample of each task errors (an infrastructure failure)."""
+
+    async def run(self, specs: list[EpisodeSpec]) -> AsyncIterator[EpisodeResult]:
+        last = max(s.sample for s in specs)
+        async for result in super().run(specs):
+            if result.sample == last:
+                result = EpisodeResult(result.task_id, result.sample, error="env")
+            yield result
+
+
+@pytest.mark.timeout(30)
+def test_the_async_loop_counts_episodes_left_out_of_groups() -> None:
+    config = config_from_dict(
+        {
+            "envs": [{"id": "x"}],
+            "rollout": {"group_size": 3, "prompts": 2},
+            "steps": 2,
+            "dynamic_sampling": {"enabled": False},
+            "async": {"enabled": True, "max_staleness": 4},
+        }
+    )
+    host = _Host(config, TaskOrder([(0, t) for t in "abcd"], seed=0))
+    host.rollout_engines = [_ErroringEngine(host)]
+    reports: list[StepReport] = []
+    asyncio.run(asyncio.wait_for(run_async(host, reports), timeout=20))
+    kept = sum(len(c.groups) for c in host.collected)
+    # each group trained on lost one sample; its step's metrics say so
+    assert kept > 0 and sum(r.metrics["errored"] for r in reports) >= kept
+
+
 def test_tally_counts_filters_and_reports() -> None:
     def group(task: str, *rewards: float) -> Group:
         return Group(task, [EpisodeResult(task, i, reward=r) for i, r in enumerate(rewards)])

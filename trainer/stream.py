@@ -96,7 +96,8 @@ async def _stream_env(
             done.append(result)
             if len(done) < n:
                 continue
-            groups, _ = group_results(pending.pop(result.task_id))
+            groups, left_out = group_results(pending.pop(result.task_id))
+            shared.tally.errored += left_out  # counted in the step collecting now, as in sync mode
             for g in groups:  # one at most: all samples of one task
                 g.task_id = f"{env}::{g.task_id}"
                 await shared.queue.put(g)
