@@ -107,7 +107,9 @@ def _sandboxes(pids: list[int]) -> int:
         except OSError:
             continue
         # bwrap and its init carry the same argv as the worker they start: match the interpreter.
-        count += b"python" in argv[0] and any(a.endswith(b"/sandbox/worker.py") for a in argv)
+        count += b"python" in argv[0] and any(
+            a.endswith((b"/sandbox/worker.py", b"/sandbox/worker.pyc")) for a in argv
+        )
     return count
 
 

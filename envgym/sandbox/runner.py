@@ -160,9 +160,19 @@ class BundleRunner:
     the modules are registered as ``<prefix>tools`` etc., never as plain ``tools``.
     """
 
-    def __init__(self, bundle_dir: Path, *, module_prefix: str, max_stdout_bytes: int) -> None:
+    def __init__(
+        self,
+        bundle_dir: Path,
+        *,
+        module_prefix: str,
+        max_stdout_bytes: int,
+        defer: tuple[str, ...] = (),
+    ) -> None:
         self.bundle_dir = Path(bundle_dir)
         self.prefix = module_prefix
+        # Files ``load`` skips, imported at their first use instead (see _function).
+        self.deferred = {name for name in defer if name in CODE_FILES and name != "tools.py"}
+        self._broken: dict[str, Reply] = {}  # a deferred file that failed: its import error
         self.capture = Capture(max_stdout_bytes)
         self.modules: dict[str, types.ModuleType] = {}
         self.tools: dict[str, Callable[..., Any]] = {}
@@ -198,11 +208,13 @@ class BundleRunner:
     def _load(self) -> Reply:
         for name in CODE_FILES:
             path = self.bundle_dir / name
+            if name in self.deferred:
+                continue
             if not path.is_file():
                 if name == "tools.py":
                     return error("not_found", "tools.py is missing", file=name)
                 continue
-            problem = self._import(name, path)
+            problem = self._import(name, path, self.state)
             if problem is not None:
                 return problem
         specs = []
@@ -271,7 +283,7 @@ class BundleRunner:
         return self._run(run, {})
 
     # -- helpers ---------------------------------------------------------------------------
-    def _import(self, name: str, path: Path) -> Reply | None:
+    def _import(self, name: str, path: Path, state: Path | None) -> Reply | None:
         module = types.ModuleType(self.prefix + path.stem)
         module.__file__ = str(path)
         # Compile from source ourselves: importlib would write __pycache__ into the bundle
@@ -284,7 +296,7 @@ class BundleRunner:
             )
         sys.modules[module.__name__] = module  # dataclasses and typing look modules up here
         try:
-            with self._activated(), self._captured():
+            with self._activated(state), self._captured():
                 exec(code, module.__dict__)
         except BaseException as exc:  # noqa: BLE001 - SystemExit at import time is a bundle bug too
             sys.modules.pop(module.__name__, None)
@@ -295,6 +307,15 @@ class BundleRunner:
         return None
 
     def _function(self, file: str, name: str) -> Callable[..., Any] | Reply:
+        if file in self.deferred:
+            # Imported with no episode state, as ``load`` would have (it runs before reset).
+            self.deferred.discard(file)
+            if (self.bundle_dir / file).is_file():
+                problem = self._import(file, self.bundle_dir / file, state=None)
+                if problem is not None:
+                    self._broken[file] = problem
+        if file in self._broken:
+            return self._broken[file]
         module = self.modules.get(file)
         if module is None:
             return error("not_found", f"{file} is missing or was not loaded")
@@ -304,10 +325,10 @@ class BundleRunner:
         return fn
 
     @contextmanager
-    def _activated(self) -> Iterator[None]:
+    def _activated(self, state: Path | None) -> Iterator[None]:
         # Set the ContextVar around every call rather than once per reset: in-process, several
         # runners (environments) share one interpreter and must not see each other's state.
-        token = runtime._state_dir.set(self.state)
+        token = runtime._state_dir.set(state)
         try:
             yield
         finally:

@@ -126,7 +126,10 @@ def main(argv: list[str]) -> int:
     max_stdout = int(config["max_stdout_bytes"])
     reap = bool(config.get("reap_strays"))
     runner = BundleRunner(
-        Path(config["bundle_dir"]), module_prefix="bundle_", max_stdout_bytes=max_stdout
+        Path(config["bundle_dir"]),
+        module_prefix="bundle_",
+        max_stdout_bytes=max_stdout,
+        defer=tuple(config.get("defer", ())),
     )
     me = os.getpid()
     hello = {"id": 0, "ok": True, "value": {"pid": me, "uid": os.getuid()}}
