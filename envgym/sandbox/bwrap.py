@@ -1,9 +1,9 @@
 """Bubblewrap backend: the worker in fresh namespaces with a minimal read-only filesystem.
 
 Inside the sandbox the worker sees only: /usr (and the /lib, /lib64, /bin, /sbin links or
-binds), the base Python prefix, the worker's envgym modules at /opt/envgym/envgym, the bundle's code at
-/bundle (read-only), the episode state at /state (the only writable path), a fresh /proc and
-/dev, and a read-only empty /tmp.  No network (empty netns), no IPC, own pid and uts namespace.
+binds), the base Python prefix, the worker's own envgym modules at /opt/envgym/envgym
+(worker_stage.py), the bundle's code at /bundle (read-only), the episode state at /state (the
+only writable path), a fresh /proc and /dev, and a read-only empty /tmp.  No network (empty netns), no IPC, own pid and uts namespace.
 
 Resource limits are rlimits set before exec.  ``RLIMIT_NPROC`` is never enforced for uid 0 —
 not even uid 0 inside a user namespace that maps to host root — so when the host runs as root
@@ -343,8 +343,12 @@ class BwrapSandbox(ProcessSandbox):
             if state is not None:
                 self._prepare_state(state)
         extra["rlimits"] = {name: [value, value] for name, value in identity.rlimits.items()}
+        try:
+            package = worker_package(SANDBOX_PACKAGE)
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot stage the sandbox worker's code: {exc}") from None
         mounts: list[Bind | Tmpfs] = [
-            Bind(str(worker_package(SANDBOX_PACKAGE)), SANDBOX_PACKAGE),
+            Bind(str(package), SANDBOX_PACKAGE),
             Bind(str(self.stage), SANDBOX_BUNDLE),
         ]
         if state is not None:

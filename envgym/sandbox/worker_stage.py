@@ -40,6 +40,14 @@ _lock = threading.Lock()
 _staged: dict[int, Path] = {}  # host pid -> its stage (a forked child stages its own)
 
 
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def worker_package(sandbox_package: str) -> Path:
     """This process's staged copy of the worker's modules (made on first use).
 
