@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,3 +151,23 @@ def test_the_worker_runs_with_the_malloc_tunable(bundle: Path, tmp_path: Path) -
         assert environment.ok, environment
         assert environment.value.get("GLIBC_TUNABLES") == MALLOC_TUNABLES
         assert set(environment.value) <= {"PATH", "LANG", "GLIBC_TUNABLES", "PWD"}
+
+
+def _fds() -> list[str]:
+    return sorted(os.listdir("/proc/self/fd"))
+
+
+def test_an_idle_sandbox_holds_six_host_fds(bundle: Path, tmp_path: Path) -> None:
+    # bwrap's stdin and stdout pipes, a pidfd on the sandbox's init and the three /proc files
+    # of the after-op check; the launcher's stderr file is closed once the worker answered.
+    state = tmp_path / "state"
+    state.mkdir()
+    before = len(_fds())
+    with open_sandbox(bundle, "bwrap", LIMITS) as box:
+        box.reset(state)
+        assert box.call_tool("bundle_modules", {}).ok
+        assert len(_fds()) - before == 6, _fds()
+        box.reset(state)  # the next worker: the last one's fds are all given back
+        assert box.call_tool("bundle_modules", {}).ok
+        assert len(_fds()) - before == 6, _fds()
+    assert len(_fds()) == before

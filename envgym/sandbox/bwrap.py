@@ -220,6 +220,7 @@ class BwrapWorker(WorkerHandle):
                 bufsize=0,
             )
         except OSError as exc:
+            self._stderr.close()
             raise SandboxUnavailable(f"cannot start bubblewrap: {exc}") from None
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.read_fd = self.proc.stdout.fileno()
@@ -240,6 +241,9 @@ class BwrapWorker(WorkerHandle):
                 self._watch = TreeWatch(init, worker)
             except (OSError, ValueError):
                 return None
+            # The worker answered: bwrap's start-up messages, all the file is read for
+            # (diagnostics), are behind us.  One host fd less per sandbox (bwrap keeps its own).
+            self._stderr.close()
         return self._watch
 
     def quiet(self) -> bool:
@@ -262,6 +266,7 @@ class BwrapWorker(WorkerHandle):
             if pipe is not None:
                 pipe.close()
         self._wait_gone()
+        self._stderr.close()
         if self._watch is not None:
             self._watch.close()
         if self.group is not None:
@@ -299,6 +304,8 @@ class BwrapWorker(WorkerHandle):
         return CallError.CRASH, f"the sandbox process exited (status {code}) and was restarted"
 
     def diagnostics(self) -> str:
+        if self._stderr.closed:
+            return ""
         self._stderr.seek(0)
         return self._stderr.read()[-2000:].decode(errors="replace").strip()
 
