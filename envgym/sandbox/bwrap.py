@@ -3,7 +3,8 @@
 Inside the sandbox the worker sees only: /usr (and the /lib, /lib64, /bin, /sbin links or
 binds), the base Python prefix, the worker's own envgym modules at /opt/envgym/envgym
 (worker_stage.py), the bundle's code at /bundle (read-only), the episode state at /state (the
-only writable path), a fresh /proc and /dev, and a read-only empty /tmp.  No network (empty netns), no IPC, own pid and uts namespace.
+only writable path), a fresh /proc and /dev, and a read-only empty /tmp.  No network (empty
+netns), no IPC, own pid and uts namespace.
 
 Resource limits are rlimits set before exec.  ``RLIMIT_NPROC`` is never enforced for uid 0 —
 not even uid 0 inside a user namespace that maps to host root — so when the host runs as root
@@ -342,7 +343,7 @@ class BwrapSandbox(ProcessSandbox):
         if self._load is not None and self._load.get("ok"):
             # The bundle's three files imported in an earlier worker (describe_tools reported
             # on all of them): later workers import the gold solution at its first use, as
-            # episodes never run it (a start costs ~7% less, see worker_stage.py's numbers).
+            # episodes never run it (trip-planning: 19M of a start's 283M instructions).
             extra["defer"] = ["solution.py"]
         if identity.uid is not None:
             self.uid = identity.uid
