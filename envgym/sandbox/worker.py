@@ -1,7 +1,7 @@
 """The sandbox worker: a persistent process that runs bundle code for the host.
 
 Started as a script (``python -I -S -B .../envgym/sandbox/worker.py CONFIG_JSON``) inside
-bubblewrap or a container.  Stdlib only, plus envgym.runtime / envgym.tool_schema /
+bubblewrap or a container; bubblewrap runs its compiled copy, ``worker.pyc`` (worker_stage.py).  Stdlib only, plus envgym.runtime / envgym.tool_schema /
 envgym.sandbox.runner, which it imports without running ``envgym/__init__.py`` (that pulls in
 host-only dependencies the sandbox's Python does not have).
 
