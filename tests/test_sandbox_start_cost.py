@@ -3,6 +3,7 @@
 * the worker's envgym modules come from bytecode compiled once by the host (a start compiled
   them from source before), and the jail shows only those modules, not the whole package;
 * a worker after the first imports the gold ``solution.py`` only when ``solve`` needs it;
+* ``traceback`` is imported when an error needs formatting, not at every start;
 * the worker runs with a glibc malloc setting that keeps its heap from holding freed memory
   (~0.8 MiB of an idle worker's private memory).
 """
@@ -47,6 +48,16 @@ def list_dir(path: str) -> list:
 def bundle_modules() -> list:
     """The bundle's modules imported so far."""
     return sorted(name for name in sys.modules if name.startswith("bundle_"))
+
+
+def imported(name: str) -> bool:
+    """Whether module ``name`` is imported."""
+    return name in sys.modules
+
+
+def fail() -> None:
+    """Raise."""
+    raise ValueError("as asked")
 
 
 def environment() -> dict:
@@ -171,3 +182,18 @@ def test_an_idle_sandbox_holds_six_host_fds(bundle: Path, tmp_path: Path) -> Non
         assert box.call_tool("bundle_modules", {}).ok
         assert len(_fds()) - before == 6, _fds()
     assert len(_fds()) == before
+
+
+def test_traceback_is_imported_only_to_format_an_error(bundle: Path, tmp_path: Path) -> None:
+    # 6M instructions and ~150 KiB of every start, for a module only errors need.
+    state = tmp_path / "state"
+    state.mkdir()
+    with open_sandbox(bundle, "bwrap", LIMITS) as box:
+        box.reset(state)
+        assert box.call_tool("imported", {"name": "traceback"}).value is False
+        failed = box.call_tool("fail", {})
+        assert failed.error is CallError.EXCEPTION
+        assert (
+            'File "tools.py", line' in failed.message and "ValueError: as asked" in failed.message
+        )
+        assert box.call_tool("imported", {"name": "traceback"}).value is True

@@ -16,7 +16,6 @@ import json
 import linecache
 import sys
 import threading
-import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -375,6 +374,8 @@ class BundleRunner:
 
     def _format(self, exc: BaseException) -> str:
         """A traceback of bundle frames only, with file names relative to the bundle."""
+        import traceback  # here, not at the top: a worker start pays ~6M instructions for it
+
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in self._files]
         lines = []
         if frames:
@@ -392,6 +393,8 @@ class BundleRunner:
 
 
 def _last_line(exc: BaseException, filename: str) -> int | None:
+    import traceback  # see BundleRunner._format
+
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
     return lines[-1] if lines else None
 
