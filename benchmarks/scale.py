@@ -8,8 +8,8 @@ a pool of pre-started workers: every env wants its next worker at the same momen
 
 Measured per (backend, N): reset p50/p99 and resets/s (N over the wall time of one reset burst),
 step p50/p99 and steps/s, memory and fds per env once every env has had one episode (idle
-sandboxes: PSS of this process's descendants, which counts shared pages once, and RSS per
-sandbox process), errored episodes (an exception, or a tool call that failed for the
+sandboxes: PSS of this process's descendants, which counts shared pages once, the PSS of the
+worker interpreters alone, and RSS per sandbox process), errored episodes (an exception, or a tool call that failed for the
 infrastructure: crash, timeout, protocol, internal error) and processes left after close().
 
 Knobs: ``ENVGYM_SCALE_LEVELS`` (e.g. ``1,8,32``), ``ENVGYM_SCALE_BACKENDS`` (``bwrap,inprocess``),
@@ -97,9 +97,9 @@ def _descendants() -> list[int]:
     return seen
 
 
-def _sandboxes(pids: list[int]) -> int:
+def _sandboxes(pids: list[int]) -> list[int]:
     """Sandbox workers among ``pids`` (each sandbox is bwrap, its init and one interpreter)."""
-    count = 0
+    workers = []
     for pid in pids:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -107,10 +107,11 @@ def _sandboxes(pids: list[int]) -> int:
         except OSError:
             continue
         # bwrap and its init carry the same argv as the worker they start: match the interpreter.
-        count += b"python" in argv[0] and any(
+        if b"python" in argv[0] and any(
             a.endswith((b"/sandbox/worker.py", b"/sandbox/worker.pyc")) for a in argv
-        )
-    return count
+        ):
+            workers.append(pid)
+    return workers
 
 
 def _fds() -> int:
@@ -187,8 +188,10 @@ def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, fl
                 time.sleep(0.5)
                 family = _descendants()
                 pss, rss = zip(*(_pss_kib(p) for p in family)) if family else ((0,), (0,))
+                workers = _sandboxes(family)
                 idle = {"fds": _fds() - fds0, "pss": sum(pss), "rss": sum(rss),
-                        "procs": len(family) - procs0, "boxes": _sandboxes(family)}  # fmt: skip
+                        "procs": len(family) - procs0, "boxes": len(workers),
+                        "worker_pss": sum(_pss_kib(p)[0] for p in workers)}  # fmt: skip
     finally:
         with ThreadPoolExecutor(min(n, 16)) as pool:
             list(pool.map(lambda env: env.close(), envs))
@@ -202,6 +205,8 @@ def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, fl
         "steps_per_s": _rate(level.steps, level.step_walls, n),
         "pss_mib_per_env": idle["pss"] / 1024 / n,
         "pss_mib_per_sandbox": idle["pss"] / 1024 / max(1, idle["boxes"]),
+        # The interpreter alone (bwrap and its init add ~0.3 MiB of PSS per sandbox).
+        "worker_pss_mib": idle["worker_pss"] / 1024 / max(1, idle["boxes"]),
         "rss_mib_per_process": idle["rss"] / 1024 / max(1, idle["procs"]),
         "sandboxes_per_env": idle["boxes"] / n,
         "processes_per_env": idle["procs"] / n,

@@ -26,6 +26,8 @@ def test_a_level_runs_and_leaves_nothing_behind(
         assert isinstance(row[key], float) and math.isfinite(row[key]) and row[key] > 0, key
     if backend == "bwrap":
         assert row["sandboxes_per_env"] >= 1 and row["pss_mib_per_sandbox"] > 0
+        # The interpreters alone: part of the sandboxes' PSS (bwrap and its init are the rest).
+        assert 0 < row["worker_pss_mib"] < row["pss_mib_per_sandbox"]
 
 
 def test_bad_knobs_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
