@@ -254,7 +254,7 @@ def run(quick: bool = False) -> BenchResult:
     units = {k: "ms" if "_ms" in k else "us" for k in metrics}
     units.update({k: "ratio" for k in metrics if k.endswith("_ratio")})
     notes = {
-        "add_inprocess_overhead_us": "target ≤ 20 µs over the direct call",
+        "add_inprocess_overhead_us": "target ≤ 10 µs over the direct call",
         "add_sandboxed_call_us": "target ≤ 100 µs (bubblewrap worker round trip)",
         "inprocess_overhead_us": "target ≤ 20 µs over the direct call",
         "sandboxed_call_us": "target ≤ 100 µs (bubblewrap worker round trip)",
