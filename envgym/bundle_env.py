@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -230,28 +230,22 @@ class BundleEnv(Env):
             return result.content, self._verify(dict(call.arguments))
         return result.content, None
 
-    def _call_within(self, call: Any, left: float | None) -> ToolResult:
-        """Run a validated call with its wall-clock limit cut to the time budget left.
-
-        Backends read ``sandbox.limits.call_timeout_s`` per call, so it is lowered for this
-        call only (the in-process backend enforces no timeouts at all).
-        """
-        limits = getattr(self.sandbox, "limits", None)
-        bounded = left is not None and isinstance(limits, Limits) and left < limits.call_timeout_s
+    def _call_within(self, call: ToolCall, left: float | None) -> ToolResult:
+        """Run a validated call with its wall-clock limit cut to the time budget ``left``."""
         try:
-            if bounded:
-                self.sandbox.limits = replace(limits, call_timeout_s=left)
             return run_tool(
-                self.sandbox, self.tools, call.name, call.arguments, output_cap=self.output_cap
+                self.sandbox,
+                self.tools,
+                call.name,
+                call.arguments,
+                output_cap=self.output_cap,
+                timeout_s=left,
             )
         except Exception as err:  # noqa: BLE001 - step never raises on agent input; counted
             return ToolResult(
                 content=f"Error: {call.name} could not be run ({type(err).__name__})",
                 error="internal_error",
             )
-        finally:
-            if bounded:
-                self.sandbox.limits = limits
 
     def _time_left(self) -> float | None:
         budget = self.budgets.time_budget_s

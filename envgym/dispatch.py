@@ -229,13 +229,21 @@ def render_value(value: Any) -> str:
 
 
 def run_tool(
-    sandbox: Sandbox, table: ToolTable, name: str, arguments: Any, *, output_cap: int
+    sandbox: Sandbox,
+    table: ToolTable,
+    name: str,
+    arguments: Any,
+    *,
+    output_cap: int,
+    timeout_s: float | None = None,
 ) -> ToolResult:
+    """Check one call's arguments and run it; ``timeout_s`` bounds this call (None: the
+    sandbox's own limit)."""
     problem = table.check(name, arguments)
     if problem is not None:
         kind = "unknown_tool" if name not in table.specs else "bad_arguments"
         return ToolResult(content=f"Error: {problem}", error=kind)
-    outcome = sandbox.call_tool(name, dict(arguments))
+    outcome = sandbox.call_tool(name, dict(arguments), timeout_s=timeout_s)
     return outcome_to_result(name, outcome, output_cap=output_cap)
 
 

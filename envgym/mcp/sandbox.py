@@ -21,50 +21,45 @@ from pathlib import Path
 from typing import Any
 
 from envgym.mcp.toolset import McpToolset
-from envgym.sandbox.base import CallOutcome, Limits, Sandbox, SolveOutcome, ToolSpec
+from envgym.sandbox.base import CallOutcome, Sandbox, ToolSpec, call_limit
+from envgym.sandbox.routed import Handler, RoutedSandbox
 
 
-class McpSandbox(Sandbox):
-    """Routes calls of MCP tools to their toolsets and everything else to ``inner``."""
+class McpSandbox(RoutedSandbox):
+    """Routes calls of MCP tools to their toolsets and everything else to ``inner``.
+
+    Every MCP call is bounded by its toolset's ``call_timeout_s``, the inner sandbox's
+    ``limits.call_timeout_s`` and the caller's ``timeout_s``, whichever is least."""
 
     backend = "mcp"
 
     def __init__(self, inner: Sandbox, toolsets: list[McpToolset]) -> None:
-        self.inner = inner
-        self.bundle_dir = inner.bundle_dir
+        super().__init__(inner)
         self.toolsets = list(toolsets)
-        self._route: dict[str, McpToolset] | None = None
+        self._described = False  # the routes are known once the servers listed their tools
         self.state_dir: Path | None = None  # the current episode's, as the MCP servers see it
-
-    @property
-    def limits(self) -> Limits:  # type: ignore[override]
-        """The inner sandbox's limits; ``call_timeout_s`` also bounds every MCP call."""
-        return self.inner.limits
-
-    @limits.setter
-    def limits(self, value: Limits) -> None:
-        self.inner.limits = value
 
     def describe_tools(self) -> list[ToolSpec]:
         specs = list(self.inner.describe_tools())
-        route: dict[str, McpToolset] = {}
+        routes: dict[str, Handler] = {}
         for toolset in self.toolsets:
             for spec in toolset.describe_tools(listing_dir=self.bundle_dir / "state"):
-                if spec.name in route or any(s.name == spec.name for s in specs):
+                if spec.name in routes or any(s.name == spec.name for s in specs):
                     raise ValueError(
                         f"tool {spec.name!r} of MCP server {toolset.spec.name} clashes with "
                         "another tool: give the toolset a prefix"
                     )
-                route[spec.name] = toolset
+                routes[spec.name] = self._router(toolset, spec.name)
                 specs.append(spec)
-        self._route = route
+        self.routes, self._described = routes, True
         return specs
 
-    def _toolset(self, name: str) -> McpToolset | None:
-        if self._route is None:
-            self.describe_tools()
-        assert self._route is not None
-        return self._route.get(name)
+    def _router(self, toolset: McpToolset, name: str) -> Handler:
+        def call(arguments: dict[str, Any], timeout_s: float | None) -> CallOutcome:
+            own = min(toolset.call_timeout_s, self.limits.call_timeout_s)
+            return toolset.call_tool(name, arguments, timeout_s=call_limit(own, timeout_s))
+
+        return call
 
     def reset(self, state_dir: Path) -> None:
         self.inner.reset(state_dir)
@@ -73,21 +68,12 @@ class McpSandbox(Sandbox):
             if toolset.spec.uses_state_dir or not toolset.running:
                 toolset.start(state_dir)
 
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
-        toolset = self._toolset(name)
-        if toolset is None:
-            return self.inner.call_tool(name, arguments)
-        return toolset.call_tool(
-            name, arguments, timeout_s=min(toolset.call_timeout_s, self.limits.call_timeout_s)
-        )
-
-    def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:
-        return self.inner.solve(function, task, submit_tool)
-
-    def verify(
-        self, function: str, submission: dict[str, Any], task: dict[str, Any]
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None
     ) -> CallOutcome:
-        return self.inner.verify(function, submission, task)
+        if not self._described:
+            self.describe_tools()
+        return super().call_tool(name, arguments, timeout_s=timeout_s)
 
     def close(self) -> None:
         for toolset in self.toolsets:

@@ -97,6 +97,12 @@ class SolveOutcome:
     submission: dict[str, Any] | None = None  # arguments of the submit-tool call
 
 
+def call_limit(own: float, requested: float | None) -> float:
+    """The wall-clock limit of one call: its sandbox's (or tool's) ``own`` limit, lowered to
+    what the caller ``requested`` (None: no request)."""
+    return own if requested is None or requested >= own else requested
+
+
 class Sandbox(abc.ABC):
     """One worker bound to one bundle.  Not thread-safe: one call at a time."""
 
@@ -122,8 +128,15 @@ class Sandbox(abc.ABC):
         so nothing of an earlier episode runs in this one; see docs/SANDBOX.md."""
 
     @abc.abstractmethod
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
-        """Call ``tools.<name>(**arguments)``; arguments were validated by the host."""
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None
+    ) -> CallOutcome:
+        """Call ``tools.<name>(**arguments)``; arguments were validated by the host.
+
+        ``timeout_s`` bounds this call only (an episode's time left): the wall-clock limit is
+        ``call_limit(self.limits.call_timeout_s, timeout_s)``.  Limits travel with the call,
+        never as state set on a sandbox a wrapper may have copied (the in-process backend
+        enforces no wall-clock limit at all)."""
 
     @abc.abstractmethod
     def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:

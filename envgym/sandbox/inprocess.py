@@ -69,7 +69,10 @@ class InProcessSandbox(Sandbox):
             raise FileNotFoundError(f"episode state directory {state} does not exist")
         self._runner.handle({"op": "reset", "state_dir": str(state)})
 
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None
+    ) -> CallOutcome:
+        # timeout_s: no wall-clock limit is enforced in-process (see the module docstring).
         return self._outcome({"op": "call", "name": name, "arguments": arguments})[0]
 
     def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:

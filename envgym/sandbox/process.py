@@ -43,6 +43,7 @@ from envgym.sandbox.base import (
     SandboxUnavailable,
     SolveOutcome,
     ToolSpec,
+    call_limit,
 )
 from envgym.sandbox.channel import Connection, WorkerDied, WorkerHandle, signal_death
 from envgym.sandbox.pool import WorkerPool, reap
@@ -149,9 +150,11 @@ class ProcessSandbox(Sandbox):
         self._state = state
         self._start()
 
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], *, timeout_s: float | None = None
+    ) -> CallOutcome:
         request = {"op": "call", "name": name, "arguments": arguments}
-        return self._outcome(request, self.limits.call_timeout_s)[0]
+        return self._outcome(request, call_limit(self.limits.call_timeout_s, timeout_s))[0]
 
     def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:
         request = {"op": "solve", "function": function, "task": task, "submit_tool": submit_tool}

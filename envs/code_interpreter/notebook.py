@@ -13,10 +13,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from envgym.sandbox import CallError, CallOutcome, Sandbox, SolveOutcome, ToolSpec
+from envgym.sandbox import CallError, CallOutcome, Sandbox, ToolSpec
+from envgym.sandbox.base import call_limit
+from envgym.sandbox.routed import RoutedSandbox
 from envgym.state import PristineState
 from tools.python_kernel import ExecutionResult, KernelConfig, SyncKernelPool, SyncKernelSession
 
@@ -54,7 +55,7 @@ class NotebookStats:
     limit_hits: int = 0  # calls refused by the execution cap
 
 
-class NotebookSandbox(Sandbox):
+class NotebookSandbox(RoutedSandbox):
     """``python`` → the episode's jailed kernel; everything else → the bundle sandbox."""
 
     backend = "notebook"
@@ -69,8 +70,7 @@ class NotebookSandbox(Sandbox):
         max_executions: int | None,
         hidden_tools: Iterable[str] = (),
     ) -> None:
-        super().__init__(inner.bundle_dir, inner.limits)
-        self.inner = inner
+        super().__init__(inner, {TOOL: self._python})
         self.pool = pool
         self.pristine = pristine
         self.timeout_s = timeout_s
@@ -86,9 +86,6 @@ class NotebookSandbox(Sandbox):
                 f"the bundle {self.bundle_dir.name} has no `{TOOL}` tool to route to a kernel"
             )
         return specs
-
-    def reset(self, state_dir: Path) -> None:
-        self.inner.reset(state_dir)
 
     def new_episode(self) -> None:
         """A fresh kernel (warm from the pool) with the bundle's files in its working directory."""
@@ -108,9 +105,7 @@ class NotebookSandbox(Sandbox):
             self.session.close()
             self.session = None
 
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
-        if name != TOOL:
-            return self.inner.call_tool(name, arguments)
+    def _python(self, arguments: dict[str, Any], timeout_s: float | None) -> CallOutcome:
         if self.max_executions is not None and self.stats.executions >= self.max_executions:
             self.stats.limit_hits += 1
             return CallOutcome(
@@ -121,7 +116,8 @@ class NotebookSandbox(Sandbox):
         if self.session is None:
             self.new_episode()
         assert self.session is not None
-        result = self.session.execute(str(arguments.get("code", "")), timeout_s=self.timeout_s)
+        code, limit = str(arguments.get("code", "")), call_limit(self.timeout_s, timeout_s)
+        result = self.session.execute(code, timeout_s=limit)
         self._count(result)
         if result.status in _ERRORS:
             return CallOutcome(
@@ -139,14 +135,6 @@ class NotebookSandbox(Sandbox):
         self.stats.errors += result.status == "error"
         self.stats.timeouts += result.status == "timeout"
         self.stats.restarts += result.restarted
-
-    def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:
-        return self.inner.solve(function, task, submit_tool)
-
-    def verify(
-        self, function: str, submission: dict[str, Any], task: dict[str, Any]
-    ) -> CallOutcome:
-        return self.inner.verify(function, submission, task)
 
     def close(self) -> None:
         try:

@@ -16,28 +16,20 @@ from typing import Any
 
 from envgym.bundle import Bundle, load_bundle
 from envgym.bundle_env import BundleEnv
-from envgym.sandbox import (
-    CallError,
-    CallOutcome,
-    Limits,
-    Sandbox,
-    SolveOutcome,
-    ToolSpec,
-    open_sandbox,
-)
+from envgym.sandbox import CallError, CallOutcome, Limits, Sandbox, ToolSpec, open_sandbox
+from envgym.sandbox.routed import Handler, RoutedSandbox
 from tools.search import SearchError, SearchTools
 
 ROUTED = ("search", "open", "find")
 
 
-class SearchSandbox(Sandbox):
+class SearchSandbox(RoutedSandbox):
     """``search``/``open``/``find`` → the host index; everything else → the bundle sandbox."""
 
     backend = "search"
 
     def __init__(self, inner: Sandbox, tools: SearchTools) -> None:
-        super().__init__(inner.bundle_dir, inner.limits)
-        self.inner = inner
+        super().__init__(inner, {name: self._router(name) for name in ROUTED})
         self.tools = tools
 
     def describe_tools(self) -> list[ToolSpec]:
@@ -49,12 +41,11 @@ class SearchSandbox(Sandbox):
             )
         return specs
 
-    def reset(self, state_dir: Path) -> None:
-        self.inner.reset(state_dir)
+    def _router(self, name: str) -> Handler:
+        # The host tools bound their own inputs and work (docs/SEARCH.md): no wall-clock limit.
+        return lambda arguments, _timeout_s: self._search(name, arguments)
 
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
-        if name not in ROUTED:
-            return self.inner.call_tool(name, arguments)
+    def _search(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
         started = time.perf_counter()
         try:
             value = getattr(self.tools, name)(**arguments)
@@ -62,17 +53,6 @@ class SearchSandbox(Sandbox):
             return CallOutcome(ok=False, error=CallError.EXCEPTION, message=str(exc),
                                duration_s=time.perf_counter() - started)  # fmt: skip
         return CallOutcome(ok=True, value=value, duration_s=time.perf_counter() - started)
-
-    def solve(self, function: str, task: dict[str, Any], submit_tool: str | None) -> SolveOutcome:
-        return self.inner.solve(function, task, submit_tool)
-
-    def verify(
-        self, function: str, submission: dict[str, Any], task: dict[str, Any]
-    ) -> CallOutcome:
-        return self.inner.verify(function, submission, task)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class SearchQAEnv(BundleEnv):
