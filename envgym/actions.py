@@ -1,9 +1,12 @@
 """Reading an agent's action: whatever it sent becomes a clean assistant turn plus problems.
 
-:func:`normalize_action` is the single gate an agent's assistant message passes through: it
-never raises, and every mistake comes back as an :class:`ActionProblem` the env turns into a
-message the agent can read (DESIGN.md, Env contract).  The raw-text parsers build the same
-:class:`NormalizedAction` from these pieces (``normalize_call``, ``build_action``).
+:func:`read_action` is the one way in (``Episode.read`` calls it): raw text through the env's
+tool-call parser, anything else through :func:`normalize_action`, then call ids made unique
+over the episode.  Reading runs top-down through this module in that order and only calls
+*down* into messages.py (message shapes, builders, JSON/text primitives), which never calls
+back.  It never raises: every mistake comes back as an :class:`ActionProblem` the env turns
+into a message the agent can read (DESIGN.md, Env contract).  The raw-text parsers build the
+same :class:`NormalizedAction` from these pieces (``normalize_call``, ``build_action``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "call_label",
     "normalize_action",
     "normalize_call",
+    "read_action",
     "unique_call_ids",
 ]
 
@@ -81,6 +85,16 @@ class NormalizedAction:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+def read_action(
+    action: Any, parse: Callable[[str], NormalizedAction], taken: set[str], suffix: str
+) -> NormalizedAction:
+    """One agent turn read: raw text through ``parse`` (the env's tool-call parser), anything
+    else through :func:`normalize_action`; then ids already in ``taken`` renamed with
+    ``suffix`` (:func:`unique_call_ids`).  Never raises."""
+    parsed = parse(action) if isinstance(action, str) else normalize_action(action)
+    return unique_call_ids(parsed, taken, suffix)
 
 
 def build_action(

@@ -5,22 +5,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envgym.actions import NormalizedAction
 from envgym.bundle import Bundle, Task, load_bundle
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Message, Observation
 from envgym.dispatch import DEFAULT_OUTPUT_CAP, ToolResult, ToolTable, outcome_to_result, run_tool
-from envgym.episode import Episode, answer_calls, counting
+from envgym.episode import Episode, counting
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
 from envgym.sandbox import Limits, Sandbox, open_sandbox
 from envgym.sandbox.inprocess import InProcessSandbox
 from envgym.sandbox.pool import reap
 from envgym.state import EpisodeDirs
+from envgym.step import Budgets, CallByCall, Outcome, not_verified, run_step
 from envgym.tokens import TokenCounter
 from envgym.verdict import Verdict
 
@@ -30,35 +31,7 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-@dataclass(frozen=True)
-class Budgets:
-    """When an episode is cut short (``truncated``)."""
-
-    # Generous: gold solutions of difficulty-5 trip plans make up to ~150 calls; the context
-    # window, not these counts, is the binding limit for real models.
-    max_turns: int = 128
-    max_tool_calls: int = 256
-    time_budget_s: float | None = None
-    context_window: int | None = None  # tokens of the rendered prompt
-
-    def exhausted(
-        self, *, turns: int, tool_calls: int, started: float, prompt_tokens: Callable[[], int]
-    ) -> list[str]:
-        """The budgets an episode has used up (``started``: its ``time.monotonic()`` start;
-        ``prompt_tokens`` is only counted when there is a window)."""
-        reasons = []
-        if turns >= self.max_turns:
-            reasons.append("max_turns")
-        if tool_calls >= self.max_tool_calls:
-            reasons.append("max_tool_calls")
-        if self.time_budget_s is not None and time.monotonic() - started >= self.time_budget_s:
-            reasons.append("time_budget")
-        if self.context_window is not None and prompt_tokens() > self.context_window:
-            reasons.append("context_window")
-        return reasons
-
-
-class BundleEnv(Env):
+class BundleEnv(CallByCall, Env):
     """Episodes over one bundle: each ``reset`` picks a task and gives a fresh state copy.
 
     Args:
@@ -153,27 +126,9 @@ class BundleEnv(Env):
     def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._done or self.task is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
-        parsed = self.episode.read(action, self.parser)
-        self.history.append(parsed.message)
-        replies, verdict = answer_calls(parsed, self._answer)
-        self.history.extend(replies)
-        if verdict is None and not parsed.message.get("tool_calls") and not parsed.problems:
-            verdict = self._final_answer(parsed.message)
-        terminated = verdict is not None
-        obs = self._observe()  # before the budget check: it counts the prompt just rendered
-        truncated = not terminated and self._out_of_budget()
-        self._done = terminated or truncated
-        reward = 0.0
-        components: dict[str, float] = {}
-        if verdict is not None:
-            reward = float(verdict.passed) if self.reward_mode == "binary" else verdict.score
-            components = verdict.components()
-        info = self._info(reward_components=components)
-        if verdict is not None:
-            info["report"] = verdict.to_dict()
-        if truncated:
-            info["truncated_by"] = self._truncation_reason
-        return obs, reward, terminated, truncated, info
+        out = run_step(self, action)
+        self._done = out[2] or out[3]
+        return out
 
     def close(self) -> None:
         self.sandbox.close()
@@ -273,11 +228,31 @@ class BundleEnv(Env):
             )
         return Verdict.from_report(outcome.value)
 
-    def _out_of_budget(self) -> bool:
-        reasons = self.budgets.exhausted(turns=self.episode.turns, tool_calls=self.episode.tool_calls,
-                                         started=self.episode.started, prompt_tokens=self._prompt_tokens)  # fmt: skip
-        self._truncation_reason = ",".join(reasons)
-        return bool(reasons)
+    # -- the step's hooks (envgym/step.py; _read and _answer_turn: CallByCall) -------------
+    def _nudge(self, parsed: NormalizedAction) -> Verdict | None:
+        return self._final_answer(parsed.message)
+
+    def _budget_outcome(self) -> Outcome:
+        episode = self.episode
+        return self.budgets.outcome(
+            turns=episode.turns,
+            tool_calls=episode.tool_calls,
+            started=episode.started,
+            prompt_tokens=self._prompt_tokens,
+        )
+
+    def _finish(self, verdict: Verdict | None, outcome: Outcome) -> tuple[float, dict[str, Any]]:
+        if verdict is None:  # cut by a budget before any submission: nothing was verified
+            info = self._info(reward_components={})
+            info["report"] = not_verified(outcome)
+            return 0.0, info
+        reward = float(verdict.passed) if self.reward_mode == "binary" else verdict.score
+        info = self._info(reward_components=verdict.components())
+        info["report"] = verdict.to_dict()
+        return reward, info
+
+    def _step_info(self, components: dict[str, float]) -> dict[str, Any]:
+        return self._info(reward_components=components)
 
     def _observe(self) -> Observation:
         tools = self.tools.schemas()

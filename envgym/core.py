@@ -75,7 +75,10 @@ class Env(gym.Env[Observation, Action], abc.ABC):
 
     Subclasses implement :meth:`reset` and :meth:`step`.  ``info`` always carries
     ``reward_components`` (name → value), ``tool_calls`` (count this episode) and ``errors``
-    (agent-mistake counts by kind); the final step adds the verifier's ``report``.
+    (agent-mistake counts by kind); the final step adds the verifier's ``report``, whether the
+    episode terminated or was truncated (an episode cut before any submission gets a failed
+    report without checks, naming its ``truncated_by``).  The chat envs' ``step`` is one
+    skeleton (envgym/step.py) they supply hooks to.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -102,5 +105,6 @@ class Env(gym.Env[Observation, Action], abc.ABC):
             reward: the verifier's reward when the episode ends, else 0.0.
             terminated: the agent submitted (or gave its final answer) and it was verified.
             truncated: a budget ran out (turns, tool calls, wall-clock, context).
-            info: the contract keys, plus ``report`` when the episode ended.
+            info: the contract keys, plus ``report`` when the episode ended (terminated or
+                truncated) and ``truncated_by`` (the budgets used up) when truncated.
         """

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from envgym.actions import NormalizedAction, normalize_action, unique_call_ids
+from envgym.actions import NormalizedAction, read_action
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Message
@@ -57,11 +57,10 @@ class Episode:
     started: float = field(default_factory=time.monotonic)
 
     def read(self, action: Action, parser: ToolCallParser) -> NormalizedAction:
-        """One agent turn: raw text through ``parser``, a message through ``normalize_action``;
-        call ids made unique within the episode and every problem counted."""
+        """One agent turn read (``actions.read_action``: ``parser`` for raw text, call ids made
+        unique within the episode), its problems counted."""
         self.turns += 1
-        parsed = parser.parse(action) if isinstance(action, str) else normalize_action(action)
-        parsed = unique_call_ids(parsed, self.call_ids, f"t{self.turns}")
+        parsed = read_action(action, parser.parse, self.call_ids, f"t{self.turns}")
         for problem in parsed.problems:
             self.errors[problem.kind] += 1
         return parsed

@@ -22,13 +22,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle_env import Budgets
+from envgym.actions import NormalizedAction
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Message, Observation
-from envgym.episode import Episode, answer_calls, counting
+from envgym.episode import Episode, counting
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
+from envgym.step import Budgets, CallByCall, Outcome, run_step
 from envgym.tokens import TokenCounter
 from envs.swe.agent_tools import SUBMIT, SweTools, ToolLimits
 from envs.swe.file_tools import JAIL_ROOT, Workspace
@@ -78,7 +79,7 @@ def load_instance(
     return instances[index]
 
 
-class SweEnv(Env):
+class SweEnv(CallByCall, Env):
     """Episodes on one SWE instance.
 
     Args:
@@ -152,30 +153,9 @@ class SweEnv(Env):
     def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._done or self.tools is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
-        parsed = self.episode.read(action, self.parser)
-        self.history.append(parsed.message)
-        replies, submission = answer_calls(parsed, self._answer)
-        self.history.extend(replies)
-        submitted = submission is not None
-        if not submitted and not parsed.message.get("tool_calls") and not parsed.problems:
-            self.episode.errors["no_tool_call"] += 1
-            self.history.append(env_message("No tool call was found in your last message. Use the tools to work on "
-                                     f"the repository, then call `{SUBMIT}`."))  # fmt: skip
-        obs = self._observe()
-        truncated = not submitted and self._out_of_budget()
-        self._done = submitted or truncated
-        if not self._done:
-            return obs, 0.0, False, False, self._info({})
-        result = self._grade()
-        info = self._info(dict(result.components))
-        info["report"] = {
-            **result.report,
-            "instance_id": self.instance.instance_id,
-            "reward": result.reward,
-        }
-        if truncated:
-            info["truncated_by"] = self._truncation_reason
-        return obs, result.reward, submitted, truncated, info
+        out = run_step(self, action)
+        self._done = out[2] or out[3]
+        return out
 
     def close(self) -> None:
         if self._own_dir:
@@ -230,15 +210,34 @@ class SweEnv(Env):
                                       {"tests_status": "grade_error", "detail": f"{type(err).__name__}: {err}"})  # fmt: skip
         return self.grade_result
 
-    def _out_of_budget(self) -> bool:
-        reasons = self.budgets.exhausted(
+    # -- the step's hooks (envgym/step.py; _read and _answer_turn: CallByCall) -------------
+    def _nudge(self, parsed: NormalizedAction) -> bool | None:
+        self.episode.errors["no_tool_call"] += 1
+        self.history.append(env_message("No tool call was found in your last message. Use the tools to work on "
+                                        f"the repository, then call `{SUBMIT}`."))  # fmt: skip
+        return None
+
+    def _budget_outcome(self) -> Outcome:
+        return self.budgets.outcome(
             turns=self.episode.turns,
             tool_calls=self.episode.tool_calls,
             started=self.episode.started,
             prompt_tokens=lambda: self._budget_counter.count(self.view.rendered, self._schemas()),
         )
-        self._truncation_reason = ",".join(reasons)
-        return bool(reasons)
+
+    def _finish(self, submitted: bool | None, outcome: Outcome) -> tuple[float, dict[str, Any]]:
+        # Submitted or cut by a budget, the final repository state is graded.
+        result = self._grade()
+        info = self._info(dict(result.components))
+        info["report"] = {
+            **result.report,
+            "instance_id": self.instance.instance_id,
+            "reward": result.reward,
+        }
+        return result.reward, info
+
+    def _step_info(self, components: dict[str, float]) -> dict[str, Any]:
+        return self._info(components)
 
     def _schemas(self) -> list[dict[str, Any]]:
         assert self.tools is not None

@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from envgym.actions import NormalizedAction
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Observation
 from envgym.episode import Episode, counting
-from envgym.messages import env_message, tool_message
+from envgym.messages import assistant_message, env_message, tool_message
 from envgym.parsers import get_parser
+from envgym.step import GOES_ON, Outcome, run_step
 from envgym.tokens import TokenCounter
 from envs.tau2.link import Tau2Error, Tau2Link
 from envs.tau2.noop_data import flagged_tasks
@@ -30,6 +32,7 @@ from envs.tau2.simulator import PolicyUser, UserModel, UserTurnError, user_seed
 from envs.tau2.tasks import DOMAINS, domain_tasks, envgym_task_id
 
 MAX_USER_TOOL_STEPS = 10  # user tool-call turns in a row before the user must speak
+_NOT_READ = NormalizedAction(assistant_message(None))  # an action after the user ended
 
 
 class Tau2Env(Env):
@@ -110,25 +113,7 @@ class Tau2Env(Env):
     def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._done:
             raise RuntimeError("the episode is over (or never started): call reset() first")
-        ended = self._ended  # the user may have ended the conversation in its first turn
-        if ended is None:
-            parsed = self.episode.read(action, self.parser)
-            self.history.append(parsed.message)
-            ended = self._agent_turn(parsed)
-        else:
-            self.episode.turns += (
-                1  # the action is not read (the user already ended), yet it was a turn
-            )
-        if ended is None:
-            obs = self._observe()
-            if (
-                self.context_window is not None
-                and self._budget_counter.count(obs["messages"], self.tools) > self.context_window
-            ):
-                # the next prompt does not fit: τ²'s own "max steps" ending, scored by τ² (0)
-                return self._finish("max_steps", truncated_by="context_window")
-            return obs, 0.0, False, False, self._info({})
-        return self._finish(ended)
+        return run_step(self, action)  # _finish ends the episode
 
     def close(self) -> None:
         if self._user is not None:
@@ -140,7 +125,21 @@ class Tau2Env(Env):
     def _call(self, request: dict[str, Any]) -> Any:
         return self.link.call({**request, "domain": self.domain})
 
-    def _agent_turn(self, parsed: Any) -> str | None:
+    # -- the step's hooks (envgym/step.py) ------------------------------------------------
+    def _read(self, action: Action) -> NormalizedAction:
+        if self._ended is not None:
+            # The user ended the conversation in its first turn: the action is not read, yet
+            # it was a turn.
+            self.episode.turns += 1
+            return _NOT_READ
+        parsed = self.episode.read(action, self.parser)
+        self.history.append(parsed.message)
+        return parsed
+
+    def _answer_turn(self, parsed: NormalizedAction) -> str | None:
+        """τ² runs the turn's calls (or takes its text); how τ² ended the episode, if it did."""
+        if self._ended is not None:
+            return self._ended
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls]
         broken = {e["id"]: e["function"]["name"] for e in parsed.message.get("tool_calls") or ()
                   if e["id"] not in {c["id"] for c in calls}}  # fmt: skip
@@ -162,9 +161,38 @@ class Tau2Env(Env):
             self._record_tool(result, names[result["id"]], "assistant")
         for call_id, name in broken.items():
             self.history.append(tool_message(call_id, name, "Error: this call could not be read"))
-        if done["ended"] is not None or calls:
-            return done["ended"]
+        return done["ended"]
+
+    def _nudge(self, parsed: NormalizedAction) -> str | None:
+        """A turn of text only goes to the user, who answers (or ends the episode)."""
         return self._user_speaks()
+
+    def _budget_outcome(self) -> Outcome:
+        # The only budget is the window: a next prompt that does not fit is τ²'s own
+        # "max steps" ending, scored by τ² (0).
+        window = self.context_window
+        if (
+            window is not None
+            and self._budget_counter.count(self.view.rendered, self.tools) > window
+        ):
+            return Outcome("context_window")
+        return GOES_ON
+
+    def _finish(self, ended: str | None, outcome: Outcome) -> tuple[float, dict[str, Any]]:
+        self._done = True
+        if self._user is not None:
+            self._user.end()
+        termination = ended if ended is not None else "max_steps"
+        report = self._call({"op": "finish", "termination": termination})
+        report["user_turns"] = list(self.user_turns)
+        report["tool_results"] = list(self.tool_results)
+        report["tau2_task_id"] = self.tau2_id
+        info = self._info({k.lower(): v for k, v in report["components"].items()})
+        info["report"] = report
+        return float(report["reward"]), info
+
+    def _step_info(self, components: dict[str, float]) -> dict[str, Any]:
+        return self._info(components)
 
     def _record_tool(self, result: dict[str, Any], name: str, requestor: str) -> None:
         self.tool_results.append({**result, "name": name, "requestor": requestor})
@@ -199,23 +227,6 @@ class Tau2Env(Env):
                 self.history.append({"role": "user", "content": turn["content"]})
                 return None
         return "user_error"  # τ²: a user that never speaks to the agent is a user error
-
-    def _finish(
-        self, ended: str, truncated_by: str | None = None
-    ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        self._done = True
-        if self._user is not None:
-            self._user.end()
-        report = self._call({"op": "finish", "termination": ended})
-        report["user_turns"] = list(self.user_turns)
-        report["tool_results"] = list(self.tool_results)
-        report["tau2_task_id"] = self.tau2_id
-        info = self._info({k.lower(): v for k, v in report["components"].items()})
-        info["report"] = report
-        if truncated_by is not None:
-            info["truncated_by"] = truncated_by
-            return self._observe(), float(report["reward"]), False, True, info
-        return self._observe(), float(report["reward"]), True, False, info
 
     def _observe(self) -> Observation:
         return {"messages": self.view.render(self.history, self.tools), "tools": self.tools}
