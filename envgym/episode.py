@@ -91,37 +91,26 @@ def answer_calls(
     messages: list[Message] = []
     result: S | None = None
     if not parsed.problems:  # the common case: every call readable, in message order
-        calls: list[tuple[str, str, ToolCall | None, Any]] = [
-            (c.id, c.name, c, None) for c in parsed.tool_calls
-        ]
-        notes: list[Any] = []
-    else:
-        per_call = {p.call_id: p for p in parsed.problems if p.call_id is not None}
-        runnable = {call.id: call for call in parsed.tool_calls}
-        calls = []
-        for entry in parsed.message.get("tool_calls") or ():
-            call_id = entry["id"]
-            calls.append(
-                (
-                    call_id,
-                    entry["function"]["name"],
-                    runnable.get(call_id),
-                    per_call.pop(call_id, None),
-                )
-            )
-        notes = [p for p in parsed.problems if p.call_id is None] + list(per_call.values())
-    for call_id, name, call, problem in calls:
+        for call in parsed.tool_calls:
+            content, got = answer(call, result is not None)
+            messages.append(tool_message(call.id, call.name, content))
+            if result is None:
+                result = got
+        return messages, result
+    per_call = {p.call_id: p for p in parsed.problems if p.call_id is not None}
+    runnable = {call.id: call for call in parsed.tool_calls}
+    for entry in parsed.message.get("tool_calls") or ():
+        call_id, name = entry["id"], entry["function"]["name"]
+        call, problem = runnable.get(call_id), per_call.pop(call_id, None)
         if problem is not None or call is None:
             text = problem.message if problem is not None else "this call could not be read"
-            messages.append(
-                tool_message(
-                    call_id, (problem.name if problem else None) or name or "", f"Error: {text}"
-                )
-            )
+            name = (problem.name if problem else None) or name or ""
+            messages.append(tool_message(call_id, name, f"Error: {text}"))
             continue
         content, got = answer(call, result is not None)
         messages.append(tool_message(call.id, call.name, content))
-        if result is None and got is not None:
+        if result is None:
             result = got
+    notes = [p for p in parsed.problems if p.call_id is None] + list(per_call.values())
     messages.extend(env_message(f"Error: {problem.message}") for problem in notes)
     return messages, result
