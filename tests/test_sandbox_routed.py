@@ -136,3 +136,39 @@ def test_a_wrapped_sandbox_keeps_the_episode_time_budget(tmp_path: Path) -> None
         assert took < 3.0  # cut at ~1 s (plus the worker's kill), before the nap ends
     finally:
         env.close()
+
+
+def test_an_mcp_call_gets_the_least_of_its_limits(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from envgym.mcp.sandbox import McpSandbox
+    from envgym.sandbox import ToolSpec
+
+    class Toolset:  # the parts of McpToolset that McpSandbox uses
+        spec = SimpleNamespace(name="fake", uses_state_dir=False)
+        call_timeout_s, running = 30.0, True
+        got: list[float | None] = []
+
+        def describe_tools(self, listing_dir: Path) -> list[ToolSpec]:
+            return [ToolSpec("remote", "", {"type": "object", "properties": {}})]
+
+        def call_tool(self, name: str, arguments: dict[str, Any], *,
+                      timeout_s: float | None = None) -> CallOutcome:  # fmt: skip
+            self.got.append(timeout_s)
+            return CallOutcome(ok=True, value=name)
+
+        def close(self) -> None:
+            pass
+
+    inner = open_sandbox(make_notes_bundle(tmp_path / "b"), backend="inprocess",
+                         limits=Limits(call_timeout_s=7.0))  # fmt: skip
+    toolset = Toolset()
+    box = McpSandbox(inner, [toolset])  # type: ignore[list-item]
+    try:
+        assert box.call_tool("remote", {}).value == "remote"  # routes known without describe
+        assert box.call_tool("remote", {}, timeout_s=0.5).ok
+        assert box.call_tool("remote", {}, timeout_s=99.0).ok
+        assert toolset.got == [7.0, 0.5, 7.0]  # inner's 7 s < the toolset's 30 s
+        assert box.call_tool("shout", {"text": "a"}).value == "A"  # a bundle tool: inner
+    finally:
+        box.close()
