@@ -201,6 +201,18 @@ TRANSPORT_MUTANTS = {
         "if False:",
         "entities_exist:unknown_service",
     ),
+    # A travel day that names no service, let through by the route rule (the leg rules and the
+    # fare budget judge only the services named, so nothing else refuses it).
+    "trip-moving-day-without-service-allowed": (
+        "if code is None and here == prev:",
+        "if code is None or here == prev:",
+        "transport_connects:no_service",
+    ),
+    "trip-no-direct-service-not-reported": (
+        'out.append(f"day {i + 1}: no direct service from {prev} to {here} named {code!r}")',
+        "pass",
+        "transport_connects:no_service",
+    ),
 }
 
 

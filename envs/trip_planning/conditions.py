@@ -60,8 +60,10 @@ def probes(world: World, spec: TripSpec, gold: Answer) -> Iterator[Probe]:
 
 
 def _transport_probes(gold: Answer) -> Iterator[Probe]:
-    """A service named on day 1 (the trip starts there: only the route rule looks at day 1), and
-    a travel day's service replaced by a code no service has (only the entities rule refuses it:
+    """A service named on day 1 (the trip starts there: only the route rule looks at day 1), a
+    travel day that names no service (the route's defect alone: the leg rules and the fare budget
+    judge the services named, so a route rule that lets a day move without one pays it), and a
+    travel day's service replaced by a code no service has (only the entities rule refuses it:
     a verifier that stops listing unknown services hands it to the transport rules instead)."""
     moves = [i for i, day in enumerate(gold) if i and day.get("transport")]
     if moves:
@@ -70,6 +72,11 @@ def _transport_probes(gold: Answer) -> Iterator[Probe]:
             _submit(_with(gold, 0, transport=code)),
             f"day 1 takes {code}",
             "transport_connects:first_day",
+        )
+        yield (
+            _submit(_with(gold, k, transport=None)),
+            f"day {k + 1} moves to {gold[k]['city']} with no service",
+            "transport_connects:no_service",
         )
         yield (
             _submit(_with(gold, k, transport="ZZ0000")),
