@@ -16,7 +16,9 @@ from typing import Any
 
 from envgym.bundle import write_manifest
 from envgym.cache import built_once, cache_root, source_digest
+from envs.procedural_kit.baselines import judged
 from envs.procedural_kit.witness import condition_witnesses
+from envs.trip_planning.baselines import baselines
 from envs.trip_planning.conditions import probes
 from envs.trip_planning.constraints import TripSpec
 from envs.trip_planning.data import DEFAULT_N_CITIES, write_db
@@ -26,7 +28,10 @@ from envs.trip_planning.tasks import VERIFIER, GeneratedTask, generate_tasks, wo
 from envs.trip_planning.witnesses import find_witnesses
 from envs.trip_planning.world import World, load_world
 
-GENERATOR_VERSION = "trip-planning-3"  # 2: per-rule witnesses, greedy baseline, rating spread; 3: declared rules, condition witnesses
+GENERATOR_VERSION = "trip-planning-4"  # 2: per-rule witnesses, greedy baseline, rating spread; 3: declared rules, condition witnesses; 4: top level defeats the stronger baselines
+# Levels whose every task defeats the stronger baselines (envs/trip_planning/baselines.py):
+# a draw that greedy + repair or the bounded exhaustive search solves is re-drawn.
+TOP_LEVELS = (5,)
 CATEGORY = "trip planning"
 CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 _PACKAGE = Path(__file__).resolve().parent
@@ -71,6 +76,8 @@ def build_bundle(
             n_tasks=n_tasks,
             difficulties=tuple(difficulties),
             accept=witnesses.accept,
+            stronger=lambda spec: stronger_solves(ep, world, spec),
+            top_levels=TOP_LEVELS,
         )
         if not tasks:
             raise ValueError("a bundle needs at least one task (n_tasks=0 and no worked example)")
@@ -87,6 +94,13 @@ def build_bundle(
         provenance={"agent": "procedural:trip_planning", "model": None, "seed": seed},
     )
     return out
+
+
+def stronger_solves(ep: Episode, world: World, spec: TripSpec) -> str | None:
+    """The first stronger baseline whose answer the task's verifier accepts, or None."""
+    task = {"id": "draw", "verifier": VERIFIER, "metadata": spec.metadata()}
+    outcome = judged(lambda sub: ep.verify(sub, task), baselines(world, task["metadata"]))
+    return next((name for name, solved in outcome.items() if solved is True), None)
 
 
 def _check_witnesses(bundle_dir: Path, tasks: list[GeneratedTask]) -> None:

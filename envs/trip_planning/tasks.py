@@ -32,6 +32,8 @@ SOLVER = "solve_trip"
 BASELINE = "greedy_trip"  # solution.py's greedy baseline, run and tabulated by `envgym check`
 VERIFIER = "verify_trip"
 MAX_DRAWS = 200
+# spec -> the name of a stronger baseline whose answer the task's verifier accepts, or None
+Stronger = Callable[[TripSpec], "str | None"]
 DAYS_BY_DIFFICULTY = {1: 2, 2: 3, 3: 3, 4: 4, 5: 5}
 
 
@@ -70,11 +72,15 @@ def generate_tasks(
     n_tasks: int,
     difficulties: tuple[int, ...] = (1, 2, 3, 4, 5),
     accept: Callable[[TripSpec, Plan], bool] | None = None,
+    stronger: Stronger | None = None,
+    top_levels: tuple[int, ...] = (),
 ) -> list[GeneratedTask]:
     """``n_tasks`` tasks, difficulties cycling through ``difficulties``.
 
     ``accept`` may veto a solvable draw (the build vetoes tasks whose every rule cannot be
-    given a per-rule witness); a vetoed draw is re-rolled like an unsolvable one.
+    given a per-rule witness); a vetoed draw is re-rolled like an unsolvable one.  At
+    ``top_levels``, a solvable draw that ``stronger`` names a baseline for (one whose answer
+    the verifier accepts) is re-rolled too, before ``accept`` (the cheap reason first).
     """
     if not difficulties or any(d not in DAYS_BY_DIFFICULTY for d in difficulties):
         raise ValueError(f"difficulties must be a non-empty subset of 1..5, got {difficulties!r}")
@@ -82,7 +88,8 @@ def generate_tasks(
     out = []
     for i in range(n_tasks):
         difficulty = difficulties[i % len(difficulties)]
-        spec, witness = _draw_solvable(world, rng, difficulty, accept)
+        beaten = stronger if difficulty in top_levels else None
+        spec, witness = _draw_solvable(world, rng, difficulty, accept, beaten)
         task_id = f"trip-{i + 1:03d}-d{difficulty}"
         out.append(
             GeneratedTask(
@@ -113,16 +120,25 @@ def _draw_solvable(
     rng: random.Random,
     difficulty: int,
     accept: Callable[[TripSpec, Plan], bool] | None = None,
+    stronger: Stronger | None = None,
 ) -> tuple[TripSpec, Plan]:
+    beaten: set[str] = set()
     for _ in range(MAX_DRAWS):
         spec = _draw(world, rng, difficulty)
         if spec is None:
             continue
         witness = _with_budgets(world, spec, rng, difficulty)
-        if witness is not None and (accept is None or accept(*witness)):
+        if witness is None:
+            continue
+        solver = stronger(witness[0]) if stronger is not None else None
+        if solver is not None:
+            beaten.add(solver)
+            continue
+        if accept is None or accept(*witness):
             return witness
+    solved = f" ({', '.join(sorted(beaten))} solved some)" if beaten else ""
     raise UnsolvableTask(
-        f"no solvable difficulty-{difficulty} task in {MAX_DRAWS} draws; "
+        f"no solvable difficulty-{difficulty} task in {MAX_DRAWS} draws{solved}; "
         "the database is too small for this difficulty"
     )
 
