@@ -42,7 +42,8 @@ def greedy_trip(tools, task: dict) -> None:
         return c.get(floor_key) is None or row["rating"] >= c[floor_key]
 
     def cheapest(rows: list, price: str, n: int = 1) -> list:
-        return sorted(rows, key=lambda r: (r[price], r["name"]))[:n]
+        # services are keyed by code, everything else by name
+        return sorted(rows, key=lambda r: (r[price], r.get("name") or r.get("code")))[:n]
 
     days, city, visited = [], meta["start_city"], set()
     for n, date in enumerate(meta["dates"], 1):
