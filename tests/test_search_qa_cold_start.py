@@ -196,6 +196,8 @@ def test_cli_bad_options(args: list[str], message: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.heavy
+# Real SFT of the embedded model: ~190 s on two quiet cores, past 300 s beside the demo test.
+@pytest.mark.timeout(900)
 def test_cold_start_trains_and_writes_a_loadable_folder(tools: SearchTools, tmp_path: Path) -> None:
     out = tmp_path / "model"
     (tmp_path / "busy").mkdir()
