@@ -208,6 +208,12 @@ def test_draws_whose_answer_is_in_the_prompt_are_degenerate() -> None:
         task("Simplify this expression: 8428*x**3\nUse ** for powers.", "8428*x**3", "expression"),
         verifier,
     )
+    # reasoning-gym's polynomial generator can draw the zero polynomial: "Simplify this
+    # expression: 0", whose answer is the bare constant it shows.
+    assert _answer_in_prompt(
+        task("Simplify this expression: 0\nUse ** instead of ^ for powers.", "0", "expression"),
+        verifier,
+    )
     # A real question: the answer has to be computed.
     assert not _answer_in_prompt(
         task("Simplify the fraction $20/82$ to its lowest terms.", "$10/41$", "reduced_fraction"),

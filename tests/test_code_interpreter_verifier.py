@@ -88,7 +88,13 @@ def test_expressions_are_compared_symbolically() -> None:
         False,
         "not equivalent to the expected expression",
     )
-    assert verdict("y*x - x*y + 3", "expression", "3") == (True, "")
+    # A variable the reference lacks is rejected even where it cancels: "0 (unverified)" reads as
+    # 0 times a variable, zero everywhere, and earned the reward of "Simplify this expression: 0".
+    for given, name in (("y*x - x*y + 3", "x"), ("0 (unverified)", "unverified")):
+        assert verdict(given, "expression", "3" if "y" in given else "0") == (
+            False,
+            f"unknown variable {name!r}: the task has no such variable",
+        )
     expanded = "-896*x**4 + 2240*x**3 + 3584*x"
     assert verdict(expanded, "expression", "64*x*(-14*x**3 + 35*x**2 + 56)", form="expanded") == (
         True,

@@ -206,6 +206,26 @@ def test_canaries_are_copies_of_real_tests_that_fail_for_real_and_pass_under_a_r
     assert all(outcomes[i] == "PASSED" for i in ids), outcomes
 
 
+def test_every_canary_lands_where_its_id_says_over_many_draws(tmp_path: Path) -> None:
+    """A class that ends the file shares its end with the module's last spot: whatever order the
+    draws take, each canary is a direct child of the container its id names (so pytest collects
+    it), never nested in another canary."""
+    for draw in range(60):
+        root = tmp_path / str(draw)
+        root.mkdir()
+        (root / "test_m.py").write_text(TESTS)
+        ids = plant_canaries(
+            root, ["test_m.py::test_mean", "test_m.py::TestMore::test_more"], per_file=4
+        )
+        module = ast.parse((root / "test_m.py").read_text())
+        top = {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
+        (cls,) = [n for n in module.body if isinstance(n, ast.ClassDef)]
+        methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+        for canary in ids:
+            parts = canary.split("::")
+            assert parts[-1] in (methods if len(parts) == 3 else top), (draw, canary)
+
+
 # -- the trace check, as pure functions ---------------------------------------------------------
 def test_locate_finds_functions_methods_inherited_methods_and_decorated_lines(
     tmp_path: Path,

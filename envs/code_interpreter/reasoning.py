@@ -215,6 +215,11 @@ def _answer_in_prompt(task: dict[str, Any], verifier: ModuleType) -> bool:
     answer = re.sub(r"\s+", "", str(task["metadata"]["answer"]))
     if re.search(r"[+*/^×]|\d-", answer) and answer in re.sub(r"\s+", "", task["prompt"]):
         return True
+    question = task["prompt"].split("\n", 1)[0]
+    if task["metadata"]["answer_kind"] == "expression" and re.sub(r"\s+", "", question).endswith(
+        ":" + answer
+    ):  # "Simplify this expression: 0" -- the expression given is already its own answer
+        return True
     for exploit in exploits(task["prompt"], {"answer": ""}):
         # Bare numbers are left out: one that happens to occur in the prompt is no gift, as
         # the policy cannot tell which it is.

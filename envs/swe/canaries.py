@@ -119,11 +119,12 @@ def plant_canaries(
                 rng, name, where
             )
             gap = "\n" if where.method else "\n\n"
-            planted.append((rng.choice(spots), f"{gap}{text}{gap}"))
+            planted.append((rng.choice(spots), where.method, f"{gap}{text}{gap}"))
             ids.append(f"{where.node_id}::{name}")
-        for spot, text in sorted(
-            planted, key=lambda p: p[0], reverse=True
-        ):  # bottom up: spots stay valid
+        # Bottom up, so spots stay valid.  A class's end can be the spot of a module-level canary
+        # too: its methods must land first there, or a module-level def would close the class and
+        # the methods after it would nest inside that function, never collected.
+        for spot, _, text in sorted(planted, key=lambda p: (p[0], not p[1]), reverse=True):
             lines.insert(spot, text)
         (tree / path).write_text("".join(lines), encoding="utf-8")
     return ids

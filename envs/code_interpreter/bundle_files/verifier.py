@@ -385,7 +385,14 @@ def evaluate(node: ast.AST, env: dict[str, Fraction]) -> Fraction:
 
 def same_expression(given: str, expected: str, seed: str, points: int = 6) -> bool:
     g, e = parse(given), parse(expected)
-    variables = sorted({n.id for tree in (g, e) for n in ast.walk(tree) if isinstance(n, ast.Name)})
+    names = [{n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} for tree in (g, e)]
+    # A variable the reference lacks is no part of the answer: "0 * y" is zero everywhere, but
+    # it is not the simplification of an expression without y (and words like "(approx)" parse
+    # as variables too).
+    extra = sorted(names[0] - names[1])
+    if extra:
+        raise AnswerError(f"unknown variable {extra[0][:40]!r}: the task has no such variable")
+    variables = sorted(names[1])
     rng = random.Random(seed)
     agreed = 0
     for _ in range(points * 4):
