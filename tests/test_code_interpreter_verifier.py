@@ -90,8 +90,11 @@ def test_expressions_are_compared_symbolically() -> None:
     )
     # A variable the reference lacks is rejected even where it cancels: "0 (unverified)" reads as
     # 0 times a variable, zero everywhere, and earned the reward of "Simplify this expression: 0".
-    for given, name in (("y*x - x*y + 3", "x"), ("0 (unverified)", "unverified")):
-        assert verdict(given, "expression", "3" if "y" in given else "0") == (
+    for given, expected, name in (
+        ("y*x - x*y + 3", "3", "x"),
+        ("0 (unverified)", "0", "unverified"),
+    ):
+        assert verdict(given, "expression", expected) == (
             False,
             f"unknown variable {name!r}: the task has no such variable",
         )
