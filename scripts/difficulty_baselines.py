@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.procedural_kit.baselines import BEYOND, EXHAUSTIVE_BOUND, judged
 from envs.procedural_kit.build import baseline_solves
-from envs.trip_planning.local import LocalBundle
+from envs.procedural_kit.local import LocalBundle
 from envs.trip_planning.world import load_world as trip_world
 
 FAMILIES = ("retail_orders", "shipment_logistics", "meeting_scheduling", "trip_planning")

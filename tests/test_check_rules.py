@@ -19,8 +19,8 @@ from envgym.check import check_bundle
 from envgym.check_rules import declared_rules
 from envs.meeting_scheduling.build import RECIPE as MEETINGS
 from envs.procedural_kit.build import Recipe, build_procedural_bundle
+from envs.procedural_kit.local import LocalBundle
 from envs.retail_orders.build import RECIPE as RETAIL
-from envs.trip_planning.local import LocalBundle
 
 pytestmark = pytest.mark.timeout(300)
 FAST = {

@@ -13,13 +13,13 @@ from envs.meeting_scheduling import baselines as meeting
 from envs.meeting_scheduling.world import PersonRow, RoomRow
 from envs.meeting_scheduling.world import World as MeetingWorld
 from envs.procedural_kit.baselines import BEYOND, Search, exhaustive, judged, repair
+from envs.procedural_kit.local import LocalBundle
 from envs.retail_orders import baselines as retail
 from envs.retail_orders.world import CustomerRow, LineRow, ProductRow
 from envs.retail_orders.world import World as RetailWorld
 from envs.shipment_logistics import baselines as shipping
 from envs.shipment_logistics.world import LaneRow, ShipmentRow
 from envs.shipment_logistics.world import World as ShippingWorld
-from envs.trip_planning.local import LocalBundle
 
 pytestmark = pytest.mark.timeout(300)
 

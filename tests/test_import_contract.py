@@ -304,3 +304,19 @@ def test_the_core_imports_no_other_room_in_the_doc() -> None:
     """The rule this file exists for, read from the real doc: a rewording must keep it."""
     allowed = read_rooms(DOC.read_text(encoding="utf-8"))
     assert allowed["envgym"] == set() and allowed["tests"] is None
+
+
+def test_the_procedural_kit_imports_no_family() -> None:
+    """The families import the kit, never the reverse: a kit that reaches into one family
+    (it once took its in-process runner from trip planning) ties every family to that one."""
+    kit = "envs.procedural_kit"
+    _, edges = build_graph()
+    into_families = [
+        f"{imp.source} line {imp.line} imports {imp.target}"
+        for imp in edges
+        if imp.source.startswith(kit + ".")
+        and imp.target.startswith("envs.")
+        and not imp.target.startswith(kit + ".")
+        and imp.target != kit
+    ]
+    assert not into_families, into_families

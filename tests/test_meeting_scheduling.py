@@ -12,7 +12,7 @@ from envgym.check import check_bundle
 from envs.meeting_scheduling.build import build_bundle
 from envs.meeting_scheduling.data import hhmm, write_db
 from envs.meeting_scheduling.world import load_world, minutes
-from envs.trip_planning.local import LocalBundle
+from envs.procedural_kit.local import LocalBundle
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,9 +23,9 @@ from envs.procedural_kit.build import (
     baseline_solves,
     build_procedural_bundle,
 )
+from envs.procedural_kit.local import LocalBundle
 from envs.retail_orders.build import RECIPE as RETAIL
 from envs.shipment_logistics.build import RECIPE as SHIPMENTS
-from envs.trip_planning.local import LocalBundle
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from envs.procedural_kit.local import Episode, LocalBundle
 from envs.trip_planning.build import build_bundle
 from envs.trip_planning.constraints import Constraints, TransportRule, TripSpec
-from envs.trip_planning.local import Episode, LocalBundle
 from envs.trip_planning.planner import Planner
 from envs.trip_planning.world import World, load_world
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from envs.procedural_kit.baselines import BEYOND, judged
+from envs.procedural_kit.local import LocalBundle
 from envs.trip_planning import baselines as trip
 from envs.trip_planning.build import CODE_FILES, TOP_LEVELS, build_bundle, stronger_solves
 from envs.trip_planning.constraints import (
@@ -22,7 +23,6 @@ from envs.trip_planning.constraints import (
     WeatherRule,
 )
 from envs.trip_planning.data import write_db
-from envs.trip_planning.local import LocalBundle
 from envs.trip_planning.tasks import UnsolvableTask, generate_tasks
 from envs.trip_planning.world import AttractionRow, HotelRow, RestaurantRow, World, load_world
 

@@ -13,10 +13,10 @@ import pytest
 
 from envgym.bundle import hash_bundle, load_bundle
 from envgym.corrupt import corruptions
+from envs.procedural_kit.local import LocalBundle, passed
 from envs.trip_planning.build import build_bundle
 from envs.trip_planning.constraints import HANGZHOU_3DAY
 from envs.trip_planning.data import write_db
-from envs.trip_planning.local import LocalBundle, passed
 from envs.trip_planning.planner import Planner
 from envs.trip_planning.prompts import SEED_PROMPT
 from envs.trip_planning.tasks import UnsolvableTask, generate_tasks

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from envgym.bundle import load_bundle
+from envs.procedural_kit.local import Episode, LocalBundle
 from envs.trip_planning.build import build_bundle
-from envs.trip_planning.local import Episode, LocalBundle
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from envs.procedural_kit.local import Episode, LocalBundle
 from envs.trip_planning.build import build_bundle
 from envs.trip_planning.constraints import (
     HANGZHOU_3DAY,
@@ -25,7 +26,6 @@ from envs.trip_planning.constraints import (
     TripSpec,
     WeatherRule,
 )
-from envs.trip_planning.local import Episode, LocalBundle
 from envs.trip_planning.planner import Plan, Planner
 from envs.trip_planning.world import World, load_world
 

@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import write_manifest
+from envgym.bundle import CODE_FILES, write_manifest
 from envgym.cache import built_once, cache_root, source_digest
 from envs.code_interpreter import data_tasks, reasoning
 
 GENERATOR_VERSION = "code-interpreter-2"  # 2: secret generator seeds kept with each task
 CATEGORY = "code interpreter"
 FAMILIES = ("math", "logic", "data")
-CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 _PACKAGE = Path(__file__).resolve().parent
 _TEMPLATES = _PACKAGE / "bundle_files"
 DESCRIPTION = (

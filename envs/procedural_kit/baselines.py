@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envs.procedural_kit.local import passed  # the bundle's verdict, as envgym check reads it
+
 # Combinations an exhaustive baseline may enumerate.  A task whose space is larger is "beyond
 # the search bound": the baseline does not try it (an unbounded search solves every task).
 EXHAUSTIVE_BOUND = 10_000
@@ -124,8 +126,6 @@ def judged(
 ) -> dict[str, bool | str]:
     """Each baseline's outcome under the task's own verifier: True (solved), False, or
     :data:`BEYOND` (the exhaustive search did not start)."""
-    from envs.trip_planning.local import passed  # the bundle's verdict, as envgym check reads it
-
     out: dict[str, bool | str] = {}
     for name, answer in answers.items():
         if isinstance(answer, str):
@@ -133,3 +133,16 @@ def judged(
         else:
             out[name] = answer is not None and passed(verify({"answer_text": json.dumps(answer)}))
     return out
+
+
+def stronger_solves(
+    verify: Callable[[dict[str, Any]], dict[str, Any]],
+    answers: dict[str, dict[str, Any] | str | None],
+) -> str | None:
+    """The first stronger baseline whose answer the task's verifier accepts, or None.
+
+    The top-level re-draw of every procedural family: at a recipe's ``top_levels`` (and trip
+    planning's ``TOP_LEVELS``) a draw this names a baseline for is thrown away and re-drawn.
+    """
+    outcome = judged(verify, answers)
+    return next((name for name, solved in outcome.items() if solved is True), None)

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import write_manifest
+from envgym.bundle import CODE_FILES, write_manifest
 from envgym.cache import built_once, cache_root, source_digest
 from envgym.corrupt import corruptions
-from envs.procedural_kit.baselines import judged
+from envs.procedural_kit.baselines import stronger_solves
+from envs.procedural_kit.local import Episode, LocalBundle, passed
 from envs.procedural_kit.witness import (
     Candidates,
     ConditionCandidates,
@@ -47,9 +48,7 @@ from envs.procedural_kit.witness import (
     find_witnesses,
     generic_candidates,
 )
-from envs.trip_planning.local import Episode, LocalBundle, passed
 
-CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 MAX_DRAWS = 60
 ALL_CORRUPTIONS = 10_000  # more than any answer here has leaves × options: "all of them"
 
@@ -58,7 +57,8 @@ Drawer = Callable[[random.Random, int, int], "dict[str, Any] | None"]
 
 
 class UnsolvableTask(RuntimeError):
-    """No strict, solvable task of this difficulty could be drawn on this database."""
+    """No strict, solvable task of this difficulty could be drawn on this database (every
+    procedural family raises this one, trip planning included)."""
 
 
 @dataclass(frozen=True)
@@ -246,8 +246,7 @@ def _stronger_solves(
     if recipe.stronger is None:
         return None
     answers = recipe.stronger(world, task["metadata"])
-    outcome = judged(lambda sub: episode.verify(sub, task), answers)
-    return next((name for name, solved in outcome.items() if solved is True), None)
+    return stronger_solves(lambda sub: episode.verify(sub, task), answers)
 
 
 def baseline_solves(episode: Episode, task: dict[str, Any]) -> bool:
@@ -305,15 +304,36 @@ def default_bundle_dir(recipe: Recipe, *, seed: int = 0, n_tasks: int = 10) -> P
     Keyed by a digest of the category's and the kit's sources, so an edited generator never
     serves a stale bundle; concurrent callers wait for one build (envgym/cache.py).
     """
-    parts = [f"{recipe.agent}\0{seed}\0{n_tasks}".encode()]
-    for root in sorted({recipe.templates.parent, Path(__file__).resolve().parent}):
-        parts.append(source_digest(root, sorted(root.rglob("*.py"))).encode())
-    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
     slug = recipe.agent.split(":")[-1].replace("_", "-")
-    return built_once(
-        cache_root() / "bundles" / f"{slug}-v0-{key}",
+    return cached_bundle(
+        slug,
+        f"{recipe.agent}\0{seed}\0{n_tasks}",
+        recipe.templates.parent,
         lambda out: build_procedural_bundle(recipe, out, seed=seed, n_tasks=n_tasks),
     )
+
+
+def cached_bundle(
+    slug: str,
+    identity: str,
+    package: Path,
+    build: Callable[[Path], Path],
+    *,
+    skip: frozenset[str] = frozenset(),
+) -> Path:
+    """``build``'s bundle, built once into ``<cache>/bundles/<slug>-v0-<key>`` and reused.
+
+    The key hashes ``identity`` (what the family's build depends on besides code: generator
+    version, seed, task count), the ``*.py`` sources of the family's ``package`` (file names
+    in ``skip`` left out) and of this kit, so an edited generator never serves a stale bundle;
+    concurrent callers wait for one build (envgym/cache.py).
+    """
+    parts = [identity.encode()]
+    for root in sorted({Path(package).resolve(), Path(__file__).resolve().parent}):
+        files = [p for p in sorted(root.rglob("*.py")) if p.name not in skip]
+        parts.append(source_digest(root, files).encode())
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
+    return built_once(cache_root() / "bundles" / f"{slug}-v0-{key}", build)
 
 
 def write_rows(path: Path, base: type, rows: list[Any]) -> Path:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import write_manifest
+from envgym.bundle import CODE_FILES, write_manifest
 from envgym.cache import built_once, cache_root, source_digest
 from envs.search_qa.procedural import QAPair, build_questions
 from tools.search.build import corpus_key, package_document
@@ -25,7 +25,6 @@ from tools.search.debian import Package, load_packages
 
 GENERATOR_VERSION = "search-qa-1"
 CATEGORY = "search qa"
-CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 _PACKAGE = Path(__file__).resolve().parent
 _TEMPLATES = _PACKAGE / "bundle_files"
 DESCRIPTION = ("Multi-hop questions about Debian packages (maintainers, sections, dependencies, "

@@ -7,22 +7,21 @@ default_bundle_dir()  # ~/.cache/envgym/bundles/trip-planning-v0-<hash>, built o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import write_manifest
-from envgym.cache import built_once, cache_root, source_digest
-from envs.procedural_kit.baselines import judged
+from envgym.bundle import CODE_FILES, write_manifest
+from envs.procedural_kit.baselines import stronger_solves as first_solver
+from envs.procedural_kit.build import cached_bundle
+from envs.procedural_kit.local import Episode, LocalBundle, passed
 from envs.procedural_kit.witness import condition_witnesses
 from envs.trip_planning.baselines import baselines
 from envs.trip_planning.conditions import probes
 from envs.trip_planning.constraints import TripSpec
 from envs.trip_planning.data import DEFAULT_N_CITIES, write_db
-from envs.trip_planning.local import Episode, LocalBundle, passed
 from envs.trip_planning.planner import Plan
 from envs.trip_planning.tasks import VERIFIER, GeneratedTask, generate_tasks, worked_example
 from envs.trip_planning.witnesses import find_witnesses
@@ -30,10 +29,11 @@ from envs.trip_planning.world import World, load_world
 
 GENERATOR_VERSION = "trip-planning-4"  # 2: per-rule witnesses, greedy baseline, rating spread; 3: declared rules, condition witnesses; 4: top level defeats the stronger baselines
 # Levels whose every task defeats the stronger baselines (envs/trip_planning/baselines.py):
-# a draw that greedy + repair or the bounded exhaustive search solves is re-drawn.
+# a draw that greedy + repair or the bounded exhaustive search solves is re-drawn (the kit's
+# re-draw test, envs.procedural_kit.baselines.stronger_solves, run inside generate_tasks's
+# planner-backed draw loop).
 TOP_LEVELS = (5,)
 CATEGORY = "trip planning"
-CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 _PACKAGE = Path(__file__).resolve().parent
 _TEMPLATES = _PACKAGE / "bundle_files"
 DESCRIPTION = (
@@ -99,8 +99,7 @@ def build_bundle(
 def stronger_solves(ep: Episode, world: World, spec: TripSpec) -> str | None:
     """The first stronger baseline whose answer the task's verifier accepts, or None."""
     task = {"id": "draw", "verifier": VERIFIER, "metadata": spec.metadata()}
-    outcome = judged(lambda sub: ep.verify(sub, task), baselines(world, task["metadata"]))
-    return next((name for name, solved in outcome.items() if solved is True), None)
+    return first_solver(lambda sub: ep.verify(sub, task), baselines(world, task["metadata"]))
 
 
 def _check_witnesses(bundle_dir: Path, tasks: list[GeneratedTask]) -> None:
@@ -153,20 +152,14 @@ class _RuleWitnesses:
 
 
 def default_bundle_dir(seed: int = 0) -> Path:
-    """The default bundle, built once into the envgym cache and reused (envgym/cache.py).
-
-    The directory name hashes the generator version, the seed and the generator's own source,
-    so editing the generator never serves a stale bundle; concurrent callers wait for one build.
+    """The default bundle, built once into the envgym cache and reused (the kit's
+    ``cached_bundle``: keyed by the generator version, the seed, this package's source and the
+    kit's, so editing either never serves a stale bundle; concurrent callers wait for one build).
     """
-    key = hashlib.sha256(f"{GENERATOR_VERSION}\0{seed}\0{_source_digest()}".encode()).hexdigest()[
-        :12
-    ]
-    return built_once(
-        cache_root() / "bundles" / f"trip-planning-v0-{key}",
+    return cached_bundle(
+        "trip-planning",
+        f"{GENERATOR_VERSION}\0{seed}",
+        _PACKAGE,
         lambda out: build_bundle(out, seed=seed),
+        skip=frozenset({"registration.py"}),
     )
-
-
-def _source_digest() -> str:
-    files = sorted([*_PACKAGE.glob("*.py"), *_TEMPLATES.glob("*.py")])
-    return source_digest(_PACKAGE, [p for p in files if p.name != "registration.py"])

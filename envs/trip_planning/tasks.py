@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from envs.procedural_kit.build import UnsolvableTask
 from envs.trip_planning.constraints import (
     HANGZHOU_3DAY,
     BudgetTiers,
@@ -35,10 +36,6 @@ MAX_DRAWS = 200
 # spec -> the name of a stronger baseline whose answer the task's verifier accepts, or None
 Stronger = Callable[[TripSpec], "str | None"]
 DAYS_BY_DIFFICULTY = {1: 2, 2: 3, 3: 3, 4: 4, 5: 5}
-
-
-class UnsolvableTask(RuntimeError):
-    """No plan satisfies the spec on this database."""
 
 
 @dataclass(frozen=True)

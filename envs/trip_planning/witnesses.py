@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from itertools import combinations, islice
 from typing import Any
 
+from envs.procedural_kit.witness import Verify
+from envs.procedural_kit.witness import find_witnesses as kit_witnesses
 from envs.trip_planning.constraints import TripSpec
 from envs.trip_planning.planner import Planner
 from envs.trip_planning.world import World
 
 Answer = list[dict[str, Any]]
-Verify = Callable[[dict[str, Any]], dict[str, Any]]  # submission -> verifier report
 MAX_PLANS_PER_RULE = 150
 MAX_STAY_DAYS = 80
 _SLOTS = (
@@ -44,14 +45,7 @@ def find_witnesses(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Witnesses (tasks.jsonl form) for every rule the gold verdict reports, and the rules left without one."""
     rules = [c["name"] for c in verify(_submit(gold))["checks"]]
-    found: dict[str, dict[str, Any]] = {}
-    for submission, note in _candidates(world, spec, gold):
-        failed = [c["name"] for c in verify(submission)["checks"] if not c["passed"]]
-        if len(failed) == 1 and failed[0] in rules and failed[0] not in found:
-            found[failed[0]] = {"rule": failed[0], "submission": submission, "note": note}
-            if len(found) == len(rules):
-                break
-    return [found[r] for r in rules if r in found], [r for r in rules if r not in found]
+    return kit_witnesses(verify, rules, _candidates(world, spec, gold))
 
 
 def _submit(answer: Answer) -> dict[str, Any]:

@@ -1,9 +1,24 @@
-"""Run a bundle's code in this process, on a private copy of its state.
+"""Run a trusted bundle's code in this process, on a private copy of its state.
 
-For *trusted* bundles only (the ones this package generates): the build uses it to check
-every witness against the bundle's own verifier, and the tests use it to run tools, gold
-solutions and verifiers without a sandbox.  Each episode gets its own ``contextvars`` context,
-so activating its state never leaks into the caller's ``envgym.runtime`` state.
+For *trusted* bundles only (the ones the procedural families generate): the kit's build uses
+it to run every draw's gold solution, corruptions, witnesses and baselines against the
+bundle's own verifier, and the tests use it to run tools, gold solutions and verifiers without
+a sandbox.  Each episode gets its own ``contextvars`` context, so activating its state never
+leaks into the caller's ``envgym.runtime`` state.
+
+Why not ``envgym.sandbox.inprocess.InProcessSandbox``: that backend serves an *agent* and
+answers the way every sandbox does, which is what a generator must not have:
+
+* a bundle exception there becomes a ``CallOutcome`` error; here it is raised, so a draw whose
+  gold solution raises is named by its exception ("gold raised KeyError") and a test sees the
+  traceback;
+* ``verify`` there returns a ``CallOutcome`` whose report went through a JSON round trip and
+  the reply-size limit; here it returns the verifier's report dict itself (a build runs
+  thousands of verifier calls per bundle: every single-field corruption of every gold answer);
+* tool arguments there are coerced to the tool's annotations and stdout is captured; here the
+  solution calls the tool functions as they are, and ``call_tool`` returns live values;
+* solve there returns the submission after a JSON round trip; here it is the submit tool's
+  keyword arguments as the solution passed them.
 """
 
 from __future__ import annotations
@@ -37,9 +52,9 @@ class LocalBundle:
     def __init__(self, bundle_dir: Path) -> None:
         self.root = Path(bundle_dir).resolve()
         tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
-        self.tools_module = _load(self.root / "tools.py", f"_envgym_trip_{tag}_tools")
-        self.solution_module = _load(self.root / "solution.py", f"_envgym_trip_{tag}_solution")
-        self.verifier_module = _load(self.root / "verifier.py", f"_envgym_trip_{tag}_verifier")
+        self.tools_module = _load(self.root / "tools.py", f"_envgym_local_{tag}_tools")
+        self.solution_module = _load(self.root / "solution.py", f"_envgym_local_{tag}_solution")
+        self.verifier_module = _load(self.root / "verifier.py", f"_envgym_local_{tag}_verifier")
         self.tool_functions: dict[str, Callable[..., Any]] = {
             name: fn
             for name, fn in vars(self.tools_module).items()
@@ -50,7 +65,7 @@ class LocalBundle:
 
     @contextmanager
     def episode(self) -> Iterator[Episode]:
-        scratch = Path(tempfile.mkdtemp(prefix="envgym-trip-"))
+        scratch = Path(tempfile.mkdtemp(prefix="envgym-local-"))
         state = scratch / "state"
         shutil.copytree(self.root / "state", state)
         ctx = contextvars.copy_context()
