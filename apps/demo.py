@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from envgym import registry
-from envgym.agents import EpisodeResult, RandomAgent, ScriptedAgent, run_episode
+from envgym.agents import EpisodeSummary, RandomAgent, ScriptedAgent, run_episode
 from envgym.bundle import load_bundle
 from envgym.bundle_env import BundleEnv
 from envgym.check import check_bundle
@@ -125,8 +125,8 @@ def run_demo(
     console.rule("[bold]3. agents play through envgym.make")
     env = registry.make(DEMO_ENV, sandbox=sandbox)
     assert isinstance(env, BundleEnv)
-    scripted: list[EpisodeResult] = []
-    randoms: list[EpisodeResult] = []
+    scripted: list[EpisodeSummary] = []
+    randoms: list[EpisodeSummary] = []
     try:
         for i, task in enumerate(bundle.tasks):
             env.reset(seed=i, options={"task": task.id})
@@ -215,7 +215,7 @@ def demo_evaluation(
     from envgym.evaluate import EvalConfig, EvalError, ModelSpecError, evaluate, model_ref
     from envgym.policy import SamplingParams
     from envgym.report import write_report
-    from envgym.rollout import Budget
+    from envgym.rollout import RolloutBudget
     from envgym.store import Store
 
     console.rule(
@@ -228,7 +228,7 @@ def demo_evaluation(
         concurrency=spec.tasks * spec.k,
         sandbox=sandbox,
         params=SamplingParams(temperature=0.7, max_tokens=spec.max_tokens),
-        budget=Budget(max_turns=spec.max_turns, max_tokens=spec.max_turns * spec.max_tokens),
+        budget=RolloutBudget(max_turns=spec.max_turns, max_tokens=spec.max_turns * spec.max_tokens),
     )
     try:
         with Store(f"sqlite:///{out / 'demo.db'}") as store:

@@ -74,7 +74,7 @@ def heldout_pass(
     """Greedy pass@1 on every held-out task: ``(value, 95% low, 95% high)``."""
     from envgym.evaluate import EvalConfig, evaluate, model_ref
     from envgym.policy import SamplingParams
-    from envgym.rollout import Budget
+    from envgym.rollout import RolloutBudget
     from envgym.store import Store
 
     config = EvalConfig(
@@ -82,7 +82,7 @@ def heldout_pass(
         concurrency=16,
         sandbox=sandbox,
         params=SamplingParams(temperature=0.0, max_tokens=spec.max_tokens),
-        budget=Budget(max_turns=spec.max_turns, max_tokens=spec.max_turns * spec.max_tokens),
+        budget=RolloutBudget(max_turns=spec.max_turns, max_tokens=spec.max_turns * spec.max_tokens),
     )
     with Store(f"sqlite:///{out / 'train.db'}") as store:
         run = evaluate(str(heldout), model_ref(model), config, store=store)

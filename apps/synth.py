@@ -179,7 +179,7 @@ def synth_command(
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     from envgym.policy import SamplingParams
-    from envgym.rollout import Budget
+    from envgym.rollout import RolloutBudget
     from synth_agents.passk import FilterConfig
     from synth_agents.pipeline import ValidationSettings, run_synthesis
     from synth_agents.recorder import SynthRecorder
@@ -208,9 +208,9 @@ def synth_command(
                 # Given explicitly, the budget is fixed; left at 0, it is derived per bundle from
                 # its longest gold solution (FilterConfig.budget_for) with the defaults as floors.
                 derive = not (filter_max_turns and filter_episode_tokens)
-                budget = Budget(
-                    max_turns=filter_max_turns or Budget().max_turns,
-                    max_tokens=filter_episode_tokens or Budget().max_tokens,
+                budget = RolloutBudget(
+                    max_turns=filter_max_turns or RolloutBudget().max_turns,
+                    max_tokens=filter_episode_tokens or RolloutBudget().max_tokens,
                 )
                 config = FilterConfig(
                     k=filter_k,

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from envgym.bench import BenchResult
 from envgym.bundle import load_bundle
 from envgym.bundle_env import BundleEnv
-from envgym.rollout import AgentPolicy, Budget, EpisodeSpec, RolloutEngine
+from envgym.rollout import AgentPolicy, EpisodeSpec, RolloutBudget, RolloutEngine
 
-EPISODE_BUDGET = Budget(max_turns=48, max_seconds=120.0)
+EPISODE_BUDGET = RolloutBudget(max_turns=48, max_seconds=120.0)
 DRAIN_S = 180.0  # an episode still running this long after the end is stuck
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from envgym.bench import BenchResult
 from envgym.bundle import load_bundle
 from envgym.bundle_env import BundleEnv
-from envgym.rollout import Budget, RolloutEngine, specs_for
+from envgym.rollout import RolloutBudget, RolloutEngine, specs_for
 from envgym.store import Store
 from synth_agents.categories import CATEGORIES
 from synth_agents.passk import FilterConfig, filter_bundle
@@ -68,7 +68,9 @@ async def _tokens(root: Path, k: int, tokenizer: object) -> dict[str, object]:
         drop = await filter_bundle(bundle, policy, FilterConfig(k=k, drop_always_solved=True))
         factory = functools.partial(BundleEnv, bundle, sandbox="bwrap")
         full: dict[str, list[tuple[bool, int]]] = {t.id: [] for t in bundle.tasks}
-        async with RolloutEngine.local(policy, factory, concurrency=4, budget=Budget()) as engine:
+        async with RolloutEngine.local(
+            policy, factory, concurrency=4, budget=RolloutBudget()
+        ) as engine:
             async with contextlib.aclosing(engine.run(specs_for(list(full), k, seed=0))) as stream:
                 async for r in stream:
                     full[r.task_id].append((r.passed, r.prompt_tokens + r.sampled_tokens))

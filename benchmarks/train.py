@@ -8,8 +8,9 @@ one microbatch).  Only the way π_θ's per-token log-probs (and entropies) are c
 * ``naive`` — the usual code: ``model(...).logits`` ``[B, T, V]``, ``log_softmax``, gather;
   entropy from the same ``[B, T, V]`` tensor (V = 49,152: 0.8 GB per fp32 copy, several copies
   live in backward);
-* ``efficient`` — the trainer's memory-efficient configuration: :class:`trainer.policy.Policy`
-  (the final hidden states and the LM head through ``kernels.logprob.selected_logprobs``:
+* ``efficient`` — the trainer's memory-efficient configuration:
+  :class:`trainer.policy.TrainablePolicy` (the final hidden states and the LM head through
+  ``kernels.logprob.selected_logprobs``:
   vocabulary chunks, recompute in backward, no ``[N, V]``) with length-balanced microbatches of
   ``micro_tokens = 512`` (gradient accumulation: the same gradient as one pass);
 * ``chunked_onebatch`` — the log-prob op alone: ``selected_logprobs`` with the naive variant's
@@ -65,10 +66,10 @@ def _child_run(variant: str, rows: int, tokens: int) -> dict[str, float]:
     from envgym import embedded
     from trainer.batch import Sample, TrainBatch
     from trainer.config import config_from_dict
-    from trainer.policy import Policy
+    from trainer.policy import TrainablePolicy
     from trainer.update import Update
 
-    class NaivePolicy(Policy):
+    class NaivePolicy(TrainablePolicy):
         """π_θ from the full ``[B, T, V]`` logits (what the efficient path avoids)."""
 
         def logprobs(
@@ -95,7 +96,7 @@ def _child_run(variant: str, rows: int, tokens: int) -> dict[str, float]:
             "minibatches": 1,
         }
     )
-    cls = NaivePolicy if variant == "naive" else Policy
+    cls = NaivePolicy if variant == "naive" else TrainablePolicy
     policy = cls(model, chunk_size=config.chunk_size)
     update = Update(config, policy, None, pad_id=int(model.config.eos_token_id or 0))
     gen = torch.Generator().manual_seed(1)

@@ -1,7 +1,7 @@
 """Reading an agent's action: whatever it sent becomes a clean assistant turn plus problems.
 
-:func:`read_action` is the one way in (``Episode.read`` calls it): raw text through the env's
-tool-call parser, anything else through :func:`normalize_action`, then call ids made unique
+:func:`read_action` is the one way in (``EpisodeCounters.read`` calls it): raw text through the
+env's tool-call parser, anything else through :func:`normalize_action`, then call ids made unique
 over the episode.  Reading runs top-down through this module in that order and only calls
 *down* into messages.py (message shapes, builders, JSON/text primitives), which never calls
 back.  It never raises: every mistake comes back as an :class:`ActionProblem` the env turns

@@ -116,7 +116,7 @@ def _strings(messages: list[dict[str, Any]]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class EpisodeResult:
+class EpisodeSummary:
     task_id: str
     reward: float
     terminated: bool
@@ -128,7 +128,7 @@ class EpisodeResult:
 
 def run_episode(
     env: Env, agent: Agent, *, seed: int | None = None, task: str | int | None = None
-) -> EpisodeResult:
+) -> EpisodeSummary:
     """Play one episode to its end (the env's budgets bound it)."""
     options = {"task": task} if task is not None else None
     obs, info = env.reset(seed=seed, options=options)
@@ -136,7 +136,7 @@ def run_episode(
     while True:
         obs, reward, terminated, truncated, info = env.step(agent.act(obs))
         if terminated or truncated:
-            return EpisodeResult(
+            return EpisodeSummary(
                 task_id=task_id,
                 reward=reward,
                 terminated=terminated,

@@ -14,14 +14,14 @@ from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Message, Observation
 from envgym.dispatch import DEFAULT_OUTPUT_CAP, ToolResult, ToolTable, outcome_to_result, run_tool
-from envgym.episode import Episode, counting
+from envgym.episode import EpisodeCounters, counting
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
 from envgym.sandbox import Limits, Sandbox, open_sandbox
 from envgym.sandbox.inprocess import InProcessSandbox
 from envgym.sandbox.pool import reap
 from envgym.state import EpisodeDirs
-from envgym.step import Budgets, CallByCall, Outcome, not_verified, run_step
+from envgym.step import CallByCall, EnvBudgets, Outcome, not_verified, run_step
 from envgym.tokens import TokenCounter
 from envgym.verdict import Verdict
 
@@ -62,7 +62,7 @@ class BundleEnv(CallByCall, Env):
         native_tools: bool = True,
         tokenizer: Any = None,
         reward: str = "binary",
-        budgets: Budgets | None = None,
+        budgets: EnvBudgets | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         limits: Limits | None = None,
         prestart: bool = True,
@@ -71,7 +71,7 @@ class BundleEnv(CallByCall, Env):
         if reward not in ("binary", "fraction"):
             raise ValueError(f"reward must be 'binary' or 'fraction', not {reward!r}")
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
-        self.budgets = Budgets(**{**vars(budgets or Budgets()), **budget_overrides})
+        self.budgets = EnvBudgets(**{**vars(budgets or EnvBudgets()), **budget_overrides})
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         counters = counting(context, tokenizer, window=self.budgets.context_window is not None)
         self.counter: TokenCounter | None = counters.counter
@@ -95,7 +95,7 @@ class BundleEnv(CallByCall, Env):
         self.task: Task | None = None
         self.history: list[Message] = []  # everything that happened, for the trajectory
         self.view = ContextView(self.context)  # the base the policy renders (compacted on overflow)
-        self.episode = Episode()
+        self.episode = EpisodeCounters()
         self._done = True
 
     # -- the contract ------------------------------------------------------------------
@@ -116,7 +116,7 @@ class BundleEnv(CallByCall, Env):
             {"role": "user", "content": self.task.prompt},
         ]
         self.view.start(self.history)
-        self.episode = Episode()
+        self.episode = EpisodeCounters()
         self._done = False
         obs = self._observe()
         info = self._info(reward_components={})

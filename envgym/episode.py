@@ -22,7 +22,7 @@ from envgym.messages import ToolCall, env_message, tool_message
 from envgym.parsers import ToolCallParser
 from envgym.tokens import ApproxTokenCounter, HFTokenCounter, TokenCounter, load_tokenizer
 
-__all__ = ["Counting", "Episode", "answer_calls", "counting"]
+__all__ = ["Counting", "EpisodeCounters", "answer_calls", "counting"]
 
 S = TypeVar("S")
 
@@ -47,7 +47,7 @@ def counting(context: str | ContextManager, tokenizer: Any, *, window: bool) -> 
 
 
 @dataclass
-class Episode:
+class EpisodeCounters:
     """The counters of one episode; a new one per ``reset``."""
 
     turns: int = 0

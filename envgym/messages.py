@@ -19,7 +19,7 @@ __all__ = [
     "STRICT_JSON",
     "AssistantMessage",
     "FunctionCallDict",
-    "Message",
+    "MessageDict",
     "ProblemKind",
     "SystemMessage",
     "ToolCall",
@@ -85,7 +85,7 @@ class ToolMessage(TypedDict):
     content: str
 
 
-Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+MessageDict: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage
 
 ProblemKind: TypeAlias = Literal[
     "bad_message",  # the action itself (or one of its fields) has the wrong shape

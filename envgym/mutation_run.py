@@ -56,7 +56,7 @@ class Probe:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ProbeOutcome:
     passed: bool
     failed: frozenset[str]
     reported: tuple[str, ...]
@@ -145,8 +145,8 @@ def probes_for(
 
 def _outcomes(
     runner: CheckRunner, bundle: Bundle, probes: dict[str, list[Probe]]
-) -> dict[str, list[Outcome]]:
-    out: dict[str, list[Outcome]] = {}
+) -> dict[str, list[ProbeOutcome]]:
+    out: dict[str, list[ProbeOutcome]] = {}
     for task in bundle.tasks:
         if task.id not in probes:
             continue
@@ -154,13 +154,15 @@ def _outcomes(
         runner.solve(task, task.solution)  # the state the gold run leaves, as check judges on it
         verdicts = [runner.verify(task, p.submission) for p in probes[task.id]]
         out[task.id] = [
-            Outcome(v.passed, v.failed_names, tuple(c.name for c in v.checks), v.error is not None)
+            ProbeOutcome(
+                v.passed, v.failed_names, tuple(c.name for c in v.checks), v.error is not None
+            )
             for v in verdicts
         ]
     return out
 
 
-def check_fails(task: Task, probes: list[Probe], outcomes: list[Outcome]) -> str | None:
+def check_fails(task: Task, probes: list[Probe], outcomes: list[ProbeOutcome]) -> str | None:
     """Why envgym check fails the task on these verdicts (its criteria, module docstring), or None."""
     gold = outcomes[0]
     if not gold.passed or gold.error:
@@ -267,7 +269,7 @@ def _judge(
     mutant: Mutant,
     root: Path,
     stream: dict[str, list[dict[str, Any]]],
-    original: dict[str, list[Outcome]],
+    original: dict[str, list[ProbeOutcome]],
     *,
     sandbox: str,
     limits: Limits | None,

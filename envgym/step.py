@@ -16,13 +16,13 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 
 from envgym.actions import NormalizedAction
 from envgym.core import Action, Message, Observation
-from envgym.episode import Episode, answer_calls
+from envgym.episode import EpisodeCounters, answer_calls
 from envgym.messages import ToolCall
 from envgym.parsers import ToolCallParser
 
 __all__ = [
     "GOES_ON",
-    "Budgets",
+    "EnvBudgets",
     "CallByCall",
     "Outcome",
     "StepHooks",
@@ -38,7 +38,7 @@ StepResult: TypeAlias = tuple[Observation, float, bool, bool, dict[str, Any]]
 @dataclass(frozen=True)
 class Outcome:
     """Why a step ended the episode: ``truncated_by`` names the budgets used up (comma-joined,
-    in Budgets' order), None while the episode goes on or when a result ended it."""
+    in EnvBudgets' order), None while the episode goes on or when a result ended it."""
 
     truncated_by: str | None = None
 
@@ -51,7 +51,7 @@ GOES_ON = Outcome()  # shared: the common step allocates nothing
 
 
 @dataclass(frozen=True)
-class Budgets:
+class EnvBudgets:
     """When an episode is cut short (``truncated``)."""
 
     # Generous: gold solutions of difficulty-5 trip plans make up to ~150 calls; the context
@@ -144,7 +144,7 @@ class CallByCall:
     """The read and answer hooks of an env that runs a turn's calls one by one, in message
     order, through its ``_answer(call, submitted) -> (reply, result or None)``."""
 
-    episode: Episode
+    episode: EpisodeCounters
     parser: ToolCallParser
     history: list[Message]
 

@@ -93,11 +93,11 @@ def _grpo(
 ) -> tuple[dict[str, float], tuple[int, int, float], float, Any]:
     """The trainer's own update path: ``Update`` collates each microbatch onto the model's
     device (nothing here moves a tensor for it)."""
-    from trainer.policy import Policy
+    from trainer.policy import TrainablePolicy
     from trainer.update import Update
 
     config = trainer_config(sizes, **extra)
-    policy = Policy(model, chunk_size=config.chunk_size)
+    policy = TrainablePolicy(model, chunk_size=config.chunk_size)
     update = Update(config, policy, None)
     samples = samples if samples is not None else _samples(sizes, model.config.vocab_size)
     before = _snapshot(model)
@@ -187,6 +187,6 @@ def check_grpo_moe(sizes: Sizes, device: torch.device) -> str:
 
 
 def _policy(model: Any) -> Any:
-    from trainer.policy import Policy
+    from trainer.policy import TrainablePolicy
 
-    return Policy(model)
+    return TrainablePolicy(model)

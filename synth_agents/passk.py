@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 import envgym
 from envgym.bundle import Bundle
-from envgym.bundle_env import Budgets
+from envgym.bundle_env import EnvBudgets
 from envgym.policy import Policy, SamplingParams
-from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
+from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
 
 KEEP, NEVER, ALWAYS, ERRORED = "keep", "drop_never_solved", "drop_always_solved", "undecided_errors"
 
@@ -45,8 +45,10 @@ class FilterConfig:
     params: SamplingParams = field(
         default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=512)
     )
-    budget: Budget = field(default_factory=Budget)  # the floor when derived, else the budget itself
-    # Budgets from the gold solution's length: a fixed 128 turns is
+    budget: RolloutBudget = field(
+        default_factory=RolloutBudget
+    )  # the floor when derived, else the budget itself
+    # EnvBudgets from the gold solution's length: a fixed 128 turns is
     # below what a difficulty-5 gold needs (144 calls), so a perfect policy was dropped as
     # "never solved".  turns = headroom × gold calls + slack; sampled tokens = headroom × gold
     # calls × tokens_per_call; each at least ``budget``'s value.
@@ -69,7 +71,7 @@ class FilterConfig:
                 f"filter budget derivation needs headroom ≥ 1, slack_turns ≥ 0, tokens_per_call ≥ 1: {self}"
             )
 
-    def budget_for(self, gold_calls: int) -> Budget:
+    def budget_for(self, gold_calls: int) -> RolloutBudget:
         """The episode budget for tasks whose longest gold solution makes ``gold_calls`` tool calls."""
         if not self.derive_budget:
             return self.budget
@@ -153,12 +155,12 @@ class TaskFilterResult:
 
     @classmethod
     def from_tally(
-        cls, t: Tally, gold_calls: int = 0, budget: Budget | None = None, declared: int = 0
+        cls, t: Tally, gold_calls: int = 0, budget: RolloutBudget | None = None, declared: int = 0
     ) -> TaskFilterResult:
         decision = t.decision or ERRORED
         rate = t.c / t.n if t.n else 0.0
         mean = t.counted_tokens / t.n if t.n else 0.0
-        budget = budget or Budget()
+        budget = budget or RolloutBudget()
         return cls(
             t.task_id,
             t.k,
@@ -205,9 +207,9 @@ async def filter_bundle(
     longest = max((int((gold_calls or {}).get(t.id, 0)) for t in wanted), default=0)
     declared = {t.id: t.difficulty for t in wanted}
     budget = config.budget_for(longest)
-    env_budgets = Budgets(
+    env_budgets = EnvBudgets(
         max_turns=budget.max_turns,
-        max_tool_calls=max(Budgets().max_tool_calls, 2 * budget.max_turns),
+        max_tool_calls=max(EnvBudgets().max_tool_calls, 2 * budget.max_turns),
         time_budget_s=budget.max_seconds,
     )
     # Envs are built exactly as envgym.make builds them (the env's own turn and call budgets

@@ -16,7 +16,7 @@ import pytest
 from envgym import registry
 from envgym.agents import ScriptedAgent, run_episode
 from envgym.core import INFO_KEYS
-from envgym.rollout import AgentPolicy, Budget, EpisodeResult, RolloutEngine, specs_for
+from envgym.rollout import AgentPolicy, EpisodeResult, RolloutBudget, RolloutEngine, specs_for
 from envs.code_interpreter.build import build_bundle
 from envs.code_interpreter.env import CodeInterpreterEnv
 from envs.code_interpreter.prompts import PLAIN, THINKING
@@ -207,7 +207,7 @@ def test_episodes_with_the_embedded_model(bundle: Path, pool: SyncKernelPool) ->
             functools.partial(CodeInterpreterEnv, bundle, pool=pool, timeout_s=10.0),
             concurrency=2,
             params=SamplingParams(temperature=0.8, max_tokens=48, seed=0),
-            budget=Budget(max_turns=3),
+            budget=RolloutBudget(max_turns=3),
         )
         async with (
             engine,

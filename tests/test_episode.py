@@ -9,7 +9,7 @@ import pytest
 from envgym.actions import normalize_action
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
-from envgym.episode import Episode, answer_calls, counting
+from envgym.episode import EpisodeCounters, answer_calls, counting
 from envgym.messages import ToolCall
 from envgym.parsers import get_parser
 from envgym.tokens import ApproxTokenCounter
@@ -81,7 +81,7 @@ def test_no_calls_no_messages() -> None:
 
 
 def test_read_counts_turns_and_problems_and_keeps_ids_unique() -> None:
-    episode = Episode()
+    episode = EpisodeCounters()
     parser = get_parser("hermes")
     first = episode.read(turn(call("a", "{}", "same")), parser)
     second = episode.read(turn(call("a", "{}", "same"), call("b", "[1]", "other")), parser)
@@ -94,7 +94,7 @@ def test_read_counts_turns_and_problems_and_keeps_ids_unique() -> None:
 
 def test_info_has_the_contract_keys() -> None:
     view = ContextView(ContextManager(policy="thinking-retention"))
-    episode = Episode(turns=2, tool_calls=5)
+    episode = EpisodeCounters(turns=2, tool_calls=5)
     episode.errors["unknown_tool"] += 1
     assert episode.info(view, {"x": 1.0}) == {
         "reward_components": {"x": 1.0}, "tool_calls": 5, "errors": {"unknown_tool": 1}, "turns": 2,

@@ -19,7 +19,7 @@ from envgym.bundle import load_bundle
 from envgym.bundle_env import BundleEnv
 from envgym.evaluate import EvalConfig, EvalError, ModelRef, ModelSpecError, evaluate, model_ref
 from envgym.policy import SamplingParams
-from envgym.rollout import Budget
+from envgym.rollout import RolloutBudget
 from envgym.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -224,7 +224,7 @@ def test_budget_flags_reach_the_engine(store: Store) -> None:
     run = evaluate(
         "trip-planning-v0",
         "gold",
-        EvalConfig(k=1, limit=1, budget=Budget(max_turns=3)),
+        EvalConfig(k=1, limit=1, budget=RolloutBudget(max_turns=3)),
         store=store,
     )
     [e] = run.episodes

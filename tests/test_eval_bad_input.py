@@ -19,7 +19,7 @@ from local_http import LocalServer
 from envgym.evaluate import EvalConfig, ModelRef, ModelSpecError, evaluate, load_policy, model_ref
 from envgym.policy import SamplingParams
 from envgym.report import report_data
-from envgym.rollout import Budget
+from envgym.rollout import RolloutBudget
 from envgym.store import Store
 
 GOOD_TASK = "trip-001-d1"  # the server answers this task's requests well, the others badly
@@ -103,7 +103,11 @@ def http_policy(url: str) -> object:
 
 
 CONFIG = EvalConfig(
-    k=1, limit=3, concurrency=3, params=SamplingParams(max_tokens=16), budget=Budget(max_turns=2)
+    k=1,
+    limit=3,
+    concurrency=3,
+    params=SamplingParams(max_tokens=16),
+    budget=RolloutBudget(max_turns=2),
 )
 
 

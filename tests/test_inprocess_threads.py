@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from envgym.sandbox import open_sandbox
-from envgym.sandbox.runner import Capture
+from envgym.sandbox.runner import TextCapture
 
 TOOLS = '''
 import time
@@ -56,10 +56,10 @@ def test_overlapping_calls_keep_their_own_output(
     first.join()
     second.join()
     try:
-        assert not isinstance(sys.stdout, Capture) and not isinstance(sys.stderr, Capture)
+        assert not isinstance(sys.stdout, TextCapture) and not isinstance(sys.stderr, TextCapture)
         assert outputs == {"alpha": "alpha\nalpha\n", "beta": "beta\nbeta\n"}
     finally:
-        if isinstance(sys.stdout, Capture):
+        if isinstance(sys.stdout, TextCapture):
             sys.stdout = before
         for box in boxes:
             box.close()

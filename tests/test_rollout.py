@@ -23,11 +23,11 @@ from envgym.policy import SamplingParams, Turn
 from envgym.record import Segment, TurnInfo
 from envgym.rollout import (
     AgentPolicy,
-    Budget,
     EpisodeResult,
     EpisodeSpec,
     RecordBuilder,
     RecordError,
+    RolloutBudget,
     RolloutEngine,
     ThreadEnvPool,
     rollout,
@@ -256,7 +256,7 @@ def test_concurrency_is_bounded(bundle_dir: Path) -> None:
 
 def test_budgets_truncate_turns_tokens_and_seconds(bundle_dir: Path) -> None:
     forever = ScriptedPolicy(lambda task, sample: [("get_all_cities", {})] * 50, tokens_per_turn=5)
-    [r] = run(forever, bundle_dir, [EpisodeSpec("trip-001-d1")], budget=Budget(max_turns=4))
+    [r] = run(forever, bundle_dir, [EpisodeSpec("trip-001-d1")], budget=RolloutBudget(max_turns=4))
     assert (r.truncated, r.truncated_by, r.turns, r.error, r.reward) == (
         True,
         "max_turns",
@@ -270,7 +270,7 @@ def test_budgets_truncate_turns_tokens_and_seconds(bundle_dir: Path) -> None:
         forever,
         bundle_dir,
         [EpisodeSpec("trip-001-d1")],
-        budget=Budget(max_tokens=12),
+        budget=RolloutBudget(max_tokens=12),
         params=SamplingParams(max_tokens=100),
     )
     assert (r.truncated_by, r.turns, r.sampled_tokens) == ("max_tokens", 3, 12)
@@ -286,7 +286,9 @@ def test_budgets_truncate_turns_tokens_and_seconds(bundle_dir: Path) -> None:
     )
     # 5 s: the first turn's reset and tool call must end inside the budget on a loaded machine
     # (at 1 s they did not, and the episode ended as env_timeout instead of by the budget).
-    [r] = run(hangs, bundle_dir, [EpisodeSpec("trip-001-d1")], budget=Budget(max_seconds=5.0))
+    [r] = run(
+        hangs, bundle_dir, [EpisodeSpec("trip-001-d1")], budget=RolloutBudget(max_seconds=5.0)
+    )
     assert (r.truncated_by, r.turns, r.error) == ("max_seconds", 1, None)
     assert hangs.ended == ["trip-001-d1#0"]
 
@@ -298,7 +300,7 @@ def test_per_turn_seeds_derive_from_task_and_sample(bundle_dir: Path) -> None:
         bundle_dir,
         [EpisodeSpec("trip-001-d1", 0, seed=5), EpisodeSpec("trip-001-d1", 1, seed=5)],
         concurrency=1,
-        budget=Budget(max_turns=2),
+        budget=RolloutBudget(max_turns=2),
     )
     seeds = {(s, t): p.seed for s, t, p in policy.calls}
     assert seeds[("trip-001-d1#0", 0)] == EpisodeSpec("trip-001-d1", 0, 5).turn_seed(0)
@@ -362,7 +364,7 @@ def test_env_failures_end_one_episode_and_replace_the_env(
             specs_for(TASKS, 1),
             concurrency=1,
             env_cls=env_cls,
-            budget=Budget(max_seconds=1.5),
+            budget=RolloutBudget(max_seconds=1.5),
         )
     }
     assert results["trip-002-d2"].error == kind
@@ -475,13 +477,13 @@ def test_agent_policies_play_through_the_engine(bundle_dir: Path) -> None:
         AgentPolicy.random(seed=1),
         bundle_dir,
         specs_for(["trip-001-d1"], 2),
-        budget=Budget(max_turns=6),
+        budget=RolloutBudget(max_turns=6),
     )
     again = run(
         AgentPolicy.random(seed=1),
         bundle_dir,
         specs_for(["trip-001-d1"], 2),
-        budget=Budget(max_turns=6),
+        budget=RolloutBudget(max_turns=6),
     )
     key = lambda rs: sorted((r.sample, [m.get("content") for m in r.messages]) for r in rs)  # noqa: E731
     assert key(randoms) == key(again)  # seeded per (task, sample)

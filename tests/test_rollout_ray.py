@@ -14,7 +14,14 @@ import pytest
 
 from envgym import registry
 from envgym.bundle_env import BundleEnv
-from envgym.rollout import AgentPolicy, Budget, EpisodeResult, EpisodeSpec, RolloutEngine, specs_for
+from envgym.rollout import (
+    AgentPolicy,
+    EpisodeResult,
+    EpisodeSpec,
+    RolloutBudget,
+    RolloutEngine,
+    specs_for,
+)
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
 TASKS = ("trip-001-d1", "hangzhou-3day")
@@ -83,7 +90,7 @@ def test_env_actors_run_episodes(ray_local: Any, bundle_dir: Path) -> None:
             policy,
             functools.partial(BundleEnv, bundle_dir),
             concurrency=1,
-            budget=Budget(max_turns=3),
+            budget=RolloutBudget(max_turns=3),
         ),
         [EpisodeSpec("trip-001-d1")],
     )
@@ -129,7 +136,7 @@ def test_policy_replicas_in_actors(ray_local: Any, bundle_dir: Path) -> None:
             policy,
             functools.partial(BundleEnv, bundle_dir),
             concurrency=4,
-            budget=Budget(max_turns=3),
+            budget=RolloutBudget(max_turns=3),
         )
         results = {(r.task_id, r.sample): r for r in run(engine, specs_for(TASKS, 2))}
     finally:

@@ -15,7 +15,7 @@ from envgym import registry
 from envgym.bundle_env import BundleEnv
 from envgym.evaluate import EvalConfig, evaluate, model_ref
 from envgym.policy import SamplingParams
-from envgym.rollout import Budget, EpisodeResult, RolloutEngine, specs_for
+from envgym.rollout import EpisodeResult, RolloutBudget, RolloutEngine, specs_for
 from envgym.store import Store
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(600)]
@@ -39,7 +39,7 @@ def test_engine_records_the_models_tokens(smollm2: Any) -> None:
             functools.partial(BundleEnv, bundle),
             concurrency=4,
             params=SamplingParams(temperature=0.8, max_tokens=24),
-            budget=Budget(max_turns=3),
+            budget=RolloutBudget(max_turns=3),
         )
         async with (
             engine,
@@ -72,7 +72,7 @@ def test_eval_with_the_embedded_model_resumes(smollm2: Any, tmp_path: Path) -> N
         limit=1,
         concurrency=2,
         params=SamplingParams(max_tokens=24),
-        budget=Budget(max_turns=2),
+        budget=RolloutBudget(max_turns=2),
     )
     first = evaluate("trip-planning-v0", model_ref("smollm2"), config, store=store, policy=smollm2)
     assert first.ran == 2 and first.summary.episodes == 2 and first.summary.errored == 0

@@ -18,7 +18,7 @@ from search_corpus import dumpavail_text
 
 from envgym import registry
 from envgym.policy import SamplingParams
-from envgym.rollout import Budget, EpisodeResult, RolloutEngine, specs_for
+from envgym.rollout import EpisodeResult, RolloutBudget, RolloutEngine, specs_for
 from envs.search_qa.bundle_files.verifier import verify_answer
 from envs.search_qa.env import SearchQAEnv
 from synth_agents.journal import Journal
@@ -50,7 +50,7 @@ def test_search_qa_v0_episodes_run_with_the_embedded_model(smollm2: Any) -> None
     async def main() -> list[EpisodeResult]:
         engine = RolloutEngine.local(smollm2, functools.partial(SearchQAEnv, bundle, search=tools, sandbox="bwrap"),
                                      concurrency=2, params=SamplingParams(temperature=0.8, max_tokens=32, seed=0),
-                                     budget=Budget(max_turns=3))  # fmt: skip
+                                     budget=RolloutBudget(max_turns=3))  # fmt: skip
         async with engine, contextlib.aclosing(engine.run(specs_for(chosen, 1, seed=1))) as stream:
             return [r async for r in stream]
 

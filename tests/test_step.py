@@ -12,7 +12,7 @@ from bundle_factory import make_notes_bundle
 
 from envgym.actions import NormalizedAction, normalize_action
 from envgym.bundle_env import BundleEnv
-from envgym.step import GOES_ON, Budgets, Outcome, run_step
+from envgym.step import GOES_ON, EnvBudgets, Outcome, run_step
 
 
 class Script:
@@ -88,7 +88,7 @@ def test_a_used_up_budget_is_an_outcome_graded_as_truncated() -> None:
 
 
 def test_budgets_return_their_outcome() -> None:
-    budgets = Budgets(max_turns=2, max_tool_calls=5, context_window=10)
+    budgets = EnvBudgets(max_turns=2, max_tool_calls=5, context_window=10)
     fits = budgets.outcome(turns=1, tool_calls=1, started=0.0, prompt_tokens=lambda: 10)
     assert fits is GOES_ON and not fits.truncated
     over = budgets.outcome(turns=2, tool_calls=5, started=0.0, prompt_tokens=lambda: 11)

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from envgym.cli import app
 from envs.swe.acceptance import removable_paths, still_solves, unrelated_reason, without_path
-from envs.swe.check import Episode, InstanceCheck
+from envs.swe.check import GradedSubmission, InstanceCheck
 from envs.swe.exploits import exploits
 from envs.swe.instance import SweInstance, read_instances, write_instances
 
@@ -75,12 +75,12 @@ def test_check_tries_the_files_synthesis_tries() -> None:
 
 
 def test_a_rewarded_partial_fix_is_named_unrelated_change() -> None:
-    ok = Episode("gold", 1.0, "ok")
+    ok = GradedSubmission("gold", 1.0, "ok")
     rows = [
-        Episode("partial_fix[-src/b.py]", 1.0, "ok", omitted="src/b.py"),
-        Episode("delete_tests", 0.0, "ok"),
+        GradedSubmission("partial_fix[-src/b.py]", 1.0, "ok", omitted="src/b.py"),
+        GradedSubmission("delete_tests", 0.0, "ok"),
     ]
-    row = InstanceCheck("x-1", True, "", (ok,), Episode("empty", 0.0, "ok"), tuple(rows))
+    row = InstanceCheck("x-1", True, "", (ok,), GradedSubmission("empty", 0.0, "ok"), tuple(rows))
     assert row.problems == [unrelated_reason("src/b.py")]
     assert row.problems[0].startswith("unrelated_change[src/b.py]: ") and not row.passed
     assert row.to_dict()["unrelated_changes"] == ["src/b.py"]

@@ -10,7 +10,7 @@ import pytest
 from bundle_factory import TASK
 from synth_notes import make_witnessed_notes
 
-from envgym.rollout import Budget
+from envgym.rollout import RolloutBudget
 from synth_agents.filter_run import filter_run, model_policy_factory
 from synth_agents.passk import KEEP, NEVER, FilterConfig
 from synth_agents.recorder import SynthRecorder
@@ -30,12 +30,12 @@ def solve_secret(tools, task):
 
 def test_budget_for_is_derived_from_the_gold_length() -> None:
     config = FilterConfig()
-    assert config.budget_for(0) == Budget()  # the floors: 128 turns, 8192 tokens
+    assert config.budget_for(0) == RolloutBudget()  # the floors: 128 turns, 8192 tokens
     assert (config.budget_for(144).max_turns, config.budget_for(144).max_tokens) == (
         2 * 144 + 8,
         2 * 144 * 128,
     )
-    fixed = FilterConfig(derive_budget=False, budget=Budget(max_turns=5, max_tokens=99))
+    fixed = FilterConfig(derive_budget=False, budget=RolloutBudget(max_turns=5, max_tokens=99))
     assert fixed.budget_for(144) == fixed.budget
     with pytest.raises(ValueError, match="headroom"):
         FilterConfig(headroom=0.5)

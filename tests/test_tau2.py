@@ -181,12 +181,12 @@ def test_embedded_user_is_seeded_and_replays_exactly(link: Tau2Link, smol_user: 
 def test_eval_embedded_model_on_mock_end_to_end_and_replays(tmp_path: Path) -> None:
     from envgym.evaluate import EvalConfig, evaluate
     from envgym.policy import SamplingParams
-    from envgym.rollout import Budget
+    from envgym.rollout import RolloutBudget
     from envgym.store import Store
 
     config = EvalConfig(k=1, limit=1, concurrency=1, seed=3, sandbox="inprocess",
                         params=SamplingParams(temperature=0.7, max_tokens=32),
-                        budget=Budget(max_turns=2, max_tokens=512, max_seconds=300))  # fmt: skip
+                        budget=RolloutBudget(max_turns=2, max_tokens=512, max_seconds=300))  # fmt: skip
     runs = []
     for name in ("a", "b"):
         store = Store(f"sqlite:///{tmp_path / name}.db")

@@ -20,7 +20,7 @@ from test_rollout_doubles import ScriptedPolicy
 from envgym.bundle import load_bundle
 from envgym.evaluate import EvalConfig, ModelRef, evaluate
 from envgym.evaluate.summary import NOOP_FLAG, NOOP_REASON, noop_solvable, summarize
-from envgym.rollout import Budget, EpisodeResult
+from envgym.rollout import EpisodeResult, RolloutBudget
 from envgym.store import Store
 from envs.tau2.env import Tau2Env
 from envs.tau2.link import Tau2Link
@@ -151,7 +151,9 @@ def test_eval_leaves_noop_tasks_out_by_default_and_scores_them_on_request(
 
     stop = ScriptedPolicy(lambda task, sample: [AGENT_STOP])  # type: ignore[arg-type]
     ref = ModelRef("noop-agent", "test", "noop:v1")
-    config = EvalConfig(k=1, limit=3, concurrency=1, budget=Budget(max_turns=2, max_seconds=120))
+    config = EvalConfig(
+        k=1, limit=3, concurrency=1, budget=RolloutBudget(max_turns=2, max_seconds=120)
+    )
     store = Store(f"sqlite:///{tmp_path / 'eval.db'}")
     try:
         ours = evaluate("tau2-mock-v0", ref, config, store=store, policy=stop)

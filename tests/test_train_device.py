@@ -18,7 +18,7 @@ from envgym.record import Segment, TurnInfo
 from trainer import loop
 from trainer.batch import Group, TrainBatch, collate, samples_from_groups
 from trainer.config import ConfigError, config_from_dict, resolve_device
-from trainer.policy import Policy
+from trainer.policy import TrainablePolicy
 from trainer.update import Update
 
 META = torch.device("meta")
@@ -59,7 +59,7 @@ def test_collate_builds_every_tensor_on_the_device_asked_for() -> None:
 def test_the_update_feeds_the_policy_batches_on_the_models_device(tmp_path: Path) -> None:
     config = config_from_dict({"envs": [{"id": "x"}]})
     model = tiny_model().to(dtype=torch.float64, device=META)
-    update = Update(config, Policy(model), None, pad_id=2)
+    update = Update(config, TrainablePolicy(model), None, pad_id=2)
     samples = _samples()
     for s in samples:
         s.routes = None  # a dense model's records

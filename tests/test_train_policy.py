@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralFo
 from envgym.models.kept import encode_kept
 from trainer.batch import Sample, collate
 from trainer.config import config_from_dict
-from trainer.policy import Policy
+from trainer.policy import TrainablePolicy
 from trainer.update import Update
 
 V = 97
@@ -110,7 +110,7 @@ def _expected(model: Any, batch: Any, temperature: float, keep: bool) -> tuple[t
 def test_logprobs_equal_full_logits_with_and_without_the_keep_sampling_mask(keep: bool) -> None:
     model = _llama()
     batch = collate(_samples(), pad_id=0, dtype=torch.float64)
-    policy = Policy(model, chunk_size=16, keep_sampling_mask=keep)
+    policy = TrainablePolicy(model, chunk_size=16, keep_sampling_mask=keep)
     logp, ent = policy.logprobs(batch, temperature=0.7, with_entropy=True)
     assert logp.shape == batch.mask.shape and ent is not None
     want_lp, want_ent = _expected(model, batch, 0.7, keep)
@@ -169,7 +169,7 @@ def test_a_shared_prefix_runs_once_and_changes_nothing(keep: bool) -> None:
             lambda _m, args, _o: seen.append(int(args[0].numel()))  # noqa: B023
         )
         batch = collate(_group_samples(), pad_id=0, dtype=torch.float64)
-        policy = Policy(model, chunk_size=16, keep_sampling_mask=keep, share_prefix=share)
+        policy = TrainablePolicy(model, chunk_size=16, keep_sampling_mask=keep, share_prefix=share)
         logp, ent = policy.logprobs(batch, temperature=0.7, with_entropy=True)
         assert ent is not None
         (logp * torch.tensor([[1.0], [-2.0], [0.5]], dtype=torch.float64)).sum().backward()
@@ -194,8 +194,8 @@ def test_keep_routing_replays_recorded_routes() -> None:
     routes = torch.cat([own, torch.full((1, *own.shape[1:]), -1)])  # the last token: never fed
     sample = _sample(ids, [0, 0, 1, 1, 1, 1, 1], [None] * 7, routes=routes)
     batch = collate([sample], dtype=torch.float32)
-    plain = Policy(model, keep_routing=False).logprobs(batch, temperature=1.0)[0]
-    replay = Policy(model)
+    plain = TrainablePolicy(model, keep_routing=False).logprobs(batch, temperature=1.0)[0]
+    replay = TrainablePolicy(model)
     assert replay.routing_flip_rate(batch) == 0.0
     assert torch.equal(replay.logprobs(batch, temperature=1.0)[0], plain)
     # other experts (still distinct within each top-k): replay changes π_θ, flips are counted
@@ -210,22 +210,22 @@ def test_keep_routing_replays_recorded_routes() -> None:
     assert replay.routing_flip_rate(sbatch) > 0.0
     assert not torch.allclose(replay.logprobs(sbatch, temperature=1.0)[0], plain)
     assert torch.equal(
-        Policy(model, keep_routing=False).logprobs(sbatch, temperature=1.0)[0], plain
+        TrainablePolicy(model, keep_routing=False).logprobs(sbatch, temperature=1.0)[0], plain
     )
-    assert Policy(_llama()).routing_flip_rate(collate(_samples())) is None
+    assert TrainablePolicy(_llama()).routing_flip_rate(collate(_samples())) is None
 
 
 def test_heads_the_hidden_state_path_cannot_score_are_refused() -> None:
     model = _llama()
     model.lm_head = torch.nn.Linear(32, V, bias=True)
     with pytest.raises(ValueError, match="LM head has a bias"):
-        Policy(model)
+        TrainablePolicy(model)
     model = _llama()
     model.config.final_logit_softcapping = 30.0
     with pytest.raises(ValueError, match="final_logit_softcapping=30.0"):
-        Policy(model)
+        TrainablePolicy(model)
     with pytest.raises(TypeError, match="no LM head"):
-        Policy(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+        TrainablePolicy(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
 
 
 def _update(model: Any, **overrides: Any) -> Update:
@@ -236,7 +236,7 @@ def _update(model: Any, **overrides: Any) -> Update:
         **overrides,
     }
     config = config_from_dict(data)
-    return Update(config, Policy(model), None)
+    return Update(config, TrainablePolicy(model), None)
 
 
 def test_update_takes_optimizer_steps_on_finite_input() -> None:
@@ -310,7 +310,7 @@ def test_microbatches_accumulate_to_the_one_pass_gradient(
 
     ref = _llama()  # the same initial weights: one pass over the whole batch, by hand
     batch = collate(_samples(), dtype=torch.float64)
-    logp, _ = Policy(ref).logprobs(batch, temperature=1.0)
+    logp, _ = TrainablePolicy(ref).logprobs(batch, temperature=1.0)
     value, _ = grpo_loss(
         logp,
         logp.detach(),

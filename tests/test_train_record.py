@@ -15,7 +15,7 @@ from test_train_loop import parity_bundle
 from envgym.bundle_env import BundleEnv
 from envgym.policy import SamplingParams, Turn
 from envgym.record import TurnInfo
-from envgym.rollout import Budget, EpisodeSpec, rollout
+from envgym.rollout import EpisodeSpec, RolloutBudget, rollout
 from envgym.store.export import episode_row
 
 
@@ -39,7 +39,7 @@ def test_plain_turns_record_the_params_and_version_they_were_asked_with(tmp_path
         [EpisodeSpec("t0", 0, seed=1)],
         concurrency=1,
         params=params,
-        budget=Budget(max_turns=1, max_tokens=100),
+        budget=RolloutBudget(max_turns=1, max_tokens=100),
     )
     assert result.error is None, result.error_message
     (segment,) = result.record.segments

@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from envgym.policy import SamplingParams
-from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
+from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
 from envgym.rollout.errored import check_errored
 from trainer.batch import Group, group_results, nonfinite_rewards, samples_from_groups
 from trainer.checkpoint import (
@@ -61,7 +61,7 @@ from trainer.checkpoint import (
 from trainer.collect import Collected, StepReport, Tally, derive_seed
 from trainer.config import TrainConfig, resolve_device
 from trainer.metrics import MetricsLog, RunRecord, write_run
-from trainer.policy import Policy
+from trainer.policy import TrainablePolicy
 from trainer.stream import run_async
 from trainer.tasks import TaskRef, task_split
 from trainer.update import Update
@@ -119,7 +119,7 @@ class Trainer:
         model.train(config.model.gradient_checkpointing)  # dropout-free HF LMs: only for GC
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        self.policy = Policy(
+        self.policy = TrainablePolicy(
             model,
             chunk_size=config.chunk_size,
             keep_sampling_mask=config.keep_sampling_mask,
@@ -128,7 +128,7 @@ class Trainer:
         self.ref_policy = None
         if config.loss.kl_beta > 0:  # the unbiased KL (eq. 7) needs the initial policy
             ref = copy.deepcopy(model).eval().requires_grad_(False)
-            self.ref_policy = Policy(
+            self.ref_policy = TrainablePolicy(
                 ref,
                 chunk_size=config.chunk_size,
                 keep_sampling_mask=config.keep_sampling_mask,
@@ -247,7 +247,7 @@ class Trainer:
         params = SamplingParams(
             temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens
         )
-        budget = Budget(
+        budget = RolloutBudget(
             max_turns=r.max_turns, max_tokens=r.episode_tokens, max_seconds=r.max_seconds
         )
         out = []

@@ -11,7 +11,7 @@ through ``kernels.logprob.selected_logprobs``, which never materializes the ``[N
   share one action subspace (``kept_rows`` False = the full vocabulary applies).
 * **Keep Routing** (DeepSeek-V3.2 §3.1): when the batch carries the MoE routes the engine used,
   the forward runs inside ``trainer.routing.replay_routes`` so the same experts are trained.
-  :meth:`Policy.routing_flip_rate` measures how often the current router would choose
+  :meth:`TrainablePolicy.routing_flip_rate` measures how often the current router would choose
   differently (a metric of how much replay matters).
 """
 
@@ -28,7 +28,7 @@ from kernels.logprob import selected_logprobs
 from trainer.batch import TrainBatch
 
 
-class Policy:
+class TrainablePolicy:
     """Wraps a causal LM for training.
 
     Args:

@@ -244,7 +244,7 @@ def verify_logprobs(model: Any, rows: Sequence[SFTExample], *, rtol: float = 1e-
 
 
 @dataclass(frozen=True)
-class StepStats:
+class SFTStepStats:
     step: int
     epoch: int
     loss: float
@@ -259,7 +259,7 @@ class StepStats:
 
 @dataclass
 class SFTResult:
-    steps: list[StepStats] = field(default_factory=list)
+    steps: list[SFTStepStats] = field(default_factory=list)
     examples: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -293,7 +293,7 @@ def train_sft(
     examples: Sequence[SFTExample],
     cfg: SFTConfig,
     *,
-    on_step: Callable[[StepStats, int], None] | None = None,
+    on_step: Callable[[SFTStepStats, int], None] | None = None,
 ) -> SFTResult:
     """Fine-tune ``model`` in place on ``examples``; ``on_step(stats, total_steps)`` per step."""
     data = select_examples(examples, cfg)
@@ -328,7 +328,7 @@ def train_sft(
                 skipped = not (math.isfinite(float(loss.detach())) and math.isfinite(norm))
                 if not skipped:
                     opt.step()
-                stats = StepStats(
+                stats = SFTStepStats(
                     step,
                     epoch,
                     float(loss.detach()),

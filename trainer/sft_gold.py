@@ -30,7 +30,7 @@ from envgym.messages import ToolCall
 from envgym.models.chat import ChatFormat
 from envgym.models.session import TokenSession, forced_turn
 from envgym.policy import PolicyError, SamplingParams, Turn
-from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
+from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
 from envgym.rollout.episode import parse_session
 from trainer.sft_data import DataReport, HeldOut, SFTExample, open_target, segment_examples
 
@@ -265,7 +265,7 @@ async def _replay(
         factory,
         concurrency=max(1, min(concurrency, len(tasks))),
         params=SamplingParams(temperature=0.0, max_tokens=1 << 20),
-        budget=Budget(max_turns=1 << 10, max_tokens=1 << 30, max_seconds=600.0),
+        budget=RolloutBudget(max_turns=1 << 10, max_tokens=1 << 30, max_seconds=600.0),
     )
     out: list[tuple[EpisodeResult, GoldCalls]] = []
     try:

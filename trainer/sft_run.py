@@ -25,7 +25,7 @@ from typing import Any
 from trainer.sft import (
     SFTConfig,
     SFTResult,
-    StepStats,
+    SFTStepStats,
     load_trainable,
     save_policy,
     select_examples,
@@ -311,7 +311,7 @@ def run_sft(
     cfg: SFTRunConfig,
     *,
     on_data: DataProgress | None = None,
-    on_step: Callable[[StepStats, int], None] | None = None,
+    on_step: Callable[[SFTStepStats, int], None] | None = None,
 ) -> SFTRun:
     """Build the data, fine-tune ``cfg.model``, save it to ``cfg.out``; the run's record."""
     from envgym.models.chat import ChatFormat

@@ -35,7 +35,7 @@ from trainer.aggregation import nonzero
 from trainer.batch import Sample, TrainBatch, balanced_microbatches, collate, split_minibatches
 from trainer.config import TrainConfig
 from trainer.losses import grpo_loss
-from trainer.policy import Policy
+from trainer.policy import TrainablePolicy
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,12 @@ class Update:
     """The optimizer and the per-batch update (see the module docstring)."""
 
     def __init__(
-        self, config: TrainConfig, policy: Policy, ref_policy: Policy | None, *, pad_id: int = 0
+        self,
+        config: TrainConfig,
+        policy: TrainablePolicy,
+        ref_policy: TrainablePolicy | None,
+        *,
+        pad_id: int = 0,
     ) -> None:
         self.config = config
         self.policy = policy

@@ -22,7 +22,7 @@ from envgym.evaluate import (
 )
 from envgym.policy import SamplingParams
 from envgym.progress import progress_bar
-from envgym.rollout import Budget
+from envgym.rollout import RolloutBudget
 from envgym.store import Store, StoreError
 
 
@@ -114,7 +114,9 @@ def eval_command(
             params=SamplingParams(
                 temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens
             ),
-            budget=Budget(max_turns=max_turns, max_tokens=episode_tokens, max_seconds=max_seconds),
+            budget=RolloutBudget(
+                max_turns=max_turns, max_tokens=episode_tokens, max_seconds=max_seconds
+            ),
         )
         ref = model_ref(model)
         store = Store(db)

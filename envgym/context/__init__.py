@@ -23,7 +23,7 @@ from .overflow import (
 from .policies import (
     POLICIES,
     Dropped,
-    Policy,
+    ReasoningPolicy,
     Rendered,
     discard_reasoning,
     keep_all,
@@ -40,7 +40,7 @@ __all__ = [
     "ContextManager",
     "ContextWindowExceeded",
     "Dropped",
-    "Policy",
+    "ReasoningPolicy",
     "Rendered",
     "Summarizer",
     "discard_all",

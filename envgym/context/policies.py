@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeAlias
 
+from envgym.core import Message
 from envgym.messages import is_env_message
 
-Message: TypeAlias = dict[str, Any]
 DropKind: TypeAlias = Literal["reasoning", "message", "summary"]
 
 
@@ -45,7 +45,7 @@ class Rendered:
     origins: tuple[int | None, ...] = ()
 
 
-Policy: TypeAlias = Callable[[Sequence[Mapping[str, Any]]], Rendered]
+ReasoningPolicy: TypeAlias = Callable[[Sequence[Mapping[str, Any]]], Rendered]
 
 RETENTION_REASON = (
     "a newer user message started a new turn; reasoning is kept only across tool calls "
@@ -124,7 +124,7 @@ def discard_reasoning(history: Sequence[Mapping[str, Any]]) -> Rendered:
     return _strip_reasoning(history, len(history) - 1, R1_REASON)
 
 
-POLICIES: Mapping[str, Policy] = {
+POLICIES: Mapping[str, ReasoningPolicy] = {
     "thinking-retention": thinking_retention,
     "discard-reasoning": discard_reasoning,
     "keep-all": keep_all,

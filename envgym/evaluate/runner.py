@@ -27,7 +27,7 @@ from envgym.bundle import Bundle, BundleError, load_bundle
 from envgym.context import OVERFLOW_STRATEGIES, ContextManager
 from envgym.core import Env
 from envgym.policy import Policy, SamplingParams
-from envgym.rollout import Budget, EpisodeResult, EpisodeSpec, RolloutEngine
+from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
 from envgym.rollout.errored import ErroredShare, TooManyErrored, check_errored, tally
 from envgym.store import Store
 
@@ -51,7 +51,7 @@ class EvalConfig:
     params: SamplingParams = field(
         default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=512)
     )
-    budget: Budget = field(default_factory=Budget)
+    budget: RolloutBudget = field(default_factory=RolloutBudget)
     concurrency: int = 8  # the local engine batches across episodes: bs8 ≈ 4× bs1 tokens/s
     sandbox: str = "bwrap"
     context: str = "thinking-retention"  # the reasoning policy (envgym.context.policies)

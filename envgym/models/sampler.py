@@ -34,7 +34,7 @@ from envgym.policy import SamplingParams
 
 
 @dataclass(frozen=True)
-class Sample:
+class SampledToken:
     token: int
     logprob: float  # under the sampled (tempered, truncated, renormalized) distribution
     full_logprob: float  # log_softmax(logits / T)[token] over the whole vocabulary
@@ -57,21 +57,23 @@ def truncation(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor | N
     return order
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> Sample:
+def sample(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+) -> SampledToken:
     """One token from ``logits: [V]`` (float32)."""
     logits = logits.float()
     if params.temperature == 0:
         token = int(torch.argmax(logits))
         full = float(torch.log_softmax(logits, dim=-1)[token])
-        return Sample(token, 0.0, full, torch.tensor([token]))
+        return SampledToken(token, 0.0, full, torch.tensor([token]))
     scaled = logits / params.temperature
     logprobs = torch.log_softmax(scaled, dim=-1)  # [V]
     kept = truncation(scaled, params)
     if kept is None:
         token = int(torch.multinomial(logprobs.exp(), 1, generator=generator))
         full = float(logprobs[token])
-        return Sample(token, full, full, None)
+        return SampledToken(token, full, full, None)
     renormalized = torch.log_softmax(scaled[kept], dim=-1)  # [K]: the distribution drawn from
     j = int(torch.multinomial(renormalized.exp(), 1, generator=generator))
     token = int(kept[j])
-    return Sample(token, float(renormalized[j]), float(logprobs[token]), kept)
+    return SampledToken(token, float(renormalized[j]), float(logprobs[token]), kept)

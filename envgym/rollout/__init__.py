@@ -2,7 +2,7 @@
 
 * :class:`RolloutEngine` (engine.py): async, bounded concurrency, per-episode budgets,
   cancellation; env work in threads (:class:`ThreadEnvPool`) or Ray actors (ray_engine.py).
-* :class:`EpisodeSpec` / :class:`Budget` / :class:`EpisodeResult` (episode.py).
+* :class:`EpisodeSpec` / :class:`RolloutBudget` / :class:`EpisodeResult` (episode.py).
 * :class:`RecordBuilder` (recorder.py): the per-token record from the policy's turns.
 * :class:`AgentPolicy` (agent_policy.py): the scripted and random agents as policies.
 """
@@ -19,7 +19,7 @@ from envgym.policy import Policy, SamplingParams
 from .agent_policy import AgentPolicy
 from .engine import RolloutEngine
 from .envpool import EnvHandle, EnvPool, ThreadEnvPool
-from .episode import ERROR_KINDS, Budget, EpisodeResult, EpisodeSpec, parse_session
+from .episode import ERROR_KINDS, Budget, EpisodeResult, EpisodeSpec, RolloutBudget, parse_session
 from .recorder import RecordBuilder, RecordError
 
 
@@ -35,7 +35,7 @@ def rollout(
     *,
     concurrency: int = 8,
     params: SamplingParams | None = None,
-    budget: Budget | None = None,
+    budget: RolloutBudget | None = None,
 ) -> list[EpisodeResult]:
     """Synchronous convenience: run every spec, return results in completion order."""
 
@@ -53,6 +53,7 @@ __all__ = [
     "ERROR_KINDS",
     "AgentPolicy",
     "Budget",
+    "RolloutBudget",
     "EnvHandle",
     "EnvPool",
     "EpisodeResult",

@@ -28,7 +28,7 @@ from envgym.core import Env, Observation
 from envgym.policy import Policy, PolicyError, SamplingParams, Turn
 
 from .envpool import EnvHandle, EnvPool, ThreadEnvPool
-from .episode import Budget, EpisodeResult, EpisodeSpec
+from .episode import EpisodeResult, EpisodeSpec, RolloutBudget
 from .recorder import RecordBuilder, RecordError
 
 T = TypeVar("T")
@@ -67,7 +67,7 @@ class RolloutEngine:
         envs: EnvPool,
         *,
         params: SamplingParams | None = None,
-        budget: Budget | None = None,
+        budget: RolloutBudget | None = None,
         concurrency: int = 8,
     ) -> None:
         if concurrency <= 0:
@@ -75,7 +75,7 @@ class RolloutEngine:
         self.policy = policy
         self.envs = envs
         self.params = params or SamplingParams()
-        self.budget = budget or Budget()
+        self.budget = budget or RolloutBudget()
         self.concurrency = concurrency
         self._workers: set[asyncio.Task[None]] = set()
 

@@ -1,5 +1,5 @@
-"""What one rollout episode is asked to be (:class:`EpisodeSpec`, :class:`Budget`) and what it
-became (:class:`EpisodeResult`)."""
+"""What one rollout episode is asked to be (:class:`EpisodeSpec`, :class:`RolloutBudget`) and
+what it became (:class:`EpisodeResult`)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def parse_session(session: str) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
-class Budget:
+class RolloutBudget:
     """Per-episode limits the engine enforces on top of the env's own budgets.
 
     ``max_tokens`` counts tokens the policy sampled over the whole episode (each turn asks for
@@ -60,6 +60,11 @@ class Budget:
     def __post_init__(self) -> None:
         if self.max_turns <= 0 or self.max_tokens <= 0 or self.max_seconds <= 0:
             raise ValueError(f"budget values must be positive: {self}")
+
+
+#: Deprecated old name of :class:`RolloutBudget` (not to be confused with the env's own
+#: :class:`envgym.step.EnvBudgets`); kept for code written against earlier docs/EVAL.md.
+Budget = RolloutBudget
 
 
 @dataclass(frozen=True)

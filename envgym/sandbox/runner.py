@@ -32,7 +32,7 @@ _MAX_FRAMES = 6
 Reply = dict[str, Any]
 
 
-class Capture:
+class TextCapture:
     """A capped text sink standing in for ``sys.stdout``/``sys.stderr`` during a call."""
 
     encoding = "utf-8"
@@ -78,7 +78,7 @@ class Capture:
         return text
 
 
-_local = threading.local()  # .capture: the Capture of the call running on this thread
+_local = threading.local()  # .capture: the TextCapture of the call running on this thread
 
 
 class _Router:
@@ -172,7 +172,7 @@ class BundleRunner:
         # Files ``load`` skips, imported at their first use instead (see _function).
         self.deferred = {name for name in defer if name in CODE_FILES and name != "tools.py"}
         self._broken: dict[str, Reply] = {}  # a deferred file that failed: its import error
-        self.capture = Capture(max_stdout_bytes)
+        self.capture = TextCapture(max_stdout_bytes)
         self.modules: dict[str, types.ModuleType] = {}
         self.tools: dict[str, Callable[..., Any]] = {}
         self.coercers: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = {}

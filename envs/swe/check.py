@@ -30,7 +30,7 @@ Progress = Callable[[int, int, str], None]  # (instances done, total, what is ru
 
 
 @dataclass(frozen=True)
-class Episode:
+class GradedSubmission:
     """One replayed submission and what grading said."""
 
     name: str
@@ -54,9 +54,9 @@ class InstanceCheck:
     instance_id: str
     valid: bool
     reason: str  # why invalid ("" when valid)
-    gold: tuple[Episode, ...] = ()
-    empty: Episode | None = None
-    exploits: tuple[Episode, ...] = ()
+    gold: tuple[GradedSubmission, ...] = ()
+    empty: GradedSubmission | None = None
+    exploits: tuple[GradedSubmission, ...] = ()
     seconds: float = 0.0
 
     @property
@@ -192,11 +192,11 @@ def check_instance(
     )
 
 
-def _replay(env: Any, name: str, calls: Iterable[Call], omitted: str = "") -> Episode:
+def _replay(env: Any, name: str, calls: Iterable[Call], omitted: str = "") -> GradedSubmission:
     """One episode of ``calls`` on a fresh checkout; grading's verdict."""
     result = run_episode(env, ScriptedAgent(list(calls)))
     grade = env.grade_result
     report = dict(grade.report) if grade is not None else {}
     detail = str(report.get("detail", "")).strip().splitlines()
-    return Episode(name, result.reward, str(report.get("tests_status", "?")), detail[0][:200] if detail else "",
+    return GradedSubmission(name, result.reward, str(report.get("tests_status", "?")), detail[0][:200] if detail else "",
                    dict(report.get("outcomes") or {}), omitted)  # fmt: skip

@@ -26,10 +26,10 @@ from envgym.actions import NormalizedAction
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Message, Observation
-from envgym.episode import Episode, counting
+from envgym.episode import EpisodeCounters, counting
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
-from envgym.step import Budgets, CallByCall, Outcome, run_step
+from envgym.step import CallByCall, EnvBudgets, Outcome, run_step
 from envgym.tokens import TokenCounter
 from envs.swe.agent_tools import SUBMIT, SweTools, ToolLimits
 from envs.swe.file_tools import JAIL_ROOT, Workspace
@@ -94,7 +94,7 @@ class SweEnv(CallByCall, Env):
     def __init__(self, instance: SweInstance | Mapping[str, Any] | str | Path, *, index: int = 0,
                  backend: str = "bwrap", python_env: Any = None, parser: str | ToolCallParser = "hermes",
                  context: str | ContextManager = "thinking-retention", native_tools: bool = True,
-                 tokenizer: Any = None, budgets: Budgets | None = None, tool_limits: ToolLimits | None = None,
+                 tokenizer: Any = None, budgets: EnvBudgets | None = None, tool_limits: ToolLimits | None = None,
                  workdir: Path | None = None, setup_model: Any = None, grade_timeout_s: float = 1800.0,
                  **budget_overrides: Any) -> None:  # fmt: skip
         budget_overrides.pop(
@@ -103,8 +103,8 @@ class SweEnv(CallByCall, Env):
         budget_overrides.pop("limits", None)
         self.instance = load_instance(instance, index)
         self.backend = backend
-        self.budgets = Budgets(
-            **{**vars(budgets or Budgets(max_turns=100, max_tool_calls=200)), **budget_overrides}
+        self.budgets = EnvBudgets(
+            **{**vars(budgets or EnvBudgets(max_turns=100, max_tool_calls=200)), **budget_overrides}
         )
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         counters = counting(context, tokenizer, window=self.budgets.context_window is not None)
@@ -123,7 +123,7 @@ class SweEnv(CallByCall, Env):
         )
         self.tools: SweTools | None = None
         self.history: list[Message] = []
-        self.episode = Episode()
+        self.episode = EpisodeCounters()
         self._done = True
         self._episodes = 0
 
@@ -143,7 +143,7 @@ class SweEnv(CallByCall, Env):
         user = USER_PROMPT.format(problem=self.instance.problem_statement.strip(), root=JAIL_ROOT)
         self.history = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         self.view.start(self.history)
-        self.episode = Episode()
+        self.episode = EpisodeCounters()
         self._done = False
         self.grade_result: Grade | None = None
         info = self._info({})

@@ -21,7 +21,7 @@ from envgym.actions import NormalizedAction
 from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Observation
-from envgym.episode import Episode, counting
+from envgym.episode import EpisodeCounters, counting
 from envgym.messages import assistant_message, env_message, tool_message
 from envgym.parsers import get_parser
 from envgym.step import GOES_ON, Outcome, run_step
@@ -71,7 +71,7 @@ class Tau2Env(Env):
         self.tau2_id: str | None = None
         self.history: list[dict[str, Any]] = []
         self.user_turns: list[dict[str, Any]] = []
-        self.episode = Episode()
+        self.episode = EpisodeCounters()
         self._done = True
 
     # -- the contract ------------------------------------------------------------------
@@ -100,7 +100,7 @@ class Tau2Env(Env):
         self.view.start(self.history)
         self.user_turns = []
         self.tool_results: list[dict[str, Any]] = []
-        self.episode = Episode()
+        self.episode = EpisodeCounters()
         self._done = False
         self._ended: str | None = None
         if start["next"] == "user":

@@ -85,7 +85,7 @@ class Tau2Domain:
         self.make_env = registry.get_env_constructor(domain)
         tasks = registry.get_tasks_loader(task_set or domain)()
         self.tasks: dict[str, Task] = {t.id: t for t in tasks}
-        self.episode: Episode | None = None
+        self.episode: Tau2Episode | None = None
 
     def list_tasks(self) -> list[dict[str, Any]]:
         return [task_summary(t) for t in self.tasks.values()]
@@ -97,16 +97,16 @@ class Tau2Domain:
             raise SessionError(f"τ² domain {self.domain} has no task {task_id!r}") from None
 
     def reset(self, task_id: str) -> dict[str, Any]:
-        self.episode = Episode(self, self.task(task_id))
+        self.episode = Tau2Episode(self, self.task(task_id))
         return self.episode.start()
 
-    def current(self) -> Episode:
+    def current(self) -> Tau2Episode:
         if self.episode is None:
             raise SessionError("no τ² episode is running: reset first")
         return self.episode
 
 
-class Episode:
+class Tau2Episode:
     """One τ² episode: environment, trajectory, user-simulator view, reward."""
 
     def __init__(self, domain: Tau2Domain, task: Task) -> None:
@@ -269,7 +269,7 @@ def inprocess_us(dom: Tau2Domain, task_id: str, call: dict[str, Any], n: int) ->
     """Mean µs of ``Environment.get_response`` on one call, τ²'s own in-process tool path."""
     import time
 
-    episode = Episode(dom, dom.task(task_id))
+    episode = Tau2Episode(dom, dom.task(task_id))
     episode.start()
     tool_call = ToolCall(id="b", name=call["name"], arguments=call["arguments"])
     for _ in range(min(n, 100)):
