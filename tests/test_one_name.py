@@ -1,0 +1,69 @@
+"""One name per concept: no class (or ``X: TypeAlias``) name is defined in two modules of the
+envgym/ and trainer/ rooms.
+
+Two ``Policy`` classes, or a ``Budget`` next to a ``Budgets``, make a reader (and an import
+completion) pick the wrong one; a second definition of the same concept drifts from the first.
+Where two modules need the same thing, one defines it and the other imports it; where they are
+different things, each gets a name that says what it is.  Files are parsed with ``ast`` (nothing
+is imported).  Private ``_Names`` are each module's own business and are not checked.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOMS = ("envgym", "trainer")
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _defined(tree: ast.Module) -> list[tuple[str, int]]:
+    """Module-level class names and explicit type aliases (``X: TypeAlias = ...``)."""
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out.append((node.name, node.lineno))
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(node.annotation, ast.Name)
+            and node.annotation.id == "TypeAlias"
+        ):
+            out.append((node.target.id, node.lineno))
+    return out
+
+
+def definitions(rooms: tuple[str, ...] = ROOMS) -> dict[str, list[str]]:
+    """Public name → every ``path:line`` defining it in ``rooms``."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for room in rooms:
+        for path in sorted((ROOT / room).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for name, line in _defined(tree):
+                if not name.startswith("_"):
+                    found[name].append(f"{path.relative_to(ROOT)}:{line}")
+    return found
+
+
+def test_the_rooms_are_found() -> None:
+    names = definitions()
+    assert "Policy" in names and "TrainBatch" in names  # the scan reads both rooms
+
+
+def test_no_name_is_defined_in_two_modules() -> None:
+    twice = {name: where for name, where in definitions().items() if len(where) > 1}
+    assert not twice, "one name per concept; defined more than once: " + "; ".join(
+        f"{name} at {', '.join(where)}" for name, where in sorted(twice.items())
+    )
+
+
+def test_the_check_sees_a_duplicate() -> None:
+    """The scan itself: a class and an alias of one name in two modules are both found."""
+    a = ast.parse("class Budget:\n    pass\n")
+    b = ast.parse("from typing import TypeAlias\nBudget: TypeAlias = int\n_Private = 1\n")
+    assert _defined(a) == [("Budget", 1)] and _defined(b) == [("Budget", 2)]
