@@ -26,6 +26,8 @@ import gymnasium as gym
 Message: TypeAlias = dict[str, Any]
 Observation: TypeAlias = dict[str, list[dict[str, Any]]]
 Action: TypeAlias = dict[str, Any] | str
+#: What ``Env.step`` returns (gymnasium's five-tuple).
+StepResult: TypeAlias = tuple[Observation, float, bool, bool, dict[str, Any]]
 
 #: Keys every ``info`` dict carries (DESIGN.md contract).
 INFO_KEYS = ("reward_components", "tool_calls", "errors")
@@ -97,7 +99,7 @@ class Env(gym.Env[Observation, Action], abc.ABC):
         """
 
     @abc.abstractmethod
-    def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Action) -> StepResult:
         """Apply one assistant turn: record it, run its tool calls in order.
 
         Returns:

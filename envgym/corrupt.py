@@ -18,7 +18,9 @@ from typing import Any
 
 from envgym.bundle_limits import json_depth
 
-Path_ = tuple[Any, ...]  # keys/indices from the submission root; "json" marks a JSON string
+SubmissionPath = tuple[
+    Any, ...
+]  # keys/indices from the submission root; "json" marks a JSON string
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 
 
@@ -30,7 +32,7 @@ def corruptions(submission: dict[str, Any], n: int, rng: random.Random) -> list[
     for path, value in leaves:
         by_key[path[-1] if path else None].append(value)
 
-    options: list[tuple[Path_, Callable[[Any], Any] | None]] = []
+    options: list[tuple[SubmissionPath, Callable[[Any], Any] | None]] = []
     for path, value in leaves:
         key = path[-1] if path else None
         others = [v for v in by_key[key] if v != value]
@@ -89,7 +91,7 @@ def _collapse(value: Any) -> Any:
     return value
 
 
-def _leaves(value: Any, path: Path_) -> Any:
+def _leaves(value: Any, path: SubmissionPath) -> Any:
     if isinstance(value, _Json):
         yield from _leaves(value.value, path + ("json",))
     elif isinstance(value, dict):
@@ -102,7 +104,7 @@ def _leaves(value: Any, path: Path_) -> Any:
         yield path, value
 
 
-def _apply(tree: Any, path: Path_, change: Callable[[Any], Any] | None) -> None:
+def _apply(tree: Any, path: SubmissionPath, change: Callable[[Any], Any] | None) -> None:
     parent = tree
     for step in path[:-1]:
         parent = parent.value if step == "json" else parent[step]

@@ -78,10 +78,10 @@ def mutants(source: str, *, limit: int = MAX_MUTANTS) -> list[Mutant]:
     return out
 
 
-Path_ = tuple[tuple[str, int | None], ...]  # (field, index) steps from the module root
+NodePath = tuple[tuple[str, int | None], ...]  # (field, index) steps from the module root
 
 
-def _walk(node: ast.AST, path: Path_) -> Iterator[tuple[ast.AST, Path_]]:
+def _walk(node: ast.AST, path: NodePath) -> Iterator[tuple[ast.AST, NodePath]]:
     yield node, path
     for name, value in ast.iter_fields(node):
         if isinstance(value, list):
@@ -92,7 +92,7 @@ def _walk(node: ast.AST, path: Path_) -> Iterator[tuple[ast.AST, Path_]]:
             yield from _walk(value, path + ((name, None),))
 
 
-def _follow(tree: ast.AST, path: Path_) -> ast.AST:
+def _follow(tree: ast.AST, path: NodePath) -> ast.AST:
     node = tree
     for name, index in path:
         value = getattr(node, name)
@@ -100,7 +100,7 @@ def _follow(tree: ast.AST, path: Path_) -> ast.AST:
     return node
 
 
-def _in_function(path: Path_, tree: ast.Module) -> bool:
+def _in_function(path: NodePath, tree: ast.Module) -> bool:
     node: ast.AST = tree
     for name, index in path:
         value = getattr(node, name)
@@ -110,7 +110,7 @@ def _in_function(path: Path_, tree: ast.Module) -> bool:
     return False
 
 
-def _sites(tree: ast.Module) -> Iterator[tuple[Path_, str, str, int]]:
+def _sites(tree: ast.Module) -> Iterator[tuple[NodePath, str, str, int]]:
     """(path to node, kind, description, line) of every mutation point inside a function."""
     for node, path in _walk(tree, ()):
         if not path or not _in_function(path, tree):

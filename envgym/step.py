@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from envgym.actions import NormalizedAction
-from envgym.core import Action, Message, Observation
+from envgym.core import Action, Message, Observation, StepResult
 from envgym.episode import EpisodeCounters, answer_calls
 from envgym.messages import ToolCall
 from envgym.parsers import ToolCallParser
@@ -32,7 +32,6 @@ __all__ = [
 ]
 
 R = TypeVar("R")  # what ends an episode in a given env: a verdict, a submission, τ²'s ending
-StepResult: TypeAlias = tuple[Observation, float, bool, bool, dict[str, Any]]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""One name per concept: no class (or ``X: TypeAlias``) name is defined in two modules of the
-envgym/ and trainer/ rooms.
+"""One name per concept: no class or type-alias name is defined in two modules of the envgym/
+and trainer/ rooms.
 
 Two ``Policy`` classes, or a ``Budget`` next to a ``Budgets``, make a reader (and an import
 completion) pick the wrong one; a second definition of the same concept drifts from the first.
@@ -11,6 +11,7 @@ is imported).  Private ``_Names`` are each module's own business and are not che
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,8 +23,13 @@ ROOMS = ("envgym", "trainer")
 pytestmark = pytest.mark.timeout(60)
 
 
+#: A type-ish name: CapWords (``Messages``, ``StepResult``), not a CONSTANT or a ``T`` TypeVar.
+CAPWORDS = re.compile(r"[A-Z][a-z]\w*")
+
+
 def _defined(tree: ast.Module) -> list[tuple[str, int]]:
-    """Module-level class names and explicit type aliases (``X: TypeAlias = ...``)."""
+    """Module-level class names, explicit type aliases (``X: TypeAlias = ...``) and plain
+    CapWords aliases (``Messages = Sequence[...]``)."""
     out = []
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
@@ -35,6 +41,9 @@ def _defined(tree: ast.Module) -> list[tuple[str, int]]:
             and node.annotation.id == "TypeAlias"
         ):
             out.append((node.target.id, node.lineno))
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            out.extend((n, node.lineno) for n in names if CAPWORDS.fullmatch(n))
     return out
 
 
@@ -66,4 +75,6 @@ def test_the_check_sees_a_duplicate() -> None:
     """The scan itself: a class and an alias of one name in two modules are both found."""
     a = ast.parse("class Budget:\n    pass\n")
     b = ast.parse("from typing import TypeAlias\nBudget: TypeAlias = int\n_Private = 1\n")
+    c = ast.parse("Budget = dict[str, int]\nLIMIT = 3\nT = 1\n")
     assert _defined(a) == [("Budget", 1)] and _defined(b) == [("Budget", 2)]
+    assert _defined(c) == [("Budget", 1)]  # constants and one-letter TypeVars are not names

@@ -35,7 +35,7 @@ from envgym.rollout.episode import parse_session
 from trainer.sft_data import DataReport, HeldOut, SFTExample, open_target, segment_examples
 
 GoldCalls = list[tuple[str, dict[str, Any]]]
-Progress = Callable[[int, int], None]  # (done, total)
+GoldProgress = Callable[[int, int], None]  # (done, total)
 
 
 @dataclass
@@ -157,7 +157,7 @@ def gold_examples(
     max_turn_tokens: int | None = None,
     stop_at_tool_call: bool = True,
     concurrency: int = 2,
-    progress: Progress | None = None,
+    progress: GoldProgress | None = None,
 ) -> tuple[list[SFTExample], DataReport]:
     """SFT examples from gold replays of ``target``'s tasks (an env id or bundle directory).
 
@@ -232,7 +232,7 @@ async def _replay(
     tasks: list[str],
     stop_at_tool_call: bool,
     concurrency: int,
-    progress: Progress | None,
+    progress: GoldProgress | None,
 ) -> list[tuple[EpisodeResult, GoldCalls]]:
     from envgym.bundle_env import BundleEnv
     from envgym.evaluate.runner import EvalConfig, env_factory

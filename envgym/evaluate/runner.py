@@ -34,7 +34,7 @@ from envgym.store import Store
 from .models import ModelRef, load_policy, model_ref, model_tokenizer, model_window
 from .summary import EvalSummary, noop_solvable, summarize
 
-Progress = Callable[[int, int, EpisodeResult | None], None]  # (done, total, just finished)
+EvalProgress = Callable[[int, int, EpisodeResult | None], None]  # (done, total, just finished)
 EVAL_OVERFLOW = tuple(name for name in OVERFLOW_STRATEGIES if name != "summary")
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ async def run_evaluation(
     *,
     store: Store,
     policy: Policy | None = None,
-    progress: Progress | None = None,
+    progress: EvalProgress | None = None,
 ) -> EvalRun:
     """Evaluate ``model`` on ``target`` (an env id or bundle dir).  ``policy`` overrides loading."""
     bundle = open_bundle(target)
@@ -288,7 +288,7 @@ async def _run(
     key: str,
     done: int,
     total: int,
-    progress: Progress | None,
+    progress: EvalProgress | None,
 ) -> None:
     concurrency = min(config.concurrency, len(todo))
     if config.ray is not None:
@@ -332,7 +332,7 @@ def evaluate(
     *,
     store: Store | None = None,
     policy: Policy | None = None,
-    progress: Progress | None = None,
+    progress: EvalProgress | None = None,
 ) -> EvalRun:
     """Synchronous :func:`run_evaluation` (opens the default store when none is given)."""
     own = store is None

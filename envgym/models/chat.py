@@ -18,15 +18,12 @@ rendering up to and including that assistant turn, and only the suffix is tokeni
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from envgym.parsers import ToolCallParser, format_message, get_parser
 from envgym.parsers._common import THINK_OPEN
-from envgym.tokens import HFTokenCounter
-
-Messages = Sequence[Mapping[str, Any]]
-Tools = Sequence[Mapping[str, Any]]
+from envgym.tokens import HFTokenCounter, Messages, Tools
 
 # The text a parser's call block ends with: a turn may stop right after it (see ChatFormat).
 CALL_CLOSE = {

@@ -17,9 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-from envgym.core import Action, Env, Observation
-
-StepResult = tuple[Observation, float, bool, bool, dict[str, Any]]
+from envgym.core import Action, Env, Observation, StepResult
 
 
 class EnvHandle(Protocol):

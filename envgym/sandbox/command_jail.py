@@ -51,6 +51,7 @@ from envgym.sandbox.fdwait import wait_readable
 from envgym.sandbox.jail import (
     Bind,
     Dir,
+    JailMount,
     JailSpec,
     Tmpfs,
     build_argv,
@@ -58,7 +59,6 @@ from envgym.sandbox.jail import (
     plan_identity,
     python_executable,
 )
-from envgym.sandbox.jail import Mount as JailMount
 from envgym.sandbox.kernel_jail import children
 
 __all__ = ["CommandLimits", "CommandResult", "Mount", "finish", "run_command"]

@@ -23,7 +23,7 @@ from typing import Any
 
 from envgym import runtime
 from envgym.sandbox.base import CallError, CallOutcome, Limits, Sandbox, SolveOutcome, ToolSpec
-from envgym.sandbox.runner import BundleRunner, Reply, encode_reply
+from envgym.sandbox.runner import BundleRunner, RunnerReply, encode_reply
 
 _instances = itertools.count()
 
@@ -53,7 +53,7 @@ class InProcessSandbox(Sandbox):
             module_prefix=self._prefix,
             max_stdout_bytes=self.limits.max_stdout_bytes,
         )
-        self._load: Reply | None = None
+        self._load: RunnerReply | None = None
 
     def describe_tools(self) -> list[ToolSpec]:
         from envgym.bundle import BundleError
@@ -96,12 +96,12 @@ class InProcessSandbox(Sandbox):
         for name in [n for n in list(sys.modules) if n.startswith(self._prefix)]:
             sys.modules.pop(name, None)
 
-    def _loaded(self) -> Reply:
+    def _loaded(self) -> RunnerReply:
         if self._load is None:
             self._load = self._runner.handle({"op": "load"})
         return self._load
 
-    def _outcome(self, request: dict[str, Any]) -> tuple[CallOutcome, Reply]:
+    def _outcome(self, request: dict[str, Any]) -> tuple[CallOutcome, RunnerReply]:
         start = time.perf_counter()
         load = self._loaded()
         if not load.get("ok"):
@@ -131,7 +131,7 @@ class InProcessSandbox(Sandbox):
         )
         return outcome, reply
 
-    def _call_outcome(self, reply: Reply, start: float) -> CallOutcome:
+    def _call_outcome(self, reply: RunnerReply, start: float) -> CallOutcome:
         value = reply["value"]
         stdout = reply.get("stdout", "")
         try:

@@ -182,7 +182,7 @@ class Only:
         return args + ["--remount-ro", str(site)]
 
 
-Mount = Bind | Tmpfs | Dir | Only
+JailMount = Bind | Tmpfs | Dir | Only
 
 
 @dataclass(frozen=True)
@@ -191,10 +191,10 @@ class JailSpec:
     ``/dev``, then ``mounts`` in order (so a bind below a tmpfs comes after it)."""
 
     root: bool  # the host runs as root (see isolation)
-    mounts: tuple[Mount, ...] = ()
+    mounts: tuple[JailMount, ...] = ()
     network: bool = False
     chdir: str = "/"
-    after_dev: tuple[Mount, ...] = ()
+    after_dev: tuple[JailMount, ...] = ()
     python: Path | None = None  # whose prefix to show (default: python_executable())
 
     def __post_init__(self) -> None:

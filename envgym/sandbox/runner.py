@@ -29,7 +29,7 @@ CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 _MAX_MESSAGE = 4000
 _MAX_FRAMES = 6
 
-Reply = dict[str, Any]
+RunnerReply = dict[str, Any]
 
 
 class TextCapture:
@@ -112,14 +112,14 @@ def _route() -> None:
         sys.stderr = _Router(sys.stderr)
 
 
-def error(kind: str, message: str, **extra: Any) -> Reply:
+def error(kind: str, message: str, **extra: Any) -> RunnerReply:
     return {"ok": False, "error": kind, "message": message[:_MAX_MESSAGE], **extra}
 
 
 _encode = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 
-def encode_reply(reply: Reply, max_bytes: int) -> bytes:
+def encode_reply(reply: RunnerReply, max_bytes: int) -> bytes:
     """One protocol line; non-JSON values and oversized replies become error replies."""
     try:
         data = _encode(reply).encode()
@@ -171,15 +171,15 @@ class BundleRunner:
         self.prefix = module_prefix
         # Files ``load`` skips, imported at their first use instead (see _function).
         self.deferred = {name for name in defer if name in CODE_FILES and name != "tools.py"}
-        self._broken: dict[str, Reply] = {}  # a deferred file that failed: its import error
+        self._broken: dict[str, RunnerReply] = {}  # a deferred file that failed: its import error
         self.capture = TextCapture(max_stdout_bytes)
         self.modules: dict[str, types.ModuleType] = {}
         self.tools: dict[str, Callable[..., Any]] = {}
         self.coercers: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = {}
         self.state: Path | None = None
-        self._loaded: Reply | None = None
+        self._loaded: RunnerReply | None = None
         self._files = {str(self.bundle_dir / name): name for name in CODE_FILES}
-        self.ops: dict[str, Callable[[dict[str, Any]], Reply]] = {
+        self.ops: dict[str, Callable[[dict[str, Any]], RunnerReply]] = {
             "load": self.load,
             "reset": self.reset,
             "call": self.call,
@@ -187,7 +187,7 @@ class BundleRunner:
             "verify": self.verify,
         }
 
-    def handle(self, request: dict[str, Any]) -> Reply:
+    def handle(self, request: dict[str, Any]) -> RunnerReply:
         op = self.ops.get(request.get("op", ""))
         if op is None:
             return error("protocol", f"unknown op {request.get('op')!r}")
@@ -199,12 +199,12 @@ class BundleRunner:
             return error("exception", f"internal error in the sandbox runner: {exc!r}")
 
     # -- ops -------------------------------------------------------------------------------
-    def load(self, request: dict[str, Any]) -> Reply:
+    def load(self, request: dict[str, Any]) -> RunnerReply:
         if self._loaded is None:  # module code runs once; later loads repeat the answer
             self._loaded = self._load()
         return self._loaded
 
-    def _load(self) -> Reply:
+    def _load(self) -> RunnerReply:
         for name in CODE_FILES:
             path = self.bundle_dir / name
             if name in self.deferred:
@@ -231,7 +231,7 @@ class BundleRunner:
             self.coercers[fn.__name__] = argument_coercer(fn)
         return {"ok": True, "value": {"tools": specs}}
 
-    def reset(self, request: dict[str, Any]) -> Reply:
+    def reset(self, request: dict[str, Any]) -> RunnerReply:
         path = Path(request["state_dir"])
         if not path.is_dir():
             return error("not_found", "the episode state directory does not exist")
@@ -240,14 +240,14 @@ class BundleRunner:
         self.state = path
         return {"ok": True, "value": None}
 
-    def call(self, request: dict[str, Any]) -> Reply:
+    def call(self, request: dict[str, Any]) -> RunnerReply:
         name = request["name"]
         fn = self.tools.get(name)
         if fn is None:
             return error("not_found", f"no tool named {name!r}")
         return self._run(fn, request.get("arguments") or {}, self.coercers[name])
 
-    def solve(self, request: dict[str, Any]) -> Reply:
+    def solve(self, request: dict[str, Any]) -> RunnerReply:
         fn = self._function("solution.py", request["function"])
         if isinstance(fn, dict):
             return fn
@@ -266,7 +266,7 @@ class BundleRunner:
         reply["submission"] = recorder.submission
         return reply
 
-    def verify(self, request: dict[str, Any]) -> Reply:
+    def verify(self, request: dict[str, Any]) -> RunnerReply:
         fn = self._function("verifier.py", request["function"])
         if isinstance(fn, dict):
             return fn
@@ -282,7 +282,7 @@ class BundleRunner:
         return self._run(run, {})
 
     # -- helpers ---------------------------------------------------------------------------
-    def _import(self, name: str, path: Path, state: Path | None) -> Reply | None:
+    def _import(self, name: str, path: Path, state: Path | None) -> RunnerReply | None:
         module = types.ModuleType(self.prefix + path.stem)
         module.__file__ = str(path)
         # Compile from source ourselves: importlib would write __pycache__ into the bundle
@@ -305,7 +305,7 @@ class BundleRunner:
         self.modules[name] = module
         return None
 
-    def _function(self, file: str, name: str) -> Callable[..., Any] | Reply:
+    def _function(self, file: str, name: str) -> Callable[..., Any] | RunnerReply:
         if file in self.deferred:
             # Imported with no episode state, as ``load`` would have (it runs before reset).
             self.deferred.discard(file)
@@ -348,7 +348,7 @@ class BundleRunner:
         fn: Callable[..., Any],
         arguments: dict[str, Any],
         coerce: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> Reply:
+    ) -> RunnerReply:
         """Call bundle code; exceptions become error replies, printed output goes in ``stdout``.
 
         Written out rather than with the context managers above: this is the per-call hot path.
@@ -359,7 +359,10 @@ class BundleRunner:
         saved = getattr(_local, "capture", None)
         _local.capture = self.capture
         try:
-            reply: Reply = {"ok": True, "value": fn(**(coerce(arguments) if coerce else arguments))}
+            reply: RunnerReply = {
+                "ok": True,
+                "value": fn(**(coerce(arguments) if coerce else arguments)),
+            }
         except MemoryError as exc:
             exc.__traceback__ = None  # drop the frames that hold the memory
             reply = error("memory", "MemoryError: out of memory (the sandbox's memory limit)")
