@@ -25,11 +25,14 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:  # transformers is imported where a model is loaded, not at import time
+    from transformers import PreTrainedModel
 
 PREFIX = "step-"
 
@@ -55,7 +58,7 @@ class TaskOrder:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.tasks)).tolist()
 
     def take(self, n: int) -> list[Any]:
-        out = []
+        out: list[Any] = []
         while len(out) < n:
             if self.index >= len(self.tasks):
                 self.epoch, self.index = self.epoch + 1, 0
@@ -209,7 +212,9 @@ def config_changes(saved: dict[str, Any], now: dict[str, Any], *, prefix: str = 
     return out
 
 
-def export_policy(model: nn.Module, tokenizer: Any, out: str | Path, meta: dict[str, Any]) -> Path:
+def export_policy(
+    model: PreTrainedModel, tokenizer: Any, out: str | Path, meta: dict[str, Any]
+) -> Path:
     """The trained policy as an HF folder that ``envgym eval --model OUT`` (and vLLM) load:
     weights, config, tokenizer with its chat template, and ``train_run.json`` (``meta``).
 

@@ -194,15 +194,17 @@ def _expand_paths(c: TrainConfig) -> TrainConfig:
     """``~`` and ``$VARS`` expanded in the keys that name files, as ``envgym sft`` does: the
     configs point at ``~/.cache/envgym/...`` (an env id or hub id has neither, so passes as is)."""
 
-    def ex(path: str | None) -> str | None:
-        return None if path is None else os.path.expandvars(os.path.expanduser(path))
+    def ex(path: str) -> str:
+        return os.path.expandvars(os.path.expanduser(path))
 
     return dataclasses.replace(
         c,
         model=dataclasses.replace(c.model, path=ex(c.model.path)),
         envs=[dataclasses.replace(e, id=ex(e.id)) for e in c.envs],
         checkpoint=dataclasses.replace(
-            c.checkpoint, dir=ex(c.checkpoint.dir), export=ex(c.checkpoint.export)
+            c.checkpoint,
+            dir=ex(c.checkpoint.dir),
+            export=c.checkpoint.export and ex(c.checkpoint.export),
         ),
         metrics=dataclasses.replace(c.metrics, dir=ex(c.metrics.dir)),
     )
@@ -259,7 +261,7 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{where} must be a list, not {_show(value)}")
         return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, where)
     if hint is bool:
         if not isinstance(value, bool):

@@ -28,7 +28,7 @@ import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -289,7 +289,8 @@ def full_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """
     _require_sharded(model)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=options)
+    # full_state_dict=True: every value is a plain tensor (torch types them as any state value)
+    return cast(dict[str, Tensor], get_model_state_dict(model, options=options))
 
 
 def load_full_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor]) -> None:

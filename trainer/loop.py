@@ -41,10 +41,9 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
 from envgym.policy import SamplingParams
 from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
@@ -66,6 +65,9 @@ from trainer.stream import run_async
 from trainer.tasks import TaskRef, task_split
 from trainer.update import Update
 from trainer.weight_sync import build_engine, load_model, managed_vllm, pad_id, sync_weights
+
+if TYPE_CHECKING:  # transformers is imported where a model is loaded, not at import time
+    from transformers import PreTrainedModel
 
 # Defined in trainer.collect and trainer.tasks; callers and tests import them from here.
 __all__ = ["StepReport", "Trainer", "derive_seed", "task_split"]
@@ -96,7 +98,7 @@ class Trainer:
         self,
         config: TrainConfig,
         *,
-        model: nn.Module | None = None,
+        model: PreTrainedModel | None = None,
         tokenizer: Any = None,
         engine_policy: Any = None,
         on_step: Callable[[StepReport], None] | None = None,
@@ -111,7 +113,8 @@ class Trainer:
         if model is None:
             device = resolve_device(config.model.device)  # before minutes of loading
             model, tokenizer = load_model(config)
-            model.to(device)  # a model passed in stays where its caller put it
+            # transformers wraps PreTrainedModel.to with functools.wraps, hiding its signature
+            model.to(device)  # type: ignore[arg-type]  # a model passed in stays where it was
         elif tokenizer is None:
             raise ValueError("a model passed in needs its tokenizer")
         self.tokenizer = tokenizer

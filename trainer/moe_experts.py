@@ -29,7 +29,10 @@ def _kernel_experts(
     self: nn.Module, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor
 ) -> Tensor:
     """``[N, D]`` → ``[N, D]``: the experts' weighted sum for each token's top-k."""
-    n_experts = self.gate_up_proj.shape[0]
+    gate_up, down = self.gate_up_proj, self.down_proj
+    if not isinstance(gate_up, Tensor) or not isinstance(down, Tensor):
+        raise TypeError(f"{type(self).__name__}: gate_up_proj and down_proj must be tensors")
+    n_experts = gate_up.shape[0]
     dropped = top_k_index >= n_experts  # transformers' "no expert" sentinel (expert parallel)
     if bool(dropped.any()):
         top_k_index = top_k_index.masked_fill(dropped, 0)
@@ -38,8 +41,8 @@ def _kernel_experts(
         hidden_states,
         top_k_index,
         top_k_weights.to(hidden_states.dtype),
-        self.gate_up_proj,
-        self.down_proj,
+        gate_up,
+        down,
     )
 
 

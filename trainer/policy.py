@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from kernels.logprob import selected_logprobs
 from trainer.batch import TrainBatch
+
+if TYPE_CHECKING:  # transformers is imported where a model is loaded, not at import time
+    from transformers import PreTrainedModel
 
 
 class TrainablePolicy:
@@ -42,7 +45,7 @@ class TrainablePolicy:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: PreTrainedModel,
         *,
         chunk_size: int = 1024,
         keep_sampling_mask: bool = True,
@@ -58,7 +61,7 @@ class TrainablePolicy:
 
     @property
     def head_weight(self) -> Tensor:
-        return self.model.get_output_embeddings().weight  # type: ignore[union-attr,return-value]
+        return self.model.get_output_embeddings().weight
 
     def hidden_states(self, batch: TrainBatch) -> Tensor:
         """``[B, T, H]`` final hidden states of ``batch.input_ids`` (routes replayed if any).

@@ -225,15 +225,24 @@ def _routers_or_raise(model: nn.Module) -> list[nn.Module]:
     return routers
 
 
+def _int_attr(module: nn.Module, name: str) -> int:
+    """A plain int attribute of ``module`` (``top_k``): torch types ``Module.__getattr__`` as
+    ``Tensor | Module``, which only covers parameters, buffers and submodules."""
+    return int(getattr(module, name))
+
+
 def _top_k(routers: list[nn.Module]) -> int:
-    ks = {int(r.top_k) for r in routers}
+    ks = {_int_attr(r, "top_k") for r in routers}
     if len(ks) != 1:
         raise ValueError(f"MoE layers disagree on top-k: {sorted(ks)}")
     return ks.pop()
 
 
 def _n_experts(router: nn.Module) -> int:
-    return int(getattr(router, "num_experts", None) or router.weight.shape[0])
+    weight = router.weight
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"{type(router).__name__}.weight is not a tensor")
+    return int(getattr(router, "num_experts", None) or weight.shape[0])
 
 
 def _recorded_router_classes(model: nn.Module) -> tuple[type, ...]:

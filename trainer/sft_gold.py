@@ -277,6 +277,11 @@ async def _replay(
                     progress(len(out), len(tasks))
     finally:
         await policy.aclose()
-        await asyncio.to_thread(lambda: [e.close() for e in gold_env])
+        await asyncio.to_thread(_close_all, gold_env)
     order = {t: i for i, t in enumerate(tasks)}
     return sorted(out, key=lambda pair: order[pair[0].task_id])  # deterministic data order
+
+
+def _close_all(envs: list[Any]) -> None:  # BundleEnvs (imported lazily, with the bundles)
+    for env in envs:
+        env.close()

@@ -158,7 +158,8 @@ def run_config_from_dict(data: Any) -> SFTRunConfig:
     if s.get("db") and not models:
         raise SFTConfigError("store.models must name the model(s) whose episodes may be used")
     try:
-        sft = SFTConfig(**{k: tuple(v) if k == "betas" else v for k, v in o.items()})
+        options: dict[str, Any] = {k: tuple(v) if k == "betas" else v for k, v in o.items()}
+        sft = SFTConfig(**options)
     except ValueError as err:
         raise SFTConfigError(str(err).replace("SFTConfig.", "sft.")) from None
     env = EnvOptions(**{k: d[k] for k in ("sandbox", "context", "parser") if k in d})

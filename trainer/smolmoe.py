@@ -137,7 +137,9 @@ def mixtral_config(
         raise ValueError(
             f"Mixtral experts use silu; the source has hidden_act={dense_config.hidden_act!r}"
         )
-    return MixtralConfig(
+    # experts_implementation is taken by PreTrainedConfig's **kwargs, which the typed
+    # MixtralConfig signature does not declare.
+    return MixtralConfig(  # type: ignore[call-arg]  # transformers' stubs: see above
         vocab_size=dense_config.vocab_size,
         hidden_size=dense_config.hidden_size,
         intermediate_size=dense_config.intermediate_size,
@@ -211,10 +213,10 @@ def _check_args(
         raise ValueError(f"n_experts must be >= 1, got {n_experts}")
     if not 1 <= top_k <= n_experts:
         raise ValueError(f"top_k must be in [1, n_experts={n_experts}], got {top_k}")
-    for name, value in (("noise", noise), ("router_std", router_std)):
-        if value is None and name == "router_std":
+    for fname, fvalue in (("noise", noise), ("router_std", router_std)):
+        if fvalue is None and fname == "router_std":
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a float, got {value!r}")
-        if not value >= 0 or value == float("inf"):
-            raise ValueError(f"{name} must be a finite float >= 0, got {value}")
+        if isinstance(fvalue, bool) or not isinstance(fvalue, (int, float)):
+            raise TypeError(f"{fname} must be a float, got {fvalue!r}")
+        if not fvalue >= 0 or fvalue == float("inf"):
+            raise ValueError(f"{fname} must be a finite float >= 0, got {fvalue}")

@@ -206,7 +206,7 @@ class Update:
         old: dict[int, Tensor] = {}  # sample index → its log-probs [length - 1]
         ref: dict[int, Tensor] = {}
         flips, flip_w = 0.0, 0
-        lengths = []
+        lengths: list[int] = []
         for idx in self._micro(samples, list(range(len(samples)))):
             batch = self._collate([samples[i] for i in idx])
             sel = batch.mask > 0

@@ -23,16 +23,19 @@ import copy
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from trainer.config import TrainConfig
 from trainer.moe_experts import use_kernel_experts
 
+if TYPE_CHECKING:  # transformers is imported where a model is loaded, not at import time
+    from transformers import PreTrainedModel
 
-def load_model(config: TrainConfig) -> tuple[nn.Module, Any]:
+
+def load_model(config: TrainConfig) -> tuple[PreTrainedModel, Any]:
     """``(model, tokenizer)`` of ``model.path``; ValueError naming the key when unloadable."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -75,7 +78,7 @@ def build_engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
                 "weight reload corrupts MoE layers; use model.engine: local (docs/TRAINER.md)"
             )
         return None  # served by the trainer itself: managed_vllm, entered when the run starts
-    if m.engine == "vllm":
+    if m.engine == "vllm" and m.vllm_url:  # always set here (returned above when not)
         from envgym.models.vllm_server import VLLMPolicy
 
         return VLLMPolicy(m.vllm_url, tokenizer=tokenizer, parser=m.parser, thinking=m.thinking)
@@ -100,7 +103,9 @@ def pad_id(tokenizer: Any) -> int:
     return int(pad or 0)
 
 
-async def sync_weights(engine: Any, model: nn.Module, version: int, config: TrainConfig) -> None:
+async def sync_weights(
+    engine: Any, model: PreTrainedModel, version: int, config: TrainConfig
+) -> None:
     """Give ``engine`` the weights of ``model`` and set its policy version to ``version``."""
     from envgym.models.local import LocalPolicy
 
@@ -121,7 +126,7 @@ async def sync_weights(engine: Any, model: nn.Module, version: int, config: Trai
     engine.version = version
 
 
-async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int) -> None:
+async def _reload_vllm(engine: Any, model: PreTrainedModel, folder: Path, version: int) -> None:
     """vLLM weight reload from disk: :func:`save_engine_weights` + ``/collective_rpc
     reload_weights`` (vLLM ≥ 0.11's in-place reload; the server needs
     ``VLLM_SERVER_DEV_MODE=1``), then reset the prefix cache (its KV was computed with the old
@@ -145,7 +150,11 @@ async def _reload_vllm(engine: Any, model: nn.Module, folder: Path, version: int
 
 
 def save_engine_weights(
-    model: nn.Module, folder: Path, tokenizer: Any = None, *, max_shard_size: str | int = "5GB"
+    model: PreTrainedModel,
+    folder: Path,
+    tokenizer: Any = None,
+    *,
+    max_shard_size: str | int = "5GB",
 ) -> Path:
     """``model`` as an HF folder a vLLM server loads and reloads, its LM head written *untied*.
 
@@ -163,7 +172,12 @@ def save_engine_weights(
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     head, embed = model.get_output_embeddings(), model.get_input_embeddings()
-    if head is None or embed is None or head.weight.data_ptr() != embed.weight.data_ptr():
+    embed_weight = None if embed is None else embed.weight
+    if (
+        head is None
+        or not isinstance(embed_weight, Tensor)
+        or head.weight.data_ptr() != embed_weight.data_ptr()
+    ):
         return folder  # untied already: save_pretrained wrote the head
     name = next(n for n, m in model.named_modules() if m is head) + ".weight"
     tensor = head.weight.detach().to("cpu").clone().contiguous()
@@ -188,7 +202,9 @@ def save_engine_weights(
 
 
 @contextlib.asynccontextmanager
-async def managed_vllm(config: TrainConfig, model: nn.Module, tokenizer: Any) -> AsyncIterator[Any]:
+async def managed_vllm(
+    config: TrainConfig, model: PreTrainedModel, tokenizer: Any
+) -> AsyncIterator[Any]:
     """A vLLM server of ``model``'s current weights (started here, stopped on exit) and the
     :class:`~envgym.models.vllm_server.VLLMPolicy` that samples from it."""
     from envgym.models import vllm_server

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -64,7 +64,7 @@ class RolloutEngine:
     def __init__(
         self,
         policy: Policy,
-        envs: EnvPool,
+        envs: EnvPool[Any],  # any pool; its handles go back to it only
         *,
         params: SamplingParams | None = None,
         budget: RolloutBudget | None = None,
@@ -99,7 +99,7 @@ class RolloutEngine:
         await self._cancel_workers(list(self._workers))
         await self.envs.aclose()
 
-    async def run(self, specs: Iterable[EpisodeSpec]) -> AsyncIterator[EpisodeResult]:
+    async def run(self, specs: Iterable[EpisodeSpec]) -> AsyncGenerator[EpisodeResult, None]:
         """Yield each episode's result as soon as it finishes (completion order)."""
         queue: asyncio.Queue[EpisodeResult | BaseException | None] = asyncio.Queue()
         pending = iter(specs)
@@ -140,7 +140,7 @@ class RolloutEngine:
         start = time.monotonic()
         deadline = start + self.budget.max_seconds
         try:
-            handle = await self.envs.acquire()
+            handle: EnvHandle = await self.envs.acquire()
         except Exception as exc:  # noqa: BLE001 - e.g. a sandbox that failed to start
             run = _Run(spec)
             run.error, run.error_message = "env", f"could not open an env: {_describe(exc)}"

@@ -32,10 +32,14 @@ class EnvHandle(Protocol):
         ...
 
 
-class EnvPool(Protocol):
-    async def acquire(self) -> EnvHandle: ...
+# A pool's own handle type: what it hands out is what it takes back.
+PoolHandle = TypeVar("PoolHandle", bound=EnvHandle)
 
-    async def release(self, handle: EnvHandle, *, healthy: bool) -> None:
+
+class EnvPool(Protocol[PoolHandle]):
+    async def acquire(self) -> PoolHandle: ...
+
+    async def release(self, handle: PoolHandle, *, healthy: bool) -> None:
         """Return an env; an unhealthy one (a call timed out or raised) is closed, not reused."""
         ...
 
@@ -167,10 +171,10 @@ class _ThreadHandle:
     async def reset(
         self, *, seed: int | None, options: dict[str, Any]
     ) -> tuple[Observation, dict[str, Any]]:
-        return await self._call(self.runner.reset, seed, options)  # type: ignore[no-any-return]
+        return await self._call(self.runner.reset, seed, options)
 
     async def step(self, action: Action) -> StepResult:
-        return await self._call(self.runner.step, action)  # type: ignore[no-any-return]
+        return await self._call(self.runner.step, action)
 
     async def history(self) -> list[dict[str, Any]]:
         return self.runner.history()

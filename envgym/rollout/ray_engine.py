@@ -59,13 +59,13 @@ class _RayHandle:
     async def reset(
         self, *, seed: int | None, options: dict[str, Any]
     ) -> tuple[Observation, dict[str, Any]]:
-        return await self.actor.reset.remote(seed, options)  # type: ignore[no-any-return]
+        return await self.actor.reset.remote(seed, options)
 
     async def step(self, action: Action) -> StepResult:
-        return await self.actor.step.remote(action)  # type: ignore[no-any-return]
+        return await self.actor.step.remote(action)
 
     async def history(self) -> list[dict[str, Any]]:
-        return await self.actor.history.remote()  # type: ignore[no-any-return]
+        return await self.actor.history.remote()
 
 
 class RayEnvPool(SlotPool[_RayHandle]):
@@ -180,7 +180,7 @@ class RayPolicy:
         params: SamplingParams,
     ) -> Turn:
         try:
-            return await self._replica(session).act.remote(session, messages, tools, params)  # type: ignore[no-any-return]
+            return await self._replica(session).act.remote(session, messages, tools, params)
         except self._ray.exceptions.RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, PolicyError):
