@@ -24,6 +24,11 @@ SubmissionPath = tuple[
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 
 
+def _chooser(rng: random.Random, others: list[Any]) -> Callable[[Any], Any]:
+    """A replacement that swaps a value for one of ``others`` (the same key's other values)."""
+    return lambda _value: rng.choice(others)
+
+
 def corruptions(submission: dict[str, Any], n: int, rng: random.Random) -> list[dict[str, Any]]:
     """Up to ``n`` distinct single-field corruptions of ``submission`` (never equal to it)."""
     tree = _expand(submission)
@@ -37,7 +42,7 @@ def corruptions(submission: dict[str, Any], n: int, rng: random.Random) -> list[
         key = path[-1] if path else None
         others = [v for v in by_key[key] if v != value]
         if others and isinstance(key, str):
-            options.append((path, lambda _v, o=others: rng.choice(o)))
+            options.append((path, _chooser(rng, others)))
         options.append((path, _perturb))
         if len(path) > 1 and isinstance(path[-1], str):
             options.append((path, None))  # drop the field

@@ -199,9 +199,9 @@ class ToolTable:
             key=lambda e: ([str(p) for p in e.absolute_path], str(e.validator), e.message)
         )
         lines = []
-        for err in problems[:5]:
-            where = ".".join(str(p) for p in err.absolute_path)
-            lines.append(_short(f"{where}: {err.message}" if where else err.message))
+        for problem in problems[:5]:
+            where = ".".join(str(p) for p in problem.absolute_path)
+            lines.append(_short(f"{where}: {problem.message}" if where else problem.message))
         return f"invalid arguments for {name}: " + "; ".join(lines)
 
 

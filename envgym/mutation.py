@@ -177,7 +177,7 @@ def _apply(node: ast.AST, kind: str) -> bool:
         value = node.value
         if isinstance(value, int):
             node.value = value + 1 if arg == "up" else value - 1
-        else:
+        elif isinstance(value, float):  # _number admits only int and float
             node.value = value * 10 if arg == "up" else value / 10
         return True
     if base == "return_empty" and isinstance(node, ast.Return):

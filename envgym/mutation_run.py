@@ -268,7 +268,7 @@ def _judge(
     bundle: Bundle,
     mutant: Mutant,
     root: Path,
-    stream: dict[str, list[dict[str, Any]]],
+    stream: dict[str, list[Probe]],
     original: dict[str, list[ProbeOutcome]],
     *,
     sandbox: str,

@@ -96,10 +96,10 @@ def load_policy(
         return AgentPolicy.random()
     if ref.kind in ("embedded", "hf"):
         local = _backend("envgym.models.local", "LocalPolicy")
-        return local.from_pretrained(ref.spec)  # type: ignore[no-any-return]
+        return local.from_pretrained(ref.spec)
     url, _, served = ref.spec.partition("#")
     http = _backend("envgym.models.openai_http", "OpenAIPolicy")
-    return http(base_url=url, model=served or served_model(url))  # type: ignore[no-any-return]
+    return http(base_url=url, model=served or served_model(url))
 
 
 def load_language_model(spec: str, purpose: str) -> Policy:
@@ -223,8 +223,8 @@ def served_model(base_url: str) -> str:
         ) from None
 
 
-def _backend(module: str, name: str) -> type:
+def _backend(module: str, name: str) -> Any:  # a policy class, imported by name
     try:
-        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ModelSpecError(f"the model backend {module}.{name} is not available: {exc}") from None

@@ -160,7 +160,7 @@ def load_scores(path: Path) -> EvalScores:
         task = row.get("task_id") if isinstance(row, dict) else None
         reward = row.get("mean_reward") if isinstance(row, dict) else None
         numeric = isinstance(reward, (int, float)) and not isinstance(reward, bool)
-        if not isinstance(task, str) or not numeric:
+        if not isinstance(task, str) or not numeric or reward is None:
             raise CompareError(
                 f"{path}: per_task[{i}] needs a string task_id and a numeric mean_reward"
             )

@@ -120,9 +120,8 @@ def summarize(
         by_task[e.task_id].append(e)
     ks = report_ks(k)
     all_tasks = [_task(task_id, results, ks) for task_id, results in by_task.items()]
-    left_out = {
-        t.task_id: str(exclude[t.task_id]) for t in all_tasks if t.task_id in (exclude or {})
-    }
+    skip = exclude or {}
+    left_out = {t.task_id: str(skip[t.task_id]) for t in all_tasks if t.task_id in skip}
     per_task = [t for t in all_tasks if t.task_id not in left_out]  # the scored tasks
 
     def across(name: str) -> tuple[dict[int, Interval], dict[int, int]]:

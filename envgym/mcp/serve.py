@@ -121,10 +121,11 @@ class EnvServer:
         async with session["lock"]:
             if session["driver"] is None:
                 env = await anyio.to_thread.run_sync(self._take_env)
-                session["driver"] = EpisodeDriver(env)
+                driver = EpisodeDriver(env)
+                session["driver"] = driver
                 if self._http:
                     connection.exit_stack.push_async_callback(
-                        anyio.to_thread.run_sync, session["driver"].close
+                        anyio.to_thread.run_sync, driver.close
                     )
         return session
 

@@ -152,8 +152,9 @@ class DockerWorker(WorkerHandle):
         self._killed = True
         if getattr(self, "sock", None) is not None:
             self.sock.close()
-        if getattr(self, "_watch", None) is not None:
-            self._watch.close()
+        watch = getattr(self, "_watch", None)
+        if watch is not None:
+            watch.close()
         if self.container is not None:
             try:
                 self.client.api.remove_container(self.container.id, force=True)
