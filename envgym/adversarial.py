@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 HUGE_STRING_BYTES = 1_000_000
 NEST_DEPTH = 3000  # as JSON text inside a string argument: what a model can actually send
@@ -153,7 +153,8 @@ def _format_examples(
     fenced = [block.strip() for block in _FENCED.findall(prompt) if block.strip()]
     out: dict[str, list[Any]] = {}
     for k in names:
-        spec = props.get(k) if isinstance(props.get(k), Mapping) else {}
+        spec = props.get(k)
+        spec = spec if isinstance(spec, Mapping) else {}
         values: list[Any] = [
             *spec.get("examples", ()),
             *([spec["default"]] if "default" in spec else []),
@@ -164,7 +165,7 @@ def _format_examples(
     return out
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -15,6 +15,7 @@ reuse its KV cache across turns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -53,7 +54,9 @@ class Turn:
     prompt_ids: list[int] | None = None  # the full prompt the engine saw; None if unknown (HTTP)
     token_ids: list[int] = field(default_factory=list)  # sampled ids
     logprobs: list[float] = field(default_factory=list)  # engine log-prob per sampled id
-    kept: list[list[int] | None] | None = None  # keep-sampling-mask support per sampled id
+    # keep-sampling-mask support per sampled id: a kept set, None (not truncated) or "unknown";
+    # the local engines give a KeptSets (envgym.models.kept), decoded on access
+    kept: Sequence[list[int] | str | None] | None = None
     routes: list[list[list[int]]] | None = None  # MoE routes per sampled id, per layer
     finish_reason: str = "stop"  # "stop" | "length" | "tool_calls"
     usage: Usage = Usage()

@@ -63,7 +63,7 @@ def _without(
     groups: Sequence[Sequence[int]],
     what: DropKind,
     reason: str,
-    insert: Message | None = None,
+    insert: Mapping[str, Any] | None = None,  # e.g. a messages.UserMessage (copied)
 ) -> Rendered:
     """``history`` minus ``groups``; ``insert`` goes right after the last removed message."""
     removed = {i for group in groups for i in group}

@@ -23,7 +23,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 import mcp_types as types
 import pydantic
@@ -98,12 +98,12 @@ class McpConnection:
     """
 
     def __init__(
-        self, spec: ServerSpec, *, connect_timeout_s: float = 30.0, stderr: IO[str] | None = None
+        self, spec: ServerSpec, *, connect_timeout_s: float = 30.0, stderr: TextIO | None = None
     ) -> None:
         self.spec = spec
         # A stdio server's stderr: the caller's stream, else a private file whose tail explains
         # a server that dies (a start that fails with "Connection closed" says nothing alone).
-        self._stderr = (
+        self._stderr: TextIO = (  # TextIO: what the SDK's stdio_client takes
             stderr
             if stderr is not None
             else tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 import mcp_types as types
 
@@ -52,7 +52,7 @@ class McpToolset:
         prefix: str = "",
         call_timeout_s: float = 30.0,
         connect_timeout_s: float = 60.0,
-        stderr: IO[str] | None = None,
+        stderr: TextIO | None = None,
     ) -> None:
         self.spec = spec
         self.prefix = prefix

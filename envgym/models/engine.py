@@ -176,7 +176,7 @@ class Engine:
             if request.future.done():  # cancelled while queued
                 continue
             try:
-                row = self._prefill(request)
+                admitted = self._prefill(request)
             except PolicyError as err:  # kept as raised: ContextWindowExceeded is an outcome
                 self._fail(request, err)
                 continue
@@ -184,8 +184,8 @@ class Engine:
                 log.exception("local engine prefill failed")
                 self._fail(request, f"the local engine failed: {type(err).__name__}: {err}")
                 continue
-            if row is not None:
-                self._rows.append(row)
+            if admitted is not None:
+                self._rows.append(admitted)
 
     def _prefill(self, request: Request) -> _Row | None:
         session = self._sessions.get(request.session)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +37,7 @@ def mask_placeholder(batch: int, device: torch.device | str | None = None) -> to
 def kv_layout(model: torch.nn.Module) -> tuple[int, int, int, torch.dtype, torch.device]:
     """``(layers, kv_heads, head_dim, dtype, device)`` of a transformers causal LM: a KVStore's
     shape, and where its buffers live (the model's device: attention reads them there)."""
-    config = model.config  # type: ignore[attr-defined]
+    config: Any = model.config  # a transformers PretrainedConfig (untyped attributes)
     heads = config.num_attention_heads
     first = next(model.parameters())
     return (
@@ -82,9 +83,9 @@ class KVStore:
             return
         capacity = max(512, total + total // 4)
         shape = (1, self.kv_heads, capacity, self.head_dim)
-        like = dict(dtype=self.dtype, device=self.device)
-        keys = [torch.empty(shape, **like) for _ in range(self.layers)]  # type: ignore[arg-type]
-        values = [torch.empty(shape, **like) for _ in range(self.layers)]  # type: ignore[arg-type]
+        like: dict[str, Any] = dict(dtype=self.dtype, device=self.device)
+        keys = [torch.empty(shape, **like) for _ in range(self.layers)]
+        values = [torch.empty(shape, **like) for _ in range(self.layers)]
         for old, new in zip(self.keys + self.values, keys + values):
             new[:, :, : self.length] = old[:, :, : self.length]
         self.keys, self.values = keys, values
@@ -186,9 +187,9 @@ def ragged_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     sliding_window: int | None = None,
-    **kwargs: object,
+    **kwargs: Any,  # transformers' attention keywords, passed through to its sdpa
 ) -> tuple[torch.Tensor, None]:
-    if not isinstance(key, RaggedKV) or not isinstance(value, RaggedKV):
+    if isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor):
         return sdpa_attention_forward(
             module,
             query,
@@ -200,6 +201,8 @@ def ragged_attention(
             sliding_window=sliding_window,
             **kwargs,
         )
+    if not isinstance(key, RaggedKV) or not isinstance(value, RaggedKV):
+        raise TypeError("ragged_attention: key and value must both be tensors or both RaggedKV")
     new = key.new
     outputs = []
     for i, (k, v) in enumerate(zip(key.keys, value.values)):

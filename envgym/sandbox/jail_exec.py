@@ -100,6 +100,7 @@ def main(argv: list[str]) -> int:
         Bind,
         Dir,
         JailSpec,
+        Mount,
         Tmpfs,
         build_argv,
         is_jail_uid,
@@ -134,7 +135,7 @@ def main(argv: list[str]) -> int:
             uid if uid is not None else os.getuid(),
             uid if uid is not None else os.getgid(),
         )
-        mounts = [
+        mounts: list[Mount] = [
             Tmpfs("/tmp", size=limits["tmp-bytes"]),
             Dir("/etc"),
             Bind(str(passwd), "/etc/passwd"),

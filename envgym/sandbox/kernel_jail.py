@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from envgym.sandbox.base import SandboxUnavailable
 from envgym.sandbox.bwrap import _spawn, probe
@@ -109,7 +110,7 @@ class JailedProcess:
     def __init__(
         self,
         proc: subprocess.Popen[bytes],
-        stderr: tempfile._TemporaryFileWrapper[bytes],
+        stderr: IO[bytes],  # a tempfile.TemporaryFile (a plain file object on Linux)
         uid: int | None,
         group: JailCgroup | None = None,
     ) -> None:

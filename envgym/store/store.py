@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -334,7 +334,8 @@ class Store(TrainingRunStore):
                     EpisodeRow.evaluation_id == ev.id, EpisodeRow.error.is_not(None)
                 )
             )
-            return int(done.rowcount or 0)
+            # a DELETE's result is a CursorResult (Session.execute is typed for any statement)
+            return int(done.rowcount or 0) if isinstance(done, CursorResult) else 0
 
     def episodes(
         self, key: str, *, task_ids: Iterable[str] | None = None, samples: int | None = None
