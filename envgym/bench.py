@@ -11,7 +11,7 @@ import os
 import platform
 import sys
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from rich.console import Console
 from rich.table import Table
@@ -36,7 +36,7 @@ def machine() -> dict[str, object]:
     }
 
 
-def available() -> dict[str, object]:
+def available() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
@@ -44,7 +44,7 @@ def run_benchmark(name: str, *, as_json: bool, quick: bool, console: Console) ->
     eps = available()
     if name not in eps:
         raise KeyError(f"no benchmark {name!r}; available: {', '.join(sorted(eps)) or 'none'}")
-    result: BenchResult = eps[name].load()(quick=quick)  # type: ignore[attr-defined]
+    result: BenchResult = eps[name].load()(quick=quick)
     if as_json:
         payload = {
             "benchmark": result.benchmark,

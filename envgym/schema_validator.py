@@ -63,7 +63,7 @@ def _refuse(uri: str) -> Any:
 
 
 #: References resolve inside the schema (and the bundled metaschemas), never by a fetch.
-NO_REMOTE: Registry = Registry(retrieve=_refuse)  # type: ignore[call-arg]
+NO_REMOTE: Registry = Registry(retrieve=_refuse)  # type: ignore[call-arg]  # as above
 
 
 @lru_cache(maxsize=1024)

@@ -127,6 +127,7 @@ class _Tally:
         return {"cost": self._cost, "limit": self._limit}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        # unpickling rebuilds the lock and cache; mypy refuses any call of __init__ on self
         self.__init__(state["cost"], state["limit"])  # type: ignore[misc]
 
     def total(self, messages: Messages) -> int:
@@ -167,7 +168,7 @@ class _ToolsCost:
         return {"cost": self._cost}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["cost"])  # type: ignore[misc]
+        self.__init__(state["cost"])  # type: ignore[misc]  # as above: rebuild on unpickle
 
     def __call__(self, tools: Tools) -> int:
         last = self._last

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -200,7 +201,7 @@ def collate(
     samples: Sequence[Sample],
     *,
     pad_id: int = 0,
-    unknown_kept: str = "raise",
+    unknown_kept: Literal["raise", "full"] = "raise",
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> TrainBatch:
@@ -235,7 +236,7 @@ def collate(
         lp = torch.tensor(s.engine_logp[1:], dtype=dtype)
         engine[b, :n] = torch.where(m > 0, lp, torch.zeros_like(lp))
         kept.extend(e for e, on in zip(s.kept[1:], s.loss_mask[1:]) if on)
-    kept_ids, kept_rows = kept_tensors(kept, unknown=unknown_kept)  # type: ignore[arg-type]
+    kept_ids, kept_rows = kept_tensors(kept, unknown=unknown_kept)
     batch = TrainBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -261,18 +262,18 @@ def batch_to(batch: TrainBatch, device: torch.device | str) -> TrainBatch:
 
 
 def _routes(samples: Sequence[Sample], T: int) -> Tensor | None:
-    routed = [s.routes is not None for s in samples]
-    if not any(routed):
+    routes = [s.routes for s in samples if s.routes is not None]
+    if not routes:
         return None
-    if not all(routed):
+    if len(routes) != len(samples):
         raise ValueError("some samples have MoE routes and some do not: mixed records")
-    shapes = {tuple(s.routes.shape[1:]) for s in samples}  # type: ignore[union-attr]
+    shapes = {tuple(r.shape[1:]) for r in routes}
     if len(shapes) != 1:
         raise ValueError(f"samples' routes disagree in [layers, k]: {sorted(shapes)}")
     layers, k = shapes.pop()
     out = torch.full((len(samples), T, layers, k), -1, dtype=torch.int64)
-    for b, s in enumerate(samples):
-        r = s.routes[: s.length - 1]  # type: ignore[index]
+    for b, (s, full) in enumerate(zip(samples, routes)):
+        r = full[: s.length - 1]
         out[b, : r.shape[0]] = r
     return out
 
@@ -280,14 +281,15 @@ def _routes(samples: Sequence[Sample], T: int) -> Tensor | None:
 def _padded(
     values: list[Tensor | None], T: int, dtype: torch.dtype, device: torch.device | str | None
 ) -> Tensor | None:
-    if all(v is None for v in values):
+    present = [v for v in values if v is not None]
+    if not present:
         return None
-    if any(v is None for v in values):
+    if len(present) != len(values):
         raise ValueError("some samples have these log-probs and some do not")
     # Built where the batch goes: these log-probs were computed (and stay) on the model's device.
     out = torch.zeros(len(values), T, dtype=dtype, device=device)
-    for b, v in enumerate(values):
-        out[b, : v.shape[0]] = v.to(device=out.device, dtype=dtype)  # type: ignore[union-attr]
+    for b, v in enumerate(present):
+        out[b, : v.shape[0]] = v.to(device=out.device, dtype=dtype)
     return out
 
 

@@ -101,7 +101,8 @@ def kept_log_mass(
 ) -> Tensor:  # [B, T]: log Σ_{v ∈ kept} softmax(logits / T)_v; 0 where kept_rows is False
     """The log of the probability mass the sampler's top-p/top-k truncation kept."""
     _check_logits(logits, temperature)
-    keep = _kept_bool(kept_ids, kept_rows, tuple(logits.shape))  # type: ignore[arg-type]
+    B, T, V = logits.shape  # 3-D: _check_logits
+    keep = _kept_bool(kept_ids, kept_rows, (B, T, V))
     z = logits / temperature
     neg_inf = torch.full_like(z, float("-inf"))
     return torch.logsumexp(torch.where(keep, z, neg_inf), dim=2) - torch.logsumexp(z, dim=2)

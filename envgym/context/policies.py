@@ -75,7 +75,7 @@ def _strip_reasoning(
                 dropped.append(Dropped(i, "reasoning", reason))
             messages.append(message)
         else:
-            messages.append(original)  # type: ignore[arg-type]
+            messages.append(original)  # type: ignore[arg-type]  # as given: not copied
     messages.extend(history[head:])  # type: ignore[arg-type]  # the kept tail, in one C call
     return Rendered(messages, tuple(dropped), tuple(range(len(history))))
 

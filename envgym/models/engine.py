@@ -292,7 +292,8 @@ class Engine:
     def _step(self) -> None:
         live: list[_Row] = []
         for row in self._rows:
-            drawn = sample(row.logits, row.request.params, row.session.generator)  # type: ignore[arg-type]
+            generator = row.session.generator  # set by _prefill before the row was admitted
+            drawn = sample(row.logits, row.request.params, generator)  # type: ignore[arg-type]
             row.tokens.append(drawn.token)
             row.logprobs.append(drawn.logprob)
             row.full_logprobs.append(drawn.full_logprob)

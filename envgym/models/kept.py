@@ -113,8 +113,10 @@ def encode_kept(ids: Any) -> str:
 def decode_kept(entry: KeptEntry) -> list[int] | None | Literal["unknown"]:
     """A record entry back to the kept ids (ascending), ``None`` (not truncated) or
     :data:`UNKNOWN`."""
-    if entry is None or entry == UNKNOWN:
-        return entry  # type: ignore[return-value]
+    if entry is None:
+        return None
+    if entry == UNKNOWN:
+        return "unknown"
     return kept_array(entry).tolist()
 
 
@@ -148,7 +150,7 @@ def check_entry(entry: object) -> None:
     """Raise ValueError/TypeError unless ``entry`` is a valid record entry (decodes codes)."""
     if entry is None or entry == UNKNOWN:
         return
-    kept_array(entry)  # type: ignore[arg-type]
+    kept_array(entry)  # type: ignore[arg-type]  # any object: kept_array's own errors check it
 
 
 def kept_tensors(
@@ -219,7 +221,7 @@ class KeptSets(Sequence[Any]):
             return len(other) == len(self) and all(a == b for a, b in zip(self, other))
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: mutable, equal by value
 
     def __repr__(self) -> str:
         return f"KeptSets({len(self.entries)} entries)"

@@ -29,7 +29,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 SPARES_ENV = "ENVGYM_SANDBOX_SPARES"
 DEFAULT_MAX_SPARES = 64  # each spare is a live worker (~10-20 MiB); 512 envs must not double
@@ -66,7 +66,7 @@ class _Refiller:
         self.used = 0
         self.waiting: collections.deque[weakref.ref[WorkerPool[object]]] = collections.deque()
 
-    def submit(self, pool: WorkerPool[object]) -> None:
+    def submit(self, pool: WorkerPool[Any]) -> None:
         with self.lock:
             if self.used >= self.limit:
                 self.waiting.append(weakref.ref(pool))
@@ -129,7 +129,7 @@ class WorkerPool(Generic[T]):
             if self._closed or self._pending or self._spare is not None or self._pid != os.getpid():
                 return
             self._pending = True
-        refiller().submit(self)  # type: ignore[arg-type]
+        refiller().submit(self)
 
     def take(self, wait_s: float = 0.0) -> T | None:
         """The ready spare (then the next one is requested), or None.

@@ -39,6 +39,7 @@ def _bootstrap(root: Path) -> None:
         module = types.ModuleType(name)
         module.__path__ = [str(root.joinpath(*name.split(".")))]
         sys.modules[name] = module
+    # a bare ModuleType declares no attributes; this links the package to its subpackage
     sys.modules["envgym"].sandbox = sys.modules["envgym.sandbox"]  # type: ignore[attr-defined]
 
 
