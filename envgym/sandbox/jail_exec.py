@@ -99,8 +99,8 @@ def main(argv: list[str]) -> int:
         BOOT,
         Bind,
         Dir,
+        JailMount,
         JailSpec,
-        Mount,
         Tmpfs,
         build_argv,
         is_jail_uid,
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
             uid if uid is not None else os.getuid(),
             uid if uid is not None else os.getgid(),
         )
-        mounts: list[Mount] = [
+        mounts: list[JailMount] = [
             Tmpfs("/tmp", size=limits["tmp-bytes"]),
             Dir("/etc"),
             Bind(str(passwd), "/etc/passwd"),
