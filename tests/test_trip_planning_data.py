@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,18 @@ def _rows(db: Path, sql: str) -> list[tuple]:
 def test_same_seed_gives_byte_identical_file(tmp_path: Path, db: Path) -> None:
     again = write_db(tmp_path / "again.sqlite", seed=0)
     assert again.read_bytes() == db.read_bytes()
+
+
+@pytest.mark.timeout(400)
+def test_same_seed_gives_the_same_bytes_in_every_process(tmp_path: Path, db: Path) -> None:
+    # In one process a set iterates alike twice; across processes (hash seeds, addresses) it
+    # need not: the index creation order once made the bytes differ between builds.
+    code = "import sys; from envs.trip_planning.data import write_db; write_db(sys.argv[1], seed=0)"
+    for hash_seed in ("1", "2", "3", "4"):
+        out = tmp_path / f"db{hash_seed}.sqlite"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        subprocess.run([sys.executable, "-c", code, str(out)], check=True, env=env, timeout=90)
+        assert out.read_bytes() == db.read_bytes(), hash_seed
 
 
 def test_different_seeds_give_different_data(tmp_path: Path, db: Path) -> None:

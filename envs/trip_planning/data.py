@@ -15,7 +15,9 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from sqlalchemy import Boolean, Float, ForeignKey, Integer, String, UniqueConstraint, create_engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from envs.trip_planning import reference as ref
 
@@ -122,7 +124,7 @@ def write_db(path: Path, *, seed: int = 0, n_cities: int = DEFAULT_N_CITIES) -> 
     rows = _Generator(random.Random(seed), ref.CITIES[:n_cities]).rows()
     engine = create_engine(f"sqlite:///{path}")
     try:
-        Base.metadata.create_all(engine)
+        _create_schema(engine)
         with Session(engine) as session:
             session.add_all(rows)
             session.commit()
@@ -466,3 +468,14 @@ def _great_circle_km(a: ref.CityRef, b: ref.CityRef) -> float:
         + math.cos(lat1) * math.cos(lat2) * math.sin((lon2 - lon1) / 2) ** 2
     )
     return 2 * 6371.0 * math.asin(math.sqrt(h))
+
+
+def _create_schema(engine: Engine) -> None:
+    """``create_all`` with a fixed order.  A table's indexes are a set, so ``create_all`` emits
+    them in an order that varies from process to process (two on ``inter_city_transport``), and
+    the database's bytes — hence the bundle hash of one seed — varied with it."""
+    with engine.begin() as conn:
+        for table in Base.metadata.sorted_tables:
+            conn.execute(CreateTable(table))
+            for index in sorted(table.indexes, key=lambda i: str(i.name)):
+                conn.execute(CreateIndex(index))
