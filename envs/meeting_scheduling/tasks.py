@@ -17,8 +17,9 @@ from typing import Any
 from envs.meeting_scheduling import data as db
 from envs.meeting_scheduling.world import DAY_END, GRID, World
 from envs.procedural_kit.baselines import EXHAUSTIVE_BOUND
+from envs.procedural_kit.task_line import TaskNames
 
-SOLVER, VERIFIER, SUBMIT = "solve_schedule", "verify_schedule", "submit_result"
+TASK_NAMES = TaskNames("meet", solution="solve_schedule", verifier="verify_schedule")
 # difficulty -> (meetings, attendees range, durations, video share, lunch, buffer, representative)
 LEVELS: dict[int, tuple[int, tuple[int, int], tuple[int, ...], float, bool, int, bool]] = {
     1: (1, (2, 2), (30, 60), 0.0, False, 0, False),
@@ -98,16 +99,7 @@ def draw_task(
     if next(world.schedules(meta, limit=1), None) is None:
         return None
     meta["declared_rules"] = declared_rules(meta)
-    return {
-        "id": f"meet-{index + 1:03d}-d{difficulty}",
-        "prompt": render_prompt(meta),
-        "solution": SOLVER,
-        "verifier": VERIFIER,
-        "difficulty": difficulty,
-        "submit_tool": SUBMIT,
-        "system_prompt": None,
-        "metadata": meta,
-    }
+    return TASK_NAMES.line(index, difficulty, render_prompt(meta), meta)
 
 
 def declared_rules(meta: dict[str, Any]) -> list[str]:

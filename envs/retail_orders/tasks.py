@@ -18,9 +18,10 @@ from datetime import date, timedelta
 from typing import Any
 
 from envs.procedural_kit.baselines import EXHAUSTIVE_BOUND
+from envs.procedural_kit.task_line import TaskNames
 from envs.retail_orders.world import CustomerRow, World
 
-SOLVER, VERIFIER, SUBMIT = "solve_retail", "verify_retail", "submit_result"
+TASK_NAMES = TaskNames("retail", solution="solve_retail", verifier="verify_retail")
 # difficulty -> (categories, rating floor?, distinct brands?, weight cap?, exclude purchased?, budget quantile)
 BASKET = {
     1: (2, False, False, False, False, 0.5),
@@ -50,16 +51,7 @@ def draw_task(
     if meta is None:
         return None
     meta["declared_rules"] = declared_rules(meta)
-    return {
-        "id": f"retail-{index + 1:03d}-d{difficulty}",
-        "prompt": render_prompt(meta),
-        "solution": SOLVER,
-        "verifier": VERIFIER,
-        "difficulty": difficulty,
-        "submit_tool": SUBMIT,
-        "system_prompt": None,
-        "metadata": meta,
-    }
+    return TASK_NAMES.line(index, difficulty, render_prompt(meta), meta)
 
 
 def declared_rules(meta: dict[str, Any]) -> list[str]:

@@ -16,9 +16,10 @@ import random
 from typing import Any
 
 from envs.procedural_kit.baselines import EXHAUSTIVE_BOUND
+from envs.procedural_kit.task_line import TaskNames
 from envs.shipment_logistics.world import World, fits
 
-SOLVER, VERIFIER, SUBMIT = "solve_routing", "verify_routing", "submit_result"
+TASK_NAMES = TaskNames("route", solution="solve_routing", verifier="verify_routing")
 ALL_MODES = ("air", "rail", "truck")
 # difficulty -> (shipments, max hops, mode sets to draw from, budget quantile)
 LEVELS: dict[int, tuple[int, int, tuple[tuple[str, ...], ...], float]] = {
@@ -74,16 +75,7 @@ def draw_task(
         "budget": math.ceil(totals[int(quantile * (len(totals) - 1))]),
     }
     meta["declared_rules"] = declared_rules(meta, any(world.shipments[s].hazmat for s in options))
-    return {
-        "id": f"route-{index + 1:03d}-d{difficulty}",
-        "prompt": render_prompt(meta),
-        "solution": SOLVER,
-        "verifier": VERIFIER,
-        "difficulty": difficulty,
-        "submit_tool": SUBMIT,
-        "system_prompt": None,
-        "metadata": meta,
-    }
+    return TASK_NAMES.line(index, difficulty, render_prompt(meta), meta)
 
 
 def declared_rules(meta: dict[str, Any], hazmat: bool) -> list[str]:

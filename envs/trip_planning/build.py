@@ -23,7 +23,7 @@ from envs.trip_planning.conditions import probes
 from envs.trip_planning.constraints import TripSpec
 from envs.trip_planning.data import DEFAULT_N_CITIES, write_db
 from envs.trip_planning.planner import Plan
-from envs.trip_planning.tasks import VERIFIER, GeneratedTask, generate_tasks, worked_example
+from envs.trip_planning.tasks import TASK_NAMES, GeneratedTask, generate_tasks, worked_example
 from envs.trip_planning.witnesses import find_witnesses
 from envs.trip_planning.world import World, load_world
 
@@ -98,7 +98,7 @@ def build_bundle(
 
 def stronger_solves(ep: Episode, world: World, spec: TripSpec) -> str | None:
     """The first stronger baseline whose answer the task's verifier accepts, or None."""
-    task = {"id": "draw", "verifier": VERIFIER, "metadata": spec.metadata()}
+    task = {"id": "draw", "verifier": TASK_NAMES.verifier, "metadata": spec.metadata()}
     return first_solver(lambda sub: ep.verify(sub, task), baselines(world, task["metadata"]))
 
 
@@ -127,7 +127,7 @@ class _RuleWitnesses:
         self.found: dict[TripSpec, list[dict[str, Any]]] = {}
 
     def _search(self, spec: TripSpec, plan: Plan) -> list[str]:
-        task = {"id": "draw", "verifier": VERIFIER, "metadata": spec.metadata()}
+        task = {"id": "draw", "verifier": TASK_NAMES.verifier, "metadata": spec.metadata()}
 
         def verify(sub: dict[str, Any]) -> dict[str, Any]:
             return self.ep.verify(sub, task)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from envs.procedural_kit.build import UnsolvableTask
+from envs.procedural_kit.task_line import TaskNames
 from envs.trip_planning.constraints import (
     HANGZHOU_3DAY,
     BudgetTiers,
@@ -29,9 +30,10 @@ from envs.trip_planning.prompts import render_prompt, seed_prompt
 from envs.trip_planning.world import World
 
 WORKED_EXAMPLE_ID = "hangzhou-3day"
-SOLVER = "solve_trip"
-BASELINE = "greedy_trip"  # solution.py's greedy baseline, run and tabulated by `envgym check`
-VERIFIER = "verify_trip"
+# solution.py's greedy baseline (greedy_trip) is run and tabulated by `envgym check`
+TASK_NAMES = TaskNames(
+    "trip", solution="solve_trip", verifier="verify_trip", baseline="greedy_trip"
+)
 MAX_DRAWS = 200
 # spec -> the name of a stronger baseline whose answer the task's verifier accepts, or None
 Stronger = Callable[[TripSpec], "str | None"]
@@ -56,8 +58,8 @@ def worked_example(world: World) -> GeneratedTask:
     return GeneratedTask(
         HANGZHOU_3DAY,
         witness,
-        _task(
-            WORKED_EXAMPLE_ID, seed_prompt(HANGZHOU_3DAY), "solve_hangzhou_3day", 3, HANGZHOU_3DAY
+        replace(TASK_NAMES, solution="solve_hangzhou_3day").line(
+            0, 3, seed_prompt(HANGZHOU_3DAY), HANGZHOU_3DAY.metadata(), task_id=WORKED_EXAMPLE_ID
         ),
     )
 
@@ -87,29 +89,9 @@ def generate_tasks(
         difficulty = difficulties[i % len(difficulties)]
         beaten = stronger if difficulty in top_levels else None
         spec, witness = _draw_solvable(world, rng, difficulty, accept, beaten)
-        task_id = f"trip-{i + 1:03d}-d{difficulty}"
-        out.append(
-            GeneratedTask(
-                spec, witness, _task(task_id, render_prompt(spec), SOLVER, difficulty, spec)
-            )
-        )
+        line = TASK_NAMES.line(i, difficulty, render_prompt(spec), spec.metadata())
+        out.append(GeneratedTask(spec, witness, line))
     return out
-
-
-def _task(
-    task_id: str, prompt: str, solution: str, difficulty: int, spec: TripSpec
-) -> dict[str, Any]:
-    return {
-        "id": task_id,
-        "prompt": prompt,
-        "solution": solution,
-        "verifier": VERIFIER,
-        "difficulty": difficulty,
-        "submit_tool": "submit_result",
-        "system_prompt": None,
-        "metadata": spec.metadata(),
-        "baseline": BASELINE,
-    }
 
 
 def _draw_solvable(
