@@ -47,7 +47,7 @@ def source_digest(root: Path, paths: Iterable[Path], *extra: str) -> str:
 
 
 def built_once(
-    final: Path, build: Callable[[Path], None], *, marker: str = "manifest.json"
+    final: Path, build: Callable[[Path], object], *, marker: str = "manifest.json"
 ) -> Path:
     """Return ``final``, calling ``build(folder)`` to create it first when it is not built yet.
 
@@ -81,6 +81,30 @@ def built_once(
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return final
+
+
+def source_keyed_bundle(
+    name: str,
+    identity: str,
+    roots: Iterable[Path],
+    build: Callable[[Path], object],
+    *,
+    skip: frozenset[str] = frozenset(),
+) -> Path:
+    """``build``'s bundle, built once into ``<cache>/bundles/<name>-<key>`` and reused.
+
+    The one way a family caches its default bundle.  ``key`` hashes ``identity`` (what the
+    build depends on besides this code: a generator version, the seed and sizes, an input
+    corpus's key) and the ``*.py`` files under each of ``roots`` (file names in ``skip`` left
+    out: modules that do not shape the bundle), so an edited generator never serves a stale
+    bundle; concurrent callers wait for one build (:func:`built_once`).
+    """
+    parts = [identity.encode()]
+    for root in sorted({Path(r).resolve() for r in roots}):
+        files = [p for p in sorted(root.rglob("*.py")) if p.name not in skip]
+        parts.append(source_digest(root, files).encode())
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
+    return built_once(cache_root() / "bundles" / f"{name}-{key}", build)
 
 
 def _sweep_scratch(final: Path) -> None:

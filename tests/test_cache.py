@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envgym.cache import built_once, cache_root, source_digest
+from envgym.cache import built_once, cache_root, source_digest, source_keyed_bundle
 
 
 def _slow_build(out: Path) -> None:
@@ -88,3 +88,43 @@ def test_source_digest_covers_names_bytes_and_extra(tmp_path: Path) -> None:
     (tmp_path / "b.py").write_text("y = 2\n")
     (tmp_path / "b.py").rename(tmp_path / "c.py")
     assert source_digest(tmp_path, [tmp_path / "a.py", tmp_path / "c.py"], "v1") != base
+
+
+@pytest.mark.timeout(60)
+def test_a_source_keyed_bundle_is_rebuilt_when_its_code_or_identity_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path / "cache"))
+    family, kit = tmp_path / "family", tmp_path / "kit"
+    for root in (family, kit, family / "bundle_files"):
+        root.mkdir()
+    (family / "tasks.py").write_text("LEVELS = 5\n")
+    (family / "registration.py").write_text("ID = 'x-v0'\n")
+    (family / "bundle_files" / "verifier.py").write_text("STRICT = True\n")
+    (kit / "build.py").write_text("DRAWS = 60\n")
+    builds: list[Path] = []
+
+    def build(out: Path) -> Path:
+        builds.append(out)
+        (out / "manifest.json").write_text("{}")
+        return out
+
+    def entry(identity: str = "gen-1\0seed0") -> Path:
+        skip = frozenset({"registration.py"})
+        return source_keyed_bundle("fam-v0", identity, (family, kit), build, skip=skip)
+
+    first = entry()
+    assert first.parent == tmp_path / "cache" / "bundles" and first.name.startswith("fam-v0-")
+    assert entry() == first and len(builds) == 1  # reused, not rebuilt
+    (family / "registration.py").write_text("ID = 'y-v0'\n")
+    assert entry() == first  # a skipped module does not shape the bundle
+    seen = {first}
+    for path, text in [
+        (family / "tasks.py", "LEVELS = 6\n"),
+        (family / "bundle_files" / "verifier.py", "STRICT = False\n"),  # below the root too
+        (kit / "build.py", "DRAWS = 61\n"),  # every root counts
+    ]:
+        path.write_text(text)
+        seen.add(entry())
+    seen.add(entry("gen-2\0seed0"))
+    assert len(seen) == 5 and len(builds) == 5  # each change is a new entry, built once

@@ -7,7 +7,6 @@ default_bundle_dir("all")   # ~/.cache/envgym/bundles/code-interpreter-all-<hash
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Sequence
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.bundle import CODE_FILES, write_manifest
-from envgym.cache import built_once, cache_root, source_digest
+from envgym.cache import source_keyed_bundle
 from envs.code_interpreter import data_tasks, reasoning
 
 GENERATOR_VERSION = "code-interpreter-2"  # 2: secret generator seeds kept with each task
@@ -23,6 +22,8 @@ CATEGORY = "code interpreter"
 FAMILIES = ("math", "logic", "data")
 _PACKAGE = Path(__file__).resolve().parent
 _TEMPLATES = _PACKAGE / "bundle_files"
+# Modules of this package that do not shape the bundle: editing them keeps the cached one.
+_NOT_BUNDLE_SHAPING = frozenset({"registration.py", "env.py", "prompts.py"})
 DESCRIPTION = (
     "Problems solved with a stateful Python notebook (DeepSeek-V3.2 §3.2.3, code interpreter): "
     "math and logic puzzles from reasoning-gym generators and data-science questions over CSV and "
@@ -89,21 +90,15 @@ def default_bundle_dir(family: str = "all", seed: int | None = None) -> Path:
     """The default bundle of ``family`` ("all" or one of FAMILIES), built once into the cache.
 
     With ``seed`` None the build draws secret seeds (once: the cached bundle keeps them).
-    Named by a hash of the generator version, the arguments and the source of this package, so
-    an edited generator never serves a stale bundle; built once (envgym/cache.py), so
-    concurrent callers wait for one build and never see half a bundle.
+    Keyed by the generator version, the arguments and the source of this package (but the
+    modules that do not shape the bundle), so an edited generator never serves a stale bundle;
+    concurrent callers wait for one build and never see half a bundle (envgym/cache.py).
     """
     families = FAMILIES if family == "all" else (family,)
-    key = hashlib.sha256(
-        f"{GENERATOR_VERSION}\0{family}\0{seed}\0{_source_digest()}".encode()
-    ).hexdigest()[:12]
-    return built_once(
-        cache_root() / "bundles" / f"code-interpreter-{family}-{key}",
+    return source_keyed_bundle(
+        f"code-interpreter-{family}",
+        f"{GENERATOR_VERSION}\0{family}\0{seed}",
+        (_PACKAGE,),
         lambda out: build_bundle(out, families=families, seed=seed),
+        skip=_NOT_BUNDLE_SHAPING,
     )
-
-
-def _source_digest() -> str:
-    files = sorted([*_PACKAGE.glob("*.py"), *_TEMPLATES.glob("*.py")])
-    skip = ("registration.py", "env.py", "prompts.py", "routing.py")  # they do not shape the bundle
-    return source_digest(_PACKAGE, [p for p in files if p.name not in skip])

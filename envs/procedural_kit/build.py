@@ -24,7 +24,6 @@ correctness"; a task whose verifier accepts a corrupted answer would reward a wr
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import itertools
 import json
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.bundle import CODE_FILES, write_manifest
-from envgym.cache import built_once, cache_root, source_digest
+from envgym.cache import source_keyed_bundle
 from envgym.corrupt import corruptions
 from envs.procedural_kit.baselines import stronger_solves
 from envs.procedural_kit.local import Episode, LocalBundle, passed
@@ -323,17 +322,14 @@ def cached_bundle(
 ) -> Path:
     """``build``'s bundle, built once into ``<cache>/bundles/<slug>-v0-<key>`` and reused.
 
-    The key hashes ``identity`` (what the family's build depends on besides code: generator
-    version, seed, task count), the ``*.py`` sources of the family's ``package`` (file names
-    in ``skip`` left out) and of this kit, so an edited generator never serves a stale bundle;
-    concurrent callers wait for one build (envgym/cache.py).
+    ``envgym.cache.source_keyed_bundle`` over the family's ``package`` and this kit (a family's
+    bundle is shaped by both): the key hashes ``identity`` (what the family's build depends on
+    besides code: generator version, seed, task count) and their ``*.py`` sources (file names
+    in ``skip`` left out).
     """
-    parts = [identity.encode()]
-    for root in sorted({Path(package).resolve(), Path(__file__).resolve().parent}):
-        files = [p for p in sorted(root.rglob("*.py")) if p.name not in skip]
-        parts.append(source_digest(root, files).encode())
-    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
-    return built_once(cache_root() / "bundles" / f"{slug}-v0-{key}", build)
+    return source_keyed_bundle(
+        f"{slug}-v0", identity, (package, Path(__file__).resolve().parent), build, skip=skip
+    )
 
 
 def write_rows(path: Path, base: type, rows: list[Any]) -> Path:

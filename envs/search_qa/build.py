@@ -9,7 +9,6 @@ the stand-in tools in ``bundle_files/tools.py`` can replay gold solutions inside
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import shutil
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.bundle import CODE_FILES, write_manifest
-from envgym.cache import built_once, cache_root, source_digest
+from envgym.cache import source_keyed_bundle
 from envs.search_qa.procedural import QAPair, build_questions
 from tools.search.build import corpus_key, package_document
 from tools.search.debian import Package, load_packages
@@ -158,13 +157,11 @@ def write_bundle(
 
 
 def default_bundle_dir(*, n: int = 50, seed: int = 0, max_hops: int = 3) -> Path:
-    """The registered default bundle, built once per corpus (apt lists) and generator source."""
-    # the question generator (procedural.py, facts.py) lives in this package: its source is here
-    sources = source_digest(_PACKAGE.parent.parent, sorted(_PACKAGE.rglob("*.py")))
-    key = hashlib.sha256(
-        f"{GENERATOR_VERSION}\0{n}\0{seed}\0{max_hops}\0{corpus_key()}\0{sources}".encode()
-    )
-    return built_once(
-        cache_root() / "bundles" / f"search-qa-v0-{key.hexdigest()[:12]}",
+    """The registered default bundle, built once per corpus (apt lists) and generator source
+    (the question generator, procedural.py over facts.py, lives in this package)."""
+    return source_keyed_bundle(
+        "search-qa-v0",
+        f"{GENERATOR_VERSION}\0{n}\0{seed}\0{max_hops}\0{corpus_key()}",
+        (_PACKAGE,),
         lambda out: build_bundle(out, load_packages(), n=n, seed=seed, max_hops=max_hops),
     )
