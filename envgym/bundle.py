@@ -35,11 +35,11 @@ from envgym.bundle_limits import (
     read_fd,
     walk,
 )
+from envgym.runtime import CODE_FILES  # defined where the sandbox worker can import it
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 TASKS = "tasks.jsonl"
-CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 STATE_DIR = "state"
 
 

@@ -20,6 +20,11 @@ from contextvars import ContextVar
 from pathlib import Path
 
 DEFAULT_DB = "db.sqlite"
+# A bundle's code files, in load order (docs/BUNDLE.md).  Defined here because this is the envgym
+# module that both the host and the sandbox worker import: the worker (sandbox/runner.py) runs
+# in a jail that stages only a few stdlib-only modules (sandbox/worker_stage.py), so it cannot
+# import envgym.bundle (jsonschema), which re-exports this tuple as the bundle format's.
+CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 
 # A ContextVar rather than a global so several in-process environments can share one
 # interpreter; the sandbox worker simply sets it once per reset.

@@ -100,6 +100,18 @@ def test_the_staged_modules_are_all_the_worker_imports() -> None:
             assert name in staged | packages or name.rpartition(".")[0] in staged, (rel, name)
 
 
+def test_the_worker_loads_the_code_files_the_bundle_format_names() -> None:
+    """One tuple, not copies: the worker cannot import envgym.bundle (jsonschema is not in the
+    jail), so the tuple lives in envgym.runtime, which both sides import."""
+    import envgym.bundle
+    import envgym.runtime
+    import envgym.sandbox.process
+    import envgym.sandbox.runner
+
+    for module in (envgym.bundle, envgym.sandbox.runner, envgym.sandbox.process):
+        assert module.CODE_FILES is envgym.runtime.CODE_FILES, module.__name__
+
+
 def test_worker_modules_come_from_compiled_code(bundle: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()

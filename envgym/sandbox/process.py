@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envgym.runtime import CODE_FILES
 from envgym.sandbox.base import (
     CallError,
     CallOutcome,
@@ -47,7 +48,6 @@ from envgym.sandbox.base import (
 )
 from envgym.sandbox.channel import Connection, WorkerDied, WorkerHandle, signal_death
 from envgym.sandbox.pool import WorkerPool, reap
-from envgym.sandbox.runner import CODE_FILES
 
 __all__ = ["Connection", "ProcessSandbox", "WorkerDied", "WorkerHandle", "signal_death"]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from envgym import runtime
+from envgym.runtime import CODE_FILES
 from envgym.tool_schema import ToolSchemaError, argument_coercer, function_schema, public_tools
 
-CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 _MAX_MESSAGE = 4000
 _MAX_FRAMES = 6
 
