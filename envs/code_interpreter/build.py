@@ -7,13 +7,12 @@ default_bundle_dir("all")   # ~/.cache/envgym/bundles/code-interpreter-all-<hash
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import CODE_FILES, write_manifest
+from envgym.bundle import write_manifest
+from envgym.bundle_write import copy_code_files, fresh_bundle_dir, write_tasks
 from envgym.cache import source_keyed_bundle
 from envs.code_interpreter import data_tasks, reasoning
 
@@ -54,9 +53,7 @@ def build_bundle(
         raise ValueError(
             f"families must be a non-empty subset of {FAMILIES}, got {tuple(families)}"
         )
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} is not empty; build_bundle writes into a fresh directory")
+    out = fresh_bundle_dir(out_dir)
     (out / "state").mkdir(parents=True, exist_ok=True)
     tasks: list[dict[str, Any]] = []
     for family in families:
@@ -71,11 +68,8 @@ def build_bundle(
             tasks += [g.task for g in made]
     if not tasks:
         raise ValueError("no tasks: the chosen difficulties select nothing")
-    with open(out / "tasks.jsonl", "w", encoding="utf-8") as fh:
-        for task in tasks:
-            fh.write(json.dumps(task, ensure_ascii=False) + "\n")
-    for name in CODE_FILES:
-        shutil.copyfile(_TEMPLATES / name, out / name)
+    write_tasks(out, tasks)
+    copy_code_files(_TEMPLATES, out)
     write_manifest(
         out,
         name=f"code-interpreter-{'-'.join(families)}-{'secret-seeds' if seed is None else f'seed{seed}'}",

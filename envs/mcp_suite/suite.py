@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from envgym.bundle import write_manifest
 from envgym.bundle_env import BundleEnv
+from envgym.bundle_write import copy_code_files, write_tasks
 from envgym.cache import built_once, cache_root, source_digest
 from envgym.mcp.sandbox import McpSandbox
 from envgym.mcp.toolset import McpToolset
@@ -78,11 +78,8 @@ def task_line(task: layout.McpMarkTask) -> dict[str, Any]:
 def build_bundle(out: Path, service: str, category: str) -> None:
     tasks = layout.load_category(service, category)
     snapshot.materialize(service, category, out / "state")
-    for name in ("tools.py", "verifier.py", "solution.py"):
-        shutil.copyfile(_FILES / name, out / name)
-    (out / "tasks.jsonl").write_text(
-        "".join(json.dumps(task_line(t), ensure_ascii=False) + "\n" for t in tasks)
-    )
+    copy_code_files(_FILES, out)
+    write_tasks(out, [task_line(t) for t in tasks])
     write_manifest(
         out,
         name=f"mcp-suite-{service}-{category}",

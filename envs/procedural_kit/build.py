@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import json
 import random
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import CODE_FILES, write_manifest
+from envgym.bundle import write_manifest
+from envgym.bundle_write import copy_code_files, fresh_bundle_dir, write_tasks
 from envgym.cache import source_keyed_bundle
 from envgym.corrupt import corruptions
 from envs.procedural_kit.baselines import stronger_solves
@@ -134,13 +133,10 @@ def build_procedural_bundle(
         raise ValueError(
             f"difficulties must be a non-empty subset of 1..5, got {tuple(difficulties)!r}"
         )
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} is not empty; the builder writes into a fresh directory")
+    out = fresh_bundle_dir(out_dir)
     (out / "state").mkdir(parents=True, exist_ok=True)
     recipe.write_db(out / "state" / "db.sqlite", seed)
-    for file in CODE_FILES:
-        shutil.copyfile(recipe.templates / file, out / file)
+    copy_code_files(recipe.templates, out)
     world = recipe.load_world(out / "state" / "db.sqlite")
     rng = random.Random(f"{recipe.agent}:tasks:{seed}")
     local = LocalBundle(out)
@@ -155,9 +151,7 @@ def build_procedural_bundle(
         # bundles must not keep every one of them alive.
         for module in (local.tools_module, local.solution_module, local.verifier_module):
             sys.modules.pop(module.__name__, None)
-    with open(out / "tasks.jsonl", "w", encoding="utf-8") as fh:
-        for task in tasks:
-            fh.write(json.dumps(task, ensure_ascii=False) + "\n")
+    write_tasks(out, tasks)
     write_manifest(
         out,
         name=name or f"{recipe.agent.split(':')[-1].replace('_', '-')}-seed{seed}",

