@@ -93,24 +93,34 @@ def category_recipe(package: str, **fields: Any) -> Recipe:
     names only what is its own (category, description, baseline, greedy share, ...).
 
     ``package`` (e.g. ``"envs.retail_orders"``) holds ``data.write_db``, ``world.load_world``,
-    ``tasks.draw_task``, ``witnesses.candidates`` and the code templates in ``bundle_files/``;
-    the agent is ``procedural:<last part of the package>``.
+    ``tasks.draw_task``, ``witnesses.candidates`` and the code templates in ``bundle_files/``,
+    and may hold ``witnesses.conditions``, ``baselines.baselines`` (the stronger baselines) and
+    ``tasks.TOP_LEVELS`` (the levels they must not solve); the agent is
+    ``procedural:<last part of the package>``.  ``fields`` set the rest, and may override these.
     """
 
     def part(name: str) -> Any:
         return importlib.import_module(f"{package}.{name}")
 
-    data = part("data")
-    return Recipe(
-        agent=f"procedural:{package.rsplit('.', 1)[-1]}",
-        templates=Path(data.__file__).resolve().parent / "bundle_files",
-        write_db=data.write_db,
-        load_world=part("world").load_world,
-        draw_task=part("tasks").draw_task,
-        witness_candidates=part("witnesses").candidates,
-        condition_candidates=getattr(part("witnesses"), "conditions", None),
-        **fields,
-    )
+    data, tasks, witnesses = part("data"), part("tasks"), part("witnesses")
+    try:
+        stronger = part("baselines").baselines
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{package}.baselines":
+            raise  # a baselines module that is there but fails to import is a bug, not an absence
+        stronger = None
+    found: dict[str, Any] = {
+        "agent": f"procedural:{package.rsplit('.', 1)[-1]}",
+        "templates": Path(data.__file__).resolve().parent / "bundle_files",
+        "write_db": data.write_db,
+        "load_world": part("world").load_world,
+        "draw_task": tasks.draw_task,
+        "witness_candidates": witnesses.candidates,
+        "condition_candidates": getattr(witnesses, "conditions", None),
+        "stronger": stronger,
+        "top_levels": tuple(getattr(tasks, "TOP_LEVELS", ())),
+    }
+    return Recipe(**{**found, **fields})
 
 
 def build_procedural_bundle(

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from envs.procedural_kit.build import build_procedural_bundle, category_recipe
-from envs.retail_orders.baselines import baselines
-from envs.retail_orders.tasks import TOP_LEVELS
 
 CATEGORY = "retail orders"
 # difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
@@ -31,8 +29,6 @@ RECIPE = category_recipe(
     baseline="greedy_retail",
     greedy_share=GREEDY_SHARE,
     max_draws=1500,
-    stronger=baselines,
-    top_levels=TOP_LEVELS,
 )
 
 

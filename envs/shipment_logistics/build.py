@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from envs.procedural_kit.build import build_procedural_bundle, category_recipe
-from envs.shipment_logistics.baselines import baselines
-from envs.shipment_logistics.tasks import TOP_LEVELS
 
 CATEGORY = "shipment logistics"
 # difficulty -> share of tasks the greedy baseline may solve (docs/SYNTHESIS.md, "Rules,
@@ -30,8 +28,6 @@ RECIPE = category_recipe(
     baseline="greedy_routing",
     greedy_share=GREEDY_SHARE,
     max_draws=1500,
-    stronger=baselines,
-    top_levels=TOP_LEVELS,
 )
 
 
