@@ -35,7 +35,7 @@ from envgym.bundle_limits import (
     read_fd,
     walk,
 )
-from envgym.runtime import CODE_FILES  # defined where the sandbox worker can import it
+from envgym.runtime import CODE_DATA, CODE_FILES  # defined where the sandbox worker can import it
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -176,7 +176,7 @@ def bundle_files(root: Path, limits: BundleLimits | None = None) -> list[str]:
     """
     limits = BundleLimits.from_env() if limits is None else limits
     named = {MANIFEST: "manifest_bytes", TASKS: "tasks_bytes"}
-    named.update({c: "code_bytes" for c in CODE_FILES})
+    named.update({c: "code_bytes" for c in (*CODE_FILES, *CODE_DATA)})
     found: list[str] = []
     total = state = 0
     fd = _root_fd(Path(root))

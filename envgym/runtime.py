@@ -25,6 +25,10 @@ DEFAULT_DB = "db.sqlite"
 # in a jail that stages only a few stdlib-only modules (sandbox/worker_stage.py), so it cannot
 # import envgym.bundle (jsonschema), which re-exports this tuple as the bundle format's.
 CODE_FILES = ("tools.py", "solution.py", "verifier.py")
+# Data a bundle's code reads at import, before any episode state exists (``load`` runs before
+# ``reset``): a fixed tools.py that builds its tools from a table (docs/BUNDLE.md, "tools.json").
+# Copied into the sandbox with the code files and bounded like them.
+CODE_DATA = ("tools.json",)
 
 # A ContextVar rather than a global so several in-process environments can share one
 # interpreter; the sandbox worker simply sets it once per reset.

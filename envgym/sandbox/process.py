@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envgym.runtime import CODE_FILES
+from envgym.runtime import CODE_DATA, CODE_FILES
 from envgym.sandbox.base import (
     CallError,
     CallOutcome,
@@ -74,7 +74,8 @@ class ProcessSandbox(Sandbox):
 
     def __init__(self, bundle_dir: Path, limits: Limits | None = None) -> None:
         super().__init__(bundle_dir, limits)
-        # The worker sees a private copy of the code files only: not tasks.jsonl (gold data),
+        # The worker sees a private copy of the code files (and the data they read at import,
+        # CODE_DATA) only: not tasks.jsonl (gold data),
         # not the pristine state/, and nothing that depends on the caller's file permissions.
         self._scratch = Path(tempfile.mkdtemp(prefix="envgym-sandbox-"))
         self._live: list[WorkerHandle] = []  # the running worker, for the finalizer
@@ -88,7 +89,7 @@ class ProcessSandbox(Sandbox):
         )
         self.stage = self._scratch / "bundle"
         self.stage.mkdir(mode=0o755)
-        for name in CODE_FILES:
+        for name in (*CODE_FILES, *CODE_DATA):
             if (self.bundle_dir / name).is_file():
                 shutil.copyfile(self.bundle_dir / name, self.stage / name)
                 os.chmod(self.stage / name, 0o644)
