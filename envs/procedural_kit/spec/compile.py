@@ -30,11 +30,12 @@ from envs.procedural_kit.spec.compose import Plan, constraints, plan
 from envs.procedural_kit.spec.model import Spec, TaskTemplate, load_spec
 from envs.procedural_kit.spec.plant import near_misses
 from envs.procedural_kit.spec.prompt import render
-from envs.procedural_kit.spec.settle import Settled, settle
+from envs.procedural_kit.spec.settle import Settled, ranked, settle
 from envs.procedural_kit.spec.state import Keys, World, draw_world, write_db
 
 TEMPLATES = Path(__file__).resolve().parent / "bundle_files"
-SOLVER, GREEDY, VERIFIER, SUBMIT = "solve_spec", "greedy_spec", "verify_spec", "submit_result"
+SOLVER, GREEDY, SHALLOW = "solve_spec", "greedy_spec", "shallow_spec"
+VERIFIER, SUBMIT = "verify_spec", "submit_result"
 MAX_DRAWS = 80  # per task
 AGENT = "procedural:env_spec"
 
@@ -132,12 +133,13 @@ def _draft(
         if cons is None:
             continue
         meta = _meta(spec, template, p, cons, level)
-        first = settle(spec, meta, world)
+        base = _actionable(spec, meta, world) if p.action else world
+        first = settle(spec, meta, base, witnesses=False)
         if isinstance(first, str):
             problems[first] = problems.get(first, 0) + 1
             continue
-        added = near_misses(spec, meta, world, first.gold, keys, rng)
-        trial = {n: rows + added.get(n, []) for n, rows in world.items()}
+        added = near_misses(spec, meta, base, first.gold, keys, rng)
+        trial = {n: rows + added.get(n, []) for n, rows in base.items()}
         verdicts = [settle(spec, m, trial) for m in [*metas, meta]]
         bad = [v for v in verdicts if isinstance(v, str)]
         if bad:
@@ -148,6 +150,21 @@ def _draft(
     raise CompileError(
         f"{spec.name}: no level-{level} task in {MAX_DRAWS} draws: {top or 'no candidates'}"
     )
+
+
+def _actionable(spec: Spec, meta: dict[str, Any], world: World) -> World:
+    """``world`` with the task's best row put in the action's start state (a fresh copy of the
+    rows; the other tasks are settled again on it before it is kept)."""
+    best = ranked(spec, meta, world)
+    action = meta["action"]
+    if not best or best[0][action["attribute"]] == action["from"]:
+        return world
+    key = best[0][meta["key"]]
+    rows = [
+        {**r, action["attribute"]: action["from"]} if r[meta["key"]] == key else r
+        for r in world[meta["target"]]
+    ]
+    return {**world, meta["target"]: rows}
 
 
 def _meta(
@@ -274,8 +291,9 @@ def prove(root: Path, lines: list[dict[str, Any]]) -> None:
             sys.modules.pop(module.__name__, None)
 
 
-def greedy_outcomes(root: Path) -> list[tuple[int, bool]]:
-    """(difficulty, solved) of the greedy baseline on each task of a compiled bundle."""
+def greedy_outcomes(root: Path, solver: str = GREEDY) -> list[tuple[int, bool]]:
+    """(difficulty, solved) of a baseline of solution.py (default: the greedy one) on each task
+    of a compiled bundle, each on fresh state, judged by the bundle's verifier."""
     from envs.procedural_kit.build import baseline_solves
 
     local = LocalBundle(root)
@@ -285,6 +303,7 @@ def greedy_outcomes(root: Path) -> list[tuple[int, bool]]:
             tasks = [json.loads(line) for line in fh if line.strip()]
         for task in tasks:
             with local.episode() as episode:
+                task = {**task, "baseline": solver}
                 out.append((task["difficulty"], baseline_solves(episode, task)))
     finally:
         for module in (local.tools_module, local.solution_module, local.verifier_module):

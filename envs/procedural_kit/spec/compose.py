@@ -112,18 +112,11 @@ class Plan:
 
 
 def plan(spec: Spec, template: TaskTemplate, level: int, rng: random.Random) -> Plan | None:
+    """The blocks of one draw at ``level``; a block the template lacks is made up by another
+    (relations first: they need the most reasoning), so depth holds where the spec allows."""
     shape = SHAPES[level]
     objective = rng.choice(template.objectives)
     used = {objective}
-    joins, aggs = shape.joins, shape.aggregates
-    extra = 0
-    if shape.action and not template.actions:
-        joins += 1
-    if joins > len(template.joins):
-        aggs, joins = aggs + joins - len(template.joins), len(template.joins)
-    if aggs > len(template.aggregates):
-        extra += aggs - len(template.aggregates)
-        aggs = len(template.aggregates)
     conds = [
         i
         for i, c in enumerate(template.conditionals)
@@ -131,19 +124,29 @@ def plan(spec: Spec, template: TaskTemplate, level: int, rng: random.Random) -> 
     ]
     rng.shuffle(conds)
     conds = conds[: shape.conditionals]
-    extra += shape.conditionals - len(conds)
-    used |= {template.conditionals[i].when for i in conds} | {
-        template.conditionals[i].then for i in conds
-    }
+    short = shape.conditionals - len(conds) + int(shape.action and not template.actions)
+    used |= {template.conditionals[i].when for i in conds}
+    used |= {template.conditionals[i].then for i in conds}
     budgets = [b for b in template.budgets if b not in used] if shape.budget else []
     budget = rng.choice(budgets) if budgets else ""
-    extra += int(shape.budget and not budget)
+    short += int(shape.budget and not budget)
     used.add(budget)
     free = [f for f in template.filters if f not in used]
-    want = shape.filters + extra
     if not free:  # a level keeps at least one direct filter (what the greedy baseline uses)
         return None
-    filters = tuple(rng.sample(free, min(want, len(free))))
+    rng.shuffle(free)
+    joins, aggs = list(range(len(template.joins))), list(range(len(template.aggregates)))
+    rng.shuffle(joins)
+    rng.shuffle(aggs)
+    count = {"j": shape.joins, "a": shape.aggregates, "f": shape.filters}
+    pools = {"j": joins, "a": aggs, "f": free}
+    for name, pool in pools.items():
+        short += max(0, count[name] - len(pool))
+        count[name] = min(count[name], len(pool))
+    for name, pool in pools.items():
+        take = min(short, len(pool) - count[name])
+        count[name] += take
+        short -= take
     report: tuple[str, Any] = ("", None)
     if shape.report == "any" and template.aggregates:
         report = ("aggregate", rng.randrange(len(template.aggregates)))
@@ -152,9 +155,9 @@ def plan(spec: Spec, template: TaskTemplate, level: int, rng: random.Random) -> 
     return Plan(
         objective=objective,
         sense=rng.choice(("min", "max")),
-        filters=filters,
-        joins=tuple(rng.sample(range(len(template.joins)), joins)),
-        aggregates=tuple(rng.sample(range(len(template.aggregates)), aggs)),
+        filters=tuple(free[: count["f"]]),
+        joins=tuple(joins[: count["j"]]),
+        aggregates=tuple(aggs[: count["a"]]),
         conditionals=tuple(conds),
         budget=budget,
         report=report,

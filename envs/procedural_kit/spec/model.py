@@ -295,8 +295,21 @@ def _schema_reason(err: jsonschema.ValidationError) -> str:
     if err.validator == "enum":
         return f"{str(err.instance)[:60]!r} is not one of {err.validator_value}"
     if err.validator == "const" and err.absolute_path and err.absolute_path[-1] == "spec_version":
-        return f"unsupported spec_version {err.instance!r}; this envgym reads {SPEC_VERSION}"
-    return err.message[:300]
+        return f"unsupported spec_version {str(err.instance)[:20]}; this envgym reads {SPEC_VERSION}"
+    # the instance may be huge: say how it is wrong, never echo it whole
+    limit = err.validator_value
+    if err.validator in ("maxItems", "maxLength"):
+        return f"is too long: {len(err.instance)} (at most {limit})"
+    if err.validator in ("minItems", "minLength"):
+        return f"is too short: {len(err.instance)} (at least {limit})"
+    if err.validator in ("maximum", "minimum", "exclusiveMinimum", "exclusiveMaximum"):
+        return f"{str(err.instance)[:30]} is out of range ({err.validator} {limit})"
+    if err.validator == "type":
+        return f"must be {limit}, not {type(err.instance).__name__}"
+    if err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        return f"unknown field {str(extra[0])[:40]!r}" if extra else "unknown field"
+    return err.message[:200]
 
 
 def check_name(path: str, name: str) -> None:

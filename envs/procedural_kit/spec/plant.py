@@ -75,6 +75,7 @@ class _Copy:
         self.row = {k: (gold[k] if k in keep else v) for k, v in fresh.items()}
         self.row[target.key] = fresh[target.key]
         self.children: dict[tuple[str, str], list[Row]] = {}
+        self.parents: dict[str, list[Row]] = {}  # parent rows made for a join near-miss
         for agg in _aggregates(meta):
             pair = (agg["child"], agg["relation"])
             if pair in self.children:
@@ -89,7 +90,7 @@ class _Copy:
             self.children[pair] = rows
 
     def added(self) -> dict[str, list[Row]]:
-        out: dict[str, list[Row]] = {}
+        out: dict[str, list[Row]] = {name: list(rows) for name, rows in self.parents.items()}
         for (child, _), rows in self.children.items():
             out.setdefault(child, []).extend(rows)
         return out
@@ -120,21 +121,40 @@ def _break(
         assert attr is not None
         if c["kind"] == "conditional":
             row[c["if"]["attribute"]] = c["if"]["value"]
-        if spot["op"] == "eq":
-            others = [v for v in (attr.values or (True, False)) if v != spot["value"]]
-            row[attr.name] = rng.choice(others)
-            return True
-        value = beyond(attr, spot["op"], spot["value"])
-        row[attr.name] = value
-        return value is not None
+        row[attr.name] = _moved(attr, spot["op"], spot["value"], rng)
+        return row[attr.name] is not None
     if c["kind"] == "join":
         parent = spec.entity(c["to"])
-        pool = [p for p in world[c["to"]] if not _meets(c["op"], p[c["attribute"]], c["value"])]
-        if not pool:
+        same = [
+            j for j in meta["constraints"] if j["kind"] == "join" and j["relation"] == c["relation"]
+        ]
+        pool = [
+            p
+            for p in world[c["to"]]
+            if all(_meets(j["op"], p[j["attribute"]], j["value"]) == (j is not c) for j in same)
+        ]
+        if pool:
+            row[c["relation"]] = rng.choice(pool)[parent.key]
+            return True
+        # no such parent yet: a copy of the gold's parent with the one attribute moved
+        base = next(p for p in world[c["to"]] if p[parent.key] == row[c["relation"]])
+        attr = parent.attribute(c["attribute"])
+        assert attr is not None
+        moved = _moved(attr, c["op"], c["value"], rng)
+        if moved is None:
             return False
-        row[c["relation"]] = rng.choice(pool)[parent.key]
+        made = {**base, parent.key: keys.new(parent), attr.name: moved}
+        copy.parents.setdefault(parent.name, []).append(made)
+        row[c["relation"]] = made[parent.key]
         return True
     return _break_aggregate(spec, c, copy, copy.row[target.key], world, keys, rng)
+
+
+def _moved(attr: Attribute, op: str, bound: Any, rng: random.Random) -> Any:
+    """A value of ``attr`` that breaks ``op bound`` by the least (None when there is none)."""
+    if op == "eq":
+        return rng.choice([v for v in (attr.values or (True, False)) if v != bound])
+    return beyond(attr, op, bound)
 
 
 def _meets(op: str, value: Any, bound: Any) -> bool:

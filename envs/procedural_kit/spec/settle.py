@@ -54,21 +54,30 @@ def _submission(answer: dict[str, Any] | str) -> dict[str, Any]:
     return {"answer_text": answer if isinstance(answer, str) else json.dumps(answer)}
 
 
-def settle(spec: Spec, meta: dict[str, Any], world: World) -> Settled | str:
+def ranked(spec: Spec, meta: dict[str, Any], world: World) -> list[Row]:
+    """The rows meeting every condition, best first by the objective."""
+    w = memory_world(spec, world)
+    objective = meta["objective"]
+    attr, sign = objective["attribute"], 1 if objective["sense"] == "min" else -1
+    rows = [r for r in world[meta["target"]] if shipped.qualifies(w, meta, r)]
+    return sorted(rows, key=lambda r: sign * r[attr])
+
+
+def settle(
+    spec: Spec, meta: dict[str, Any], world: World, *, witnesses: bool = True
+) -> Settled | str:
     """The task's gold and witnesses on ``world`` (its initial state), or why it has none.
 
     Sets ``meta["action"]["before"]`` (the rows already in the action's end state)."""
     w = memory_world(spec, world)
     key, rows = meta["key"], world[meta["target"]]
     objective = meta["objective"]
-    attr, sign = objective["attribute"], 1 if objective["sense"] == "min" else -1
-    ranked = sorted(
-        (r for r in rows if shipped.qualifies(w, meta, r)), key=lambda r: sign * r[attr]
-    )
-    if not ranked:
+    attr = objective["attribute"]
+    best = ranked(spec, meta, world)
+    if not best:
         return "no row meets every condition"
-    gold = ranked[0]
-    if len(ranked) > 1 and ranked[1][attr] == gold[attr]:
+    gold = best[0]
+    if len(best) > 1 and best[1][attr] == gold[attr]:
         return f"two rows tie for the best {attr}"
     action = meta.get("action")
     if action:
@@ -81,7 +90,9 @@ def settle(spec: Spec, meta: dict[str, Any], world: World) -> Settled | str:
     # the gold answer must pass on the final state (the action applied, where there is one)
     if _failed(meta, _applied(meta, w, gold), answer):
         return "the gold answer fails its own verifier"
-    found = _witnesses(meta, w, rows, gold, answer, ranked)
+    if not witnesses:
+        return Settled(gold=gold, answer=answer)
+    found = _witnesses(meta, w, rows, gold, answer, best)
     if isinstance(found, str):
         return found
     return Settled(gold=gold, answer=answer, witnesses=found)
@@ -136,7 +147,7 @@ def _witnesses(
             }
     missing = [r for r in rules if r not in found]
     if missing:
-        return f"no witness for {missing}"
+        return f"no witness for {missing} ({meta['target']} task)"
     return [found[r] for r in rules]
 
 

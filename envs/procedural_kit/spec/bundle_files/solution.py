@@ -9,6 +9,8 @@ relation, aggregate, act); the conditions come from ``metadata`` as the prompt s
   tools); the best one by the objective is acted on and submitted.
 * ``greedy_spec``: the baseline: the first row the list tool returns under the task's direct
   filters, with no joins, aggregates, conditional rules or objective considered.
+* ``shallow_spec``: a stronger baseline: the objective over the rows meeting the task's own
+  attribute conditions, still without joins, aggregates or conditional rules.
 """
 
 from __future__ import annotations
@@ -41,6 +43,23 @@ def greedy_spec(tools, task: dict) -> None:
         raise RuntimeError("the list is empty under the task's filters")
     row = getattr(tools, plan["lookup"])(**{meta["key"]: first[0][meta["key"]]})
     _finish(tools, meta, row)
+
+
+def shallow_spec(tools, task: dict) -> None:
+    """A stronger baseline: the best row by the objective among those meeting the row's own
+    attribute conditions; joins, aggregates and conditional rules are not considered."""
+    meta = task["metadata"]
+    plan, key = meta["plan"], meta["key"]
+    own = [c for c in meta["constraints"] if c["kind"] == "attr"]
+    best = None
+    for listed in _all_pages(tools, plan):
+        row = getattr(tools, plan["lookup"])(**{key: listed[key]})
+        if all(_holds(tools, meta, c, row) for c in own):
+            if best is None or _better(meta["objective"], row, best):
+                best = row
+    if best is None:
+        raise RuntimeError("no row meets the attribute conditions")
+    _finish(tools, meta, best)
 
 
 def _finish(tools, meta: dict, row: dict) -> None:

@@ -68,18 +68,6 @@ class _Entity:
         self.relations = {_ident(r["name"]): r for r in raw["relations"]}
         self.columns = [*self.attrs, *self.relations]
 
-    def describe(self, name: str) -> str:
-        if name in self.relations:
-            rel = self.relations[name]
-            return f"the {rel['label']} ({_ENTITIES[rel['to']].noun} id)"
-        attr = self.attrs[name]
-        unit = f", in {attr['unit']}" if attr.get("unit") else ""
-        if attr["type"] == "category":
-            return f"{attr['label']}: one of {', '.join(attr['values'])}"
-        if attr["type"] == "date":
-            return f"{attr['label']} (YYYY-MM-DD)"
-        return f"{attr['label']}{unit}"
-
     def row(self, raw: Any) -> dict[str, Any]:
         out = dict(raw)
         for name, attr in self.attrs.items():
@@ -132,7 +120,9 @@ def _filter_params(entity: _Entity, filters: list[str]) -> list[tuple[str, Any, 
     out: list[tuple[str, Any, str]] = []
     for f in filters:
         if f in entity.relations:
-            out.append((f, str | None, f"only rows whose {entity.describe(f)} is this"))
+            rel = entity.relations[f]
+            noun = _ENTITIES[rel["to"]].noun
+            out.append((f, str | None, f"only rows whose {rel['label']} is this {noun} (its id)"))
             continue
         attr = entity.attrs[f]
         if attr["type"] == "category":
@@ -142,8 +132,15 @@ def _filter_params(entity: _Entity, filters: list[str]) -> list[tuple[str, Any, 
             out.append((f, bool | None, f"only rows whose {attr['label']} is this"))
         else:
             tp = _TYPES[attr["type"]]
-            for prefix, word in (("min_", "at least"), ("max_", "at most")):
-                out.append((prefix + f, tp | None, f"{attr['label']} {word} this"))
+            words = ("at least this", "at most this")
+            if attr["type"] == "date":
+                words = (
+                    "on or after this date (YYYY-MM-DD)",
+                    "on or before this date (YYYY-MM-DD)",
+                )
+            unit = f" ({attr['unit']})" if attr.get("unit") else ""
+            for prefix, word in zip(("min_", "max_"), words, strict=True):
+                out.append((prefix + f, tp | None, f"{attr['label']}{unit} {word}"))
     return out
 
 
@@ -276,7 +273,9 @@ def _aggregate(tool: dict[str, Any], e: _Entity) -> None:
 def _follow(tool: dict[str, Any], e: _Entity) -> None:
     rel = e.relations[_ident(tool["relation"])]
     parent = _ENTITIES[_ident(rel["to"])]
-    summary = tool["description"] or f"The {rel['label']} of a {e.noun} (a {parent.noun})."
+    summary = (
+        tool["description"] or f"The {rel['label']} of a {e.noun}: the full {parent.noun} record."
+    )
     params = [(e.key, str, f"the {e.noun}'s {e.key}")]
 
     def run(a: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,158 @@
+"""The spec compiler: deterministic bundles whose code is the fixed templates, tools in the
+domain's words, every rule with a witness, difficulty measured by baselines, and `envgym check`
+passing for every example spec (docs/ENV_SPEC.md)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from envgym.bundle import CODE_FILES, hash_bundle, load_bundle
+from envgym.check import check_bundle
+from envgym.sandbox.runner import BundleRunner
+from envs.procedural_kit.local import LocalBundle, passed
+from envs.procedural_kit.spec.compile import (
+    GREEDY,
+    SHALLOW,
+    TEMPLATES,
+    CompileError,
+    compile_spec,
+    greedy_outcomes,
+)
+from envs.procedural_kit.spec.model import load_spec
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "envs" / "procedural_kit" / "spec" / "examples"
+NAMES = sorted(p.stem for p in EXAMPLES.glob("*.json"))
+
+
+def _spec(name: str):
+    return load_spec(json.loads((EXAMPLES / f"{name}.json").read_text()))
+
+
+@pytest.mark.timeout(120)
+def test_same_seed_same_bundle_other_seed_other_bundle(tmp_path: Path) -> None:
+    spec = _spec("library_loans")
+    a = compile_spec(spec, tmp_path / "a", seed=3, n_tasks=3, difficulties=(1, 3, 5))
+    b = compile_spec(spec, tmp_path / "b", seed=3, n_tasks=3, difficulties=(1, 3, 5))
+    c = compile_spec(spec, tmp_path / "c", seed=4, n_tasks=3, difficulties=(1, 3, 5))
+    assert hash_bundle(a) == hash_bundle(b)
+    assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
+    assert hash_bundle(a) != hash_bundle(c)
+    # the code is the fixed templates, byte for byte: nothing of the spec is pasted into it
+    for file in CODE_FILES:
+        assert (a / file).read_bytes() == (TEMPLATES / file).read_bytes()
+    bundle = load_bundle(a)
+    assert [t.difficulty for t in bundle.tasks] == [1, 3, 5]
+    assert all(t.witnesses and t.baseline == GREEDY for t in bundle.tasks)
+
+
+@pytest.mark.timeout(120)
+def test_tools_are_typed_in_the_domains_words_and_refuse_bad_arguments(tmp_path: Path) -> None:
+    root = compile_spec(_spec("clinic_appointments"), tmp_path / "b", seed=0, n_tasks=1)
+    runner = BundleRunner(root, module_prefix="spec_test_", max_stdout_bytes=1000)
+    loaded = runner.load({})
+    assert loaded["ok"], loaded
+    tools = {t["name"]: t for t in loaded["value"]["tools"]}
+    assert {"book_slot", "search_slots", "slot_doctor", "visit_summary", "submit_result"} <= set(
+        tools
+    )
+    slots = tools["search_slots"]["parameters"]["properties"]
+    assert slots["mode"]["anyOf"][0]["enum"] == ["in_person", "video"]
+    assert slots["max_fee"]["type"] == ["number", "null"]
+    local = LocalBundle(root)
+    with local.episode() as ep:
+        some = ep.call_tool("search_slots", mode="video", max_fee=100.0)
+        assert some and all(r["mode"] == "video" and r["fee"] <= 100 for r in some)
+        with pytest.raises(TypeError, match="max_fee must be float, not str"):
+            ep.call_tool("search_slots", max_fee="100")
+        with pytest.raises(TypeError):
+            ep.call_tool("search_slots", colour="red")
+        # a value is a parameter, never SQL
+        assert ep.call_tool("search_slots", doctor="x' OR '1'='1") == []
+        with pytest.raises(KeyError, match="no appointment slot"):
+            ep.call_tool("get_slot", slot_id="SL-0000")
+        open_slot = ep.call_tool("search_slots", state="open")[0]["slot_id"]
+        assert ep.call_tool("book_slot", slot_id=open_slot)["state"] == "booked"
+        with pytest.raises(ValueError, match="is booked, not open"):
+            ep.call_tool("book_slot", slot_id=open_slot)
+
+
+@pytest.mark.timeout(120)
+def test_a_hostile_tool_table_is_refused_at_import(tmp_path: Path) -> None:
+    root = compile_spec(_spec("library_loans"), tmp_path / "b", seed=0, n_tasks=1)
+    table = json.loads((root / "tools.json").read_text())
+    table["tools"][0]["name"] = "x = __import__('os')"
+    (root / "tools.json").write_text(json.dumps(table))
+    with pytest.raises(ValueError, match="is not a plain identifier"):
+        LocalBundle(root)
+    table["tools"][0]["name"] = "sqlite"  # would shadow what tools.py uses
+    (root / "tools.json").write_text(json.dumps(table))
+    with pytest.raises(ValueError, match="clashes with a name of tools.py"):
+        LocalBundle(root)
+
+
+@pytest.mark.timeout(120)
+def test_every_rule_has_a_witness_and_the_verdict_is_staged(tmp_path: Path) -> None:
+    root = compile_spec(_spec("insurance_claims"), tmp_path / "b", seed=1, n_tasks=5)
+    local = LocalBundle(root)
+    for task in load_bundle(root).tasks:
+        declared = task.metadata["declared_rules"]
+        assert [w.rule for w in task.witnesses] == declared
+        assert len(declared) == len(set(declared)) >= 4
+        with local.episode() as ep:
+            for w in task.witnesses:
+                report = ep.verify(dict(w.submission), task.to_dict())
+                assert [c["name"] for c in report["checks"] if not c["passed"]] == [w.rule]
+            solved = ep.solve(task.to_dict())
+            assert passed(ep.verify(solved.submission, task.to_dict()))
+            # staged: an answer naming no row reports nothing past existence
+            nothing = {task.metadata["target"]: "NOPE"}
+            if task.metadata["report"]:
+                nothing[task.metadata["report"]["field"]] = 0
+            report = ep.verify({"answer_text": json.dumps(nothing)}, task.to_dict())
+            assert [c["name"] for c in report["checks"]][-1].endswith("_exists")
+
+
+def test_a_level_no_template_offers_is_named(tmp_path: Path) -> None:
+    raw = json.loads((EXAMPLES / "library_loans.json").read_text())
+    raw["tasks"] = [raw["tasks"][1]]  # members: levels 1-3 only
+    with pytest.raises(CompileError, match="no task template of 'library_loans' offers level 4"):
+        compile_spec(raw, tmp_path / "b", n_tasks=5)
+
+
+@pytest.mark.timeout(300)
+def test_difficulty_is_measured_by_baselines(tmp_path: Path) -> None:
+    """Greedy (first row under the direct filters) and shallow (the objective over the row's own
+    attribute conditions) answer every task; each is judged by the task's verifier."""
+    rates: dict[str, dict[int, list[bool]]] = {
+        GREEDY: defaultdict(list),
+        SHALLOW: defaultdict(list),
+    }
+    for name in NAMES:
+        for seed in (0, 1):
+            root = compile_spec(_spec(name), tmp_path / f"{name}-{seed}", seed=seed, n_tasks=10)
+            for solver, by_level in rates.items():
+                for level, solved in greedy_outcomes(root, solver):
+                    by_level[level].append(solved)
+    share = {s: {lvl: sum(v) / len(v) for lvl, v in by.items()} for s, by in rates.items()}
+    assert all(len(v) == 12 for v in rates[GREEDY].values())
+    assert share[GREEDY][5] <= 0.2 and share[SHALLOW][5] <= 0.2
+    assert max(share[GREEDY].values()) <= 0.25
+    # the shallow baseline solves what has no relation to follow, and not what has
+    assert share[SHALLOW][1] >= 0.9 and share[SHALLOW][2] >= 0.9
+    assert share[SHALLOW][4] < share[SHALLOW][1] and share[SHALLOW][5] < share[SHALLOW][2]
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_example_compiles_to_a_bundle_envgym_check_passes(tmp_path: Path, name: str) -> None:
+    root = compile_spec(_spec(name), tmp_path / "b", seed=0, n_tasks=5)
+    report = check_bundle(load_bundle(root), corruptions_per_task=10, reruns=2)
+    problems = {t.task_id: t.problems for t in report.tasks if not t.passed}
+    assert report.passed, problems
+    assert all(t.rule_coverage == 1.0 for t in report.tasks)
+    assert sorted(t.difficulty for t in report.tasks) == [1, 2, 3, 4, 5]
