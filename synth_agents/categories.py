@@ -55,6 +55,18 @@ def _kit(package: str) -> Builder:
     return build
 
 
+def _spec(example: str) -> Builder:
+    """A category written as a declarative spec (envs/procedural_kit/spec/examples/<example>.json,
+    docs/ENV_SPEC.md), compiled offline; imported only when called."""
+
+    def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
+        from envs.procedural_kit.spec.compile import compile_example
+
+        return compile_example(example, out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+
+    return build
+
+
 CATEGORIES: tuple[ProceduralCategory, ...] = (
     ProceduralCategory(
         "trip planning",
@@ -83,6 +95,27 @@ CATEGORIES: tuple[ProceduralCategory, ...] = (
         ("logistics", "shipping", "shipments", "routing", "freight"),
         "routes through a hub network under deadlines, hazmat, modes, capacities, budget",
         _kit("envs.shipment_logistics"),
+    ),
+    ProceduralCategory(
+        "library loans",
+        "library-loans",
+        ("library", "libraries", "book loans", "library lending"),
+        "books, authors, members and loans (compiled from a declarative spec)",
+        _spec("library_loans"),
+    ),
+    ProceduralCategory(
+        "clinic appointments",
+        "clinic-appointments",
+        ("clinic", "appointments", "doctor appointments", "medical appointments"),
+        "appointment slots, doctors, departments and visits (compiled from a declarative spec)",
+        _spec("clinic_appointments"),
+    ),
+    ProceduralCategory(
+        "insurance claims",
+        "insurance-claims",
+        ("insurance", "claims", "claims handling"),
+        "claims, policies, policyholders and adjusters (compiled from a declarative spec)",
+        _spec("insurance_claims"),
     ),
 )
 

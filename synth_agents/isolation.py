@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import Bundle
+from envgym.bundle import CODE_DATA, Bundle
 from envgym.sandbox import Limits, open_sandbox
 from envgym.state import EpisodeDirs
 
@@ -78,10 +78,13 @@ class IsolationResult:
 
 
 def guarded_copy(bundle: Bundle, into: Path) -> Path:
-    """The bundle's code files in ``into`` with the guard prepended to ``solution.py``."""
+    """The bundle's code files (and code data) in ``into``, the guard prepended to ``solution.py``."""
     into.mkdir(parents=True, exist_ok=True)
     for name in ("tools.py", "verifier.py"):
         shutil.copyfile(bundle.root / name, into / name)
+    for name in CODE_DATA:  # what tools.py reads at import (a spec-compiled bundle's tool table)
+        if (bundle.root / name).is_file():
+            shutil.copyfile(bundle.root / name, into / name)
     guard = _GUARD.replace("__DENIED__", repr(DENIED))
     prelude = (
         f"exec(compile({guard!r}, '<envgym-isolation-guard>', 'exec'), {{'__file__': __file__}})\n"

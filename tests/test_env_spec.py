@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from envs.procedural_kit.spec.model import SpecError, load_spec, load_spec_text, schema
+from envs.procedural_kit.spec.validate import SpecError, load_spec, load_spec_text, schema
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "envs" / "procedural_kit" / "spec" / "examples"
 

@@ -22,7 +22,7 @@ from envs.procedural_kit.spec.compile import (
     compile_spec,
     greedy_outcomes,
 )
-from envs.procedural_kit.spec.model import load_spec
+from envs.procedural_kit.spec.validate import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "envs" / "procedural_kit" / "spec" / "examples"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.json"))
@@ -156,3 +156,22 @@ def test_every_example_compiles_to_a_bundle_envgym_check_passes(tmp_path: Path, 
     assert report.passed, problems
     assert all(t.rule_coverage == 1.0 for t in report.tasks)
     assert sorted(t.difficulty for t in report.tasks) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("name", "example"),
+    [("Library Loans", "library loans"), ("clinic", "clinic appointments"),
+     ("insurance-claims", "insurance claims")],
+)  # fmt: skip
+def test_synth_routes_the_example_categories_to_the_compiler(
+    tmp_path: Path, name: str, example: str
+) -> None:
+    from synth_agents.categories import find_category
+
+    category = find_category(name)
+    assert category.name == example
+    root = category.build(tmp_path / "b", 7, 2, (2, 5))
+    bundle = load_bundle(root)
+    assert bundle.manifest.category == example
+    assert [t.difficulty for t in bundle.tasks] == [2, 5]

@@ -24,16 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from envgym.bundle import CODE_FILES, write_manifest
-from envs.procedural_kit.build import strictness_problem
+from envs.procedural_kit.build import UnsolvableTask, strictness_problem
 from envs.procedural_kit.local import LocalBundle
 from envs.procedural_kit.spec.compose import Plan, constraints, plan
-from envs.procedural_kit.spec.model import Spec, TaskTemplate, load_spec
+from envs.procedural_kit.spec.model import Spec, TaskTemplate
 from envs.procedural_kit.spec.plant import near_misses
 from envs.procedural_kit.spec.prompt import render
 from envs.procedural_kit.spec.settle import Settled, ranked, settle
 from envs.procedural_kit.spec.state import Keys, World, draw_world, write_db
+from envs.procedural_kit.spec.validate import load_spec, load_spec_text
 
 TEMPLATES = Path(__file__).resolve().parent / "bundle_files"
+EXAMPLES = Path(__file__).resolve().parent / "examples"
 SOLVER, GREEDY, SHALLOW = "solve_spec", "greedy_spec", "shallow_spec"
 VERIFIER, SUBMIT = "verify_spec", "submit_result"
 MAX_DRAWS = 80  # per task
@@ -41,7 +43,9 @@ AGENT = "procedural:env_spec"
 
 
 class CompileError(RuntimeError):
-    """No task of a level could be drawn on this seed, or a written task failed its proof."""
+    """The spec offers no template for a level, or a written task failed its proof (a compiler
+    bug).  Running out of draws on one seed's rows is the kit's ``UnsolvableTask`` instead: bad
+    luck that another seed may not have (synthesis redraws then)."""
 
 
 def compile_spec(
@@ -102,6 +106,25 @@ def compile_spec(
     return out
 
 
+def compile_example(
+    example: str,
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    n_tasks: int = 5,
+    difficulties: Sequence[int] = (1, 2, 3, 4, 5),
+) -> Path:
+    """Compile one of the specs in ``examples/`` (``library_loans`` …) into ``out_dir``."""
+    if example not in example_names():
+        raise KeyError(f"no example spec {example!r}; examples: {', '.join(example_names())}")
+    spec = load_spec_text((EXAMPLES / f"{example}.json").read_bytes())
+    return compile_spec(spec, out_dir, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+
+
+def example_names() -> list[str]:
+    return sorted(p.stem for p in EXAMPLES.glob("*.json"))
+
+
 def _draft(
     spec: Spec,
     level: int,
@@ -147,7 +170,7 @@ def _draft(
             continue
         return trial, meta
     top = ", ".join(f"{k} ({n}×)" for k, n in sorted(problems.items(), key=lambda kv: -kv[1])[:3])
-    raise CompileError(
+    raise UnsolvableTask(
         f"{spec.name}: no level-{level} task in {MAX_DRAWS} draws: {top or 'no candidates'}"
     )
 
