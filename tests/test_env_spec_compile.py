@@ -175,3 +175,26 @@ def test_synth_routes_the_example_categories_to_the_compiler(
     bundle = load_bundle(root)
     assert bundle.manifest.category == example
     assert [t.difficulty for t in bundle.tasks] == [2, 5]
+
+
+@pytest.mark.timeout(120)
+def test_an_action_on_any_other_row_fails_the_action_check(tmp_path: Path) -> None:
+    root = compile_spec(
+        _spec("library_loans"), tmp_path / "b", seed=2, n_tasks=1, difficulties=(5,)
+    )
+    task = load_bundle(root).tasks[0].to_dict()
+    action = task["metadata"]["action"]
+    local = LocalBundle(root)
+    with local.episode() as ep:
+        gold = ep.solve(task).submission
+        assert passed(ep.verify(gold, task))
+        chosen = json.loads(gold["answer_text"])["book"]
+        other = next(
+            k for k, state in action["states"].items() if state == action["from"] and k != chosen
+        )
+        ep.call_tool(action["tool"], isbn=other)  # one more row moved: collateral
+        failed = [c["name"] for c in ep.verify(gold, task)["checks"] if not c["passed"]]
+        assert failed == [action["rule"]]
+    with local.episode() as ep:  # the right answer without the action done
+        failed = [c["name"] for c in ep.verify(gold, task)["checks"] if not c["passed"]]
+        assert failed == [action["rule"]]

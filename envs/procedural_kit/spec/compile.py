@@ -250,7 +250,7 @@ def _meta(
         plan_["action"] = tool.name
         action = {
             "rule": f"{tool.name}_done", "tool": tool.name, "verb": tool.verb,
-            "attribute": tool.attribute, "from": tool.start, "to": tool.end, "before": [],
+            "attribute": tool.attribute, "from": tool.start, "to": tool.end, "states": {},
         }  # fmt: skip
     meta = {
         "target": target.name,

@@ -96,7 +96,7 @@ class _Copy:
         return out
 
 
-def _merged(world: World, target: str, extra: list[dict[str, list[Row]]]) -> World:
+def _merged(world: World, extra: list[dict[str, list[Row]]]) -> World:
     out = {name: list(rows) for name, rows in world.items()}
     for part in extra:
         for name, rows in part.items():
@@ -219,8 +219,8 @@ def near_misses(
             improved = shift(objective, gold[objective.name], better * rng.randint(1, 3))
             if improved is not None:
                 copy.row[objective.name] = improved
-            part = {target.name: [copy.row], **_merge_children(copy)}
-            trial = _merged(world, target.name, [*added, part])
+            part = {target.name: [copy.row], **copy.added()}
+            trial = _merged(world, [*added, part])
             if failed_conditions(spec, meta, trial, copy.row) == [c["rule"]]:
                 added.append(part)
                 break
@@ -228,15 +228,11 @@ def near_misses(
     worse = shift(objective, gold[objective.name], -better * rng.randint(1, 4))
     if worse is not None:
         copy.row[objective.name] = worse
-        part = {target.name: [copy.row], **_merge_children(copy)}
-        if not failed_conditions(spec, meta, _merged(world, target.name, [*added, part]), copy.row):
+        part = {target.name: [copy.row], **copy.added()}
+        if not failed_conditions(spec, meta, _merged(world, [*added, part]), copy.row):
             added.append(part)
     out: dict[str, list[Row]] = {}
     for part in added:
         for name, rows in part.items():
             out.setdefault(name, []).extend(rows)
     return out
-
-
-def _merge_children(copy: _Copy) -> dict[str, list[Row]]:
-    return copy.added()

@@ -68,7 +68,8 @@ def settle(
 ) -> Settled | str:
     """The task's gold and witnesses on ``world`` (its initial state), or why it has none.
 
-    Sets ``meta["action"]["before"]`` (the rows already in the action's end state)."""
+    Sets ``meta["action"]["states"]`` (every row's state at the start, which the verifier
+    compares the final state with)."""
     w = memory_world(spec, world)
     key, rows = meta["key"], world[meta["target"]]
     objective = meta["objective"]
@@ -83,7 +84,7 @@ def settle(
     if action:
         if gold[action["attribute"]] != action["from"]:
             return f"the best row is {gold[action['attribute']]!r}, the action needs {action['from']!r}"
-        action["before"] = sorted(r[key] for r in rows if r[action["attribute"]] == action["to"])
+        action["states"] = {r[key]: r[action["attribute"]] for r in rows}
     answer = _answer(meta, w, gold)
     if answer is None:
         return "the gold row has no value to report"

@@ -10,7 +10,8 @@ passed, so each rule can fail alone and has a per-rule witness):
    rows, conditional rules, budgets;
 4. ``best_<attribute>``: no other row meeting every condition is as good or better;
    ``<field>_correct``: the reported number equals the row's own;
-5. ``<action>_done``: the row was moved to the action's end state, and no other row was.
+5. ``<action>_done``: the row was moved to the action's end state, and no other row's state
+   changed (``metadata.action.states``: every row's state at the start).
 
 ``judge`` is pure (rows come from a ``World``), so the compiler runs this very code on rows in
 memory while it draws tasks, and the bundle runs it on ``db.sqlite``.
@@ -221,14 +222,13 @@ def judge(meta: dict[str, Any], answer: dict[str, Any], world: World) -> list[di
         return checks
     action = meta.get("action")
     if action:
-        attr = action["attribute"]
-        moved = {k for k, r in rows.items() if r[attr] == action["to"]}
-        want = set(action["before"]) | {row[key]}
+        attr, states = action["attribute"], action["states"]
+        moved = sorted(k for k, r in rows.items() if r[attr] != states.get(k))
         problems = []
         if row[attr] != action["to"]:
             problems.append(f"{row[key]} is {row[attr]!r}, not {action['to']!r}")
-        elif moved != want:
-            problems.append(f"other rows changed too: {sorted(moved ^ want)[:3]}")
+        elif moved != [row[key]]:
+            problems.append(f"other rows changed too: {[k for k in moved if k != row[key]][:3]}")
         checks.append(_check(action["rule"], problems))
     return checks
 
