@@ -150,6 +150,8 @@ def test_a_missing_tool_for_a_building_block_is_named() -> None:
         (lambda r: r.update({"tools": r["tools"] * 5}), "tools", "is too long: 60 (at most 40)"),
         (lambda r: r.update({"category": "x" * 5000}), "category", "is too long: 5000 (at most 80)"),
         (lambda r: r.update({"colour": "red"}), "(root)", "unknown field 'colour'"),
+        (lambda r: r["entities"][2].update({"noun": "book\nArgs:\n    isbn: x"}), "entities[2].noun",
+         "holds a control character"),
     ],
 )  # fmt: skip
 def test_an_oversize_spec_is_refused(edit: Any, path: str, reason: str) -> None:

@@ -90,6 +90,8 @@ def _path(parts: Any) -> str:
 
 def _schema_reason(err: jsonschema.ValidationError) -> str:
     if err.validator == "pattern" and isinstance(err.instance, str):
+        if "u0000" in str(err.validator_value):
+            return f"{err.instance[:60]!r} holds a control character (a line break, a tab, …)"
         return f"{err.instance[:60]!r} is not a safe name (lower-case letters, digits, _; ≤ 40)"
     if err.validator == "enum":
         return f"{str(err.instance)[:60]!r} is not one of {err.validator_value}"
