@@ -4,8 +4,8 @@ This file is the same in every compiled bundle (copied verbatim; docs/ENV_SPEC.m
 ``metadata.plan`` names which of the bundle's tools serve each need (list, lookup, follow a
 relation, aggregate, act); the conditions come from ``metadata`` as the prompt states them.
 
-* ``solve_spec``: every candidate the list tool returns (all pages) is looked up and checked
-  against every condition (joins through the follow tools, aggregates through the aggregate
+* ``solve_spec``: every candidate the list tool returns (all pages; a list row carries every
+  attribute) is checked against every condition (joins through the follow tools, aggregates through the aggregate
   tools); the best one by the objective is acted on and submitted.
 * ``greedy_spec``: the baseline: the first row the list tool returns under the task's direct
   filters, with no joins, aggregates, conditional rules or objective considered.
@@ -22,10 +22,9 @@ PAGE = 50
 
 def solve_spec(tools, task: dict) -> None:
     meta = task["metadata"]
-    plan, key = meta["plan"], meta["key"]
+    plan = meta["plan"]
     best = None
-    for listed in _all_pages(tools, plan):
-        row = getattr(tools, plan["lookup"])(**{key: listed[key]})
+    for row in _all_pages(tools, plan):  # a list row carries every attribute a lookup does
         if not all(_holds(tools, meta, c, row) for c in meta["constraints"]):
             continue
         if best is None or _better(meta["objective"], row, best):
@@ -49,11 +48,10 @@ def shallow_spec(tools, task: dict) -> None:
     """A stronger baseline: the best row by the objective among those meeting the row's own
     attribute conditions; joins, aggregates and conditional rules are not considered."""
     meta = task["metadata"]
-    plan, key = meta["plan"], meta["key"]
+    plan = meta["plan"]
     own = [c for c in meta["constraints"] if c["kind"] == "attr"]
     best = None
-    for listed in _all_pages(tools, plan):
-        row = getattr(tools, plan["lookup"])(**{key: listed[key]})
+    for row in _all_pages(tools, plan):
         if all(_holds(tools, meta, c, row) for c in own):
             if best is None or _better(meta["objective"], row, best):
                 best = row
