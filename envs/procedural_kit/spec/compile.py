@@ -269,7 +269,10 @@ def _meta(
 def _line(spec: Spec, i: int, meta: dict[str, Any], settled: Settled | str) -> dict[str, Any]:
     if isinstance(settled, str):
         raise CompileError(f"task {i + 1}: {settled} after every task was planted")
-    rules = [w["rule"] for w in settled.witnesses]
+    rules = declared_rules(meta)
+    if [w["rule"] for w in settled.witnesses] != rules:
+        found = [w["rule"] for w in settled.witnesses]
+        raise CompileError(f"task {i + 1}: the verifier reports {found}, the task declares {rules}")
     meta = {
         **meta,
         "declared_rules": rules,
@@ -287,6 +290,16 @@ def _line(spec: Spec, i: int, meta: dict[str, Any], settled: Settled | str) -> d
         "witnesses": settled.witnesses,
         "baseline": GREEDY,
     }
+
+
+def declared_rules(meta: dict[str, Any]) -> list[str]:
+    """The rules a task sets, from its conditions alone (not from what its verifier reports):
+    envgym check holds the verifier to them (docs/CHECK.md, "Declared rules")."""
+    rules = ["valid_json", f"{meta['target']}_exists"]
+    rules += [c["rule"] for c in meta["constraints"]]
+    rules.append(meta["objective"]["rule"])
+    rules += [part["rule"] for part in (meta["report"], meta["action"]) if part]
+    return rules
 
 
 def prove(root: Path, lines: list[dict[str, Any]]) -> None:
