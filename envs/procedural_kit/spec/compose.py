@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from envs.procedural_kit.spec.bundle_files import verifier as shipped
 from envs.procedural_kit.spec.model import Attribute, Entity, Spec, TaskTemplate
 from envs.procedural_kit.spec.state import Row, World
 
@@ -166,15 +167,9 @@ def plan(spec: Spec, template: TaskTemplate, level: int, rng: random.Random) -> 
 
 
 def aggregate_value(world: World, agg: dict[str, Any], parent: Any) -> Any:
+    """The aggregate over ``parent``'s related rows, computed as the shipped verifier does."""
     rows = [r for r in world[agg["child"]] if r[agg["relation"]] == parent]
-    if agg["agg"] == "count":
-        return len(rows)
-    values = [r[agg["attribute"]] for r in rows]
-    if agg["agg"] == "sum":
-        return sum(values)
-    if not values:
-        return None
-    return {"min": min, "max": max}.get(agg["agg"], lambda v: sum(v) / len(v))(values)
+    return shipped.aggregate_rows(agg, rows)
 
 
 def _rule(name: str, taken: set[str]) -> str:

@@ -20,6 +20,7 @@ memory while it draws tasks, and the bundle runs it on ``db.sqlite``.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -119,19 +120,26 @@ def holds(op: str, value: Any, bound: Any) -> bool:
 
 
 def aggregate(world: World, spec: dict[str, Any], parent_key: Any) -> float | None:
-    rows = world.children(spec["child"], spec["relation"], parent_key)
+    return aggregate_rows(spec, world.children(spec["child"], spec["relation"], parent_key))
+
+
+def aggregate_rows(spec: dict[str, Any], rows: list[dict[str, Any]]) -> float | None:
+    """count, sum, min, max or avg of ``spec["attribute"]`` over ``rows`` (None: nothing to
+    take a min, max or average of)."""
     if spec["agg"] == "count":
         return len(rows)
     values = [r[spec["attribute"]] for r in rows if r[spec["attribute"]] is not None]
+    # fsum is exact, so the order rows come in cannot move a total across a bound; six places
+    # are far below the cents data carries and above the noise of SQLite's own summing
     if spec["agg"] == "sum":
-        return sum(values)
+        return round(math.fsum(values), 6)
     if not values:
         return None
     if spec["agg"] == "min":
         return min(values)
     if spec["agg"] == "max":
         return max(values)
-    return sum(values) / len(values)
+    return round(math.fsum(values) / len(values), 6)
 
 
 def violation(world: World, meta: dict[str, Any], c: dict[str, Any], row: dict[str, Any]) -> str:
