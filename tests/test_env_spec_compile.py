@@ -198,3 +198,63 @@ def test_an_action_on_any_other_row_fails_the_action_check(tmp_path: Path) -> No
     with local.episode() as ep:  # the right answer without the action done
         failed = [c["name"] for c in ep.verify(gold, task)["checks"] if not c["passed"]]
         assert failed == [action["rule"]]
+
+
+def _edited(raw: dict, rng) -> dict:
+    """``raw`` with one random edit: a field dropped, a number or flag changed, a name swapped."""
+    import copy
+
+    out = copy.deepcopy(raw)
+    spots: list[tuple[object, object]] = []
+    stack: list[object] = [out]
+    while stack:
+        node = stack.pop()
+        keys = (
+            list(node)
+            if isinstance(node, dict)
+            else range(len(node))
+            if isinstance(node, list)
+            else []
+        )
+        for k in keys:
+            spots.append((node, k))
+            stack.append(node[k])
+    node, key = rng.choice(spots)
+    value = node[key]
+    if rng.random() < 0.3:
+        del node[key]
+    elif isinstance(value, bool):
+        node[key] = not value
+    elif isinstance(value, (int, float)):
+        node[key] = rng.choice([0, 1, 8, value * 3, -5])
+    elif isinstance(value, str):
+        node[key] = rng.choice([s for n, k in spots if isinstance(s := n[k], str)])
+    return out
+
+
+@pytest.mark.heavy  # about 35 s on the shared 2-core machine under load
+@pytest.mark.timeout(600)
+def test_an_edited_spec_is_refused_by_name_or_compiles(tmp_path: Path) -> None:
+    """A spec one edit away from an example is refused (SpecError), compiles, or has no task of
+    some level on its rows (UnsolvableTask): never a crash, never a bundle that fails its proof."""
+    import random
+
+    from envs.procedural_kit.build import UnsolvableTask
+    from envs.procedural_kit.spec.validate import SpecError
+
+    rng = random.Random(11)
+    raws = [json.loads((EXAMPLES / f"{n}.json").read_text()) for n in NAMES]
+    seen: dict[str, int] = defaultdict(int)
+    for trial in range(20):
+        raw = _edited(rng.choice(raws), rng)
+        try:
+            spec = load_spec(raw)
+        except SpecError:
+            seen["refused"] += 1
+            continue
+        try:
+            compile_spec(spec, tmp_path / str(trial), seed=trial, n_tasks=1, difficulties=(5,))
+            seen["compiled"] += 1
+        except UnsolvableTask:
+            seen["unsolvable"] += 1
+    assert seen["refused"] and seen["compiled"], dict(seen)
