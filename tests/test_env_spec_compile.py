@@ -132,13 +132,13 @@ def test_difficulty_is_measured_by_baselines(tmp_path: Path) -> None:
         SHALLOW: defaultdict(list),
     }
     for name in NAMES:
-        for seed in (0, 1):
+        for seed in (0,):
             root = compile_spec(_spec(name), tmp_path / f"{name}-{seed}", seed=seed, n_tasks=10)
             for solver, by_level in rates.items():
                 for level, solved in greedy_outcomes(root, solver):
                     by_level[level].append(solved)
     share = {s: {lvl: sum(v) / len(v) for lvl, v in by.items()} for s, by in rates.items()}
-    assert all(len(v) == 12 for v in rates[GREEDY].values())
+    assert all(len(v) == 6 for v in rates[GREEDY].values())
     assert share[GREEDY][5] <= 0.2 and share[SHALLOW][5] <= 0.2
     assert max(share[GREEDY].values()) <= 0.25
     # the shallow baseline solves what has no relation to follow, and not what has
