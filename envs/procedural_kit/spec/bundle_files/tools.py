@@ -126,6 +126,7 @@ def _filter_params(entity: _Entity, filters: list[str]) -> list[tuple[str, Any, 
             continue
         attr = entity.attrs[f]
         if attr["type"] == "category":
+            # values known only at import: a checker cannot see a Literal built from data
             kind: Any = Literal[tuple(attr["values"])]  # type: ignore[misc]
             out.append((f, kind | None, f"only this {attr['label']}"))
         elif attr["type"] == "bool":
@@ -182,7 +183,7 @@ def _define(
 
     lines = [summary, "", "Args:"] + [f"    {p}: {d}" for p, _, d in params]
     tool.__name__ = tool.__qualname__ = name
-    tool.__signature__ = signature  # type: ignore[attr-defined]
+    tool.__signature__ = signature  # type: ignore[attr-defined]  # inspect reads it; not declared
     tool.__annotations__ = {p: tp for p, tp, _ in params} | {"return": Any}
     tool.__doc__ = "\n".join(lines) if params else summary
     globals()[name] = tool
@@ -246,6 +247,7 @@ def _aggregate(tool: dict[str, Any], e: _Entity) -> None:
     ]
     if numeric:
         params.append(
+            # a Literal built from data at import (a checker cannot see its values)
             ("attribute", Literal[tuple(numeric)] | None, "the number to aggregate (not for count)")  # type: ignore[misc]
         )
     params += _filter_params(e, filters)
