@@ -26,7 +26,7 @@ from typing import Any
 MAX_NOTE_BYTES = 32 * 1024
 IDENT = re.compile(r"^[a-z][a-z0-9_]{0,27}$")  # room left for verb_ and _id in tool names
 _NUM = r"(\d{1,9}(?:\.\d{1,2})?)"
-_RANGE = re.compile(rf"^{_NUM}\.\.{_NUM}(?: ([A-Za-z%$/]{{1,12}}))?( skew)?$")
+_RANGE = re.compile(rf"^{_NUM}\.\.{_NUM}(?: ([A-Za-z0-9%$/]{{1,12}}))?( skew)?$")
 _DATES = re.compile(r"^(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})$")
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f|]{1,40}$")
 TYPES = ("text", "category", "state", "int", "number", "date", "bool")
