@@ -340,7 +340,7 @@ def _main_is_taskable(main: NoteEntity, moved: set[str]) -> None:
     """Level 5 composes three filters and a budget and reports a number: the main entity needs
     enough conditions of its own, besides what its actions move."""
     conds = [a for a in main.attributes if a.type not in ("text",) and a.name not in moved]
-    if len(conds) < 4:
-        raise NoteError("main", f"{main.name} needs 4 condition attributes (not text or moved)")
+    if len(conds) < 5:
+        raise NoteError("main", f"{main.name} needs 5 condition attributes (not text or moved)")
     if not any(a.type in ("int", "number") for a in conds):
         raise NoteError("main", f"{main.name} needs an int or number attribute")

@@ -141,7 +141,9 @@ class _Writer:
         conds = [a for a in attrs if a.type != "text" and (entity, a.name) not in self.moved]
         if not is_main:
             return len(conds) >= 2
-        return len(conds) >= 4 and any(a.type in ("int", "number") for a in conds)
+        # Level 5 draws three filters, a rule (two attributes) and a budget: six is what it
+        # uses, so the main entity never drops below six conditions (or what the note has).
+        return len(conds) >= 6 and any(a.type in ("int", "number") for a in conds)
 
     def _entity_spec(self, e: NoteEntity) -> dict[str, Any]:
         rng = self.rng
@@ -190,9 +192,7 @@ class _Writer:
 
     def _tasks(self, kept: list[str]) -> list[dict[str, Any]]:
         rng, note, main = self.rng, self.note, self.note.main
-        filters = self._conds(main, FILTERABLE)
-        if len(filters) > 4:
-            filters = rng.sample(filters, rng.randint(4, len(filters)))
+        filters = rng.sample(self._conds(main, FILTERABLE), len(self._conds(main, FILTERABLE)))
         task: dict[str, Any] = {"target": main, "filters": filters}
         joins = []
         for r in self.relations:
