@@ -186,7 +186,7 @@ def _list(key: str, obj: dict[str, Any], most: int, least: int = 0) -> list[Any]
 
 
 def _ident(where: str, value: Any) -> str:
-    if not isinstance(value, str) or not IDENT.match(value) or keyword.iskeyword(value):
+    if not isinstance(value, str) or not IDENT.match(value) or _reserved(value):
         raise NoteError(where, "must be a lower-case identifier of at most 28 characters")
     return value
 
@@ -344,3 +344,8 @@ def _main_is_taskable(main: NoteEntity, moved: set[str]) -> None:
         raise NoteError("main", f"{main.name} needs 5 condition attributes (not text or moved)")
     if not any(a.type in ("int", "number") for a in conds):
         raise NoteError("main", f"{main.name} needs an int or number attribute")
+
+
+def _reserved(name: str) -> bool:
+    """Python keywords, soft ones too (``match``): spec names must be able to bind in tools.py."""
+    return keyword.iskeyword(name) or keyword.issoftkeyword(name)
