@@ -2,8 +2,13 @@
 
 Names are matched leniently — case, spaces, hyphens, underscores and camelCase do not matter
 ("Trip Planning", "trip-planning", "tripPlanning" all name ``trip planning``) and each category
-has a few aliases ("retail", "meetings", "logistics").  An empty or unknown name raises
-:class:`UnknownCategory` listing the known ones.
+has a few aliases ("retail", "meetings", "logistics").  Any domain of the corpus
+(``synth_agents/corpus/domains``, ``synth_agents.domain_corpus``) is a category too: its note is
+written into a declarative spec with the job's seed (``envs.procedural_kit.spec.writer``), so two
+seeds give two toolsets, and compiled offline.  The hand-registered categories above win a name
+both know (library loans, clinic appointments and insurance claims keep their reviewed,
+hand-written specs).  An empty or unknown name raises :class:`UnknownCategory` listing the
+registered ones and the closest corpus domains.
 """
 
 from __future__ import annotations
@@ -63,6 +68,23 @@ def _spec(example: str) -> Builder:
         from envs.procedural_kit.spec.compile import compile_example
 
         return compile_example(example, out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+
+    return build
+
+
+def _written(domain: str) -> Builder:
+    """A corpus domain: its note → a spec written with the job's seed → a compiled bundle."""
+
+    def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
+        from envs.procedural_kit.spec.compile import compile_spec
+        from envs.procedural_kit.spec.writer import write_spec
+        from synth_agents.domain_corpus import find_note
+
+        note = find_note(domain)
+        if note is None:  # the corpus changed under a running job
+            raise UnknownCategory(f"the corpus no longer has the domain {domain!r}")
+        spec = write_spec(note, seed)
+        return compile_spec(spec, out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
 
     return build
 
@@ -130,17 +152,52 @@ def known_names() -> list[str]:
     return [c.name for c in CATEGORIES]
 
 
-def find_category(name: str) -> ProceduralCategory:
-    """The procedural category ``name`` means; :class:`UnknownCategory` otherwise."""
-    key = normalize(name or "")
-    listing = "; ".join(f"{c.name!r} ({c.description})" for c in CATEGORIES)
-    if not key:
-        raise UnknownCategory(f"the category is empty; known procedural categories: {listing}")
+def corpus_names() -> list[str]:
+    """The corpus domains no registered category already answers to."""
+    from synth_agents.domain_corpus import domain_names
+
+    return [d for d in domain_names() if _registered(normalize(d)) is None]
+
+
+def all_names() -> list[str]:
+    """Every procedural category: the registered ones, then the corpus domains."""
+    return known_names() + corpus_names()
+
+
+def _registered(key: str) -> ProceduralCategory | None:
     for c in CATEGORIES:
         for candidate in (c.name, *c.aliases):
             if key == candidate or key.replace(" ", "") == candidate.replace(" ", ""):
                 return c
+    return None
+
+
+def find_category(name: str) -> ProceduralCategory:
+    """The procedural category ``name`` means; :class:`UnknownCategory` otherwise."""
+    from synth_agents.domain_corpus import close_matches, domain_names, find_note
+
+    key = normalize(name or "")
+    listing = "; ".join(f"{c.name!r} ({c.description})" for c in CATEGORIES)
+    corpus = f"{len(domain_names())} corpus domains (synth_agents/corpus/domains)"
+    if not key:
+        raise UnknownCategory(
+            f"the category is empty; known procedural categories: {listing}; and {corpus}"
+        )
+    registered = _registered(key)
+    if registered is not None:
+        return registered
+    note = find_note(name)
+    if note is not None:
+        return ProceduralCategory(
+            note.domain,
+            note.slug.replace("_", "-"),
+            note.aliases,
+            f"{note.about[:160]} (written from a domain note into a spec per seed)",
+            _written(note.domain),
+        )
+    close = close_matches(name)
+    near = f"; closest corpus domains: {', '.join(map(repr, close))}" if close else ""
     raise UnknownCategory(
-        f"no procedural category matches {name!r}; known procedural categories: {listing} "
-        "(use --agent llm for any other category)"
+        f"no procedural category matches {name!r}{near}; known procedural categories: "
+        f"{listing}; and {corpus} (use --agent llm for any other category)"
     )
