@@ -14,10 +14,11 @@ registered ones and the closest corpus domains.
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from synth_agents.domain_corpus import close_matches, domain_names, find_note, normalize
 
 Builder = Callable[
     [Path, int, int, Sequence[int]], Path
@@ -78,7 +79,6 @@ def _written(domain: str) -> Builder:
     def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
         from envs.procedural_kit.spec.compile import compile_spec
         from envs.procedural_kit.spec.writer import write_spec
-        from synth_agents.domain_corpus import find_note
 
         note = find_note(domain)
         if note is None:  # the corpus changed under a running job
@@ -142,20 +142,12 @@ CATEGORIES: tuple[ProceduralCategory, ...] = (
 )
 
 
-def normalize(name: str) -> str:
-    """'Trip-Planning', 'trip_planning', 'tripPlanning ' -> 'trip planning'."""
-    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name.strip())
-    return " ".join(re.split(r"[\s\-_./]+", spaced.lower())).strip()
-
-
 def known_names() -> list[str]:
     return [c.name for c in CATEGORIES]
 
 
 def corpus_names() -> list[str]:
     """The corpus domains no registered category already answers to."""
-    from synth_agents.domain_corpus import domain_names
-
     return [d for d in domain_names() if _registered(normalize(d)) is None]
 
 
@@ -174,8 +166,6 @@ def _registered(key: str) -> ProceduralCategory | None:
 
 def find_category(name: str) -> ProceduralCategory:
     """The procedural category ``name`` means; :class:`UnknownCategory` otherwise."""
-    from synth_agents.domain_corpus import close_matches, domain_names, find_note
-
     key = normalize(name or "")
     listing = "; ".join(f"{c.name!r} ({c.description})" for c in CATEGORIES)
     corpus = f"{len(domain_names())} corpus domains (synth_agents/corpus/domains)"

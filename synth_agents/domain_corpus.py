@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from pathlib import Path
 
 from envs.procedural_kit.spec.note import DomainNote, NoteError, load_note_text
@@ -16,11 +17,11 @@ DOMAINS = Path(__file__).resolve().parent / "corpus" / "domains"
 MAX_NOTES = 2000  # a bound on the directory, not a target
 
 
-def _normalize(name: str) -> str:
-    # Imported lazily by categories.py as well; kept local so this module has no cycle.
-    from synth_agents.categories import normalize
-
-    return normalize(name)
+def normalize(name: str) -> str:
+    """'Trip-Planning', 'trip_planning', 'tripPlanning ' -> 'trip planning' (the one rule every
+    category name is matched by; ``synth_agents.categories`` uses it too)."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name.strip())
+    return " ".join(re.split(r"[\s\-_./]+", spaced.lower())).strip()
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,7 +45,7 @@ def _index() -> dict[str, DomainNote]:
     index: dict[str, DomainNote] = {}
     for note in notes():
         for name in (note.domain, *note.aliases):
-            key = _normalize(name)
+            key = normalize(name)
             for k in (key, key.replace(" ", "")):
                 index.setdefault(k, note)
     return index
@@ -52,14 +53,14 @@ def _index() -> dict[str, DomainNote]:
 
 def find_note(name: str) -> DomainNote | None:
     """The note ``name`` (a domain or an alias, leniently spelled) means, or None."""
-    key = _normalize(name or "")
+    key = normalize(name or "")
     return _index().get(key) or _index().get(key.replace(" ", "")) if key else None
 
 
 def close_matches(name: str, n: int = 5) -> list[str]:
     """Up to ``n`` corpus domains spelled like ``name`` (for an error message)."""
-    key = _normalize(name or "")
-    names = {_normalize(x): note.domain for note in notes() for x in (note.domain, *note.aliases)}
+    key = normalize(name or "")
+    names = {normalize(x): note.domain for note in notes() for x in (note.domain, *note.aliases)}
     hits = difflib.get_close_matches(key, list(names), n=n * 3, cutoff=0.5)
     words = set(key.split())
     hits += [k for k in names if words & set(k.split())]
