@@ -190,6 +190,16 @@ class _Writer:
             if a.type in types and (entity, a.name) not in self.moved
         ]
 
+    def _wide(self, entity: str) -> list[str]:
+        """Ordered attributes with room for a strict best row: an int over a handful of values
+        (a 1-5 priority) ties at the top in most draws, so it is no objective."""
+        return [
+            self.names[(entity, a.name)]
+            for a in self.attrs[entity]
+            if a.type in ("number", "date") or (a.type == "int" and a.high - a.low >= 20)
+            if (entity, a.name) not in self.moved
+        ]
+
     def _tasks(self, kept: list[str]) -> list[dict[str, Any]]:
         rng, note, main = self.rng, self.note, self.note.main
         filters = rng.sample(self._conds(main, FILTERABLE), len(self._conds(main, FILTERABLE)))
@@ -228,7 +238,7 @@ class _Writer:
             if whens and thens:
                 rules = [{"if": rng.choice(whens), "then": rng.choice(thens)}]
         numbers = self._conds(main, ("int", "number"))
-        ordered = self._conds(main, ORDERED)
+        ordered = self._wide(main) or self._conds(main, ORDERED)
         task.update(joins=joins, aggregates=aggregates, conditionals=rules)
         task["budgets"] = rng.sample(numbers, 1)
         task["objectives"] = rng.sample(ordered, rng.randint(1, min(3, len(ordered))))
@@ -248,7 +258,7 @@ class _Writer:
                 {
                     "target": e,
                     "filters": self._conds(e, FILTERABLE),
-                    "objectives": [rng.choice(self._conds(e, ORDERED))],
+                    "objectives": [rng.choice(self._wide(e) or self._conds(e, ORDERED))],
                     "reports": self._conds(e, ("int", "number"))[:1],
                     "levels": [1, 2],
                 }
