@@ -122,3 +122,11 @@ def test_a_corpus_category_builds_through_the_router(tmp_path: Path) -> None:
     root = category.build(tmp_path / "b", 0, 1, (1,))
     assert (root / "tools.json").exists()
     assert json.loads((root / "manifest.json").read_text())["category"] == "parking"
+
+
+def test_every_corpus_domain_is_a_procedural_category() -> None:
+    from synth_agents.categories import all_names
+
+    names = all_names()
+    assert len(names) >= 100 and len(set(names)) == len(names)
+    assert {find_category(n).name for n in names} == set(names)
