@@ -61,6 +61,7 @@ class _Writer:
         self.note, self.rng = note, rng
         self.names: dict[tuple[str, str], str] = {}  # (entity, canonical) -> chosen name
         self.tool_names: set[str] = set()
+        self.action_names: dict[tuple[str, str, str], str] = {}  # one name per transition
 
     def spec(self) -> dict[str, Any]:
         note, rng = self.note, self.rng
@@ -148,7 +149,6 @@ class _Writer:
     def _entity_spec(self, e: NoteEntity) -> dict[str, Any]:
         rng = self.rng
         key = f"{e.name}_{rng.choice(KEY_SUFFIXES)}"
-        self.keys = {**getattr(self, "keys", {}), e.name: key}
         attrs: list[dict[str, Any]] = [{"name": key, "type": "text", "prefix": e.prefix}]
         attrs += [self._attribute_spec(e.name, a) for a in self.attrs[e.name]]
         return {
@@ -284,8 +284,6 @@ class _Writer:
         return self._name([base] + [f"{base}_{i}" for i in range(2, 50)])
 
     def _action_name(self, a: Any) -> str:
-        if not hasattr(self, "action_names"):
-            self.action_names: dict[tuple[str, str, str], str] = {}
         key = (a.entity, a.attribute, a.end)
         if key not in self.action_names:
             verb = self.rng.choice((a.verb,) * 2 + a.synonyms)
