@@ -18,6 +18,7 @@ The argv and the uid/rlimit plan come from ``jail.py``, the one builder every en
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +32,13 @@ from typing import Any
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
 from envgym.sandbox.cgroup import JailCgroup, open_cgroup
 from envgym.sandbox.fdwait import wait_readable
+from envgym.sandbox.fork import (
+    ENV_SWITCH,
+    ForkedWorker,
+    detached_mount,
+    fork_requested,
+    fork_server,
+)
 from envgym.sandbox.jail import (
     BWRAP,
     UID_BASE,  # noqa: F401 - re-exported: callers import it from here
@@ -202,6 +210,15 @@ def _spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return executor.submit(subprocess.Popen, argv, **kwargs).result()
 
 
+def _watch_init(init: int) -> TreeWatch | None:
+    """A watch of a sandbox's init and its one child, the worker; None until it has one."""
+    try:
+        (worker,) = _children(init)
+        return TreeWatch(init, worker)
+    except (OSError, ValueError):
+        return None
+
+
 class BwrapWorker(WorkerHandle):
     def __init__(
         self, argv: list[str], uid: int | None = None, group: JailCgroup | None = None
@@ -316,9 +333,18 @@ class BwrapSandbox(ProcessSandbox):
 
     backend = "bwrap"
 
-    def __init__(self, bundle_dir: Path, limits: Limits | None = None) -> None:
+    def __init__(
+        self, bundle_dir: Path, limits: Limits | None = None, *, fork: bool | None = None
+    ) -> None:
         self.root = os.geteuid() == 0
         probe(self.root)
+        # Forked workers (fork.py, zygote.py): opt-in, root hosts only.
+        self.fork = fork_requested() if fork is None else fork
+        if self.fork and not self.root:
+            raise SandboxUnavailable(
+                f"forked bwrap workers ({ENV_SWITCH}=1) need a root host (they mount and "
+                "drop to a fresh uid per episode); unset it to start each worker with bwrap"
+            )
         super().__init__(bundle_dir, limits)
         self.uid: int | None = None
 
@@ -355,6 +381,8 @@ class BwrapSandbox(ProcessSandbox):
             package = worker_package(SANDBOX_PACKAGE)
         except OSError as exc:
             raise SandboxUnavailable(f"cannot stage the sandbox worker's code: {exc}") from None
+        if self.fork:
+            return self._fork_worker(state, extra)
         mounts: list[Bind | Tmpfs] = [
             Bind(str(package), SANDBOX_PACKAGE),
             Bind(str(self.stage), SANDBOX_BUNDLE),
@@ -384,6 +412,40 @@ class BwrapSandbox(ProcessSandbox):
             if group is not None:
                 group.remove()
             raise
+
+    def _fork_worker(self, state: Path | None, extra: dict[str, object]) -> WorkerHandle:
+        """The same worker, forked by this process's fork server (fork.py) instead of a new
+        bwrap and interpreter: same uid plan, rlimits, state, cgroup and checks."""
+        try:
+            package = worker_package(SANDBOX_PACKAGE)
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot stage the sandbox worker's code: {exc}") from None
+        server = fork_server(package, SANDBOX_PACKAGE, _ENV, _spawn)
+        spec = {
+            "config": {**json.loads(self.worker_config(**extra))},
+            "cwd": SANDBOX_STATE if state is not None else "/",
+            "state": state is not None,
+        }
+        mounts: list[int] = []
+        group = open_cgroup(self.limits.memory_bytes, self.limits.max_processes)
+        try:
+            mounts.append(detached_mount(self.stage, readonly=True))
+            if state is not None:
+                mounts.append(detached_mount(state, readonly=False))
+            return ForkedWorker(
+                server, spec, mounts, group, self.uid, self.limits.startup_timeout_s, _watch_init
+            )
+        except OSError as exc:
+            if group is not None:
+                group.remove()
+            raise SandboxUnavailable(f"cannot fork a sandbox worker: {exc}") from None
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
+        finally:
+            for fd in mounts:
+                os.close(fd)
 
 
 def bwrap_available() -> bool:

@@ -50,9 +50,19 @@ def python_executable() -> Path:
     return candidate if candidate.exists() else Path(os.path.realpath(sys.executable))
 
 
-def isolation(root: bool, network: bool = False) -> list[str]:
+# The fork server's jail (sandbox/zygote.py, root hosts only): no pid namespace of its own, so
+# the pids it reports are the host's, and the capabilities each forked episode needs to make its
+# own namespaces and mounts and to drop to its uid.  The server runs only envgym's trusted worker
+# modules; every episode process drops these (bounding set included) before bundle code runs.
+FORK_SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN", "CAP_SETPCAP")
+
+
+def isolation(root: bool, network: bool = False, fork_server: bool = False) -> list[str]:
     """Namespaces and privileges (see the module docstring)."""
-    args = ["--unshare-ipc", "--unshare-pid"] + ([] if network else ["--unshare-net"])
+    if fork_server and not root:
+        raise ValueError("the fork server's jail needs a root host")
+    args = ["--unshare-ipc"] + ([] if fork_server else ["--unshare-pid"])
+    args += [] if network else ["--unshare-net"]
     args += [
         "--unshare-uts",
         "--unshare-cgroup-try",
@@ -62,7 +72,8 @@ def isolation(root: bool, network: bool = False) -> list[str]:
         "envgym",
     ]
     if root:
-        return args + ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        caps = FORK_SERVER_CAPS if fork_server else ("CAP_SETUID", "CAP_SETGID")
+        return args + ["--cap-drop", "ALL"] + [a for cap in caps for a in ("--cap-add", cap)]
     return args + ["--unshare-user", "--disable-userns"]
 
 
@@ -196,6 +207,7 @@ class JailSpec:
     chdir: str = "/"
     after_dev: tuple[JailMount, ...] = ()
     python: Path | None = None  # whose prefix to show (default: python_executable())
+    fork_server: bool = False  # the zygote's jail (see FORK_SERVER_CAPS)
 
     def __post_init__(self) -> None:
         if not self.chdir.startswith("/"):
@@ -206,7 +218,7 @@ def build_argv(spec: JailSpec) -> list[str]:
     """bwrap and its options, up to (not including) the program to run."""
     argv = [
         BWRAP,
-        *isolation(spec.root, spec.network),
+        *isolation(spec.root, spec.network, spec.fork_server),
         *system_mounts(spec.python or python_executable()),
     ]
     # /proc and /dev first: a later --dev would hide a bind below /dev (episode states live

@@ -116,8 +116,14 @@ def _send(fd: int, data: bytes) -> None:
 
 
 def main(argv: list[str]) -> int:
-    config = json.loads(argv[1])
     _bootstrap(Path(__file__).resolve().parents[2])
+    return serve(json.loads(argv[1]))
+
+
+def serve(config: dict[str, Any]) -> int:
+    """Serve one worker's requests on fds 0/1 (or ``config["connect"]``) until EOF.
+
+    Also the entry of a forked episode worker (zygote.py), whose envgym modules are imported."""
     req, rep, capture = _claim_channel(config)
     _apply_limits(config)
 

@@ -34,8 +34,12 @@ WORKER_MODULES = (
     "sandbox/base.py",
     "sandbox/runner.py",
     "sandbox/worker.py",
+    "sandbox/zygote.py",
 )
+# Run as scripts (their pycs beside them, as well as in __pycache__ for importing).
+SCRIPTS = ("sandbox/worker.py", "sandbox/zygote.py")
 WORKER_SCRIPT = "sandbox/worker.pyc"  # the compiled worker script, relative to the stage
+ZYGOTE_SCRIPT = "sandbox/zygote.pyc"  # the fork server (zygote.py), relative to the stage
 _lock = threading.Lock()
 _staged: dict[int, Path] = {}  # host pid -> its stage (a forked child stages its own)
 
@@ -71,20 +75,22 @@ def _stage(sandbox_package: str) -> Path:
         target = stage / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-        # The worker's own script is run as a file (its pyc beside it, see WORKER_SCRIPT);
-        # the rest are imported, so their pycs go where the import system looks.
-        cfile = (
-            target.with_suffix(".pyc")
-            if rel == WORKER_MODULES[-1]
-            else target.parent / "__pycache__" / f"{target.stem}.{sys.implementation.cache_tag}.pyc"
-        )
-        py_compile.compile(
-            str(target),
-            cfile=str(cfile),
-            dfile=f"{sandbox_package}/{rel}",
-            doraise=True,
-            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-        )
+        # Scripts are run as files (their pyc beside them, see WORKER_SCRIPT); every module
+        # is also imported (the fork server imports the worker), so a pyc goes where the
+        # import system looks.
+        cfiles = [
+            target.parent / "__pycache__" / f"{target.stem}.{sys.implementation.cache_tag}.pyc"
+        ]
+        if rel in SCRIPTS:
+            cfiles.append(target.with_suffix(".pyc"))
+        for cfile in cfiles:
+            py_compile.compile(
+                str(target),
+                cfile=str(cfile),
+                dfile=f"{sandbox_package}/{rel}",
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
     # Readable (not writable) by the worker's unprivileged uid.
     for path in (top, *top.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)

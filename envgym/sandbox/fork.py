@@ -1,0 +1,277 @@
+"""Forked workers: the host's end of the fork server (zygote.py) and the workers it forks.
+
+Opt-in (``ENVGYM_SANDBOX_FORK=1`` or ``BwrapSandbox(..., fork=True)``), root hosts only.  One
+fork server per host process, in one bwrap jail (``jail.JailSpec(fork_server=True)``), started
+at the first forked launch and again whenever it died.  A launch hands it, over a
+``SOCK_SEQPACKET`` socket: the worker's pipes, a status pipe, a stderr file, detached mounts
+(``open_tree(OPEN_TREE_CLONE)``) of the episode state (read-write) and of the sandbox's staged
+code (read-only), and the episode cgroup's ``cgroup.procs`` files.  It answers with the host
+pid of the episode's init and a pidfd on it.  Everything else (fresh tmpfs per episode, the
+fresh uid and the chown, the cgroup, the line protocol, the checks after each op) is what the
+normal bwrap launch does.  docs/SANDBOX.md, "Forked workers", has the isolation argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from envgym.sandbox.base import CallError, SandboxUnavailable
+from envgym.sandbox.cgroup import JailCgroup
+from envgym.sandbox.channel import WorkerHandle, signal_death
+from envgym.sandbox.fdwait import wait_readable
+from envgym.sandbox.jail import Bind, Dir, JailSpec, Tmpfs, build_argv, python_executable
+from envgym.sandbox.worker_stage import ZYGOTE_SCRIPT
+
+ENV_SWITCH = "ENVGYM_SANDBOX_FORK"  # "1": bwrap sandboxes fork their workers from a zygote
+DEATH_WAIT_S = 5.0
+# open_tree / mount_setattr: the same numbers on every architecture.
+SYS_OPEN_TREE, SYS_MOUNT_SETATTR = 428, 442
+OPEN_TREE_CLONE = 1
+AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH, AT_RECURSIVE = 0x100, 0x1000, 0x8000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+_libc = ctypes.CDLL(None, use_errno=True)
+Spawn = Callable[..., "subprocess.Popen[bytes]"]  # Popen's signature (bwrap._spawn)
+# The init's host pid -> a watch of it and its worker (bwrap.TreeWatch), None if not found yet.
+Watch = Callable[[int], Any]
+
+
+def fork_requested() -> bool:
+    return os.environ.get(ENV_SWITCH, "") == "1"
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def detached_mount(path: Path, *, readonly: bool) -> int:
+    """An fd on a detached bind mount of ``path`` (nosuid, nodev; read-only if asked).
+
+    ``path`` is a host directory the host made (an episode's tmpfs, the staged code); a final
+    symlink is refused, not followed."""
+    flags = OPEN_TREE_CLONE | os.O_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW
+    fd = _libc.syscall(SYS_OPEN_TREE, -100, str(path).encode(), flags)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"open_tree {path}: {os.strerror(err)}")
+    attr = _MountAttr(
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if readonly else 0), 0, 0, 0
+    )
+    flags = AT_EMPTY_PATH | AT_RECURSIVE
+    if _libc.syscall(SYS_MOUNT_SETATTR, fd, b"", flags, ctypes.byref(attr), ctypes.sizeof(attr)):
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, f"mount_setattr {path}: {os.strerror(err)}")
+    return fd
+
+
+class ForkServer:
+    """The zygote of this host process: started on first use, restarted when it died."""
+
+    def __init__(self, package: Path, mount_at: str, env: dict[str, str], spawn: Spawn) -> None:
+        self.package, self.mount_at, self.env = package, mount_at, env
+        self._spawn = spawn  # bwrap._spawn: from a thread that lives as long as the process
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: Any = None
+        self.pid: int | None = None  # the zygote's host pid
+        self.starts = 0
+
+    def spawn(self, spec: dict[str, Any], fds: list[int], timeout: float) -> tuple[int, int]:
+        """(host pid of the episode's init, pidfd on it).  Retries once on a fresh server."""
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    if self._sock is None:
+                        self._start(timeout)
+                    assert self._sock is not None
+                    self._sock.settimeout(timeout)
+                    socket.send_fds(self._sock, [json.dumps(spec).encode()], fds)
+                    message, back, _, _ = socket.recv_fds(self._sock, 1 << 16, 4)
+                    if not message:
+                        raise ConnectionResetError("the fork server closed its socket")
+                except OSError as exc:
+                    problem = f"{exc} {self._diagnostics()}".strip()
+                    self.stop()
+                    if attempt == 2:
+                        raise SandboxUnavailable(f"the fork server failed: {problem}") from None
+                    continue
+                reply = json.loads(message)
+                if "error" in reply or len(back) != 1:
+                    for fd in back:
+                        os.close(fd)
+                    raise SandboxUnavailable(f"the fork server refused: {reply.get('error')}")
+                return int(reply["pid"]), back[0]
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        spec = JailSpec(
+            root=True,
+            fork_server=True,
+            mounts=(
+                Bind(str(self.package), self.mount_at),
+                Dir("/bundle"),
+                Dir("/state"),
+                Tmpfs("/tmp", mode="0755", readonly=True),
+            ),
+        )
+        script = f"{self.mount_at}/{ZYGOTE_SCRIPT}"
+        argv = build_argv(spec) + [
+            str(python_executable()),
+            "-I",
+            "-S",
+            "-B",
+            script,
+            str(theirs.fileno()),
+        ]
+        self._stderr = tempfile.TemporaryFile()
+        try:
+            self._proc = self._spawn(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self._stderr,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                env=self.env,
+            )
+        finally:
+            theirs.close()
+        self._sock = ours
+        ours.settimeout(timeout)
+        hello = ours.recv(1 << 12)
+        if not hello:
+            raise ConnectionResetError("the fork server exited at start")
+        self.pid = int(json.loads(hello)["ready"])
+        self.starts += 1
+
+    def _diagnostics(self) -> str:
+        if self._stderr is None or self._stderr.closed:
+            return ""
+        self._stderr.seek(0)
+        text = self._stderr.read()[-1500:].decode(errors="replace").strip()
+        return f"({text})" if text else ""
+
+    def stop(self) -> None:
+        """Kill the server (episodes it forked die with it: their init has PDEATHSIG)."""
+        sock, proc, self._sock, self._proc, self.pid = self._sock, self._proc, None, None, None
+        if sock is not None:
+            sock.close()
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+_servers: dict[int, ForkServer] = {}  # host pid -> its server (a forked host makes its own)
+_servers_lock = threading.Lock()
+
+
+def fork_server(package: Path, mount_at: str, env: dict[str, str], spawn: Spawn) -> ForkServer:
+    with _servers_lock:
+        server = _servers.get(os.getpid())
+        if server is None or server.package != package:
+            server = _servers[os.getpid()] = ForkServer(package, mount_at, env, spawn)
+        return server
+
+
+class ForkedWorker(WorkerHandle):
+    """A worker the fork server forked: its init's pid and pidfd, the channel, the cgroup."""
+
+    def __init__(
+        self,
+        server: ForkServer,
+        spec: dict[str, Any],
+        mounts: list[int],
+        group: JailCgroup | None,
+        uid: int | None,
+        timeout: float,
+        watch: Watch,
+    ) -> None:
+        self.group, self.uid, self._watcher = group, uid, watch
+        self._stderr = tempfile.TemporaryFile()
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        status_r, status_w = os.pipe()
+        cgroups: list[int] = []
+        theirs = [request_r, reply_w, status_w]
+        try:
+            for directory in group.dirs if group is not None else ():
+                cgroups.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            fds = [request_r, reply_w, status_w, self._stderr.fileno(), *mounts, *cgroups]
+            spec = {**spec, "cgroups": len(cgroups)}
+            self.init, self._pidfd = server.spawn(spec, fds, timeout)
+        except BaseException:
+            for fd in (request_w, reply_r, status_r):
+                os.close(fd)
+            self._stderr.close()
+            raise
+        finally:
+            for fd in theirs + cgroups:
+                os.close(fd)
+        self.read_fd, self.write_fd, self._status = reply_r, request_w, status_r
+        self._killed = False
+        self._watch: Any = None
+
+    def _locate(self) -> Any:
+        if self._watch is None and not self._killed:
+            self._watch = self._watcher(self.init)
+        return self._watch
+
+    def quiet(self) -> bool:
+        watch = self._locate()
+        return watch is not None and watch.quiet()
+
+    def kill(self) -> None:
+        if self._killed:
+            return
+        self._killed = True
+        # The init is pid 1 of the episode's pid namespace: when it dies the kernel kills the
+        # rest, and its pidfd turns readable only once the namespace is empty.
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        wait_readable(self._pidfd, DEATH_WAIT_S)
+        for fd in (self._pidfd, self.read_fd, self.write_fd, self._status):
+            os.close(fd)
+        self._stderr.close()
+        if self._watch is not None:
+            self._watch.close()
+        if self.group is not None:
+            self.group.remove()
+
+    def death(self) -> tuple[CallError, str]:
+        if self._killed or not wait_readable(self._pidfd, 1.0):
+            return CallError.CRASH, "the sandbox closed its reply channel and was restarted"
+        try:
+            code = int(os.read(self._status, 64).split()[0])
+        except (OSError, ValueError, IndexError):
+            return CallError.CRASH, "the sandbox ended and was restarted"
+        if code > 128:
+            return signal_death(code - 128)
+        return CallError.CRASH, f"the sandbox process exited (status {code}) and was restarted"
+
+    def diagnostics(self) -> str:
+        if self._stderr.closed:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read()[-2000:].decode(errors="replace").strip()
