@@ -284,12 +284,16 @@ def _spawn(
     return {"pid": pid}, [os.pidfd_open(pid)]  # before any reap: the pid cannot be reused
 
 
-def _reap_children() -> None:
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
-    except ChildProcessError:
-        pass
+def _reap_children(children: dict[int, int]) -> None:
+    """Reap the episodes' inits that exited (a pidfd per child wakes the loop for that)."""
+    for fd, pid in list(children.items()):
+        try:
+            done = os.waitpid(pid, os.WNOHANG)[0] == pid
+        except ChildProcessError:
+            done = True
+        if done:
+            os.close(fd)
+            del children[fd]
 
 
 def serve(sock_fd: int) -> int:
@@ -297,9 +301,11 @@ def serve(sock_fd: int) -> int:
     zygote = os.pidfd_open(os.getpid())  # an episode's init checks that we still live
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     sock.send(json.dumps({"ready": os.getpid()}).encode())
+    children: dict[int, int] = {}  # pidfd -> pid of each episode's init not reaped yet
     while True:
-        if not select.select([sock], [], [], 0.2)[0]:
-            _reap_children()
+        readable = select.select([sock, *children], [], [])[0]
+        _reap_children(children)
+        if sock not in readable:
             continue
         message, received, _, _ = socket.recv_fds(sock, 1 << 16, 32)
         if not message:
@@ -316,8 +322,8 @@ def serve(sock_fd: int) -> int:
             socket.send_fds(sock, [json.dumps(reply).encode()], back)
         finally:
             for fd in back:
+                children[os.dup(fd)] = reply["pid"]  # ours, to reap it when it exits
                 os.close(fd)
-        _reap_children()
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,317 @@
+"""Forked bwrap workers (``ENVGYM_SANDBOX_FORK=1``): every isolation property, per forked child.
+
+The attacks of test_sandbox_isolation.py run again here in fork mode (imported below, with the
+backend fixture narrowed to bwrap and the switch set), then what forking adds to check: two
+episodes alive at once (siblings of one fork server) see neither each other's state nor
+processes, each has its own uid, no_new_privs, no capabilities and its own cgroup with the
+limits, inherits no fd of the server, and no module global of one episode reaches another; a
+crashing worker leaves the server and its siblings alone, a killed server is restarted, and
+nothing runs after close().  docs/SANDBOX.md, "Forked workers", says which break of the code
+turned each one red.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import test_sandbox_isolation as iso
+from test_sandbox_isolation import (  # noqa: F401 - collected again here, in fork mode
+    LIMITS,
+    bundle,
+    dirs,
+    test_episode_state_is_bounded,
+    test_host_secret_not_in_worker_environment,
+    test_swap_race_cannot_touch_host_files,
+    test_thread_of_call_n_cannot_forge_the_reply_to_call_n_plus_1,
+    test_thread_of_episode_1_cannot_write_episode_2,
+)
+
+from envgym.sandbox import Limits, Sandbox, open_sandbox
+from envgym.sandbox.bwrap import BwrapSandbox
+from envgym.sandbox.fork import ENV_SWITCH, ForkedWorker, fork_server
+from envgym.sandbox.jail import count_processes
+from envgym.state import EpisodeDirs
+
+PROBES = '''
+import json
+import os
+import socket
+import subprocess
+from envgym.runtime import state_dir
+
+SEEN = []
+
+
+def status() -> dict:
+    """This worker's identity as the kernel holds it."""
+    fields = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    with open("/proc/self/cgroup") as fh:
+        cgroup = fh.read()
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return {
+        "uid": os.getuid(),
+        "pid": os.getpid(),
+        "nnp": fields["NoNewPrivs"],
+        "cap_eff": fields["CapEff"],
+        "cap_prm": fields["CapPrm"],
+        "cap_bnd": int(fields["CapBnd"], 16),
+        "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "cgroup": cgroup,
+        "fds": fds,
+    }
+
+
+def mark(name: str) -> list:
+    """Write a file named ``name`` into this episode's state; the state's names."""
+    with open(os.path.join(str(state_dir()), name), "w") as fh:
+        fh.write("mine")
+    return sorted(os.listdir(str(state_dir())))
+
+
+def find(name: str) -> list:
+    """Every path named ``name`` this worker can reach (not below /proc)."""
+    found = []
+    for root, dirs, files in os.walk("/"):
+        if root == "/":
+            dirs[:] = [d for d in dirs if d != "proc"]
+        found += [os.path.join(root, f) for f in files if f == name]
+    return found
+
+
+def remember(value: str) -> dict:
+    """A module global and a patched stdlib function, both as an episode leaves them."""
+    seen = list(SEEN)
+    SEEN.append(value)
+    patched = json.dumps is not _ORIGINAL_DUMPS
+    json.dumps = lambda *a, **k: "patched"
+    return {"seen_before": seen, "json_was_patched": patched}
+
+
+_ORIGINAL_DUMPS = json.dumps
+
+
+def crash() -> str:
+    """Kill this worker."""
+    os.kill(os.getpid(), 9)
+    return "unreachable"
+
+
+def fork_bomb(n: int) -> int:
+    """Start up to ``n`` sleeping processes; how many started."""
+    started = 0
+    for _ in range(n):
+        try:
+            subprocess.Popen(["/bin/sleep", "30"])
+            started += 1
+        except OSError:
+            break
+    return started
+'''
+
+CAP_SYS_ADMIN, CAP_SETPCAP = 21, 8
+
+
+@pytest.fixture(autouse=True)
+def fork_mode(monkeypatch: pytest.MonkeyPatch, require_backend: Callable[[str], None]) -> None:
+    require_backend("bwrap")
+    if os.geteuid() != 0:
+        pytest.skip("forked workers need a root host")
+    monkeypatch.setenv(ENV_SWITCH, "1")
+
+
+@pytest.fixture
+def backend() -> str:
+    """The isolation module's tests, bwrap only (the switch applies to bwrap)."""
+    return "bwrap"
+
+
+@pytest.fixture
+def box(bundle: Path, backend: str) -> Iterator[Sandbox]:  # noqa: F811 - the fixture
+    with open_sandbox(bundle, backend, LIMITS) as sandbox:
+        assert isinstance(sandbox, BwrapSandbox) and sandbox.fork
+        yield sandbox
+
+
+@pytest.fixture
+def probes(make_bundle: Callable[..., Path]) -> Path:
+    return make_bundle(PROBES)
+
+
+@pytest.fixture
+def pair(probes: Path) -> Iterator[tuple[Sandbox, Sandbox, EpisodeDirs, EpisodeDirs]]:
+    """Two sandboxes of one bundle, each with an episode: two children of one fork server."""
+    made = [EpisodeDirs(probes / "state", quota_bytes=8 << 20) for _ in range(2)]
+    boxes = [open_sandbox(probes, "bwrap", LIMITS) for _ in range(2)]
+    try:
+        for sandbox, episode in zip(boxes, made):
+            sandbox.reset(episode.refill())
+        yield boxes[0], boxes[1], made[0], made[1]
+    finally:
+        for sandbox in boxes:
+            sandbox.close()
+        for episode in made:
+            episode.cleanup()
+
+
+def _value(sandbox: Sandbox, tool: str, **arguments: object) -> object:
+    outcome = sandbox.call_tool(tool, dict(arguments))
+    assert outcome.ok, outcome
+    return outcome.value
+
+
+def _handle(sandbox: Sandbox) -> ForkedWorker:
+    conn = sandbox._conn  # type: ignore[attr-defined]
+    assert conn is not None and isinstance(conn.handle, ForkedWorker)
+    return conn.handle
+
+
+def test_isolation_module_is_reused() -> None:
+    # The imports above are the isolation module's own tests, not copies.
+    assert (
+        test_thread_of_episode_1_cannot_write_episode_2
+        is iso.test_thread_of_episode_1_cannot_write_episode_2
+    )
+
+
+def test_siblings_see_neither_each_others_state_nor_processes(pair: tuple) -> None:
+    a, b, _, _ = pair
+    assert _value(a, "mark", name="only-in-a") == ["db.sqlite", "only-in-a"]
+    assert _value(b, "mark", name="only-in-b") == ["db.sqlite", "only-in-b"]
+    assert _value(b, "find", name="only-in-a") == []
+    assert _value(a, "find", name="only-in-b") == []
+    # Its own pid namespace: its init (1) and itself (2), nothing of the sibling or the server.
+    assert _value(a, "status")["procs"] == [1, 2]  # type: ignore[index]
+    assert _value(b, "status")["procs"] == [1, 2]  # type: ignore[index]
+
+
+def test_each_child_has_its_own_uid_no_new_privs_and_no_capabilities(pair: tuple) -> None:
+    a, b, dirs_a, _ = pair
+    first, second = _value(a, "status"), _value(b, "status")
+    a.reset(dirs_a.refill())
+    third = _value(a, "status")
+    uids = {s["uid"] for s in (first, second, third)}  # type: ignore[index]
+    assert len(uids) == 3 and all(uid >= 1 << 20 for uid in uids)
+    for seen in (first, second, third):
+        assert seen["nnp"] == "1", seen  # type: ignore[index]
+        assert seen["cap_eff"] == seen["cap_prm"] == "0000000000000000", seen  # type: ignore[index]
+        # What the server held to build the episode is not even in the bounding set.
+        assert not seen["cap_bnd"] & (1 << CAP_SYS_ADMIN | 1 << CAP_SETPCAP), seen  # type: ignore[index]
+
+
+def test_each_child_is_in_its_own_cgroup_with_the_limits(probes: Path) -> None:
+    limits = Limits(call_timeout_s=10, max_processes=12)
+    episodes = [EpisodeDirs(probes / "state", quota_bytes=8 << 20) for _ in range(2)]
+    boxes = [open_sandbox(probes, "bwrap", limits) for _ in range(2)]
+    try:
+        groups = []
+        for sandbox, episode in zip(boxes, episodes):
+            sandbox.reset(episode.refill())
+            _value(sandbox, "status")
+            handle = _handle(sandbox)
+            if handle.group is None:
+                pytest.skip("no cgroup here (rlimits only)")
+            watch = handle._locate()
+            assert watch is not None
+            assert {handle.init, watch.worker} <= handle.group.pids()
+            assert (handle.group.dirs[-1] / "pids.max").read_text().strip() == "12"
+            groups.append(handle.group.dirs)
+        assert groups[0] != groups[1]
+        # The bound holds: a bomb stops below it (init and worker count too).
+        assert _value(boxes[0], "fork_bomb", n=40) < 12  # type: ignore[operator]
+    finally:
+        for sandbox in boxes:
+            sandbox.close()
+        for episode in episodes:
+            episode.cleanup()
+
+
+def test_no_fd_of_the_server_reaches_a_worker(pair: tuple) -> None:
+    a, _, _, _ = pair
+    fds = _value(a, "status")["fds"]  # type: ignore[index]
+    kinds = " ".join(fds.values())
+    assert "socket:" not in kinds and "pidfd" not in kinds, fds
+    assert len(fds) <= 7, fds  # 0-2, the two channel fds, the output capture, listdir's own
+
+
+def test_module_globals_do_not_leak_across_episodes(pair: tuple) -> None:
+    a, b, dirs_a, _ = pair
+    assert _value(a, "remember", value="episode 1") == {
+        "seen_before": [],
+        "json_was_patched": False,
+    }
+    # A sibling running at the same time has its own copy.
+    assert _value(b, "remember", value="sibling") == {"seen_before": [], "json_was_patched": False}
+    assert _value(a, "remember", value="again")["seen_before"] == ["episode 1"]  # type: ignore[index]
+    a.reset(dirs_a.refill())
+    assert _value(a, "remember", value="episode 2") == {
+        "seen_before": [],
+        "json_was_patched": False,
+    }
+
+
+def test_a_crashing_child_leaves_the_server_and_its_siblings_alone(pair: tuple) -> None:
+    a, b, _, _ = pair
+    server = fork_server.__globals__["_servers"][os.getpid()]
+    zygote, starts = server.pid, server.starts
+    outcome = a.call_tool("crash", {})
+    assert not outcome.ok and outcome.error is not None and outcome.error.value == "crash", outcome
+    assert _value(b, "mark", name="still-here") == ["db.sqlite", "still-here"]
+    assert _value(a, "status")["procs"] == [1, 2]  # type: ignore[index]  # restarted
+    assert (server.pid, server.starts) == (zygote, starts)
+    os.kill(zygote, 0)  # alive
+
+
+def test_a_killed_server_is_restarted(pair: tuple) -> None:
+    a, b, dirs_a, _ = pair
+    assert _value(b, "mark", name="before") == ["before", "db.sqlite"]  # b has started
+    server = fork_server.__globals__["_servers"][os.getpid()]
+    zygote, starts = server.pid, server.starts
+    os.kill(zygote, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{zygote}").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    a.reset(dirs_a.refill())
+    assert _value(a, "status")["procs"] == [1, 2]  # type: ignore[index]
+    assert server.starts == starts + 1 and server.pid not in (None, zygote)
+    # Episodes it forked died with it (their init has PDEATHSIG): the call in flight is a
+    # crash, the next one restarts the worker on the same state.
+    lost = b.call_tool("mark", {"name": "lost"})
+    assert not lost.ok and lost.error is not None and lost.error.value == "crash", lost
+    assert _value(b, "mark", name="after") == ["after", "before", "db.sqlite"]
+
+
+def test_nothing_runs_after_close(probes: Path) -> None:
+    episodes = EpisodeDirs(probes / "state", quota_bytes=8 << 20)
+    uids, inits = set(), set()
+    with open_sandbox(probes, "bwrap", LIMITS) as sandbox:
+        for _ in range(3):
+            sandbox.reset(episodes.refill())
+            uids.add(_value(sandbox, "status")["uid"])  # type: ignore[index]
+            assert _value(sandbox, "fork_bomb", n=3) == 3
+            inits.add(_handle(sandbox).init)
+    episodes.cleanup()
+    assert [uid for uid in uids if count_processes(uid)] == []
+    assert [pid for pid in inits if _running(pid)] == []
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited init waits a moment for the server to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
