@@ -34,7 +34,9 @@ from envgym.bundle_env import BundleEnv
 LEVELS = (1, 8, 32, 128, 512)
 QUICK_LEVELS = (1, 8)
 # bwrap-cold: bwrap without pre-started workers (every reset starts its worker), the baseline.
-BACKENDS = ("bwrap", "bwrap-cold", "inprocess")
+# bwrap-fork(-cold): the same with workers forked by the fork server (ENVGYM_SANDBOX_FORK=1).
+BACKENDS = ("bwrap", "bwrap-cold", "bwrap-fork", "bwrap-fork-cold", "inprocess")
+FORK_SWITCH = "ENVGYM_SANDBOX_FORK"
 INFRA_ERRORS = frozenset({"timeout", "crash", "protocol", "internal_error", "memory"})
 BARRIER_TIMEOUT_S = 600.0
 WRONG_PLAN = [{
@@ -97,6 +99,14 @@ def _descendants() -> list[int]:
     return seen
 
 
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
 def _sandboxes(pids: list[int]) -> list[int]:
     """Sandbox workers among ``pids`` (each sandbox is bwrap, its init and one interpreter)."""
     workers = []
@@ -110,6 +120,8 @@ def _sandboxes(pids: list[int]) -> list[int]:
         if b"python" in argv[0] and any(
             a.endswith((b"/sandbox/worker.py", b"/sandbox/worker.pyc")) for a in argv
         ):
+            workers.append(pid)
+        elif _comm(pid) == "envgym-worker":  # forked: the fork server's argv, its own name
             workers.append(pid)
     return workers
 
@@ -165,12 +177,21 @@ def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, fl
     """One (backend, N): make N envs, ``rounds`` lock-step episodes each, close them."""
     fds0, procs0 = _fds(), len(_descendants())
     sandbox, prestart = backend.removesuffix("-cold"), not backend.endswith("-cold")
+    fork, sandbox = sandbox.endswith("-fork"), sandbox.removesuffix("-fork")
 
     def make(_: int) -> BundleEnv:
         return BundleEnv(bundle, sandbox=sandbox, prestart=prestart)
 
-    with ThreadPoolExecutor(min(n, 16)) as pool:
-        envs = list(pool.map(make, range(n)))
+    before = os.environ.get(FORK_SWITCH)
+    os.environ[FORK_SWITCH] = "1" if fork else "0"  # read when a sandbox is made
+    try:
+        with ThreadPoolExecutor(min(n, 16)) as pool:
+            envs = list(pool.map(make, range(n)))
+    finally:
+        if before is None:
+            del os.environ[FORK_SWITCH]
+        else:
+            os.environ[FORK_SWITCH] = before
     level = _Level()
     tasks = len(bundle.tasks)
     try:

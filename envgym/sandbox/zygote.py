@@ -29,6 +29,7 @@ Stdlib only, plus the worker's envgym modules (staged with it, worker_stage.py).
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import select
@@ -52,7 +53,9 @@ MNT_DETACH = 2
 AT_FDCWD = -100
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 SYS_MOVE_MOUNT = 429  # the same number on every architecture (new syscalls share one table)
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+PR_SET_PDEATHSIG, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 15, 24, 38
+# /proc/PID/comm of an episode's processes (their argv is the server's): for ps and benchmarks.
+INIT_NAME, WORKER_NAME = b"envgym-init", b"envgym-worker"
 CAP_SETPCAP, CAP_SYS_ADMIN = 8, 21
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # What bwrap covers read-only in a fresh /proc: writable to root, harmless to read.
@@ -118,6 +121,10 @@ def _prctl(option: int, arg: int) -> None:
     _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
 
 
+def _name(name: bytes) -> None:
+    _check(_libc.prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0), "prctl name")
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -167,6 +174,7 @@ def _episode(spec: dict[str, Any], fds: dict[str, int], zygote: int) -> NoReturn
     err = fds["stderr"]
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _name(INIT_NAME)
         if select.select([zygote], [], [], 0)[0]:  # the zygote died before the line above
             os._exit(125)
         # The cgroup first: everything this episode ever runs is counted in it.
@@ -238,6 +246,7 @@ def _worker(spec: dict[str, Any]) -> NoReturn:
     """The episode's worker: drop what the zygote held, then the normal worker's path."""
     code = 1
     try:
+        _name(WORKER_NAME)
         _prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN)
         _prctl(PR_CAPBSET_DROP, CAP_SETPCAP)
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
@@ -332,6 +341,10 @@ def main(argv: list[str]) -> int:
 
     for name in WARM:
         __import__(name)
+    # Every object so far into the permanent generation: a child's collections then never walk
+    # (and so never copy-on-write) the server's objects.
+    gc.collect()
+    gc.freeze()
     return serve(int(argv[1]))
 
 
