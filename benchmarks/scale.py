@@ -81,6 +81,14 @@ def _pss_kib(pid: int) -> tuple[int, int]:
         return 0, 0
 
 
+def _leftover() -> int:
+    """Descendants that are not the fork server (which lives as long as this process)."""
+    from envgym.sandbox.fork import server_processes
+
+    server = server_processes()
+    return sum(pid not in server for pid in _descendants())
+
+
 def _descendants() -> list[int]:
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -175,7 +183,7 @@ def _episode(env: BundleEnv, task: int, level: _Level, barrier: threading.Barrie
 
 def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, float | str]:
     """One (backend, N): make N envs, ``rounds`` lock-step episodes each, close them."""
-    fds0, procs0 = _fds(), len(_descendants())
+    fds0, procs0 = _fds(), _leftover()
     sandbox, prestart = backend.removesuffix("-cold"), not backend.endswith("-cold")
     fork, sandbox = sandbox.endswith("-fork"), sandbox.removesuffix("-fork")
 
@@ -234,7 +242,7 @@ def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, fl
         "fds_per_env": idle["fds"] / n,
         "errored_episodes": float(level.errored),
         "episodes": float(level.episodes),
-        "leaked_processes": float(len(_descendants()) - procs0),
+        "leaked_processes": float(_leftover() - procs0),
         "first_error": level.first_error,
     }
 

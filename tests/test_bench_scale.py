@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import pytest
@@ -12,11 +13,13 @@ from envgym.bundle import load_bundle
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", ["inprocess", "bwrap"])
+@pytest.mark.parametrize("backend", ["inprocess", "bwrap", "bwrap-fork"])
 def test_a_level_runs_and_leaves_nothing_behind(
     backend: str, require_backend: Callable[[str], None]
 ) -> None:
-    require_backend(backend)
+    require_backend(backend.removesuffix("-fork"))
+    if backend == "bwrap-fork" and os.geteuid() != 0:
+        pytest.skip("forked workers need a root host")
     from envs.trip_planning.build import default_bundle_dir
 
     row = scale.run_level(load_bundle(default_bundle_dir()), backend, 2, 2)
@@ -24,7 +27,7 @@ def test_a_level_runs_and_leaves_nothing_behind(
     assert row["leaked_processes"] == 0
     for key in ("reset_p50_ms", "reset_p99_ms", "resets_per_s", "step_p50_ms", "steps_per_s"):
         assert isinstance(row[key], float) and math.isfinite(row[key]) and row[key] > 0, key
-    if backend == "bwrap":
+    if backend.startswith("bwrap"):
         assert row["sandboxes_per_env"] >= 1 and row["pss_mib_per_sandbox"] > 0
         # The interpreters alone: part of the sandboxes' PSS (bwrap and its init are the rest).
         assert 0 < row["worker_pss_mib"] < row["pss_mib_per_sandbox"]

@@ -13,6 +13,7 @@ turned each one red.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ from envgym.state import EpisodeDirs
 PROBES = '''
 import json
 import os
+import resource
 import socket
 import subprocess
 from envgym.runtime import state_dir
@@ -69,6 +71,7 @@ def status() -> dict:
         "cap_eff": fields["CapEff"],
         "cap_prm": fields["CapPrm"],
         "cap_bnd": int(fields["CapBnd"], 16),
+        "nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE)),
         "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
         "cgroup": cgroup,
         "fds": fds,
@@ -83,13 +86,31 @@ def mark(name: str) -> list:
 
 
 def find(name: str) -> list:
-    """Every path named ``name`` this worker can reach (not below /proc)."""
+    """Every path named ``name`` on a tmpfs this worker has mounted (where a state could be:
+    an episode's state is a tmpfs; walking /usr too is too slow on a loaded machine)."""
+    points = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            if right.split()[0] == "tmpfs":
+                points.append(left.split()[4])
+    def same(path: str, device: int) -> bool:
+        try:
+            return os.lstat(path).st_dev == device
+        except OSError:
+            return False
+
     found = []
-    for root, dirs, files in os.walk("/"):
-        if root == "/":
-            dirs[:] = [d for d in dirs if d != "proc"]
-        found += [os.path.join(root, f) for f in files if f == name]
-    return found
+    for point in points:
+        try:
+            device = os.stat(point).st_dev
+        except OSError:
+            continue
+        for root, dirs, files in os.walk(point):
+            # This filesystem only (the root tmpfs holds the mount points of all the others).
+            dirs[:] = [d for d in dirs if same(os.path.join(root, d), device)]
+            found += [os.path.join(root, f) for f in files if f == name]
+    return sorted(set(found))
 
 
 def remember(value: str) -> dict:
@@ -193,6 +214,7 @@ def test_siblings_see_neither_each_others_state_nor_processes(pair: tuple) -> No
     assert _value(b, "mark", name="only-in-b") == ["db.sqlite", "only-in-b"]
     assert _value(b, "find", name="only-in-a") == []
     assert _value(a, "find", name="only-in-b") == []
+    assert _value(a, "find", name="only-in-a") == ["/state/only-in-a"]  # the probe finds
     # Its own pid namespace: its init (1) and itself (2), nothing of the sibling or the server.
     assert _value(a, "status")["procs"] == [1, 2]  # type: ignore[index]
     assert _value(b, "status")["procs"] == [1, 2]  # type: ignore[index]
@@ -210,6 +232,9 @@ def test_each_child_has_its_own_uid_no_new_privs_and_no_capabilities(pair: tuple
         assert seen["cap_eff"] == seen["cap_prm"] == "0000000000000000", seen  # type: ignore[index]
         # What the server held to build the episode is not even in the bounding set.
         assert not seen["cap_bnd"] & (1 << CAP_SYS_ADMIN | 1 << CAP_SETPCAP), seen  # type: ignore[index]
+        # The server raised its own fd limit (a pidfd per live episode); episodes get the
+        # host's, as a bwrap worker does.
+        assert seen["nofile"] == list(resource.getrlimit(resource.RLIMIT_NOFILE)), seen  # type: ignore[index]
 
 
 def test_each_child_is_in_its_own_cgroup_with_the_limits(probes: Path) -> None:

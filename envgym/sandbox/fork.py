@@ -195,6 +195,15 @@ def fork_server(package: Path, mount_at: str, env: dict[str, str], spawn: Spawn)
         return server
 
 
+def server_processes() -> set[int]:
+    """Host pids of this process's fork server and its bwrap (alive while the process is:
+    benchmarks counting leftover processes leave these out)."""
+    server = _servers.get(os.getpid())
+    if server is None or server.pid is None or server._proc is None:
+        return set()
+    return {server.pid, server._proc.pid}
+
+
 class ForkedWorker(WorkerHandle):
     """A worker the fork server forked: its init's pid and pidfd, the channel, the cgroup."""
 
@@ -236,6 +245,10 @@ class ForkedWorker(WorkerHandle):
     def _locate(self) -> Any:
         if self._watch is None and not self._killed:
             self._watch = self._watcher(self.init)
+            if self._watch is not None:
+                # The worker answered: its start-up messages, all the file is read for, are
+                # behind us (one host fd less per sandbox, as bwrap.BwrapWorker).
+                self._stderr.close()
         return self._watch
 
     def quiet(self) -> bool:

@@ -32,6 +32,7 @@ import ctypes
 import gc
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -84,6 +85,7 @@ WARM = (
 )
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_NOFILE = (1024, 1024)  # the server's RLIMIT_NOFILE as started (episodes get this one back)
 
 
 def _check(result: int, what: str) -> int:
@@ -175,8 +177,9 @@ def _episode(spec: dict[str, Any], fds: dict[str, int], zygote: int) -> NoReturn
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         _name(INIT_NAME)
-        if select.select([zygote], [], [], 0)[0]:  # the zygote died before the line above
+        if _readable(zygote, 0):  # the server died before the line above
             os._exit(125)
+        resource.setrlimit(resource.RLIMIT_NOFILE, _NOFILE)  # the server's own, raised, is not ours
         # The cgroup first: everything this episode ever runs is counted in it.
         for fd in fds["cgroups"]:
             os.write(fd, b"0")
@@ -293,16 +296,23 @@ def _spawn(
     return {"pid": pid}, [os.pidfd_open(pid)]  # before any reap: the pid cannot be reused
 
 
-def _reap_children(children: dict[int, int]) -> None:
-    """Reap the episodes' inits that exited (a pidfd per child wakes the loop for that)."""
-    for fd, pid in list(children.items()):
+def _readable(fd: int, timeout_ms: int | None) -> bool:
+    """``poll``, not ``select``: the server's fds pass 1024 with many episodes alive."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_ms))
+
+
+def _reap_children(children: dict[int, int], exited: set[int], poller: select.poll) -> None:
+    """Reap the episodes' inits whose pidfds turned readable (they exited)."""
+    for fd in exited:
+        pid = children.pop(fd)
+        poller.unregister(fd)
+        os.close(fd)
         try:
-            done = os.waitpid(pid, os.WNOHANG)[0] == pid
+            os.waitpid(pid, 0)  # exited: returns at once
         except ChildProcessError:
-            done = True
-        if done:
-            os.close(fd)
-            del children[fd]
+            pass
 
 
 def serve(sock_fd: int) -> int:
@@ -311,10 +321,12 @@ def serve(sock_fd: int) -> int:
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     sock.send(json.dumps({"ready": os.getpid()}).encode())
     children: dict[int, int] = {}  # pidfd -> pid of each episode's init not reaped yet
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
     while True:
-        readable = select.select([sock, *children], [], [])[0]
-        _reap_children(children)
-        if sock not in readable:
+        events = dict(poller.poll())
+        _reap_children(children, set(events) & set(children), poller)
+        if sock.fileno() not in events:
             continue
         message, received, _, _ = socket.recv_fds(sock, 1 << 16, 32)
         if not message:
@@ -331,11 +343,17 @@ def serve(sock_fd: int) -> int:
             socket.send_fds(sock, [json.dumps(reply).encode()], back)
         finally:
             for fd in back:
-                children[os.dup(fd)] = reply["pid"]  # ours, to reap it when it exits
+                mine = os.dup(fd)  # ours, to reap the init when it exits
+                children[mine] = reply["pid"]
+                poller.register(mine, select.POLLIN)
                 os.close(fd)
 
 
 def main(argv: list[str]) -> int:
+    global _NOFILE
+    _NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # A pidfd per live episode: a few thousand episodes must not run the server out of fds.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_NOFILE[1], _NOFILE[1]))
     _bootstrap()
     from envgym.sandbox import runner, worker  # noqa: F401 - the point: imported once, here
 
