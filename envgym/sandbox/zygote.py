@@ -171,7 +171,9 @@ def _fail(err_fd: int, message: str) -> NoReturn:
 # -- one episode ---------------------------------------------------------------------------
 
 
-def _episode(spec: dict[str, Any], fds: dict[str, int], zygote: int) -> NoReturn:
+def _episode(
+    spec: dict[str, Any], fds: dict[str, int], cgroups: list[int], zygote: int
+) -> NoReturn:
     """In the forked init (pid 1 of a new pid namespace).  Never returns."""
     err = fds["stderr"]
     try:
@@ -181,7 +183,7 @@ def _episode(spec: dict[str, Any], fds: dict[str, int], zygote: int) -> NoReturn
             os._exit(125)
         resource.setrlimit(resource.RLIMIT_NOFILE, _NOFILE)  # the server's own, raised, is not ours
         # The cgroup first: everything this episode ever runs is counted in it.
-        for fd in fds["cgroups"]:
+        for fd in cgroups:
             os.write(fd, b"0")
         _check(_libc.unshare(EPISODE_NAMESPACES), "unshare")
         _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to siblings
@@ -280,14 +282,14 @@ def _spawn(
     names = list(FD_NAMES) + (["state"] if spec.get("state") else [])
     if len(received) != len(names) + int(spec.get("cgroups", 0)):
         return {"error": f"expected {len(names)} fds and the cgroups', got {len(received)}"}, []
-    fds: dict[str, Any] = dict(zip(names, received))
-    fds["cgroups"] = received[len(names) :]
+    fds = dict(zip(names, received))
+    cgroups = received[len(names) :]
     _check(_libc.unshare(CLONE_NEWPID), "unshare pid")  # this process's next child only
     try:
         pid = os.fork()
         if pid == 0:
             try:
-                _episode(spec, fds, zygote)
+                _episode(spec, fds, cgroups, zygote)
             finally:
                 os._exit(125)  # whatever happened, the child never returns into the server
     finally:
