@@ -290,8 +290,9 @@ def test_module_globals_do_not_leak_across_episodes(pair: tuple) -> None:
 
 def test_a_crashing_child_leaves_the_server_and_its_siblings_alone(pair: tuple) -> None:
     a, b, _, _ = pair
-    server = fork_server.__globals__["_servers"][os.getpid()]
+    server = _handle(a).server
     zygote, starts = server.pid, server.starts
+    assert zygote is not None
     outcome = a.call_tool("crash", {})
     assert not outcome.ok and outcome.error is not None and outcome.error.value == "crash", outcome
     assert _value(b, "mark", name="still-here") == ["db.sqlite", "still-here"]
@@ -303,20 +304,25 @@ def test_a_crashing_child_leaves_the_server_and_its_siblings_alone(pair: tuple) 
 def test_a_killed_server_is_restarted(pair: tuple) -> None:
     a, b, dirs_a, _ = pair
     assert _value(b, "mark", name="before") == ["before", "db.sqlite"]  # b has started
-    server = fork_server.__globals__["_servers"][os.getpid()]
+    server = _handle(b).server
     zygote, starts = server.pid, server.starts
+    assert zygote is not None
     os.kill(zygote, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while Path(f"/proc/{zygote}").exists() and time.monotonic() < deadline:
         time.sleep(0.01)
-    a.reset(dirs_a.refill())
-    assert _value(a, "status")["procs"] == [1, 2]  # type: ignore[index]
-    assert server.starts == starts + 1 and server.pid not in (None, zygote)
     # Episodes it forked died with it (their init has PDEATHSIG): the call in flight is a
-    # crash, the next one restarts the worker on the same state.
+    # crash, the next one restarts the worker on the same state (on the next server in turn).
     lost = b.call_tool("mark", {"name": "lost"})
     assert not lost.ok and lost.error is not None and lost.error.value == "crash", lost
     assert _value(b, "mark", name="after") == ["after", "before", "db.sqlite"]
+    # Launches take the servers in turn: the killed one comes round again and starts anew.
+    for _ in range(len(fork_server.__globals__["_servers"][os.getpid()]) + 1):
+        a.reset(dirs_a.refill())
+        assert _value(a, "status")["procs"] == [1, 2]  # type: ignore[index]
+        if _handle(a).server is server:
+            break
+    assert server.starts == starts + 1 and server.pid not in (None, zygote)
 
 
 def test_nothing_runs_after_close(probes: Path) -> None:
@@ -340,3 +346,14 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2] != "Z"
+
+
+def test_a_bad_server_count_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envgym.sandbox.fork import SERVERS_SWITCH, server_count
+
+    for bad in ("lots", "0", "65"):
+        monkeypatch.setenv(SERVERS_SWITCH, bad)
+        with pytest.raises(ValueError, match=SERVERS_SWITCH):
+            server_count()
+    monkeypatch.setenv(SERVERS_SWITCH, "3")
+    assert server_count() == 3

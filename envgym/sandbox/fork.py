@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import signal
@@ -183,25 +184,46 @@ class ForkServer:
             self._stderr = None
 
 
-_servers: dict[int, ForkServer] = {}  # host pid -> its server (a forked host makes its own)
+SERVERS_SWITCH = "ENVGYM_SANDBOX_FORK_SERVERS"  # fork servers per host process (default 1)
+# Launches wait for their server, one at a time (a fork of the server is ~4 ms of CPU, and it
+# is one thread: on a loaded machine every launch queued behind it, docs/SANDBOX.md).  More
+# servers take launches in turn; 2 against 1 was not measurably faster on the loaded 2-core
+# dev box, so one stays the default until measured on a quiet machine.
+_servers: dict[int, list[ForkServer]] = {}  # host pid -> its servers (a forked host: its own)
+_turn = itertools.count()
 _servers_lock = threading.Lock()
 
 
+def server_count() -> int:
+    raw = os.environ.get(SERVERS_SWITCH, "")
+    if raw:
+        if not raw.isdigit() or not 1 <= int(raw) <= 64:
+            raise ValueError(f"${SERVERS_SWITCH} must be a whole number from 1 to 64, got {raw!r}")
+        return int(raw)
+    return 1
+
+
 def fork_server(package: Path, mount_at: str, env: dict[str, str], spawn: Spawn) -> ForkServer:
+    """The next of this process's fork servers (made on first use; each starts when used)."""
     with _servers_lock:
-        server = _servers.get(os.getpid())
-        if server is None or server.package != package:
-            server = _servers[os.getpid()] = ForkServer(package, mount_at, env, spawn)
-        return server
+        servers = _servers.get(os.getpid())
+        if not servers or servers[0].package != package:
+            count = server_count()
+            servers = _servers[os.getpid()] = [
+                ForkServer(package, mount_at, env, spawn) for _ in range(count)
+            ]
+        return servers[next(_turn) % len(servers)]
 
 
 def server_processes() -> set[int]:
-    """Host pids of this process's fork server and its bwrap (alive while the process is:
+    """Host pids of this process's fork servers and their bwraps (alive while the process is:
     benchmarks counting leftover processes leave these out)."""
-    server = _servers.get(os.getpid())
-    if server is None or server.pid is None or server._proc is None:
-        return set()
-    return {server.pid, server._proc.pid}
+    found: set[int] = set()
+    for server in _servers.get(os.getpid(), []):
+        proc, pid = server._proc, server.pid
+        if proc is not None and pid is not None:
+            found |= {pid, proc.pid}
+    return found
 
 
 class ForkedWorker(WorkerHandle):
@@ -230,6 +252,7 @@ class ForkedWorker(WorkerHandle):
             fds = [request_r, reply_w, status_w, self._stderr.fileno(), *mounts, *cgroups]
             spec = {**spec, "cgroups": len(cgroups)}
             self.init, self._pidfd = server.spawn(spec, fds, timeout)
+            self.server = server
         except BaseException:
             for fd in (request_w, reply_r, status_r):
                 os.close(fd)
