@@ -32,13 +32,7 @@ from typing import Any
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
 from envgym.sandbox.cgroup import JailCgroup, open_cgroup
 from envgym.sandbox.fdwait import wait_readable
-from envgym.sandbox.fork import (
-    ENV_SWITCH,
-    ForkedWorker,
-    detached_mount,
-    fork_requested,
-    fork_server,
-)
+from envgym.sandbox.fork import ENV_SWITCH, fork_requested, fork_server, launch_forked
 from envgym.sandbox.jail import (
     BWRAP,
     UID_BASE,  # noqa: F401 - re-exported: callers import it from here
@@ -381,8 +375,16 @@ class BwrapSandbox(ProcessSandbox):
             package = worker_package(SANDBOX_PACKAGE)
         except OSError as exc:
             raise SandboxUnavailable(f"cannot stage the sandbox worker's code: {exc}") from None
-        if self.fork:
-            return self._fork_worker(state, extra)
+        if self.fork:  # the same worker, forked by this process's fork server (fork.py)
+            return launch_forked(
+                server=fork_server(package, SANDBOX_PACKAGE, _ENV, _spawn),
+                config=json.loads(self.worker_config(**extra)),
+                stage=self.stage,
+                state=state,
+                limits=limits,
+                uid=self.uid,
+                watch=_watch_init,
+            )
         mounts: list[Bind | Tmpfs] = [
             Bind(str(package), SANDBOX_PACKAGE),
             Bind(str(self.stage), SANDBOX_BUNDLE),
@@ -412,40 +414,6 @@ class BwrapSandbox(ProcessSandbox):
             if group is not None:
                 group.remove()
             raise
-
-    def _fork_worker(self, state: Path | None, extra: dict[str, object]) -> WorkerHandle:
-        """The same worker, forked by this process's fork server (fork.py) instead of a new
-        bwrap and interpreter: same uid plan, rlimits, state, cgroup and checks."""
-        try:
-            package = worker_package(SANDBOX_PACKAGE)
-        except OSError as exc:
-            raise SandboxUnavailable(f"cannot stage the sandbox worker's code: {exc}") from None
-        server = fork_server(package, SANDBOX_PACKAGE, _ENV, _spawn)
-        spec = {
-            "config": {**json.loads(self.worker_config(**extra))},
-            "cwd": SANDBOX_STATE if state is not None else "/",
-            "state": state is not None,
-        }
-        mounts: list[int] = []
-        group = open_cgroup(self.limits.memory_bytes, self.limits.max_processes)
-        try:
-            mounts.append(detached_mount(self.stage, readonly=True))
-            if state is not None:
-                mounts.append(detached_mount(state, readonly=False))
-            return ForkedWorker(
-                server, spec, mounts, group, self.uid, self.limits.startup_timeout_s, _watch_init
-            )
-        except OSError as exc:
-            if group is not None:
-                group.remove()
-            raise SandboxUnavailable(f"cannot fork a sandbox worker: {exc}") from None
-        except BaseException:
-            if group is not None:
-                group.remove()
-            raise
-        finally:
-            for fd in mounts:
-                os.close(fd)
 
 
 def bwrap_available() -> bool:

@@ -27,11 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envgym.sandbox.base import CallError, SandboxUnavailable
-from envgym.sandbox.cgroup import JailCgroup
+from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
+from envgym.sandbox.cgroup import JailCgroup, open_cgroup
 from envgym.sandbox.channel import WorkerHandle, signal_death
 from envgym.sandbox.fdwait import wait_readable
 from envgym.sandbox.jail import Bind, Dir, JailSpec, Tmpfs, build_argv, python_executable
+from envgym.sandbox.process import SANDBOX_BUNDLE, SANDBOX_STATE
 from envgym.sandbox.worker_stage import ZYGOTE_SCRIPT
 
 ENV_SWITCH = "ENVGYM_SANDBOX_FORK"  # "1": bwrap sandboxes fork their workers from a zygote
@@ -128,8 +129,8 @@ class ForkServer:
             fork_server=True,
             mounts=(
                 Bind(str(self.package), self.mount_at),
-                Dir("/bundle"),
-                Dir("/state"),
+                Dir(SANDBOX_BUNDLE),  # where each episode's init moves its mounts (zygote.py)
+                Dir(SANDBOX_STATE),
                 Tmpfs("/tmp", mode="0755", readonly=True),
             ),
         )
@@ -311,3 +312,38 @@ class ForkedWorker(WorkerHandle):
             return ""
         self._stderr.seek(0)
         return self._stderr.read()[-2000:].decode(errors="replace").strip()
+
+
+def launch_forked(
+    *,
+    server: ForkServer,
+    config: dict[str, Any],
+    stage: Path,
+    state: Path | None,
+    limits: Limits,
+    uid: int | None,
+    watch: Watch,
+) -> ForkedWorker:
+    """A worker forked by ``server`` on ``state`` (None: no episode yet) and the staged code:
+    the caller made the state writable for ``uid`` already, as for a bwrap launch."""
+    spec = {
+        "config": config,
+        "cwd": SANDBOX_STATE if state is not None else "/",
+        "state": state is not None,
+    }
+    mounts: list[int] = []
+    group = open_cgroup(limits.memory_bytes, limits.max_processes)
+    try:
+        mounts.append(detached_mount(stage, readonly=True))
+        if state is not None:
+            mounts.append(detached_mount(state, readonly=False))
+        return ForkedWorker(server, spec, mounts, group, uid, limits.startup_timeout_s, watch)
+    except BaseException as exc:
+        if group is not None:
+            group.remove()
+        if isinstance(exc, OSError):
+            raise SandboxUnavailable(f"cannot fork a sandbox worker: {exc}") from None
+        raise
+    finally:
+        for fd in mounts:
+            os.close(fd)
