@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envgym.bundle import CODE_FILES, write_manifest
+from envgym.bundle import write_manifest
+from envgym.bundle_write import copy_code_files, fresh_bundle_dir, write_tasks
 from envs.procedural_kit.build import UnsolvableTask, strictness_problem
 from envs.procedural_kit.local import LocalBundle
 from envs.procedural_kit.spec.compose import Plan, constraints, plan
@@ -69,9 +69,7 @@ def compile_spec(
         raise ValueError(
             f"difficulties must be a non-empty subset of 1..5, got {tuple(difficulties)!r}"
         )
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} is not empty; the compiler writes into a fresh directory")
+    out = fresh_bundle_dir(out_dir)
     rng = random.Random(f"{AGENT}:{spec.name}:{seed}")
     keys = Keys(rng)
     world = draw_world(spec, rng, keys)
@@ -85,12 +83,9 @@ def compile_spec(
     (out / "state").mkdir(parents=True, exist_ok=True)
     write_db(out / "state" / "db.sqlite", spec, world)
     (out / "tools.json").write_text(json.dumps(spec.table(), indent=1, ensure_ascii=False) + "\n")
-    for file in CODE_FILES:
-        shutil.copyfile(TEMPLATES / file, out / file)
+    copy_code_files(TEMPLATES, out)
     prove(out, lines)
-    with open(out / "tasks.jsonl", "w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    write_tasks(out, lines)
     write_manifest(
         out,
         name=name or f"{spec.name.replace('_', '-')}-seed{seed}",
