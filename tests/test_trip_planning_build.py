@@ -106,7 +106,17 @@ def test_default_bundle_dir_changes_with_seed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(tmp_path))
+    seeds: list[int] = []
+
+    def marker_only(out: Path, seed: int) -> Path:
+        # The key is what is tested, not the build (other tests build the real bundle).
+        seeds.append(seed)
+        (out / "manifest.json").write_text("{}")
+        return out
+
+    monkeypatch.setattr(build_module, "build_bundle", marker_only)
     assert default_bundle_dir(seed=0).name != default_bundle_dir(seed=1).name
+    assert seeds == [0, 1]
 
 
 def test_envgym_check_passes_in_process(tmp_path: Path) -> None:
