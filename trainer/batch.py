@@ -6,20 +6,27 @@
 * :func:`split_informative` — dynamic sampling (Seed-Thinking §4.2; LongCat §3.2.2 online
   filtering; AM-Thinking keeps 0 < pass rate < 1): a group whose rewards are all equal has zero
   group-relative advantage everywhere, so it carries no gradient and is dropped.
-* :func:`overlong_loss_mask` — turns whose finish reason is ``length`` (cut by the token limit)
-  are masked out of the loss (LongCat §3.2.2 "incomplete signal masking"; AM-Thinking's
-  overlong handling gives them zero advantage).
+* :func:`mask_nonfinite` / :func:`mask_overlong` — whole episodes masked before advantages
+  (LongCat §3.2.2 "incomplete signal masking": samples whose score is unreliable, and samples
+  that reached the generation length limit, are masked): an episode with a NaN/±inf reward, and
+  (``overlong_scope: sample``) an episode with a turn cut by the token limit, leave their group,
+  so they neither train nor count in its mean.
+* :func:`overlong_loss_mask` — ``overlong_scope: turn``: only the turns whose finish reason is
+  ``length`` are masked out of the loss (AM-Thinking's overlong handling gives them zero
+  advantage); the episode's other turns keep its advantage.
 * :func:`samples_from_groups` / :func:`collate` — one :class:`Sample` per record segment
-  (envgym.record: a segment is one token sequence); padded :class:`TrainBatch` tensors, shifted
-  so that position ``t`` predicts ``token_ids[t + 1]``.
+  (envgym.record: a segment is one token sequence), each knowing its episode (its
+  *trajectory*: the loss's sequence unit); padded :class:`TrainBatch` tensors, shifted so that
+  position ``t`` predicts ``token_ids[t + 1]``.
 * :func:`balanced_microbatches` — rows split into microbatches of similar padded size, each
-  under a token budget (longest-first greedy onto the lightest bin).
+  under a token budget (longest-first greedy onto the lightest bin), the segments of one
+  episode kept together.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
@@ -93,6 +100,51 @@ def nonfinite_rewards(groups: Sequence[Group]) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class MaskedGroups:
+    """Groups after masking whole episodes: what is left and what was masked."""
+
+    groups: list[Group]  # each with ≥ 2 episodes left
+    masked: list[EpisodeResult]  # the episodes masked, in group order
+    lone: int  # survivors of groups left with fewer than two episodes (no group signal)
+
+
+def _mask_episodes(groups: Sequence[Group], drop: Callable[[EpisodeResult], bool]) -> MaskedGroups:
+    kept: list[Group] = []
+    masked: list[EpisodeResult] = []
+    lone = 0
+    for g in groups:
+        left = [r for r in g.results if not drop(r)]
+        masked.extend(r for r in g.results if drop(r))
+        if len(left) >= 2:
+            kept.append(Group(g.task_id, left))
+        else:
+            lone += len(left)
+    return MaskedGroups(kept, masked, lone)
+
+
+def mask_nonfinite(groups: Sequence[Group]) -> MaskedGroups:
+    """``groups`` less the episodes whose reward is NaN or ±inf (LongCat §3.2.2: a sample whose
+    score has a problem is masked, the rest of the batch trains): a broken reward for one task
+    costs that task's bad samples, not the step."""
+    return _mask_episodes(groups, lambda r: not math.isfinite(r.reward))
+
+
+def is_overlong(result: EpisodeResult) -> bool:
+    """True when a turn of the episode finished by ``length`` (cut by the token limit)."""
+    return any(
+        info.finish_reason == "length" for seg in result.record.segments for info in seg.turn_info
+    )
+
+
+def mask_overlong(groups: Sequence[Group]) -> MaskedGroups:
+    """``overlong_scope: sample`` (LongCat §3.2.2: samples that reach the generation length are
+    masked): an episode with any turn cut by the token limit leaves its group, every segment of
+    it, and the group's mean is taken over the rest.  Its reward comes from an episode that did
+    not finish — an incomplete signal for the turns before the cut as much as for the cut one."""
+    return _mask_episodes(groups, is_overlong)
+
+
 def overlong_loss_mask(segment: Segment) -> list[int]:
     """The segment's loss mask with every turn that finished by ``length`` zeroed."""
     mask = list(segment.loss_mask)
@@ -104,7 +156,7 @@ def overlong_loss_mask(segment: Segment) -> list[int]:
 
 @dataclass
 class Sample:
-    """One training sequence: a segment of an episode, with its episode's advantage."""
+    """One training row: a segment of an episode, with its episode's advantage."""
 
     token_ids: list[int]
     loss_mask: list[int]  # [L]: 1 = trained on (policy-sampled, not masked)
@@ -116,6 +168,9 @@ class Sample:
     group: int  # index of its group in the rollout batch
     task_id: str
     policy_version: int  # the oldest version any of its turns was sampled with
+    # Its episode (trajectory) in the rollout batch: the segments of one episode share it and
+    # form one sequence of the loss (OPSM, seq-mean-token-mean).  None: a trajectory of its own.
+    episode: int | None = None
     old_logp: Tensor | None = None  # [L - 1]: π_old per target position, once computed
     ref_logp: Tensor | None = None  # [L - 1]: reference policy, once computed (KL)
     extras: dict[str, float] = field(default_factory=dict)
@@ -136,10 +191,14 @@ def samples_from_groups(
 
     ``advantages: [G, n]`` — row ``g`` for ``groups[g].results`` (in order).  A segment whose
     every sampled token is masked (e.g. a single overlong turn) adds nothing and is skipped.
+    ``overlong_mask`` masks the turns cut by the token limit (``overlong_scope: turn``; whole
+    episodes are masked before, by :func:`mask_overlong`).  The samples of the ``k``-th episode
+    (counted over the groups in order) have ``episode == k``.
     """
     if advantages.shape[0] != len(groups):
         raise ValueError(f"advantages has {advantages.shape[0]} rows for {len(groups)} groups")
     out = []
+    episode = -1
     for g, group in enumerate(groups):
         if advantages.shape[1] < len(group.results):
             raise ValueError(
@@ -147,6 +206,7 @@ def samples_from_groups(
                 f"{len(group.results)} samples"
             )
         for j, result in enumerate(group.results):
+            episode += 1
             record = result.record
             for seg in record.segments:
                 mask = overlong_loss_mask(seg) if overlong_mask else list(seg.loss_mask)
@@ -165,6 +225,7 @@ def samples_from_groups(
                         group=g,
                         task_id=group.task_id,
                         policy_version=min(versions, default=record.policy_version),
+                        episode=episode,
                     )
                 )
     return out
@@ -191,6 +252,7 @@ class TrainBatch:
     old_logp: Tensor | None  # [B, T] or None (not computed yet)
     ref_logp: Tensor | None  # [B, T] or None
     versions: Tensor  # [B] int64
+    trajectory: Tensor  # [B] int64: rows with one id are segments of one episode
 
     @property
     def tokens(self) -> int:
@@ -251,8 +313,30 @@ def collate(
         old_logp=_padded([s.old_logp for s in samples], T, dtype, device),
         ref_logp=_padded([s.ref_logp for s in samples], T, dtype, device),
         versions=torch.tensor([s.policy_version for s in samples], dtype=torch.int64),
+        trajectory=torch.tensor(trajectory_ids(samples), dtype=torch.int64),
     )
     return batch if device is None else batch_to(batch, device)
+
+
+def trajectory_ids(samples: Sequence[Sample]) -> list[int]:
+    """Each sample's trajectory as 0, 1, … in first-seen order: samples of one episode share
+    one; a sample without an episode is its own."""
+    seen: dict[object, int] = {}
+    out = []
+    for b, s in enumerate(samples):
+        key: object = ("episode", s.episode) if s.episode is not None else ("row", b)
+        out.append(seen.setdefault(key, len(seen)))
+    return out
+
+
+def trajectories(samples: Sequence[Sample]) -> list[list[int]]:
+    """The sample indices of each trajectory (episode), in first-seen order."""
+    out: list[list[int]] = []
+    for i, t in enumerate(trajectory_ids(samples)):
+        if t == len(out):
+            out.append([])
+        out[t].append(i)
+    return out
 
 
 def batch_to(batch: TrainBatch, device: torch.device | str) -> TrainBatch:
@@ -293,30 +377,45 @@ def _padded(
     return out
 
 
-def balanced_microbatches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+def balanced_microbatches(
+    lengths: Sequence[int], max_tokens: int, together: Sequence[int] | None = None
+) -> list[list[int]]:
     """Split rows into the fewest microbatches whose padded size (rows × longest row) is at
-    most ``max_tokens``, balancing token sums across them (longest row first, onto the bin
-    with the fewest tokens).  A row longer than ``max_tokens`` gets a microbatch of its own.
-    Returns row indices per microbatch, each ascending."""
+    most ``max_tokens``, balancing token sums across them (longest unit first, onto the bin
+    with the fewest tokens).  A unit is a row, or with ``together`` (a key per row) the rows
+    sharing a key: the segments of one episode, which the loss needs in one pass (its sequence
+    statistics run over the whole trajectory).  A unit over ``max_tokens`` gets a microbatch of
+    its own.  Returns row indices per microbatch, each ascending."""
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be > 0, not {max_tokens}")
     if any(n <= 0 for n in lengths):
         raise ValueError(f"row lengths must be > 0: {list(lengths)}")
     if not lengths:
         return []
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    if together is not None and len(together) != len(lengths):
+        raise ValueError(f"together has {len(together)} keys for {len(lengths)} rows")
+    units: dict[object, list[int]] = {}
+    for i in range(len(lengths)):
+        units.setdefault(together[i] if together is not None else i, []).append(i)
+    rows = list(units.values())  # each unit's rows, in first-row order
+    size = [sum(lengths[i] for i in u) for u in rows]
+    order = sorted(range(len(rows)), key=lambda u: (-size[u], rows[u][0]))
     bins_n = max(1, math.ceil(sum(lengths) / max_tokens))
     while True:
         bins: list[list[int]] = [[] for _ in range(bins_n)]
+        units_in = [0] * bins_n
         sums = [0] * bins_n
-        for i in order:
+        for u in order:
             j = min(range(bins_n), key=lambda b: (sums[b], b))
-            bins[j].append(i)
-            sums[j] += lengths[i]
+            bins[j].extend(rows[u])
+            units_in[j] += 1
+            sums[j] += size[u]
         fits = all(
-            len(b) == 1 or len(b) * max(lengths[i] for i in b) <= max_tokens for b in bins if b
+            units_in[j] == 1 or len(b) * max(lengths[i] for i in b) <= max_tokens
+            for j, b in enumerate(bins)
+            if b
         )
-        if fits or bins_n >= len(lengths):
+        if fits or bins_n >= len(rows):
             return [sorted(b) for b in bins if b]
         bins_n += 1
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from envgym.rollout import EpisodeResult, RolloutEngine
 from envgym.rollout.errored import ErroredShare
-from trainer.batch import Group, split_informative
+from trainer.batch import Group, mask_nonfinite, mask_overlong, split_informative
 from trainer.checkpoint import TaskOrder
 from trainer.config import TrainConfig
 
@@ -48,11 +48,40 @@ class Tally:
     refills: int = 0
     stale_dropped: int = 0
     staleness_max: int | None = None  # async mode: the most stale group trained on
+    # Episodes masked for a NaN/±inf reward ("task#sample = value"); not in ``episodes``.
+    nonfinite: list[str] = field(default_factory=list)
+    overlong_masked: int = 0  # episodes masked whole for a turn cut by the token limit
     # Every episode finished for this step, errored or not: checked before training on them.
     share: ErroredShare = field(default_factory=ErroredShare)
 
     def record(self, result: EpisodeResult) -> None:
         self.share = self.share.add(result)
+
+    def admit(self, groups: Sequence[Group], *, overlong_sample: bool) -> list[Group]:
+        """``groups`` with whole episodes masked (LongCat §3.2.2), each counted: NaN/±inf
+        rewards first (left out of every rollout statistic: their reward is no number), then
+        the rest counted (:meth:`count`), then, with ``overlong_sample``, the episodes with a
+        turn cut by the token limit (their reward still counts in ``reward_mean``).  A group
+        left with fewer than two episodes goes too; its survivor counts in ``errored``, as
+        group_results counts the lone survivor of errored episodes."""
+        finite = mask_nonfinite(groups)
+        self.nonfinite.extend(f"{r.task_id}#{r.sample} = {r.reward}" for r in finite.masked)
+        self.count(finite.groups)
+        self.errored += finite.lone
+        if not overlong_sample:
+            return finite.groups
+        whole = mask_overlong(finite.groups)
+        self.overlong_masked += len(whole.masked)
+        self.errored += whole.lone
+        return whole.groups
+
+    def skip_reason(self) -> str:
+        """Why a step that kept no group is skipped."""
+        why = "empty batch: every group was filtered out"
+        if self.nonfinite:
+            shown = ", ".join(self.nonfinite[:5])
+            why += f" (non-finite rewards masked: {shown})"
+        return why
 
     def count(self, groups: Sequence[Group]) -> None:
         """Count the episodes of ``groups`` (rewards and passes)."""
@@ -85,6 +114,8 @@ class Tally:
             "groups_all_wrong": float(self.all_wrong),
             "refills": float(self.refills),
             "stale_dropped": float(self.stale_dropped),
+            "nonfinite_rewards": float(len(self.nonfinite)),
+            "overlong_masked": float(self.overlong_masked),
             "response_len_mean": float(np.mean(lengths)) if lengths else 0.0,
         }
         if self.staleness_max is not None:

@@ -30,6 +30,13 @@ class ConfigError(ValueError):
     """A config that cannot run; the message names the offending key."""
 
 
+class MoEWithoutRoutesError(ConfigError):
+    """An MoE policy sampled by a vLLM server the user started (``model.vllm_url``): nothing
+    says the server returns expert routes, and without them keep routing (DeepSeek-V3.2 §3.1)
+    is silently off and the routing-flip metric disappears.  Refused unless
+    ``model.allow_moe_without_keep_routing: true`` says the user accepts that."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     path: str = "smollm2"  # "smollm2" (embedded), an HF folder or hub id
@@ -47,6 +54,9 @@ class ModelConfig:
     # engine: vllm → after every weight reload, the largest |Δ log p| allowed between the
     # server and the trained model on a short probe (null = no probe); docs/TRAINER.md
     sync_check_tol: float | None = 1e-3
+    # engine: vllm with a vllm_url and an MoE policy → true accepts training without keep
+    # routing (the server may return no routes; the flip-rate metric then disappears)
+    allow_moe_without_keep_routing: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,10 @@ class TrainConfig:
     keep_sampling_mask: bool = True  # renormalize π_θ over the recorded kept sets (§3.1)
     unknown_kept: Literal["raise", "full"] = "raise"  # kept sets the engine did not report
     keep_routing: bool = True  # replay recorded MoE routes (§3.1)
-    overlong_mask: bool = True  # mask turns cut by the token limit (LongCat §3.2.2)
+    overlong_mask: bool = True  # mask episodes/turns cut by the token limit (LongCat §3.2.2)
+    # what overlong_mask masks: sample = the whole episode (every turn, and out of its group's
+    # mean; LongCat §3.2.2), turn = only the turns cut; auto = sample when rollout.max_turns > 1
+    overlong_scope: Literal["auto", "turn", "sample"] = "auto"
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     async_: AsyncConfig = field(default_factory=AsyncConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -361,6 +374,67 @@ def check(c: TrainConfig) -> None:
             "model.engine 'vllm' does not report kept sets, so keep_sampling_mask with top_p/top_k "
             "needs unknown_kept: full (an approximation) or keep_sampling_mask: false"
         )
+    if c.model.engine == "vllm" and c.model.vllm_url:  # the folder's config.json says if MoE
+        refuse_moe_without_routes(c, config_is_moe(c.model.path))
+
+
+def overlong_scope(c: TrainConfig) -> Literal["turn", "sample"] | None:
+    """What overlong masking masks in this run: ``sample`` (whole episodes), ``turn`` (the turns
+    cut) or None (off).  ``auto`` is ``sample`` for multi-turn runs (``rollout.max_turns > 1``):
+    there the turns before the cut would otherwise train on the reward of an episode that never
+    finished; a single-turn episode is one turn, so ``turn`` already masks all of it."""
+    if not c.overlong_mask:
+        return None
+    if c.overlong_scope == "auto":
+        return "sample" if c.rollout.max_turns > 1 else "turn"
+    return c.overlong_scope
+
+
+def refuse_moe_without_routes(c: TrainConfig, is_moe: bool | None) -> None:
+    """MoEWithoutRoutesError for an MoE policy (``is_moe``; None = not known yet) on a server the
+    user started, unless ``model.allow_moe_without_keep_routing``.  Called when the config loads
+    (``model.path`` a folder: its config.json says) and again once the model is loaded."""
+    m = c.model
+    if not is_moe or m.engine != "vllm" or not m.vllm_url or m.allow_moe_without_keep_routing:
+        return
+    raise MoEWithoutRoutesError(
+        f"model.path {m.path!r} is a mixture of experts and model.vllm_url names a server the "
+        "trainer did not start: nothing says it returns expert routes, and without them keep "
+        "routing (DeepSeek-V3.2 §3.1) is off and routing_flip_rate disappears. Use "
+        "model.engine: local, or set model.allow_moe_without_keep_routing: true to train "
+        "without them (docs/TRAINER.md)"
+    )
+
+
+_CONFIG_JSON_MAX = 1 << 20  # a model's config.json is a few KiB; more is not one
+
+
+def config_is_moe(path: str) -> bool | None:
+    """Whether the HF folder ``path`` holds an MoE model, from its config.json alone (no weights,
+    no network): True/False, or None when it cannot tell (a hub id, no readable config)."""
+    import json
+
+    file = Path(path) / "config.json"
+    try:
+        with file.open("rb") as fh:
+            raw = fh.read(_CONFIG_JSON_MAX + 1)
+    except OSError:
+        return None
+    if len(raw) > _CONFIG_JSON_MAX:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    nested = data.get("text_config")  # multimodal configs keep the LM's keys one level down
+    for d in (data, nested if isinstance(nested, dict) else {}):
+        for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+            n = d.get(key)
+            if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+                return True
+    return False
 
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")

@@ -10,7 +10,10 @@ One step (synchronous mode):
    engine policy (the in-process local engine, or a vLLM server);
 2. group them; with dynamic sampling (Seed-Thinking §4.2, LongCat §3.2.2) drop the groups whose
    rewards are all equal and roll out more prompts to refill, at most ``max_refills`` rounds;
-   NaN/inf rewards skip the batch (reported); an empty batch skips the step (reported);
+   before that, whole episodes are masked (LongCat §3.2.2 incomplete-signal masking): those
+   with a NaN/inf reward (counted in ``nonfinite_rewards``, logged) and, with
+   ``overlong_scope: sample``, those with a turn cut by the token limit (``overlong_masked``);
+   an empty batch skips the step (reported);
 3. advantages Â = R − mean(R) per group (DeepSeek-V3.2 §3.1 eq. 5; trainer.advantages);
 4. π_old: the trainer's log-probs at the rollout weights (``old_logprobs: recompute``, one no-grad
    pass before any update) or the engine's (``engine``); the engine's own log-probs always feed
@@ -48,7 +51,7 @@ import torch
 from envgym.policy import SamplingParams
 from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
 from envgym.rollout.errored import check_errored
-from trainer.batch import Group, group_results, nonfinite_rewards, samples_from_groups
+from trainer.batch import Group, group_results, samples_from_groups
 from trainer.checkpoint import (
     TaskOrder,
     config_changes,
@@ -58,7 +61,12 @@ from trainer.checkpoint import (
     save_checkpoint,
 )
 from trainer.collect import Collected, StepReport, Tally, derive_seed
-from trainer.config import TrainConfig, resolve_device
+from trainer.config import (
+    TrainConfig,
+    overlong_scope,
+    refuse_moe_without_routes,
+    resolve_device,
+)
 from trainer.metrics import MetricsLog, RunRecord, write_run
 from trainer.policy import TrainablePolicy
 from trainer.stream import run_async
@@ -76,12 +84,22 @@ log = logging.getLogger(__name__)
 
 
 def _run_config(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
-    """The config that identifies a run (its key, what a resume must match): all but ``steps``
-    and ``model.device``."""
+    """The config that identifies a run (its key, what a resume must match): all but ``steps``,
+    ``model.device`` and ``model.allow_moe_without_keep_routing`` (a consent, computing
+    nothing), with ``overlong_scope`` as the scope it resolves to, left out when that is
+    ``turn`` — what every run did before the key existed, so their checkpoints resume."""
     data = config.to_dict() if isinstance(config, TrainConfig) else copy.deepcopy(config)
     data.pop("steps", None)
     if isinstance(data.get("model"), dict):
         data["model"].pop("device", None)
+        data["model"].pop("allow_moe_without_keep_routing", None)
+    scope = data.pop("overlong_scope", "turn")  # absent: a config from before the key
+    if scope == "auto":  # as trainer.config.overlong_scope resolves it
+        rollout = data.get("rollout")
+        turns = rollout.get("max_turns", 16) if isinstance(rollout, dict) else 16
+        scope = "sample" if isinstance(turns, int) and turns > 1 else "turn"
+    if scope == "sample" and data.get("overlong_mask", True):
+        data["overlong_scope"] = scope
     return data
 
 
@@ -119,6 +137,10 @@ class Trainer:
             raise ValueError("a model passed in needs its tokenizer")
         self.tokenizer = tokenizer
         self.model = model
+        from trainer.routing import moe_routers
+
+        # The config check read config.json when model.path is a folder; this one sees the model.
+        refuse_moe_without_routes(config, bool(moe_routers(model)))
         model.train(config.model.gradient_checkpointing)  # dropout-free HF LMs: only for GC
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
@@ -307,14 +329,11 @@ class Trainer:
             refs = self.order.take(c.rollout.prompts - len(kept))
             groups = await self._rollout(refs, derive_seed(c.seed, self.step, round_), tally)
             tally.refills += round_ > 0
-            bad = nonfinite_rewards(groups)
-            if bad:
-                return Collected([], f"non-finite rewards: {', '.join(bad[:5])}", tally, started)
-            tally.count(groups)
+            groups = tally.admit(groups, overlong_sample=overlong_scope(c) == "sample")
             kept.extend(tally.informative(groups, dynamic_sampling=c.dynamic_sampling.enabled))
             if len(kept) >= c.rollout.prompts:
                 break
-        skipped = None if kept else "empty batch: every group was filtered out"
+        skipped = None if kept else tally.skip_reason()
         return Collected(kept, skipped, tally, started)
 
     async def finish_step(self, collected: Collected) -> StepReport:
@@ -328,11 +347,21 @@ class Trainer:
             where=f"step {self.step + 1}",
             log=log,
         )
+        if collected.tally.nonfinite:  # masked, not skipped: say which, every time
+            n = len(collected.tally.nonfinite)
+            log.warning(
+                "step %d: %d episode(s) with a non-finite reward masked: %s",
+                self.step + 1,
+                n,
+                ", ".join(collected.tally.nonfinite[:5]) + (" …" if n > 5 else ""),
+            )
         metrics: dict[str, float] = {}
         if skipped is None:
             self.on_phase(f"step {self.step + 1}: training on {len(groups)} groups")
             samples = samples_from_groups(
-                groups, self._advantages(groups), overlong_mask=self.config.overlong_mask
+                groups,
+                self._advantages(groups),
+                overlong_mask=overlong_scope(self.config) == "turn",
             )
             metrics, skipped = await asyncio.to_thread(self.update.run, samples, self.step)
         t1 = time.monotonic()

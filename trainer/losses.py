@@ -13,7 +13,9 @@ Per trained token t of sequence i (``mask`` zeroes prompt, tool, user and paddin
     nll    = −log π_θ on positive sequences                        Seed-Thinking §4.2 eq. 2
     ℓ      = −M_i·w·s + β·kl + μ·nll
 
-and the loss is ℓ aggregated by ``LossConfig.aggregation`` (see :func:`aggregate_parts`).  The
+and the loss is ℓ aggregated by ``LossConfig.aggregation`` (see :func:`aggregate_parts`).  A
+sequence o_i is a trajectory (one episode): ``trajectory [B]`` names the rows (record segments)
+of each, so OPSM's statistic and seq-mean-token-mean run over whole episodes.  The
 keep sampling mask (§3.1) is applied upstream: ``logp`` is already renormalized over the kept set
 by ``kernels.logprob.selected_logprobs`` (reference: :func:`trainer.masks.keep_mask_logprobs`).
 
@@ -37,7 +39,15 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from trainer.aggregation import AGGREGATIONS, Aggregation, aggregate, aggregate_parts, nonzero
+from trainer.aggregation import (
+    AGGREGATIONS,
+    Aggregation,
+    aggregate,
+    aggregate_parts,
+    nonzero,
+    per_trajectory,
+    trajectory_index,
+)
 from trainer.loss_inputs import (
     Inputs,
     bool_mask,
@@ -181,6 +191,7 @@ def grpo_loss(
     ref_logp: Tensor | None = None,  # [B, T]: log π_ref, needed when cfg.kl_beta > 0
     engine_logp: Tensor | None = None,  # [B, T]: the sampler's log-probs (TIS, OPSM's π_old)
     rewards_positive: Tensor | None = None,  # [B] bool (or rewards: positive where > 0)
+    trajectory: Tensor | None = None,  # [B] int64: rows sharing an id are one episode's segments
     on_nonfinite: Literal["flag", "raise"] = "flag",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GRPO loss (to minimize) and detached 0-d diagnostics; see the module docstring.
@@ -188,10 +199,12 @@ def grpo_loss(
     Diagnostics: ``loss_sum``/``n_units`` (loss = loss_sum / n_units, for global normalizers),
     ``pg_loss``, ``kl``, ``lm_loss`` (each aggregated like the loss, so loss = pg_loss + β·kl +
     μ·lm_loss), ``clip_low_fraction``, ``clip_high_fraction``, ``dual_clip_fraction`` and
-    ``ratio_mean`` (over trained tokens), ``opsm_masked_fraction`` and ``opsm_kl`` (over sequences
-    with a trained token), ``tis_ratio_mean``, ``tis_ratio_mean_truncated``,
-    ``tis_truncated_fraction`` (over trained tokens), ``tokens``, ``sequences``, ``nonfinite``.
-    Only ``logp`` receives gradients; the other inputs are constants.
+    ``ratio_mean`` (over trained tokens), ``opsm_masked_fraction`` and ``opsm_kl`` (over
+    trajectories with a trained token), ``tis_ratio_mean``, ``tis_ratio_mean_truncated``,
+    ``tis_truncated_fraction`` (over trained tokens), ``tokens``, ``sequences`` (trajectories
+    with a trained token), ``nonfinite``.  ``trajectory`` (None: every row its own) groups the
+    rows of one episode; their advantages must agree.  Only ``logp`` receives gradients; the
+    other inputs are constants.
     """
     if not isinstance(cfg, LossConfig):
         raise TypeError(f"cfg must be a LossConfig, not {type(cfg).__name__}")
@@ -203,6 +216,9 @@ def grpo_loss(
     if not advantages.is_floating_point():
         raise TypeError(f"advantages must be a floating tensor [B], not {advantages.dtype}")
     m = bool_mask(mask, logp.shape)
+    index, n_traj_all = trajectory_index(trajectory, logp.shape[0], logp.device)
+    if trajectory is not None:
+        _one_advantage_per_trajectory(advantages, m, index, n_traj_all)
     if cfg.kl_beta > 0 and ref_logp is None:
         raise ValueError(f"kl_beta = {cfg.kl_beta} > 0 needs ref_logp (the reference log-probs)")
     if cfg.lm_coef > 0 and rewards_positive is None:
@@ -226,7 +242,9 @@ def grpo_loss(
 
     engine = clean(engine_logp.detach()) if engine_logp is not None else None
     sample_logp = engine if engine is not None else old  # eq. 9's π_old: what was sampled from
-    keep, divergence = opsm_mask(lp.detach(), sample_logp, adv, m, cfg.opsm_delta or 0.0)
+    keep, divergence = opsm_mask(
+        lp.detach(), sample_logp, adv, m, cfg.opsm_delta or 0.0, trajectory
+    )
     if cfg.opsm_delta is None:
         keep = torch.ones_like(keep)
     if engine is not None:
@@ -254,19 +272,24 @@ def grpo_loss(
         token_loss = token_loss + cfg.kl_beta * kl_tok
     if cfg.lm_coef > 0:
         token_loss = token_loss + cfg.lm_coef * lm_tok
-    loss_sum, n_units = aggregate_parts(token_loss, m, cfg.aggregation, cfg.normalizer)
+    loss_sum, n_units = aggregate_parts(token_loss, m, cfg.aggregation, cfg.normalizer, trajectory)
     loss = loss_sum / nonzero(n_units)
 
     with torch.no_grad():
         tokens = m.sum().to(lp.dtype)
-        n_seq = seq_has.sum().to(lp.dtype)
+        # per trajectory: a row's keep and divergence are its trajectory's (opsm_mask)
+        traj_has = per_trajectory(seq_has.to(lp.dtype), index, n_traj_all) > 0  # [K]
+        traj_masked = per_trajectory((seq_has & ~keep).to(lp.dtype), index, n_traj_all) > 0
+        traj_div = torch.zeros(n_traj_all, dtype=lp.dtype, device=lp.device)
+        traj_div = traj_div.scatter(0, index, divergence.to(lp.dtype))  # 0 for empty ones
+        n_seq = traj_has.sum().to(lp.dtype)
 
         def token_mean(x: Tensor) -> Tensor:
             x = torch.where(m, x.to(lp.dtype), torch.zeros_like(lp))
             return x.sum() / tokens.clamp_min(1.0)
 
         def part(x: Tensor) -> Tensor:
-            return aggregate(x.detach(), m, cfg.aggregation, cfg.normalizer)
+            return aggregate(x.detach(), m, cfg.aggregation, cfg.normalizer, trajectory)
 
         diagnostics = {
             "loss_sum": loss_sum.detach(),
@@ -278,8 +301,8 @@ def grpo_loss(
             "clip_high_fraction": token_mean(flags["clip_high"]),
             "dual_clip_fraction": token_mean(flags["dual"]),
             "ratio_mean": token_mean(ratio.detach()),
-            "opsm_masked_fraction": (seq_has & ~keep).sum().to(lp.dtype) / n_seq.clamp_min(1.0),
-            "opsm_kl": divergence.sum() / n_seq.clamp_min(1.0),  # 0 for empty sequences
+            "opsm_masked_fraction": traj_masked.sum().to(lp.dtype) / n_seq.clamp_min(1.0),
+            "opsm_kl": traj_div.sum() / n_seq.clamp_min(1.0),  # 0 for empty trajectories
             "tis_ratio_mean": token_mean(raw),
             "tis_ratio_mean_truncated": token_mean(trunc),
             "tis_truncated_fraction": token_mean(raw > trunc),
@@ -288,3 +311,27 @@ def grpo_loss(
             "nonfinite": torch.tensor(float(sum(bad.values())), dtype=lp.dtype),
         }
     return loss, diagnostics
+
+
+def _one_advantage_per_trajectory(
+    advantages: Tensor,  # [B]
+    mask: Tensor,  # [B, T] bool
+    index: Tensor,  # [B] int64: trajectory_index
+    count: int,  # K
+) -> None:
+    """ValueError when two trained rows of one trajectory carry different advantages: the rows
+    are segments of one episode, scored by one reward (a caller that mixed episodes up)."""
+    rows = mask.any(dim=1)
+    if not bool(rows.any()):
+        return
+    a, i = advantages.detach()[rows], index[rows]
+    hi = torch.full((count,), -math.inf, dtype=a.dtype, device=a.device)
+    lo = torch.full((count,), math.inf, dtype=a.dtype, device=a.device)
+    hi = hi.scatter_reduce(0, i, a, reduce="amax")
+    lo = lo.scatter_reduce(0, i, a, reduce="amin")
+    differ = (hi != lo) & torch.isfinite(hi) & torch.isfinite(lo)
+    if bool(differ.any()):
+        raise ValueError(
+            f"{int(differ.sum())} trajectory(ies) have rows with different advantages: the "
+            "segments of one episode share its advantage"
+        )

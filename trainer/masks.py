@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from trainer.aggregation import per_trajectory, trajectory_index
+
 __all__ = ["keep_mask_logprobs", "kept_log_mass", "opsm_mask", "tis_weights"]
 
 
@@ -24,18 +26,29 @@ def opsm_mask(
     advantages: Tensor,  # [B]
     mask: Tensor,  # [B, T] bool: trained tokens
     delta: float,
-) -> tuple[Tensor, Tensor]:  # (keep [B] bool, divergence [B])
+    trajectory: Tensor | None = None,  # [B] int64: segments of one episode share an id
+) -> tuple[Tensor, Tensor]:  # (keep [B] bool, divergence [B]), per row, its trajectory's value
     """M_i of DeepSeek-V3.2 eq. 9: 0 if Â_i < 0 and (1/|o_i|) Σ_t log(π_old/π_θ) > δ, else 1.
 
     ``divergence[i]`` is that per-sequence KL(π_old‖π_θ) estimate (the mean over the sequence's
     trained tokens; 0 for a sequence with none).  Only negative-advantage sequences are masked:
     per §3.1 the model learns most from its own mistakes, but highly off-policy negatives mislead.
     π_old is the *engine's* log-prob so the estimate covers both staleness and engine mismatch.
+
+    o_i is a whole trajectory: with ``trajectory`` the sum and |o_i| run over every segment of
+    the episode, and every row of it gets the same M_i and divergence (eq. 9 masks a sampled
+    output, not a piece the context policy cut from it).  Without it each row is its own.
     """
     with torch.no_grad():
         diff = torch.where(mask, sample_logp - logp, torch.zeros_like(logp))
-        count = mask.sum(dim=1).clamp_min(1).to(logp.dtype)
-        divergence = diff.sum(dim=1) / count
+        if trajectory is None:
+            count = mask.sum(dim=1).clamp_min(1).to(logp.dtype)
+            divergence = diff.sum(dim=1) / count
+        else:
+            index, k = trajectory_index(trajectory, logp.shape[0], logp.device)
+            tokens = per_trajectory(mask.sum(dim=1).to(logp.dtype), index, k)
+            total = per_trajectory(diff.sum(dim=1), index, k)
+            divergence = (total / tokens.clamp_min(1.0))[index]
         keep = ~((advantages < 0) & (divergence > delta))
     return keep, divergence
 

@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass, field
 
 from envgym.rollout import EpisodeResult, EpisodeSpec
-from trainer.batch import Group, group_results, nonfinite_rewards
+from trainer.batch import Group, group_results
 from trainer.collect import Collected, StepHost, StepReport, Tally, derive_seed
+from trainer.config import overlong_scope
 from trainer.tasks import TaskRef
 
 ASYNC_SEED_BASE = 1 << 20  # async batches are numbered apart from synchronous steps' seeds
@@ -129,11 +130,8 @@ async def _consume(host: StepHost, shared: _Shared, producer: asyncio.Task[None]
             continue
         pulled += 1
         tally.staleness_max = max(tally.staleness_max or 0, staleness)
-        bad = nonfinite_rewards([group])
-        if bad:
-            return Collected([], f"non-finite rewards: {', '.join(bad[:5])}", tally, started)
-        tally.count([group])
-        kept.extend(tally.informative([group], dynamic_sampling=c.dynamic_sampling.enabled))
+        admitted = tally.admit([group], overlong_sample=overlong_scope(c) == "sample")
+        kept.extend(tally.informative(admitted, dynamic_sampling=c.dynamic_sampling.enabled))
     tally.refills = max(0, pulled - c.rollout.prompts)
-    skipped = None if kept else "empty batch: every group was filtered out"
+    skipped = None if kept else tally.skip_reason()
     return Collected(kept, skipped, tally, started)

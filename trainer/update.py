@@ -8,12 +8,13 @@
    routing-flip rate, returned as a :class:`Prepared` (copies of the samples with them filled
    in: the caller's samples are left alone); non-finite engine or recomputed log-probs skip
    the batch (reported);
-2. the samples are shuffled (seeded by the step) into minibatches; each minibatch accumulates
-   gradients over its microbatches: each microbatch contributes its loss *sum* divided by the
-   minibatch's units — trained tokens (token-mean), sequences (seq-mean-token-mean) or the
-   fixed ``loss.normalizer`` (constant) — so the accumulated gradient is that of one
-   ``grpo_loss`` over the whole minibatch; a non-finite loss or gradient norm skips that
-   optimizer step (counted in ``minibatches_skipped`` and logged).
+2. the episodes (trajectories: all segments of one episode travel together) are shuffled
+   (seeded by the step) into minibatches; each minibatch accumulates gradients over its
+   microbatches (an episode's segments share one): each microbatch contributes its loss *sum*
+   divided by the minibatch's units — trained tokens (token-mean), trajectories
+   (seq-mean-token-mean) or the fixed ``loss.normalizer`` (constant) — so the accumulated
+   gradient is that of one ``grpo_loss`` over the whole minibatch; a non-finite loss or
+   gradient norm skips that optimizer step (counted in ``minibatches_skipped`` and logged).
 
 The weight sync to the engine that follows is trainer/weight_sync.py.
 """
@@ -32,7 +33,15 @@ import torch
 from torch import Tensor
 
 from trainer.aggregation import nonzero
-from trainer.batch import Sample, TrainBatch, balanced_microbatches, collate, split_minibatches
+from trainer.batch import (
+    Sample,
+    TrainBatch,
+    balanced_microbatches,
+    collate,
+    split_minibatches,
+    trajectories,
+    trajectory_ids,
+)
 from trainer.config import TrainConfig
 from trainer.losses import grpo_loss
 from trainer.policy import TrainablePolicy
@@ -91,7 +100,10 @@ class Update:
 
     def _micro(self, samples: Sequence[Sample], rows: Sequence[int]) -> list[list[int]]:
         lengths = [samples[i].length for i in rows]
-        bins = balanced_microbatches(lengths, self.config.micro_tokens)
+        ids = trajectory_ids(samples)  # an episode's segments in one microbatch (its statistics)
+        bins = balanced_microbatches(
+            lengths, self.config.micro_tokens, together=[ids[i] for i in rows]
+        )
         return [[rows[j] for j in mb] for mb in bins]
 
     def run(self, samples: list[Sample], step: int) -> tuple[dict[str, float], str | None]:
@@ -111,9 +123,12 @@ class Update:
         steps_done = skipped = 0
         norms = []
         losses = []
-        # Masking (overlong turns) can leave fewer samples than minibatches: one sample each.
-        parts = min(self.config.minibatches, len(samples))
-        for k, part in enumerate(split_minibatches(len(samples), parts, gen), 1):
+        # Minibatches of whole episodes (the loss's sequences); masking (overlong turns) can
+        # leave fewer episodes than minibatches: one episode each then.
+        episodes = trajectories(samples)
+        parts = min(self.config.minibatches, len(episodes))
+        for k, chosen in enumerate(split_minibatches(len(episodes), parts, gen), 1):
+            part = sorted(i for e in chosen for i in episodes[e])
             units = self._units([samples[i] for i in part])
             self.optimizer.zero_grad(set_to_none=True)
             finite, total = True, 0.0
@@ -162,14 +177,15 @@ class Update:
 
     def _units(self, part: Sequence[Sample]) -> float:
         """The minibatch's denominator (trainer.aggregation.aggregate_parts): trained tokens
-        (token-mean), sequences (seq-mean-token-mean; each sample has a trained token) or the
+        (token-mean), trajectories (seq-mean-token-mean: episodes, each sample has a trained
+        token and the minibatch holds whole episodes) or the
         constant normalizer — 1 when 0, as grpo_loss does (trainer.aggregation.nonzero), so the
         accumulated gradient is exactly that of one grpo_loss over the minibatch."""
         agg = self.config.loss.aggregation
         if agg == "token-mean":
             units = float(sum(s.trained_tokens for s in part))
         elif agg == "seq-mean-token-mean":
-            units = float(len(part))
+            units = float(len(trajectories(part)))
         else:
             assert self.config.loss.normalizer is not None
             units = float(self.config.loss.normalizer)
@@ -192,6 +208,7 @@ class Update:
             ref_logp=batch.ref_logp,
             engine_logp=batch.engine_logp,
             rewards_positive=batch.rewards >= 1.0,
+            trajectory=batch.trajectory,
         )
         diag = dict(diag)
         assert entropy is not None
