@@ -83,11 +83,13 @@ def reply_json(reply: str) -> str:
         if m.group(1).lower() in ("json", "") and m.group(2).lstrip().startswith("{"):
             return m.group(2)
     start, end = reply.find("{"), reply.rfind("}")
-    if start < 0 or end < start:
+    if start < 0:
         raise ReplyRejected(
             "prose", "the reply holds no JSON object; reply with the spec in one ```json block"
         )
-    return reply[start : end + 1]
+    # An object that never closes (a reply cut at its token limit) is still JSON to parse, so
+    # the model hears where it broke off rather than that it wrote prose.
+    return reply[start : end + 1] if end > start else reply[start:]
 
 
 def parse_reply(reply: str) -> Spec:

@@ -24,6 +24,7 @@ from synth_agents.spec_agent import (
     ReplyRejected,
     SpecAgent,
     SpecConfig,
+    make_spec_agent,
     parse_reply,
 )
 
@@ -268,3 +269,10 @@ def test_the_prompt_holds_the_category_schema_example_and_rules(tmp_path: Path) 
     assert '"ferry \\"crossings\\" {x}"' in ask  # the category travels as JSON text
     assert '"additionalProperties":false' in ask and '"name": "library_loans"' in ask
     assert "Levels 3-5 need" in ask and outcome.reason == "no_spec"
+
+
+def test_the_cli_builder_refuses_an_agent_baseline_as_the_model() -> None:
+    with pytest.raises(ValueError, match="agent baseline"):
+        make_spec_agent("bike sharing", "gold", max_rounds=2)
+    with pytest.raises(ValueError, match="max-rounds"):
+        SpecConfig(max_rounds=0)
