@@ -27,7 +27,7 @@ import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from envgym.bundle import write_manifest
 from envgym.bundle_limits import json_depth
@@ -160,7 +160,7 @@ class SpecAgent:
         ok, value = asyncio.run_coroutine_threadsafe(carried(), self._loop).result()
         if not ok:
             raise value
-        return value  # type: ignore[no-any-return]
+        return cast(T, value)
 
     def close(self) -> None:
         try:
