@@ -50,13 +50,6 @@ T = TypeVar("T")
 MAX_REPLY_CHARS = MAX_SPEC_BYTES + 4096
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.M | re.S)
 
-# Reason codes of this agent's jobs (the lead merges them into synth_agents.validate.REASONS).
-SPEC_REASONS = {
-    "no_spec": "the model gave no valid spec in its rounds (prose, not JSON, too large or deep, "
-    "or refused by the spec validator)",
-    "spec_unsolvable": "the model's spec is valid but no strict task could be drawn on any redraw",
-}
-
 
 class ReplyRejected(Exception):
     """A reply that yields no valid spec; ``kind`` names why (``prose``, ``too_large``,
@@ -356,7 +349,6 @@ def make_spec_agent(
 
 __all__ = [
     "MAX_REPLY_CHARS",
-    "SPEC_REASONS",
     "ReplyRejected",
     "SpecAgent",
     "SpecConfig",

@@ -62,6 +62,10 @@ REASONS = {
     "tool_broken": "a tool cannot be called with its documented schema (or hangs/crashes)",
     "duplicate": "every task near-duplicates an earlier one",
     "sandbox_unavailable": "the sandbox backend cannot run here",
+    # LLM agent, spec mode (synth_agents.spec_agent)
+    "no_spec": "the model gave no valid spec in its rounds (prose, not JSON, too large or deep, "
+    "or refused by the spec validator)",
+    "spec_unsolvable": "the model's spec is valid but no strict task could be drawn on any redraw",
     # LLM agent stages (synth_agents.llm_agent)
     "category_rejected": "the category is empty or names no domain",
     "no_data": "the model produced no usable database",
