@@ -5,8 +5,9 @@
     envgym synth "library loans" --n 5 --out out/lib --agent llm --model smollm2
     envgym synth search-qa --n 50 --out out/sqa [--agent llm --model URL --hops 2 --breadth 3]
     envgym synth swe --repo PATH_OR_URL --out out/swe [--max-candidates 20 --repeats 2 --judge-model URL#model]
+    envgym synth --categories cats.txt|all --per-category 10 --out out/suite [--held-out-share 0.2]
 
-docs/SYNTHESIS.md describes the agents, the validation and the filter; docs/SWE.md the swe branch.
+docs/SYNTHESIS.md describes the agents, docs/SUITES.md the suites, the validation and the filter; docs/SWE.md the swe branch.
 """
 
 from __future__ import annotations
@@ -31,7 +32,18 @@ def register(app: typer.Typer) -> None:
 
 def synth_command(
     category: str = typer.Argument(
-        ..., help="task category, e.g. 'trip planning' (matched leniently)"
+        None, help="task category, e.g. 'trip planning' (matched leniently)"
+    ),
+    categories: str = typer.Option(
+        None,
+        "--categories",
+        help="build a suite: a file of category names (one a line, # comments) or 'all'",
+    ),
+    per_category: int = typer.Option(
+        None, "--per-category", help="suite: validated-bundle jobs per category"
+    ),
+    held_out_share: float = typer.Option(
+        0.2, "--held-out-share", help="suite: share of categories held out (seeded)"
     ),
     n: int = typer.Option(10, "--n", help="bundles to synthesize (job i uses seed S + i)"),
     out: Path = typer.Option(
@@ -121,6 +133,30 @@ def synth_command(
 ) -> None:
     """Synthesize validated <environment, tools, task, verifier> bundles for a category."""
     from synth_agents.search_qa.cli import is_search_qa, search_qa_command
+
+    if categories is not None or per_category is not None:  # a suite (docs/SUITES.md)
+        from apps.synth_suite import suite_command
+
+        return suite_command(
+            category=category,
+            categories=categories,
+            per_category=per_category,
+            out=out,
+            held_out_share=held_out_share,
+            seed=seed,
+            workers=workers,
+            tasks_per_bundle=tasks_per_bundle,
+            difficulties=difficulties,
+            agent=agent,
+            sandbox=sandbox,
+            db=db,
+            as_json=as_json,
+        )
+    if category is None:
+        Console(stderr=True).print(
+            "[bold red]error:[/] name a CATEGORY, or build a suite with --categories FILE|all"
+        )
+        raise typer.Exit(2)
     from synth_agents.swe.cli import is_swe, swe_command
 
     if is_swe(

@@ -6,6 +6,10 @@ early-stopping pass@k filter spends against k full rollouts per task for the sam
    (envgym check in bubblewrap, static and dynamic tools-only checks, tool probe, near-duplicate
    check) and recorded in a store; wall clock of the whole run, pool start-up included.
    Baseline in the same run: one worker (``bundles_per_min_1worker``).
+   ``suite_bundles_per_min``: a suite (``envgym synth --categories``, docs/SUITES.md) over
+   ``SUITE_CATEGORIES`` (hand-written specs and corpus domains, i.e. the spec compiler's path a
+   1,000-environment suite mostly takes), two workers; admitted bundles per minute of the whole
+   build (pipeline, suite-wide dedup, tool signatures, manifest).
 2. ``early_stop_token_fraction``: on tasks of every category, :class:`SlipPolicy` (replays the
    gold tool calls and gives up with probability ``slip`` per turn — a cheap policy with
    realistic, length-dependent pass rates; tokens counted with SmolLM2's tokenizer: prompt +
@@ -35,8 +39,30 @@ from synth_agents.pipeline import run_synthesis
 from synth_agents.procedural import ProceduralAgent
 from synth_agents.recorder import SynthRecorder
 from synth_agents.slip_policy import SlipPolicy, smollm2_tokenizer
+from synth_agents.suite import SuiteConfig, build_suite
 
 SLIP = 0.03
+# Two hand-written specs and three corpus domains: what most of a suite of all categories is.
+SUITE_CATEGORIES = (
+    "library loans",
+    "insurance claims",
+    "aircraft maintenance",
+    "airline seats",
+    "animal shelter",
+)
+
+
+def _suite_throughput(out: Path, per_category: int, workers: int) -> tuple[float, int, int]:
+    """(admitted bundles per minute, admitted, jobs) of one suite build."""
+    config = SuiteConfig(SUITE_CATEGORIES, per_category, workers=workers)
+    store = Store(f"sqlite:///{out}.db")
+    started = time.perf_counter()
+    try:
+        manifest = build_suite(config, out, store)
+    finally:
+        store.close()
+    admitted = len(manifest["bundles"])
+    return admitted / ((time.perf_counter() - started) / 60), admitted, manifest["report"]["jobs"]
 
 
 def _throughput(out: Path, per_category: int, workers: int) -> tuple[float, int, int]:
@@ -98,6 +124,9 @@ def run(quick: bool = False) -> BenchResult:
         out = Path(tmp)
         rate, validated, made = _throughput(out / "two", per_category, workers=2)
         rate_1, _, _ = _throughput(out / "one", max(1, per_category // 3), workers=1)
+        suite_rate, suite_bundles, suite_jobs = _suite_throughput(
+            out / "suite", max(2, per_category // 3), workers=2
+        )
         tokenizer = smollm2_tokenizer()
         totals: dict[str, float] = {}
         roots = [
@@ -123,6 +152,9 @@ def run(quick: bool = False) -> BenchResult:
         "filter_kept": totals["kept"],
         "episodes_early_stop": totals["episodes_early"],
         "episodes_full": totals["episodes_full"],
+        "suite_bundles_per_min": suite_rate,
+        "suite_bundles": suite_bundles,
+        "suite_jobs": suite_jobs,
     }
     units = {
         "bundles_per_min": "bundles/min",
@@ -136,11 +168,16 @@ def run(quick: bool = False) -> BenchResult:
         "filter_kept": "tasks",
         "episodes_early_stop": "episodes",
         "episodes_full": "episodes",
+        "suite_bundles_per_min": "bundles/min",
+        "suite_bundles": "bundles",
+        "suite_jobs": "jobs",
     }
     notes = {
         "bundles_per_min": f"target ≥ 100 on 2 cores; {4 * per_category} bundles × 3 tasks, 2 workers",
         "early_stop_token_fraction": f"target ≤ 0.25; keep pass@{k} > 0, SlipPolicy(slip={SLIP}) vs {k} full rollouts",
         "early_stop_token_fraction_drop_always": "also dropping always-solved tasks (AM-Thinking, LongCat)",
         "filter_decisions_agree": "1 = early stopping decided every task as the full rollouts do",
+        "suite_bundles_per_min": f"suite of {len(SUITE_CATEGORIES)} spec/corpus categories × "
+        f"{max(2, per_category // 3)}, 3 tasks, 2 workers; bundles admitted after dedup",
     }
     return BenchResult(benchmark="synth", metrics=metrics, units=units, notes=notes)

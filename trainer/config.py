@@ -61,8 +61,10 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    id: str = ""  # a registered environment id or a bundle directory
+    id: str = ""  # a registered environment id, a bundle directory or a suite (docs/SUITES.md)
     tasks: list[str] | None = None  # restrict to these task ids (default: every task)
+    # a suite only: train | held_out | all (default train); the entry becomes one per bundle
+    split: str | None = None
     sandbox: str = "bwrap"
     context: str = "thinking-retention"
 
@@ -198,7 +200,7 @@ def load_config(path: str | Path) -> TrainConfig:
 
 def config_from_dict(data: Any) -> TrainConfig:
     """Build and check a :class:`TrainConfig` from plain data (a parsed YAML mapping)."""
-    config = _expand_paths(_build(TrainConfig, data, ""))
+    config = _expand_suites(_expand_paths(_build(TrainConfig, data, "")))
     check(config)
     return config
 
@@ -221,6 +223,26 @@ def _expand_paths(c: TrainConfig) -> TrainConfig:
         ),
         metrics=dataclasses.replace(c.metrics, dir=ex(c.metrics.dir)),
     )
+
+
+def _expand_suites(c: TrainConfig) -> TrainConfig:
+    """Each suite entry (``{id: path/to/suite, split: train}``) becomes one entry per bundle of
+    that split, in the manifest's order, with the entry's sandbox and context."""
+    from envgym.suite_manifest import SuiteError, is_suite, load_suite
+
+    envs: list[EnvConfig] = []
+    for i, env in enumerate(c.envs):
+        if env.split is None and not is_suite(env.id):
+            envs.append(env)
+            continue
+        if env.tasks is not None:
+            raise ConfigError(f"envs[{i}].tasks cannot restrict a suite ({env.id!r}): pick a split")
+        try:
+            dirs = load_suite(env.id).bundle_dirs(env.split or "train")
+        except SuiteError as err:
+            raise ConfigError(f"envs[{i}] ({env.id!r}, split {env.split!r}): {err}") from None
+        envs += [dataclasses.replace(env, id=str(d), split=None) for d in dirs]
+    return dataclasses.replace(c, envs=envs)
 
 
 def _build(cls: type, data: Any, where: str) -> Any:

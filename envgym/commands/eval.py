@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.progress import TaskID
 from rich.table import Table
 
 from envgym.evaluate import (
@@ -31,7 +33,12 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    target: str = typer.Argument(..., help="environment id or bundle directory"),
+    target: str = typer.Argument(
+        ..., help="environment id, bundle directory or suite directory (docs/SUITES.md)"
+    ),
+    split: str = typer.Option(
+        None, "--split", help="suite: train | held_out | all (default held_out)"
+    ),
     model: str = typer.Option(
         "smollm2",
         "--model",
@@ -119,6 +126,7 @@ def eval_command(
             ),
         )
         ref = model_ref(model)
+        targets = suite_targets(target, split)
         store = Store(db)
     except (
         EvalError,
@@ -132,23 +140,86 @@ def eval_command(
         raise typer.Exit(2) from None
     try:
         with progress_bar(err) as bar:
-            task = bar.add_task(f"eval {target} · {model}", total=None)
+            runs = []
+            for one in targets or [target]:
+                task = bar.add_task(f"eval {one} · {model}", total=None)
 
-            def advance(done: int, total: int, result: object) -> None:
-                bar.update(task, completed=done, total=total)
+                def advance(done: int, total: int, result: object, task: TaskID = task) -> None:
+                    bar.update(task, completed=done, total=total)
 
-            run = evaluate(target, ref, config, store=store, progress=advance)
+                runs.append(evaluate(one, ref, config, store=store, progress=advance))
     except (EvalError, ModelSpecError, StoreError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2) from None
     finally:
         store.close()
+    if targets is not None:
+        return print_suite(target, split or "held_out", targets, runs, as_json)
+    run = runs[0]
     if html is not None:
         write_html(html, target, run, err)
     if as_json:
         sys.stdout.write(json.dumps(_payload(run)) + "\n")
     else:
         print_summary(run, Console(width=None if sys.stdout.isatty() else 160))
+
+
+def suite_targets(target: str, split: str | None) -> list[str] | None:
+    """The bundle directories of a suite's split; None when ``target`` is not a suite."""
+    from envgym.suite_manifest import SuiteError, is_suite, load_suite
+
+    if split is None and not is_suite(target):
+        return None
+    try:
+        return [str(d) for d in load_suite(target).bundle_dirs(split or "held_out")]
+    except SuiteError as exc:
+        raise EvalError(f"{exc} (--split {split!r})" if split else str(exc)) from None
+
+
+def print_suite(
+    target: str, split: str, bundles: list[str], runs: list[EvalRun], as_json: bool
+) -> None:
+    """One row per bundle, then the task-weighted means over the split."""
+    tasks = sum(r.summary.tasks for r in runs)
+
+    def weighted(get: Callable[[EvalSummary], float]) -> float:
+        values = [(r.summary.tasks, get(r.summary)) for r in runs]
+        return sum(n * v for n, v in values) / tasks if tasks else 0.0
+
+    k = runs[0].summary.k
+    aggregate = {
+        "suite": target,
+        "split": split,
+        "bundles": len(runs),
+        "tasks": tasks,
+        "episodes": sum(r.summary.episodes for r in runs),
+        "errored": sum(r.summary.errored for r in runs),
+        f"pass@{k}": weighted(lambda s: s.pass_at_k[k].value if k in s.pass_at_k else 0.0),
+        "mean_reward": weighted(lambda s: s.mean_reward.value),
+    }
+    if as_json:
+        per = [{"bundle": b, **_payload(r)} for b, r in zip(bundles, runs)]
+        sys.stdout.write(json.dumps({**aggregate, "per_bundle": per}) + "\n")
+        return
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title=f"envgym eval · suite {target} · {split}")
+    for col in ("bundle", "tasks", f"pass@{k}", "mean reward"):
+        table.add_column(col)
+    for b, r in zip(bundles, runs):
+        p = r.summary.pass_at_k.get(k)
+        table.add_row(
+            Path(b).name,
+            str(r.summary.tasks),
+            f"{p.value:.3f}" if p else "n/a",
+            f"{r.summary.mean_reward.value:.3f}",
+        )
+    table.add_row(
+        "all (task-weighted)",
+        str(tasks),
+        f"{aggregate[f'pass@{k}']:.3f}",
+        f"{aggregate['mean_reward']:.3f}",
+    )
+    console.print(table)
 
 
 def write_html(out: Path, target: str, run: EvalRun, err: Console) -> None:
