@@ -52,6 +52,12 @@ def synth_command(
         help="output directory (bundles/, rejected/, synth.jsonl); required except for swe",
     ),
     agent: str = typer.Option("procedural", "--agent", help="procedural | llm"),
+    mode: str = typer.Option(
+        "spec",
+        "--mode",
+        help="LLM agent: spec (the model writes a declarative spec, the compiler the rest) | "
+        "code (the model writes tools, solution and verifier)",
+    ),
     model: str = typer.Option(
         "smollm2",
         "--model",
@@ -98,7 +104,9 @@ def synth_command(
     max_levels: int = typer.Option(
         2, "--max-levels", help="LLM agent: difficulty raises after the first task"
     ),
-    max_tokens: int = typer.Option(1024, "--max-tokens", help="LLM agent: tokens per model reply"),
+    max_tokens: int = typer.Option(
+        1024, "--max-tokens", help="LLM agent: tokens per model reply (spec mode: at least 4096)"
+    ),
     temperature: float = typer.Option(0.7, "--temperature", help="LLM agent: sampling temperature"),
     sandbox: str = typer.Option(
         "bwrap", "--sandbox", help="bwrap | docker (inprocess skips the isolation check)"
@@ -195,8 +203,9 @@ def synth_command(
     err = Console(stderr=True)
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
-        synth_agent, workers = _agent(
+        synth_agent, workers, mutation = _agent(
             agent,
+            mode,
             category,
             model,
             tasks_per_bundle,
@@ -230,7 +239,7 @@ def synth_command(
                 seed=seed,
                 recorder=recorder,
                 workers=workers,
-                settings=ValidationSettings(sandbox=sandbox),
+                settings=ValidationSettings(sandbox=sandbox, mutation=mutation),
                 progress=lambda done, total, record: bar.update(
                     job_bar, completed=done, total=total
                 ),
@@ -278,8 +287,18 @@ def synth_command(
         print_summary(payload, console)
 
 
+def _levels(difficulties: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in difficulties.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(
+            f"--difficulties must be comma-separated integers 1..5, not {difficulties!r}"
+        ) from None
+
+
 def _agent(
     kind: str,
+    mode: str,
     category: str,
     model: str,
     tasks: int,
@@ -287,25 +306,43 @@ def _agent(
     workers: int,
     llm: tuple[int, int, int, float, int],
     sandbox: str,
-) -> tuple[Any, int]:
+) -> tuple[Any, int, bool | None]:
+    """The synthesis agent, its worker count, and whether validation mutates its verifier
+    (None: validation decides — on for a machine-written verifier)."""
     if kind == "procedural":
         from synth_agents.procedural import ProceduralAgent
 
-        try:
-            levels = tuple(int(x) for x in difficulties.split(",") if x.strip())
-        except ValueError:
-            raise ValueError(
-                f"--difficulties must be comma-separated integers 1..5, not {difficulties!r}"
-            ) from None
-        return ProceduralAgent(category, tasks_per_bundle=tasks, difficulties=levels), workers
-    if kind == "llm":
+        agent = ProceduralAgent(
+            category, tasks_per_bundle=tasks, difficulties=_levels(difficulties)
+        )
+        return agent, workers, None
+    if kind == "llm" and mode == "spec":
+        from synth_agents.spec_agent import make_spec_agent
+
+        rounds, _, tokens, temperature, seed = llm
+        spec_agent = make_spec_agent(
+            category,
+            model,
+            max_rounds=rounds,
+            max_tokens=max(tokens, 4096),  # a spec is a few thousand tokens of JSON
+            temperature=temperature,
+            seed=seed,
+            tasks_per_bundle=tasks,
+            difficulties=_levels(difficulties),
+        )
+        # Every compiled bundle ships the same reviewed verifier (mutation measured once in
+        # docs/ENV_SPEC.md): the model wrote data, not verifier code.
+        return spec_agent, 1, False
+    if kind == "llm" and mode == "code":
         from envgym.policy import SamplingParams
         from synth_agents.llm_agent import LLMAgent, LLMConfig
 
         rounds, levels, tokens, temperature, seed = llm
         params = SamplingParams(temperature=temperature, max_tokens=tokens, seed=seed)
         config = LLMConfig(max_rounds=rounds, max_levels=levels, sandbox=sandbox, params=params)
-        return LLMAgent.from_model(category, model, config), 1
+        return LLMAgent.from_model(category, model, config), 1, None
+    if kind == "llm":
+        raise ValueError(f"--mode must be 'spec' or 'code', not {mode!r}")
     raise ValueError(f"--agent must be 'procedural' or 'llm', not {kind!r}")
 
 
