@@ -15,6 +15,7 @@ from envgym.context.view import ContextView
 from envgym.core import Action, Env, Message, Observation
 from envgym.dispatch import DEFAULT_OUTPUT_CAP, ToolResult, ToolTable, outcome_to_result, run_tool
 from envgym.episode import EpisodeCounters, counting
+from envgym.keywords import budgets_with
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
 from envgym.sandbox import Limits, Sandbox, open_sandbox
@@ -71,7 +72,7 @@ class BundleEnv(CallByCall, Env):
         if reward not in ("binary", "fraction"):
             raise ValueError(f"reward must be 'binary' or 'fraction', not {reward!r}")
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
-        self.budgets = EnvBudgets(**{**vars(budgets or EnvBudgets()), **budget_overrides})
+        self.budgets = budgets_with(budgets or EnvBudgets(), budget_overrides, env_cls=type(self))
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         counters = counting(context, tokenizer, window=self.budgets.context_window is not None)
         self.counter: TokenCounter | None = counters.counter

@@ -39,6 +39,16 @@ class ChatSpace(gym.Space[Observation]):
     def __init__(self) -> None:
         super().__init__(shape=None, dtype=None)
 
+    # Equal by kind: a vector env compares each worker's (unpickled) space with its own copy.
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__qualname__)
+
+    def __repr__(self) -> str:
+        return "ChatSpace(messages=[chat message: system|user|assistant|tool], tools=[function schema])"
+
     def contains(self, x: Any) -> bool:
         if not isinstance(x, dict) or set(x) != {"messages", "tools"}:
             return False
@@ -59,6 +69,15 @@ class AssistantSpace(gym.Space[Action]):
 
     def __init__(self) -> None:
         super().__init__(shape=None, dtype=None)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__qualname__)
+
+    def __repr__(self) -> str:
+        return "AssistantSpace(assistant message dict | raw model text)"
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) or (
@@ -83,7 +102,9 @@ class Env(gym.Env[Observation, Action], abc.ABC):
     skeleton (envgym/step.py) they supply hooks to.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    # No render modes: the observation *is* the transcript (gymnasium's checker builds one env
+    # per advertised mode and renders it, so advertising a mode is a promise).
+    metadata: dict[str, Any] = {"render_modes": []}
     observation_space = ChatSpace()
     action_space = AssistantSpace()
 
@@ -96,7 +117,14 @@ class Env(gym.Env[Observation, Action], abc.ABC):
         Returns:
             observation: the initial messages (system, user) and the tool schemas.
             info: episode metadata (task id, difficulty, ...) plus the contract keys.
+
+        Subclasses call ``super().reset(seed=seed)`` first and draw everything random from
+        ``self.np_random``, so the same seed gives the same task and observation.  This body
+        is what that call runs: gymnasium's seeding (``abc`` does not stop ``super()`` from
+        reaching an abstract method, and without this body the call would skip
+        ``gym.Env.reset``, leaving ``np_random`` unseeded).
         """
+        return super().reset(seed=seed, options=options)
 
     @abc.abstractmethod
     def step(self, action: Action) -> StepResult:

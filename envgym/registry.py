@@ -25,6 +25,8 @@ import gymnasium
 from envgym.core import Env
 
 ENTRY_POINT_GROUP = "envgym.envs"
+#: What gymnasium's mirror of every id calls (``make`` by its import path).
+GYM_ENTRY_POINT = "envgym.registry:make"
 _ID = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*?)-v(?P<version>\d+)$")
 log = logging.getLogger(__name__)
 
@@ -95,9 +97,12 @@ def register(
     _registry[env_id] = spec
     gym_id = f"envgym/{env_id}"
     gymnasium.registry.pop(gym_id, None)
+    # An importable entry point plus JSON kwargs, so gymnasium's spec serializes (to_json) and
+    # "envgym:envgym/<id>" rebuilds it in a process that never imported envgym.
     gymnasium.register(
         id=gym_id,
-        entry_point=lambda **kw: make(env_id, **kw),
+        entry_point=GYM_ENTRY_POINT,
+        kwargs={"env_id": env_id},
         disable_env_checker=True,
         order_enforce=False,
     )

@@ -18,6 +18,7 @@ episode is over).  Nothing an MCP client sends raises here.  Blocking: run it of
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,11 @@ RESET_SCHEMA: dict[str, Any] = {
             "type": ["string", "integer", "null"],
             "description": "task id or index (default: seeded pick)",
         },
-        "seed": {"type": ["integer", "null"], "description": "seed of the episode"},
+        "seed": {
+            "type": ["integer", "null"],
+            "description": "seed of the episode (the same seed gives the same task); "
+            "a string of decimal digits is read as that integer",
+        },
     },
     "additionalProperties": False,
 }
@@ -51,6 +56,35 @@ SUBMIT_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": False,
 }
+
+
+SEED_LIMIT = 2**64  # seeds are 0 <= seed < 2**64 (numpy takes any non-negative integer)
+_DECIMAL = re.compile(r"[0-9]{1,20}")  # ASCII digits only: int() would also take "٣", "1_0", " 7"
+
+
+def reset_seed(value: Any) -> int | None:
+    """The episode seed an MCP client sent: an integer, null, or a decimal integer string.
+
+    Some clients (MCP Inspector's CLI) send every argument as a string, even one typed
+    ``["integer", "null"]``; a string of decimal digits is read as that integer.  Anything
+    else raises ``ValueError`` naming what was wrong.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):  # bool is an int subclass; true is not a seed
+        raise ValueError("reset `seed` must be an integer, not a boolean")
+    if isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            raise ValueError(
+                f"reset `seed` must be an integer or a string of decimal digits, not {shown!r}"
+            )
+        value = int(value)
+    if not isinstance(value, int):
+        raise ValueError(f"reset `seed` must be an integer, not {type(value).__name__}")
+    if not 0 <= value < SEED_LIMIT:
+        raise ValueError(f"reset `seed` must be between 0 and 2**64 - 1, not {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -126,15 +160,15 @@ class EpisodeDriver:
     def _reset(self, arguments: Any) -> Reply:
         args = arguments if isinstance(arguments, dict) else {}
         unknown = set(args) - {"task", "seed"}
-        task, seed = args.get("task"), args.get("seed")
-        if (
-            unknown
-            or not isinstance(task, (str, int, type(None)))
-            or not isinstance(seed, (int, type(None)))
-        ):
+        task = args.get("task")
+        if unknown or isinstance(task, bool) or not isinstance(task, (str, int, type(None))):
             return Reply(
                 ["Error: reset takes optional `task` (id or index) and `seed` (integer)."], True
             )
+        try:
+            seed = reset_seed(args.get("seed"))
+        except ValueError as err:
+            return Reply([f"Error: {err}"], True)
         try:
             obs, info = self.env.reset(
                 seed=seed, options={"task": task} if task is not None else None

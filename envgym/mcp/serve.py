@@ -50,7 +50,8 @@ class EnvServer:
 
     @staticmethod
     def _list(env: Env) -> list[types.Tool]:
-        obs, _ = env.reset(seed=0)
+        # Unseeded: a fixed seed here would make every session's unseeded resets one sequence.
+        obs, _ = env.reset()
         own = [t["function"] for t in obs["tools"]]
         clash = {f["name"] for f in own} & {RESET, SUBMIT}
         if clash:

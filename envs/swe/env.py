@@ -27,6 +27,7 @@ from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Message, Observation
 from envgym.episode import EpisodeCounters, counting
+from envgym.keywords import budgets_with
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
 from envgym.step import CallByCall, EnvBudgets, Outcome, run_step
@@ -103,8 +104,10 @@ class SweEnv(CallByCall, Env):
         budget_overrides.pop("limits", None)
         self.instance = load_instance(instance, index)
         self.backend = backend
-        self.budgets = EnvBudgets(
-            **{**vars(budgets or EnvBudgets(max_turns=100, max_tool_calls=200)), **budget_overrides}
+        self.budgets = budgets_with(
+            budgets or EnvBudgets(max_turns=100, max_tool_calls=200),
+            budget_overrides,
+            env_cls=type(self),
         )
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         counters = counting(context, tokenizer, window=self.budgets.context_window is not None)
