@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from envgym.runtime import CODE_FILES
 from envs.procedural_kit.baselines import BEYOND, judged
 from envs.procedural_kit.local import LocalBundle
 from envs.trip_planning import baselines as trip
-from envs.trip_planning.build import CODE_FILES, TOP_LEVELS, build_bundle, stronger_solves
+from envs.trip_planning.build import TOP_LEVELS, build_bundle, stronger_solves
 from envs.trip_planning.constraints import (
     BudgetTiers,
     Constraints,
