@@ -269,9 +269,12 @@ def demo_synthesis(
     try:
         synth_command(
             category=SYNTH_CATEGORY,
+            categories=None,  # one category, not a suite
+            per_category=None,
             n=size,
             out=synth_out,
             agent="procedural",
+            mode="spec",
             model="smollm2",
             seed=0,
             tasks_per_bundle=2,
