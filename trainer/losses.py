@@ -11,7 +11,12 @@ Per trained token t of sequence i (``mask`` zeroes prompt, tool, user and paddin
     M_i    = 0 if Â_i < 0 and mean_t log(π_engine/π_θ) > δ else 1  OPSM, eq. 8–9
     kl     = r·(π_ref/π_θ − log(π_ref/π_θ) − 1)                    unbiased KL, eq. 7
     nll    = −log π_θ on positive sequences                        Seed-Thinking §4.2 eq. 2
-    ℓ      = −M_i·w·s + β·kl + μ·nll
+    H      = entropy of π_θ at the token (kernels.logprob)         entropy bonus, η ≥ 0
+    ℓ      = −M_i·w·s + β·kl + μ·nll − η·H
+
+Options (``LossConfig``): ``ratio_level: sequence`` replaces r by GSPO's sequence ratio
+s_i = exp(mean_t log r) over the trajectory, clipped with its own ε (Qwen GSPO §4.1);
+``kind: cispo`` replaces s by sg(min(r, 1+ε_high))·Â·log π_θ (MiniMax-M1 §3.1), dual clip off.
 
 and the loss is ℓ aggregated by ``LossConfig.aggregation`` (see :func:`aggregate_parts`).  A
 sequence o_i is a trajectory (one episode): ``trajectory [B]`` names the rows (record segments)
@@ -33,14 +38,12 @@ callers that want to check first (the trainer does not call it).  Pass
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
 from trainer.aggregation import (
-    AGGREGATIONS,
     Aggregation,
     aggregate,
     aggregate_parts,
@@ -57,6 +60,7 @@ from trainer.loss_inputs import (
     nonfinite_count,
     per_token_inputs,
 )
+from trainer.loss_config import LossConfig
 from trainer.masks import opsm_mask, tis_weights
 
 __all__ = [
@@ -64,78 +68,14 @@ __all__ = [
     "LossConfig",
     "aggregate",
     "aggregate_parts",
+    "cispo_surrogate",
     "clipped_surrogate",
     "finite_batch",
     "grpo_loss",
     "nonfinite_count",
+    "sequence_ratio",
     "unbiased_kl",
 ]
-
-
-def _number(name: str, value: object, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        kind = "a number or None" if optional else "a number"
-        raise TypeError(f"{name} must be {kind}, not {type(value).__name__} {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """Loss hyper-parameters; every field checked on construction (clear error naming it)."""
-
-    eps_low: float = 0.2  # ratio floor 1 − ε_low where Â < 0 (eq. 5)
-    eps_high: float = 0.28  # clip-higher: room for low-probability tokens to rise (Seed §4.2)
-    dual_clip: float | None = 3.0  # c > 1: ratio cap for Â < 0 (LongCat triple clip), None = off
-    kl_beta: float = 0.0  # β of eq. 5/7; 0 = no KL (LongCat §3.2.1, AM-Thinking)
-    opsm_delta: float | None = None  # δ of eq. 9, None = no off-policy sequence masking
-    tis_cap: float | None = 2.0  # C of truncated IS, None = no engine/trainer correction
-    aggregation: Aggregation = "token-mean"
-    normalizer: float | None = None  # the constant denominator, only for "constant"
-    lm_coef: float = 0.0  # μ of Seed-Thinking eq. 2 (positive-example LM loss)
-
-    def __post_init__(self) -> None:
-        for name in ("eps_low", "eps_high", "kl_beta", "lm_coef"):
-            _number(name, getattr(self, name))
-        for name in ("dual_clip", "opsm_delta", "tis_cap", "normalizer"):
-            _number(name, getattr(self, name), optional=True)
-        if not 0 <= self.eps_low < 1:
-            raise ValueError(
-                f"eps_low must be in [0, 1) (the ratio floor 1 − eps_low > 0), got {self.eps_low}"
-            )
-        if self.eps_high < 0:
-            raise ValueError(f"eps_high must be ≥ 0, got {self.eps_high}")
-        if self.dual_clip is not None and self.dual_clip <= 1:
-            raise ValueError(
-                "dual_clip must be > 1 (a ratio cap for negative advantages) or None, "
-                f"got {self.dual_clip}"
-            )
-        if self.kl_beta < 0:
-            raise ValueError(f"kl_beta must be ≥ 0, got {self.kl_beta}")
-        if self.opsm_delta is not None and self.opsm_delta < 0:
-            raise ValueError(f"opsm_delta must be ≥ 0 or None, got {self.opsm_delta}")
-        if self.tis_cap is not None and self.tis_cap < 1:
-            raise ValueError(
-                "tis_cap must be ≥ 1 (a cap below 1 down-weights on-policy tokens) or None, "
-                f"got {self.tis_cap}"
-            )
-        if self.lm_coef < 0:
-            raise ValueError(f"lm_coef must be ≥ 0, got {self.lm_coef}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(
-                f"aggregation must be one of {list(AGGREGATIONS)}, got {self.aggregation!r}"
-            )
-        if self.aggregation == "constant":
-            if self.normalizer is None or self.normalizer <= 0:
-                raise ValueError(
-                    f"aggregation 'constant' needs normalizer > 0, got {self.normalizer!r}"
-                )
-        elif self.normalizer is not None:
-            raise ValueError(
-                f"normalizer is only used by aggregation 'constant', not {self.aggregation!r}"
-            )
 
 
 def clipped_surrogate(
@@ -166,6 +106,53 @@ def clipped_surrogate(
     return obj, flags
 
 
+def sequence_ratio(
+    log_ratio: Tensor,  # [B, T]: log π_θ − log π_old (with grad through log π_θ)
+    mask: Tensor,  # [B, T] bool: trained tokens
+    trajectory: Tensor | None = None,  # [B] int64: segments of one episode share an id
+) -> Tensor:  # [B, T]: each row's trajectory's s_i on every position
+    """GSPO's sequence ratio s_i = exp((1/|o_i|) Σ_t log r_{i,t}): the geometric mean of the
+    token ratios over the trajectory's trained tokens (Qwen, "Group Sequence Policy
+    Optimization" §4.1, eq. 7: (π_θ(o_i)/π_old(o_i))^{1/|o_i|}).
+
+    o_i is the whole trajectory (every segment of the episode), as for OPSM and
+    seq-mean-token-mean; a trajectory without a trained token gets s = 1.  Differentiable: each
+    trained token of o_i gets ∂s_i/∂log π_θ = s_i/|o_i|.
+    """
+    index, k = trajectory_index(trajectory, log_ratio.shape[0], log_ratio.device)
+    lr = torch.where(mask, log_ratio, torch.zeros_like(log_ratio))
+    total = per_trajectory(lr.sum(dim=1), index, k)
+    count = per_trajectory(mask.sum(dim=1).to(lr.dtype), index, k)
+    s = torch.exp(total / count.clamp_min(1.0))[index]  # [B]
+    return s.unsqueeze(1).expand_as(log_ratio)
+
+
+def cispo_surrogate(
+    logp: Tensor,  # [B, T]: log π_θ (with grad)
+    old_logp: Tensor,  # [B, T]: log π_old
+    adv: Tensor,  # [B, T] (or broadcastable)
+    eps_high: float,
+) -> tuple[Tensor, dict[str, Tensor]]:  # (objective [B, T] to maximize, region flags)
+    """CISPO (MiniMax-M1 report §3.1): sg(r̂)·Â·log π_θ with r̂ = min(r, 1 + ε_high).
+
+    The IS weight is clipped and stop-gradient, so every token keeps the gradient r̂·Â·∇log π_θ
+    (PPO's clip zeroes it outside the trust region).  The report sets no lower bound on the
+    weight (ε_low^IS large), so only ε_high applies here.  The value returned is r̂·Â (written
+    sg(r̂)·Â·exp(log π_θ − sg(log π_θ)), whose gradient is exactly the report's), so ``pg_loss``
+    reads on the scale of the clipped surrogate instead of carrying log π_θ's magnitude.
+    ``clip_high`` flags tokens whose weight was capped (their gradient is not zero).
+    """
+    with torch.no_grad():
+        ratio = torch.exp(logp - old_logp)
+        weight = ratio.clamp(max=1.0 + eps_high)
+    adv = adv.expand_as(logp)
+    obj = weight * adv * torch.exp(logp - logp.detach())
+    with torch.no_grad():
+        none = torch.zeros_like(ratio, dtype=torch.bool)
+        flags = {"clip_low": none, "clip_high": ratio > 1.0 + eps_high, "dual": none}
+    return obj, flags
+
+
 def unbiased_kl(
     logp: Tensor,  # [B, T]: log π_θ
     old_logp: Tensor,  # [B, T]: log π_old (the tokens were sampled from it)
@@ -192,25 +179,28 @@ def grpo_loss(
     engine_logp: Tensor | None = None,  # [B, T]: the sampler's log-probs (TIS, OPSM's π_old)
     rewards_positive: Tensor | None = None,  # [B] bool (or rewards: positive where > 0)
     trajectory: Tensor | None = None,  # [B] int64: rows sharing an id are one episode's segments
+    entropy: Tensor | None = None,  # [B, T]: H of π_θ per token, with grad; for entropy_coef
     on_nonfinite: Literal["flag", "raise"] = "flag",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GRPO loss (to minimize) and detached 0-d diagnostics; see the module docstring.
 
     Diagnostics: ``loss_sum``/``n_units`` (loss = loss_sum / n_units, for global normalizers),
-    ``pg_loss``, ``kl``, ``lm_loss`` (each aggregated like the loss, so loss = pg_loss + β·kl +
-    μ·lm_loss), ``clip_low_fraction``, ``clip_high_fraction``, ``dual_clip_fraction`` and
-    ``ratio_mean`` (over trained tokens), ``opsm_masked_fraction`` and ``opsm_kl`` (over
+    ``pg_loss``, ``kl``, ``lm_loss``, ``entropy_bonus`` (each aggregated like the loss, so
+    loss = pg_loss + β·kl + μ·lm_loss − η·entropy_bonus), ``clip_low_fraction``,
+    ``clip_high_fraction``, ``dual_clip_fraction`` and ``ratio_mean`` (over trained tokens), ``opsm_masked_fraction`` and ``opsm_kl`` (over
     trajectories with a trained token), ``tis_ratio_mean``, ``tis_ratio_mean_truncated``,
     ``tis_truncated_fraction`` (over trained tokens), ``tokens``, ``sequences`` (trajectories
     with a trained token), ``nonfinite``.  ``trajectory`` (None: every row its own) groups the
-    rows of one episode; their advantages must agree.  Only ``logp`` receives gradients; the
-    other inputs are constants.
+    rows of one episode; their advantages must agree.  Only ``logp`` (and ``entropy``, when
+    ``entropy_coef > 0``) receive gradients; the other inputs are constants.
     """
     if not isinstance(cfg, LossConfig):
         raise TypeError(f"cfg must be a LossConfig, not {type(cfg).__name__}")
     if on_nonfinite not in ("flag", "raise"):
         raise ValueError(f"on_nonfinite must be 'flag' or 'raise', got {on_nonfinite!r}")
     per_token = per_token_inputs(logp, old_logp, ref_logp, engine_logp)
+    if entropy is not None:
+        per_token["entropy"] = entropy
     per_seq: Inputs = {"advantages": advantages, "rewards_positive": rewards_positive}
     check_inputs(logp, per_token, per_seq)
     if not advantages.is_floating_point():
@@ -221,6 +211,10 @@ def grpo_loss(
         _one_advantage_per_trajectory(advantages, m, index, n_traj_all)
     if cfg.kl_beta > 0 and ref_logp is None:
         raise ValueError(f"kl_beta = {cfg.kl_beta} > 0 needs ref_logp (the reference log-probs)")
+    if cfg.entropy_coef > 0 and entropy is None:
+        raise ValueError(
+            f"entropy_coef = {cfg.entropy_coef} > 0 needs entropy (the per-token entropies)"
+        )
     if cfg.lm_coef > 0 and rewards_positive is None:
         raise ValueError(f"lm_coef = {cfg.lm_coef} > 0 needs rewards_positive (which are positive)")
     bad = nonfinite_by_input(m, per_token, per_seq)
@@ -235,10 +229,16 @@ def grpo_loss(
     adv = advantages.detach().to(lp.dtype)
     seq_has = m.any(dim=1)
     adv = torch.where(seq_has, adv, torch.zeros_like(adv))
-    ratio = torch.exp(lp - old)
-    obj, flags = clipped_surrogate(
-        ratio, adv.unsqueeze(1), cfg.eps_low, cfg.eps_high, cfg.dual_clip
-    )
+    if cfg.ratio_level == "sequence":  # GSPO: one ratio per trajectory, its own clip range
+        ratio = sequence_ratio(lp - old, m, trajectory)
+        eps_low, eps_high = cfg.seq_eps_low, cfg.seq_eps_high
+    else:
+        ratio = torch.exp(lp - old)
+        eps_low, eps_high = cfg.eps_low, cfg.eps_high
+    if cfg.kind == "cispo":
+        obj, flags = cispo_surrogate(lp, old, adv.unsqueeze(1), cfg.eps_high)
+    else:
+        obj, flags = clipped_surrogate(ratio, adv.unsqueeze(1), eps_low, eps_high, cfg.dual_clip)
 
     engine = clean(engine_logp.detach()) if engine_logp is not None else None
     sample_logp = engine if engine is not None else old  # eq. 9's π_old: what was sampled from
@@ -267,11 +267,15 @@ def grpo_loss(
     else:
         lm_tok = torch.zeros_like(lp)
 
+    ent_tok = clean(entropy) if entropy is not None else torch.zeros_like(lp)
+
     token_loss = pg_tok
     if cfg.kl_beta > 0:
         token_loss = token_loss + cfg.kl_beta * kl_tok
     if cfg.lm_coef > 0:
         token_loss = token_loss + cfg.lm_coef * lm_tok
+    if cfg.entropy_coef > 0:  # a bonus: higher entropy lowers the loss, masked like the rest
+        token_loss = token_loss - cfg.entropy_coef * ent_tok
     loss_sum, n_units = aggregate_parts(token_loss, m, cfg.aggregation, cfg.normalizer, trajectory)
     loss = loss_sum / nonzero(n_units)
 
@@ -297,6 +301,7 @@ def grpo_loss(
             "pg_loss": part(pg_tok),
             "kl": part(kl_tok),
             "lm_loss": part(lm_tok),
+            "entropy_bonus": part(ent_tok),
             "clip_low_fraction": token_mean(flags["clip_low"]),
             "clip_high_fraction": token_mean(flags["clip_high"]),
             "dual_clip_fraction": token_mean(flags["dual"]),

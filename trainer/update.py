@@ -209,6 +209,7 @@ class Update:
             engine_logp=batch.engine_logp,
             rewards_positive=batch.rewards >= 1.0,
             trajectory=batch.trajectory,
+            entropy=entropy if c.loss.entropy_coef > 0 else None,  # the bonus's H, with grad
         )
         diag = dict(diag)
         assert entropy is not None
