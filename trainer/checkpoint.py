@@ -4,6 +4,8 @@ A checkpoint is a directory ``step-000042/`` holding
 
 * ``model.pt`` — the trained model's state dict; ``optimizer.pt`` — optimizer and LR-schedule
   state; ``rng.pt`` — torch, numpy and Python RNG states;
+* ``ref_model.pt`` — the KL reference model, only once ``loss.ref_sync_every`` has replaced it
+  by a copy of the policy (before that it is the initial model, which a resume rebuilds);
 * ``state.json`` — the step, the policy version, the data-order cursor (:class:`TaskOrder`) and
   the config it was written under.
 
@@ -82,6 +84,7 @@ class TrainState:
     cursor: dict[str, int]
     config: dict[str, Any]
     path: Path
+    ref_model: bool = False  # whether ref_model.pt was there and loaded
 
 
 def rng_state() -> dict[str, Any]:
@@ -109,8 +112,10 @@ def save_checkpoint(
     cursor: dict[str, int],
     config: dict[str, Any],
     keep: int = 2,
+    ref_model: nn.Module | None = None,
 ) -> Path:
-    """Write ``directory/step-XXXXXX`` atomically and prune to the newest ``keep``."""
+    """Write ``directory/step-XXXXXX`` atomically and prune to the newest ``keep``;
+    ``ref_model`` (a synced KL reference) goes to ``ref_model.pt`` when given."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:06d}"
@@ -124,6 +129,8 @@ def save_checkpoint(
         tmp / "optimizer.pt",
     )
     torch.save(rng_state(), tmp / "rng.pt")
+    if ref_model is not None:
+        torch.save(ref_model.state_dict(), tmp / "ref_model.pt")
     state = {"step": step, "policy_version": policy_version, "cursor": cursor, "config": config}
     (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
     _fsync_dir(tmp)
@@ -173,19 +180,26 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     restore_rng: bool = True,
+    ref_model: nn.Module | None = None,
 ) -> TrainState:
-    """Load ``path`` into ``model``/``optimizer``/``scheduler`` (and the RNGs); return the rest."""
+    """Load ``path`` into ``model``/``optimizer``/``scheduler`` (and the RNGs) and, when the
+    checkpoint has one, its ``ref_model.pt`` into ``ref_model``; return the rest."""
     p = Path(path)
+    ref_weights = None
     try:
         state = json.loads((p / "state.json").read_text())
         weights = torch.load(p / "model.pt", map_location="cpu", weights_only=True)
         opt = torch.load(p / "optimizer.pt", map_location="cpu", weights_only=True)
         rng = torch.load(p / "rng.pt", map_location="cpu", weights_only=False)
+        if ref_model is not None and (p / "ref_model.pt").is_file():
+            ref_weights = torch.load(p / "ref_model.pt", map_location="cpu", weights_only=True)
     except (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(f"checkpoint {p} is unreadable: {type(err).__name__}: {err}") from None
     model.load_state_dict(weights)
     optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
+    if ref_model is not None and ref_weights is not None:
+        ref_model.load_state_dict(ref_weights)
     if restore_rng:
         set_rng_state(rng)
     return TrainState(
@@ -194,6 +208,7 @@ def load_checkpoint(
         cursor={k: int(v) for k, v in state["cursor"].items()},
         config=dict(state["config"]),
         path=p,
+        ref_model=ref_weights is not None,
     )
 
 

@@ -83,16 +83,34 @@ __all__ = ["StepReport", "Trainer", "derive_seed", "task_split"]
 log = logging.getLogger(__name__)
 
 
+# Loss options added after runs were already checkpointed: at these values a run computes what
+# it did before they existed, so they are left out of its identity (its key and resume check).
+_LOSS_DEFAULTS: dict[str, object] = {
+    "kind": "grpo",
+    "ratio_level": "token",
+    "seq_eps_low": 3e-4,
+    "seq_eps_high": 4e-4,
+    "entropy_coef": 0.0,
+    "ref_sync_every": 0,
+}
+
+
 def _run_config(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
     """The config that identifies a run (its key, what a resume must match): all but ``steps``,
     ``model.device`` and ``model.allow_moe_without_keep_routing`` (a consent, computing
     nothing), with ``overlong_scope`` as the scope it resolves to, left out when that is
-    ``turn`` — what every run did before the key existed, so their checkpoints resume."""
+    ``turn`` — what every run did before the key existed, so their checkpoints resume; the
+    same for the loss options of :data:`_LOSS_DEFAULTS` at their defaults."""
     data = config.to_dict() if isinstance(config, TrainConfig) else copy.deepcopy(config)
     data.pop("steps", None)
     if isinstance(data.get("model"), dict):
         data["model"].pop("device", None)
         data["model"].pop("allow_moe_without_keep_routing", None)
+    loss = data.get("loss")
+    if isinstance(loss, dict):  # options added later: at their defaults, as if absent
+        for key, default in _LOSS_DEFAULTS.items():
+            if key in loss and loss[key] == default:
+                del loss[key]
     scope = data.pop("overlong_scope", "turn")  # absent: a config from before the key
     if scope == "auto":  # as trainer.config.overlong_scope resolves it
         rollout = data.get("rollout")
@@ -191,7 +209,11 @@ class Trainer:
         if path is None:
             return None
         state = load_checkpoint(
-            path, model=self.model, optimizer=self.update.optimizer, scheduler=self.update.scheduler
+            path,
+            model=self.model,
+            optimizer=self.update.optimizer,
+            scheduler=self.update.scheduler,
+            ref_model=self.ref_policy.model if self.ref_policy is not None else None,
         )
         # Where the model sits does not change what the run computes: a run may resume on
         # another machine, and checkpoints written before model.device existed lack it.
@@ -201,6 +223,12 @@ class Trainer:
                 f"checkpoint {path} was written under another config "
                 f"(changed: {', '.join(changed)}); use a new checkpoint.dir or set "
                 "checkpoint.resume: false"
+            )
+        if self._ref_synced(state.step) and not state.ref_model:
+            raise ValueError(
+                f"checkpoint {path} is past step {self.config.loss.ref_sync_every} of "
+                "loss.ref_sync_every but holds no ref_model.pt (the synced KL reference): "
+                "resume from a checkpoint written with it, or use a new checkpoint.dir"
             )
         self.step, self.version = state.step, state.policy_version
         self.order = TaskOrder(self.train_tasks, self.config.seed, **state.cursor)
@@ -369,6 +397,8 @@ class Trainer:
         if skipped is None:
             await sync_weights(self.engine, self.model, self.version + 1, self.config)
             self.version += 1
+        if self._sync_ref():
+            metrics["ref_synced"] = 1.0
         if (
             self.heldout_tasks
             and self.config.heldout.every
@@ -406,9 +436,26 @@ class Trainer:
             valid[i, : len(g.results)] = True
         return group_advantages(rewards, normalize_std=self.config.normalize_std, valid=valid)
 
+    def _ref_synced(self, step: int) -> bool:
+        """Whether the KL reference has been replaced by the policy by the end of ``step``."""
+        every = self.config.loss.ref_sync_every
+        return self.ref_policy is not None and every > 0 and step >= every
+
+    def _sync_ref(self) -> bool:
+        """Every ``loss.ref_sync_every`` steps (skipped ones count: the schedule is by step),
+        the KL reference becomes a copy of the current policy — a reset of the anchor the KL
+        holds the policy to, so a long run is not pulled back to its starting point."""
+        every = self.config.loss.ref_sync_every
+        if self.ref_policy is None or every <= 0 or self.step % every:
+            return False
+        with torch.no_grad():
+            self.ref_policy.model.load_state_dict(self.model.state_dict())
+        return True
+
     def _checkpoint(self) -> None:
         c = self.config.checkpoint
         if (c.every and self.step % c.every == 0) or self.step == self.config.steps:
+            ref = self.ref_policy.model if self._ref_synced(self.step) else None
             save_checkpoint(
                 c.dir,
                 step=self.step,
@@ -419,6 +466,7 @@ class Trainer:
                 cursor=self.order.cursor,
                 config=self.config.to_dict(),
                 keep=c.keep,
+                ref_model=ref,
             )
 
     async def evaluate_heldout(self) -> float:
