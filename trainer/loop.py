@@ -455,7 +455,7 @@ class Trainer:
     def _checkpoint(self) -> None:
         c = self.config.checkpoint
         if (c.every and self.step % c.every == 0) or self.step == self.config.steps:
-            ref = self.ref_policy.model if self._ref_synced(self.step) else None
+            ref = self.ref_policy.model if self.ref_policy and self._ref_synced(self.step) else None
             save_checkpoint(
                 c.dir,
                 step=self.step,

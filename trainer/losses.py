@@ -51,6 +51,7 @@ from trainer.aggregation import (
     per_trajectory,
     trajectory_index,
 )
+from trainer.loss_config import LossConfig
 from trainer.loss_inputs import (
     Inputs,
     bool_mask,
@@ -60,7 +61,6 @@ from trainer.loss_inputs import (
     nonfinite_count,
     per_token_inputs,
 )
-from trainer.loss_config import LossConfig
 from trainer.masks import opsm_mask, tis_weights
 
 __all__ = [
