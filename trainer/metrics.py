@@ -31,7 +31,7 @@ CSV_NAME, PNG_NAME, RUN_NAME = "metrics.csv", "curves.png", "run.json"
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reward / pass rate", ("reward_mean", "pass_rate", "heldout_pass_rate")),
     ("KL", ("kl",)),
-    ("entropy", ("entropy",)),
+    ("entropy", ("entropy", "entropy_bonus")),
     (
         "clip / mask fractions",
         ("clip_low_fraction", "clip_high_fraction", "dual_clip_fraction", "opsm_masked_fraction"),
