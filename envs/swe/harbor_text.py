@@ -12,17 +12,18 @@ is that a value never changes that text's structure:
   patterns, install commands may not contain control characters, end in a backslash (which
   would join the next instruction) or open a heredoc (``<<``, which would swallow the lines
   after it); the rest is refused with `InstanceError` naming the field;
-* **TOML**: strings as JSON string literals (valid TOML basic strings, DEL escaped).
+* **TOML**: strings as JSON string literals (valid TOML basic strings, DEL escaped): the one
+  `toml_value` of envs/harbor_export/quoting.py, shared with the bundle export.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from envs.harbor_export.quoting import toml_value
 from envs.swe.instance import InstanceError, SweInstance, check_instance_id
 from envs.swe.patch import changed_files
 from envs.swe.repo import GitError, check_clone_url
@@ -196,17 +197,6 @@ def test_sh(instance: SweInstance) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    # JSON string escapes are TOML basic-string escapes, except DEL which TOML wants escaped
-    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def task_toml(instance: SweInstance, sections: dict[str, dict[str, Any]]) -> str:
