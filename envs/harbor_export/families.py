@@ -58,24 +58,31 @@ def export_target(
     *,
     options: HarborTaskOptions | None = None,
     overwrite: bool = False,
+    task_ids: list[str] | None = None,
 ) -> list[Path]:
-    """Export `target` (bundle dir, env id or SWE instances JSONL) as Harbor tasks under `out_dir`."""
+    """Export `target` (bundle dir, env id or SWE instances JSONL) as Harbor tasks under `out_dir`
+    (only `task_ids`' tasks when given)."""
     path = Path(target)
     if path.is_file() and path.suffix == ".jsonl":
         from envs.swe.interchange import export_harbor, import_jsonl
 
-        return export_harbor(import_jsonl(path), out_dir, overwrite=overwrite)
+        instances = import_jsonl(path)
+        if task_ids is not None:
+            instances = [i for i in instances if i.instance_id in set(task_ids)]
+        return export_harbor(instances, out_dir, overwrite=overwrite)
     if (path / "manifest.json").is_file():
         from envgym.bundle import load_bundle
 
         why = refusal("", load_bundle(path).manifest.category)
         if why:
             raise NotExportable(f"{path}: {why}")
-        return export_bundle(path, out_dir, options=options, overwrite=overwrite)
+        return export_bundle(path, out_dir, options=options, overwrite=overwrite, task_ids=task_ids)
     why = refusal(str(target))
     if why:
         raise NotExportable(f"{target}: {why}")
     from envgym.registry import resolve_bundle
 
     bundle_dir = resolve_bundle(str(target))  # KeyError: no such env; ValueError: not a bundle
-    return export_bundle(bundle_dir, out_dir, options=options, overwrite=overwrite)
+    return export_bundle(
+        bundle_dir, out_dir, options=options, overwrite=overwrite, task_ids=task_ids
+    )
