@@ -75,7 +75,7 @@ def dir_name(task_id: str) -> str:
     Two ids that differ only in replaced characters ("a/b", "a:b") still get different names.
     """
     clean = _NAME_CHARS.sub("_", task_id).strip("._")[:80]
-    if clean == task_id:
+    if clean and clean == task_id:
         return clean
     digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"{clean or 'task'}-{digest}"
