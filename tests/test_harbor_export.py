@@ -271,7 +271,8 @@ def test_the_cli_exports_and_reports_refusals_and_bad_targets(tmp_path: Path) ->
 
 
 FAMILIES = ["trip-planning-v0", "retail-orders-v0", "meeting-scheduling-v0",
-            "shipment-logistics-v0", "search-qa-v0", "code-interpreter-v0"]  # fmt: skip
+            "shipment-logistics-v0", "search-qa-v0", "code-interpreter-v0",
+            "code-interpreter-data-v0"]  # fmt: skip
 
 
 @pytest.mark.heavy
@@ -287,3 +288,18 @@ def test_each_general_agent_family_round_trips(tmp_path: Path, env_id: str) -> N
     assert loaded["metadata"]["envgym_task_id"] == first
     assert jail_trial(task_dir, tmp_path / "w", None)[0] == "1"
     assert jail_trial(task_dir, tmp_path / "w", [])[0] == "0"
+
+
+def test_swe_instances_jsonl_goes_through_the_swe_export_and_loads_with_harbor(
+    tmp_path: Path,
+) -> None:
+    from test_swe_interchange import SWE_BENCH
+
+    from envs.swe.instance import write_instances
+
+    source = write_instances(tmp_path / "in.jsonl", [SWE_BENCH])
+    [task_dir] = export_target(source, tmp_path / "out")
+    assert (task_dir / "tests" / "test.patch").is_file()  # the SWE family's own layout
+    [loaded] = harbor_load([task_dir])
+    assert loaded["metadata"]["instance_id"] == SWE_BENCH.instance_id
+    assert SWE_BENCH.problem_statement in loaded["instruction"]
