@@ -241,7 +241,7 @@ def export_bundle(
 ) -> list[Path]:
     """One Harbor task directory per task of the bundle (or of `task_ids`) under `out_dir`."""
     options = options or HarborTaskOptions()
-    bundle = load_bundle(bundle_dir)  # validated, hashed, bounded (docs/BUNDLE.md)
+    bundle = load_bundle(Path(bundle_dir))  # validated, hashed, bounded (docs/BUNDLE.md)
     if not _HASH.fullmatch(bundle.manifest.content_hash):
         raise ValueError(f"{bundle.root}: the manifest's content_hash is not sha256:<64 hex>")
     tasks = [t.to_dict() for t in bundle.tasks]

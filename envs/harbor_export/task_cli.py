@@ -20,6 +20,7 @@ episode ends at its submission.  Stdlib only; runs on the container's Python 3.1
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -59,6 +60,7 @@ def _runner(extra: Path | None = None) -> BundleRunner:
     sees them.
     """
     stage = Path(tempfile.mkdtemp(prefix="envgym-stage-"))
+    atexit.register(shutil.rmtree, stage, True)  # one process per command: gone when it ends
     for name in ("tools.py", "tools.json"):
         if (HOME / "bundle" / name).is_file():
             shutil.copyfile(HOME / "bundle" / name, stage / name)
