@@ -303,3 +303,29 @@ def test_swe_instances_jsonl_goes_through_the_swe_export_and_loads_with_harbor(
     [loaded] = harbor_load([task_dir])
     assert loaded["metadata"]["instance_id"] == SWE_BENCH.instance_id
     assert SWE_BENCH.problem_statement in loaded["instruction"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["call", "get_note", '{"key": "secret", "x": 1}'], "get_note has no parameter 'x'"),
+        (["call", "get_note", "{}"], "get_note needs the parameter 'key'"),
+        (["call", "nope"], "no tool named 'nope'"),
+        (["call", "get_note", "[1]"], "one JSON object"),
+        (["call", "get_note", "{bad"], "not JSON"),
+        (["answer", "x"], "submitted with its tool 'submit_result'"),
+        (["frobnicate"], "unknown command"),
+    ],
+)
+def test_envgym_tool_names_what_is_wrong_with_a_command(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    [task_dir] = export_bundle(make_notes_bundle(tmp_path / "b"), tmp_path / "out")
+    env_dir = task_dir / "environment"
+    done = subprocess.run(
+        [sys.executable, str(env_dir / "envgym" / "bin" / "envgym-tool"), *argv],
+        capture_output=True, text=True, timeout=60, cwd=env_dir / "app",
+        env={"ENVGYM_HOME": str(env_dir / "envgym"), "ENVGYM_STATE": str(env_dir / "app")},
+    )  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (env_dir / "envgym" / "run" / "submission.json").exists()

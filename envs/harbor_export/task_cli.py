@@ -40,6 +40,13 @@ _MAX_OUTPUT = 1024 * 1024  # a tool's printed output kept per call (the sandbox'
 _MAX_ARGS = 8 * 1024 * 1024
 
 
+USAGE = """envgym-tool: this task's tools.
+
+  envgym-tool list                      every tool: name, description, JSON parameters
+  envgym-tool call NAME '{"k": "v"}'    call a tool (arguments: one JSON object; "-": stdin)
+  envgym-tool answer TEXT               tasks without a submit tool: the final answer"""
+
+
 class UsageError(Exception):
     """A command line this tool cannot run; exit 2 with the message."""
 
@@ -104,6 +111,22 @@ def _arguments(text: str | None) -> dict[str, Any]:
     return value
 
 
+def _check_arguments(runner: BundleRunner, name: str, arguments: dict[str, Any]) -> None:
+    """Unknown and missing parameters, named (the host's JSON Schema check, in its simplest
+    part: the container has no jsonschema; a value of the wrong type is the tool's to refuse)."""
+    specs = {t["name"]: t for t in runner.load({})["value"]["tools"]}
+    if name not in specs:
+        raise UsageError(f"no tool named {name!r}; `envgym-tool list` shows them")
+    schema = specs[name]["parameters"]
+    known = schema.get("properties", {})
+    unknown = sorted(set(arguments) - set(known))
+    if unknown:
+        raise UsageError(f"{name} has no parameter {unknown[0]!r} (it takes: {', '.join(known)})")
+    missing = [k for k in schema.get("required", []) if k not in arguments]
+    if missing:
+        raise UsageError(f"{name} needs the parameter {missing[0]!r}")
+
+
 def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1)
 
@@ -119,6 +142,7 @@ def cmd_call(name: str, text: str | None) -> int:
     _refuse_after_submission()
     arguments = _arguments(text)
     runner = _runner()
+    _check_arguments(runner, name, arguments)
     reply = runner.call({"name": name, "arguments": arguments})
     if reply.get("stdout"):
         sys.stderr.write(reply["stdout"] + "\n")
@@ -186,7 +210,7 @@ def cmd_verify(verifier: Path, task_file: Path, out: Path) -> int:
 def main(argv: list[str]) -> int:
     try:
         if not argv or argv[0] in ("-h", "--help", "help"):
-            print(__doc__.split("\n\n")[1] if __doc__ else "")
+            print(USAGE)
             return 0
         command, rest = argv[0], argv[1:]
         if command == "list" and not rest:
