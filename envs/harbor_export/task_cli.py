@@ -119,7 +119,9 @@ def _check_arguments(runner: BundleRunner, name: str, arguments: dict[str, Any])
         raise UsageError(f"no tool named {name!r}; `envgym-tool list` shows them")
     schema = specs[name]["parameters"]
     known = schema.get("properties", {})
-    unknown = sorted(set(arguments) - set(known))
+    unknown = (
+        sorted(set(arguments) - set(known)) if schema.get("additionalProperties") is False else []
+    )
     if unknown:
         raise UsageError(f"{name} has no parameter {unknown[0]!r} (it takes: {', '.join(known)})")
     missing = [k for k in schema.get("required", []) if k not in arguments]
