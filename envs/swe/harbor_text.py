@@ -3,8 +3,8 @@
 Every value of an instance is input, and each lands in text another program parses.  The rule
 is that a value never changes that text's structure:
 
-* **shell** (test.sh, solve.sh): every value is `quoting.shell_word`ed (`shlex.quote` after refusing NUL; a newline inside single quotes
-  is part of the word), the test ids follow ``--`` (an id "--co" must not become a pytest
+* **shell** (test.sh, solve.sh): every value goes through `quoting.shell_word` (``shlex.quote``
+  after refusing NUL; a newline inside single quotes is part of the word), the test ids follow ``--`` (an id "--co" must not become a pytest
   option: collect-only exits 0, an always-1 verifier), the gold patch is a quoted heredoc whose
   delimiter does not occur in it; NUL, which bash silently drops, is refused;
 * **Dockerfile**: one instruction per line and no continuation, so a value must be a single
