@@ -4,9 +4,10 @@ Every value of an instance is input, and each lands in text another program pars
 is that a value never changes that text's structure:
 
 * **shell** (test.sh, solve.sh): every value goes through `quoting.shell_word` (``shlex.quote``
-  after refusing NUL; a newline inside single quotes is part of the word), the test ids follow ``--`` (an id "--co" must not become a pytest
-  option: collect-only exits 0, an always-1 verifier), the gold patch is a quoted heredoc whose
-  delimiter does not occur in it; NUL, which bash silently drops, is refused;
+  after refusing NUL, which bash silently drops; a newline inside single quotes is part of the
+  word), the test ids follow ``--`` (an id "--co" must not become a pytest option: collect-only
+  exits 0, an always-1 verifier), the gold patch is a quoted heredoc whose delimiter does not
+  occur in it;
 * **Dockerfile**: one instruction per line and no continuation, so a value must be a single
   line: the instance id is checked (`instance.ID_PATTERN`), the image and URL against strict
   patterns, install commands may not contain control characters, end in a backslash (which
