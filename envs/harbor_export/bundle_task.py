@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from envgym.bundle import Bundle, load_bundle
+from envgym.sandbox.worker_stage import PACKAGE_DIR  # the installed envgym package
 from envs.harbor_export.quoting import dir_name, toml_document
 
 __all__ = ["HarborTaskOptions", "export_bundle", "instruction_text"]
@@ -42,7 +43,6 @@ __all__ = ["HarborTaskOptions", "export_bundle", "instruction_text"]
 # The sandbox worker's modules (envgym/sandbox/worker_stage.py), minus the worker scripts, plus
 # verdict.py (sandbox/base.py imports it; envgym-tool scores reports with it).  All stdlib-only.
 LIB_MODULES = ("runtime.py", "tool_schema.py", "verdict.py", "sandbox/base.py", "sandbox/runner.py")
-_ENVGYM = Path(__file__).resolve().parents[2] / "envgym"
 _CLI = Path(__file__).with_name("task_cli.py")
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")
 # Categories whose tools' stand-ins or gold code import more than the standard library.
@@ -197,7 +197,7 @@ def _environment(bundle: Bundle, task: dict[str, Any], root: Path) -> None:
     home = env / "envgym"
     _write(home / "bin" / "envgym-tool", _CLI.read_text(encoding="utf-8"), executable=True)
     for rel in LIB_MODULES:
-        _write(home / "lib" / "envgym" / rel, (_ENVGYM / rel).read_text(encoding="utf-8"))
+        _write(home / "lib" / "envgym" / rel, (PACKAGE_DIR / rel).read_text(encoding="utf-8"))
     for name in ("tools.py", "tools.json"):
         if (bundle.root / name).is_file():
             _copy(bundle.root / name, home / "bundle" / name)
