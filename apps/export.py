@@ -18,6 +18,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(help="Export tasks (Harbor) and trajectories (ATIF, JSONL, Parquet).",
                   no_args_is_help=True)  # fmt: skip
@@ -29,7 +30,8 @@ def register(root: typer.Typer) -> None:
 
 
 def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=False)
+    # the message may hold "[...]" from a task's text: escaped, never read as markup
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -268,6 +268,13 @@ def test_the_cli_exports_and_reports_refusals_and_bad_targets(tmp_path: Path) ->
     assert done.exit_code == 2 and "no environment" in done.output
     done = runner.invoke(cli(), ["export", "harbor", str(bundle), "--out", str(tmp_path / "o")])
     assert done.exit_code == 2 and "exists" in done.output
+    done = runner.invoke(cli(), ["export", "harbor", str(bundle), "--out", str(tmp_path / "p"),
+                                 "--task", "[red]x[/]"])  # fmt: skip
+    assert done.exit_code == 2 and "no task '[red]x[/]'" in done.output
+    assert done.output.startswith("error:")  # markup rendered, the id's brackets kept
+    done = runner.invoke(cli(), ["export", "harbor", str(bundle), "--out", str(tmp_path / "p"),
+                                 "--task", "secret"])  # fmt: skip
+    assert done.exit_code == 0 and (tmp_path / "p" / "secret" / "task.toml").is_file()
 
 
 FAMILIES = ["trip-planning-v0", "retail-orders-v0", "meeting-scheduling-v0",
