@@ -3,26 +3,27 @@
 Every value of an instance is input, and each lands in text another program parses.  The rule
 is that a value never changes that text's structure:
 
-* **shell** (test.sh, solve.sh): every value is `shlex.quote`d (a newline inside single quotes
-  is part of the word), the test ids follow ``--`` (an id "--co" must not become a pytest
-  option: collect-only exits 0, an always-1 verifier), the gold patch is a quoted heredoc whose
-  delimiter does not occur in it; NUL, which bash silently drops, is refused;
+* **shell** (test.sh, solve.sh): every value goes through `quoting.shell_word` (``shlex.quote``
+  after refusing NUL, which bash silently drops; a newline inside single quotes is part of the
+  word), the test ids follow ``--`` (an id "--co" must not become a pytest option: collect-only
+  exits 0, an always-1 verifier), the gold patch is a quoted heredoc whose delimiter does not
+  occur in it;
 * **Dockerfile**: one instruction per line and no continuation, so a value must be a single
   line: the instance id is checked (`instance.ID_PATTERN`), the image and URL against strict
   patterns, install commands may not contain control characters, end in a backslash (which
   would join the next instruction) or open a heredoc (``<<``, which would swallow the lines
   after it); the rest is refused with `InstanceError` naming the field;
-* **TOML**: strings as JSON string literals (valid TOML basic strings, DEL escaped).
+* **TOML**: strings as JSON string literals (valid TOML basic strings, DEL escaped): the one
+  `toml_value` of envs/harbor_export/quoting.py, shared with the bundle export.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from envs.harbor_export.quoting import shell_word, toml_value
 from envs.swe.instance import InstanceError, SweInstance, check_instance_id
 from envs.swe.patch import changed_files
 from envs.swe.repo import GitError, check_clone_url
@@ -130,13 +131,13 @@ def dockerfile(instance: SweInstance, python_image: str, bundled: bool) -> str:
         ),
     ]
     if bundled:
-        message = shlex.quote("base " + sha)
+        message = shell_word("base " + sha)
         lines += [
             "ADD repo.tar /testbed/",
             f"RUN git init -q && git add -A -f && git commit -q -m {message} && git tag envgym-base",
         ]
     else:  # only the base commit: the fix's own commit must not be in the agent's history
-        url = shlex.quote(clone_url(instance))
+        url = shell_word(clone_url(instance))
         fetch = f"git init -q && git fetch -q --depth 1 {url} {sha}"
         lines += [f"RUN {fetch} && git checkout -q --detach FETCH_HEAD && git tag envgym-base"]
     lines += _run_lines(instance, install)
@@ -170,7 +171,7 @@ def test_sh(instance: SweInstance) -> str:
     ids = [*instance.fail_to_pass, *instance.pass_to_pass]
     if not ids:  # not validated yet: the test files the patch brings, else the whole suite
         ids = [f for f in test_files if f.endswith(".py")]
-    quoted_files = " ".join(shlex.quote(f) for f in test_files)
+    quoted_files = " ".join(shell_word(f) for f in test_files)
     lines = [
         "#!/bin/bash",
         f"# Verifier of {check_instance_id(instance.instance_id)}: tests in, F2P + P2P run, reward out.",
@@ -190,23 +191,12 @@ def test_sh(instance: SweInstance) -> str:
     if instance.test_patch.strip():
         lines += ['git apply --whitespace=nowarn "$here/test.patch" || reward 0']
     lines += [
-        f"tests=({' '.join(shlex.quote(t) for t in ids)})",
+        f"tests=({' '.join(shell_word(t) for t in ids)})",
         'python -m pytest -rA -p no:cacheprovider -- "${tests[@]}"',
         "if [ $? -eq 0 ]; then reward 1; else reward 0; fi",
         "",
     ]
     return "\n".join(lines)
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    # JSON string escapes are TOML basic-string escapes, except DEL which TOML wants escaped
-    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def task_toml(instance: SweInstance, sections: dict[str, dict[str, Any]]) -> str:
