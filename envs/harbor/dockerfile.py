@@ -153,9 +153,12 @@ def _root_of(path: str, line: int) -> str:
 
 def _apt(segment: str, line: int) -> bool:
     """True when ``segment`` is an apt-get step (checked); False when it is some other command."""
-    words = shlex.split(segment)
-    if not words or words[0] not in ("apt-get", "apt"):
+    if segment.split()[:1] not in (["apt-get"], ["apt"]):
         return False
+    try:
+        words = shlex.split(segment)
+    except ValueError:
+        raise DockerfileError(f"line {line}: {segment!r}: unbalanced quotes") from None
     if words[1:2] == ["update"] or words[1:] == ["clean"]:
         return True
     if words[1:2] != ["install"]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +177,10 @@ class HarborEnv(CallByCall, Env):
     def _nudge(self, parsed: NormalizedAction) -> bool | None:
         self.episode.errors["no_tool_call"] += 1
         self.history.append(
-            env_message(
-                f"No tool call was found in your last message. Use the tools, then call `{SUBMIT}`."
+            dict(
+                env_message(
+                    f"No tool call was found in your last message. Use the tools, then call `{SUBMIT}`."
+                )
             )
         )
         return None
@@ -185,12 +188,7 @@ class HarborEnv(CallByCall, Env):
     def _budget_outcome(self) -> Outcome:
         budgets = self.budgets
         if not self._explicit_time and self.task.limits.agent_timeout_s is not None:
-            budgets = EnvBudgets(
-                budgets.max_turns,
-                budgets.max_tool_calls,
-                self.task.limits.agent_timeout_s,
-                budgets.context_window,
-            )
+            budgets = replace(budgets, time_budget_s=self.task.limits.agent_timeout_s)
         return budgets.outcome(turns=self.episode.turns, tool_calls=self.episode.tool_calls, started=self.episode.started,
                                prompt_tokens=lambda: self._budget_counter.count(self.view.rendered, self._schemas()))  # fmt: skip
 

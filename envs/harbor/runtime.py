@@ -32,6 +32,7 @@ from envs.swe.safe_read import UnsafeFile, read_regular
 __all__ = ["Episode", "GradeResult", "TaskRuntime", "parse_reward"]
 
 REWARD_FILE = "verifier/reward.txt"
+ALTERNATIVES = Path("/etc/alternatives")
 MAX_REWARD_BYTES = 4096
 _DEFAULT_DOCKERFILE = "FROM ubuntu:24.04\nWORKDIR /app\n"
 
@@ -90,6 +91,10 @@ class Episode:
         out = [Mount(self.roots / top, f"/{top}", writable=True) for top in self.plan.roots]
         out.append(Mount(self.dir / "tmp", "/tmp", writable=True))
         out.append(Mount(logs or self.dir / "logs", "/logs", writable=True))
+        # The jail's /etc is empty but for passwd/group; Debian's alternatives (awk, editor,
+        # pager...) resolve through /etc/alternatives, so the rootfs's own links are shown read-only.
+        if ALTERNATIVES.is_dir():
+            out.append(Mount(ALTERNATIVES, str(ALTERNATIVES)))
         return out
 
 
