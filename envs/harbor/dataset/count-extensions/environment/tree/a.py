@@ -1,1 +1,1 @@
-a.py
+# a.py: sample data for count-extensions

@@ -1,1 +1,1 @@
-b.py
+# b.py: sample data for count-extensions

@@ -1,1 +1,1 @@
-d / e.py
+# e.py: sample data for count-extensions
