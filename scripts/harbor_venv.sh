@@ -27,6 +27,6 @@ PY=$(pick) || { echo "harbor_venv: harbor $HARBOR_VERSION needs Python >= 3.12 a
 
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
-"$VENV/bin/pip" install -q --upgrade pip
-"$VENV/bin/pip" install -q "harbor==$HARBOR_VERSION"
+"$VENV/bin/pip" install -q --upgrade pip 2> >(grep -v "is ignored: it is neither" >&2)
+"$VENV/bin/pip" install -q "harbor==$HARBOR_VERSION" 2> >(grep -v "is ignored: it is neither" >&2)
 "$VENV/bin/python" -c "import harbor.models.task.task" || { echo "harbor_venv: harbor installed but its task model does not import" >&2; exit 1; }
