@@ -46,7 +46,7 @@ def _write(out: Path, name: str, tasks: list[HarborTask], digests: dict[str, str
             "prompt": t.instruction[:2000],
             "solution": "harbor_solve_sh",
             "verifier": "harbor_reward",
-            "submit_tool": "submit",
+            "submit_tool": None,  # HarborEnv has its own submit; the bundle only lists tasks
             "metadata": {"harbor_id": t.id, "digest": digests[t.id]},
         }
         for t in tasks
