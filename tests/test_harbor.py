@@ -364,3 +364,14 @@ def test_harbor_loads_every_dataset_task_as_we_do() -> None:
         assert ref["instruction"] == ours.instruction
         assert (ref["verifier"], ref["agent"], ref["build"], ref["memory_mb"]) == (
             ours.limits.verifier_timeout_s, ours.limits.agent_timeout_s, ours.limits.build_timeout_s, ours.limits.memory_mb)  # fmt: skip
+
+
+def test_the_agents_logs_are_not_what_the_verifier_writes_into(tmp_path: Path) -> None:
+    """A verifier that writes no reward on failure (``set -e``) is sound here: the agent's own
+    /logs/verifier/reward.txt is discarded, the verifier gets a fresh /logs."""
+    task_dir = _copy_task(tmp_path)
+    (task_dir / "tests" / "test.sh").write_text(
+        '#!/bin/bash\nset -e\n[ "$(cat /app/count.txt)" = 21 ]\necho 1 > /logs/verifier/reward.txt\n'
+    )
+    (result,) = check_path(str(task_dir))
+    assert result.ok, result.problems
