@@ -291,8 +291,8 @@ def test_check_passes_a_sound_task() -> None:
         ("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n", "noop"),
         # runs whatever test script the workspace holds
         ("#!/bin/bash\nif [ -x /app/tests/test.sh ]; then /app/tests/test.sh; else echo 0 > /logs/verifier/reward.txt; fi\n", "rewrite-tests"),
-        # only checks that no line says ERROR: an empty workspace passes
-        ("#!/bin/bash\nif grep -q ERROR /app/poem.txt 2>/dev/null; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n", "empty-workdir"),
+        # only checks that the original text is gone: an emptied workspace passes
+        ("#!/bin/bash\nif grep -q fog /app/poem.txt 2>/dev/null; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n", "empty-workdir"),
     ],
 )  # fmt: skip
 def test_check_reports_a_verifier_an_agent_can_satisfy_without_solving(
