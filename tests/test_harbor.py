@@ -375,3 +375,18 @@ def test_the_agents_logs_are_not_what_the_verifier_writes_into(tmp_path: Path) -
     )
     (result,) = check_path(str(task_dir))
     assert result.ok, result.problems
+
+
+def test_envgym_eval_runs_a_harbor_dataset(tmp_path: Path) -> None:
+    """``envgym eval harbor:PATH`` goes through make: the random agent's episodes are graded by
+    the tasks' own verifiers and stored under the descriptor bundle's task ids."""
+    from envgym.evaluate import EvalConfig, evaluate
+    from envgym.store import Store
+
+    register_envs()
+    run = evaluate(f"harbor:{DATASET}", "random", EvalConfig(k=1, limit=2, concurrency=1),
+                   store=Store(f"sqlite:///{tmp_path / 'eval.db'}"))  # fmt: skip
+    assert run.ran == 2 and len(run.episodes) == 2
+    assert {e.task_id for e in run.episodes} == {t.id for t in load_tasks(DATASET)[:2]}
+    assert all(e.reward == 0.0 for e in run.episodes)  # a random agent does not count words
+    assert all(e.report["task_id"] == e.task_id and "reason" in e.report for e in run.episodes)
