@@ -134,8 +134,8 @@ class TaskRuntime:
             output_bytes=self.output_bytes,
         )
 
-    def env(self, extra: Mapping[str, str] = ()) -> dict[str, str]:  # type: ignore[assignment]
-        return {"HOME": "/tmp", **dict(self.plan.env), **dict(self.task.env), **dict(extra)}
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {"HOME": "/tmp", **dict(self.plan.env), **dict(self.task.env), **dict(extra or {})}
 
     # -- the build ---------------------------------------------------------------------------
     def build(self) -> None:
