@@ -390,3 +390,39 @@ def test_envgym_eval_runs_a_harbor_dataset(tmp_path: Path) -> None:
     assert {e.task_id for e in run.episodes} == {t.id for t in load_tasks(DATASET)[:2]}
     assert all(e.reward == 0.0 for e in run.episodes)  # a random agent does not count words
     assert all(e.report["task_id"] == e.task_id and "reason" in e.report for e in run.episodes)
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "message"),
+    [
+        ("FROM python:3.12-slim\nWORKDIR /app\nRUN pip install --no-cache-dir requests\n", "line 3 .*failed in the jail"),
+        ("FROM ubuntu:24.04\nWORKDIR /app\nCOPY missing.txt /app/\n", "COPY source 'missing.txt' is not in environment/"),
+    ],
+)  # fmt: skip
+def test_a_build_the_rootfs_cannot_do_fails_at_reset_naming_the_line(
+    tmp_path: Path, dockerfile: str, message: str
+) -> None:
+    task_dir = _copy_task(tmp_path)
+    (task_dir / "environment" / "Dockerfile").write_text(dockerfile)
+    env = HarborEnv(task_dir)
+    try:
+        with pytest.raises(RuntimeError, match=message):
+            env.reset()
+    finally:
+        env.close()
+
+
+def test_build_run_lines_shape_the_pristine_tree_once() -> None:
+    env = HarborEnv(DATASET / "rename-jpeg")
+    try:
+        env.reset()
+        obs, *_ = env.step(_call("bash", {"command": "ls photos | tr '\\n' ' '"}))
+        assert obs["messages"][-1]["content"].startswith(
+            "beach.jpeg city.jpeg dog.jpeg logo.png notes.txt sunset.jpeg"
+        )
+        env.step(_call("bash", {"command": "rm -rf photos"}))
+        env.reset()  # the next episode starts from the built tree again
+        obs, *_ = env.step(_call("bash", {"command": "ls photos | wc -l"}))
+        assert obs["messages"][-1]["content"].startswith("6\n")
+    finally:
+        env.close()
