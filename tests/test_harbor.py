@@ -426,3 +426,16 @@ def test_build_run_lines_shape_the_pristine_tree_once() -> None:
         assert obs["messages"][-1]["content"].startswith("6\n")
     finally:
         env.close()
+
+
+def test_the_verifier_does_not_run_python_code_the_agent_planted_in_its_home(
+    tmp_path: Path,
+) -> None:
+    """The agent's HOME (/tmp) survives into grading; a usercustomize.py there must not run in
+    the verifier's python3 (a fresh HOME, no user site)."""
+    task_dir = _copy_task(tmp_path)
+    (task_dir / "tests" / "test.sh").write_text(
+        "#!/bin/bash\npython3 -c pass\n[ -f /logs/verifier/reward.txt ] || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    (result,) = check_path(str(task_dir))
+    assert {p.name: p.reward for p in result.probes}["python-usercustomize"] == 0.0

@@ -33,6 +33,10 @@ __all__ = ["Episode", "GradeResult", "TaskRuntime", "parse_reward"]
 
 REWARD_FILE = "verifier/reward.txt"
 ALTERNATIVES = Path("/etc/alternatives")
+# The verifier's HOME is a fresh directory and Python's per-user site is off: the agent's HOME
+# (/tmp) survives into grading, and a usercustomize.py planted there would run inside every
+# python3 the verifier starts.
+VERIFIER_HOME = {"HOME": "/logs/home", "PYTHONNOUSERSITE": "1"}
 MAX_REWARD_BYTES = 4096
 _DEFAULT_DOCKERFILE = "FROM ubuntu:24.04\nWORKDIR /app\n"
 
@@ -233,10 +237,11 @@ class TaskRuntime:
         logs = grade_dir / "logs"
         (logs / "verifier").mkdir(parents=True)
         (logs / "agent").mkdir()
+        (logs / "home").mkdir()
         result = self.run(episode, "chmod +x /tests/test.sh 2>/dev/null; /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1",
                           timeout_s=self.task.limits.verifier_timeout_s, logs=logs,
                           extra_mounts=(Mount(grade_dir / "tests", "/tests", writable=True),),
-                          env=self.task.verifier_env)  # fmt: skip
+                          env={**VERIFIER_HOME, **self.task.verifier_env})  # fmt: skip
         output = ""
         try:
             output = read_regular(logs, "verifier/test-stdout.txt", max_bytes=1 << 20).decode(
