@@ -439,3 +439,16 @@ def test_the_verifier_does_not_run_python_code_the_agent_planted_in_its_home(
     )
     (result,) = check_path(str(task_dir))
     assert {p.name: p.reward for p in result.probes}["python-usercustomize"] == 0.0
+
+
+def test_a_longer_caller_budget_does_not_lift_the_tasks_agent_timeout(tmp_path: Path) -> None:
+    task_dir = _copy_task(tmp_path)
+    toml = (task_dir / "task.toml").read_text().replace("timeout_sec = 300.0", "timeout_sec = 1.0")
+    (task_dir / "task.toml").write_text(toml)
+    env = HarborEnv(task_dir, time_budget_s=600.0)  # what `envgym eval` passes every env
+    try:
+        env.reset()
+        *_, truncated, info = env.step(_call("bash", {"command": "sleep 3"}))
+        assert truncated and info["truncated_by"] == "time_budget"
+    finally:
+        env.close()

@@ -4,7 +4,7 @@
 a fresh copy of the task's built directories (``runtime.TaskRuntime``), the instruction as the
 user message, the tools of agent_tools.py (bash, read_file, write_file, submit), each call a
 fresh jail.  It ends at ``submit`` (terminated) or when a budget runs out (truncated; the agent
-timeout of task.toml is the wall-clock budget unless ``time_budget_s`` is given); either way
+timeout of task.toml is the wall-clock budget, or ``time_budget_s`` when shorter); either way
 the verifier runs: a fresh copy of ``tests/`` at ``/tests`` over the final directories, a fresh
 ``/logs``, and the reward is the strictly parsed ``/logs/verifier/reward.txt``.
 
@@ -67,9 +67,6 @@ class HarborEnv(CallByCall, Env):
             tasks = load_tasks(path)
         self.tasks = list(tasks)
         self._by_id = {t.id: t for t in self.tasks}
-        self._explicit_time = "time_budget_s" in budget_overrides or (
-            budgets is not None and budgets.time_budget_s is not None
-        )
         self.budgets = budgets_with(budgets or EnvBudgets(max_turns=100, max_tool_calls=200), budget_overrides,
                                     env_cls=type(self))  # fmt: skip
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
@@ -154,9 +151,14 @@ class HarborEnv(CallByCall, Env):
 
     # -- the step's hooks (envgym/step.py; _read and _answer_turn: CallByCall) -------------
     def _time_budget(self) -> float | None:
-        if self._explicit_time:
-            return self.budgets.time_budget_s
-        return self.task.limits.agent_timeout_s
+        """The episode's wall clock: task.toml's agent timeout, or the caller's budget when that
+        is shorter (``envgym eval --max-seconds``); the task's limit is never lifted."""
+        limits = [
+            t
+            for t in (self.budgets.time_budget_s, self.task.limits.agent_timeout_s)
+            if t is not None
+        ]
+        return min(limits) if limits else None
 
     def _answer(self, call: ToolCall, submitted: bool) -> tuple[str, bool | None]:
         assert self.tools is not None
@@ -186,9 +188,7 @@ class HarborEnv(CallByCall, Env):
         return None
 
     def _budget_outcome(self) -> Outcome:
-        budgets = self.budgets
-        if not self._explicit_time and self.task.limits.agent_timeout_s is not None:
-            budgets = replace(budgets, time_budget_s=self.task.limits.agent_timeout_s)
+        budgets = replace(self.budgets, time_budget_s=self._time_budget())
         return budgets.outcome(turns=self.episode.turns, tool_calls=self.episode.tool_calls, started=self.episode.started,
                                prompt_tokens=lambda: self._budget_counter.count(self.view.rendered, self._schemas()))  # fmt: skip
 
