@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,8 +201,12 @@ class TaskRuntime:
     def new_episode(self) -> Episode:
         self.build()
         self._episodes += 1
-        for old in self.dir.glob("ep*"):
-            shutil.rmtree(old, ignore_errors=True)
+        for old in self.dir.glob("ep*"):  # the last episode's tree: removed off the reset path
+            trash = old.with_name(f".trash-{old.name}")
+            old.rename(trash)
+            threading.Thread(
+                target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True}, daemon=True
+            ).start()
         episode = Episode(self.dir / f"ep{self._episodes}", self.plan)
         shutil.copytree(self.dir / "pristine" / "roots", episode.roots, symlinks=True)
         (episode.dir / "tmp").mkdir()
