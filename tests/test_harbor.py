@@ -452,3 +452,13 @@ def test_a_longer_caller_budget_does_not_lift_the_tasks_agent_timeout(tmp_path: 
         assert truncated and info["truncated_by"] == "time_budget"
     finally:
         env.close()
+
+
+def test_the_harbor_family_is_declared_as_an_entry_point() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert (
+        pyproject["project"]["entry-points"]["envgym.envs"]["harbor"]
+        == "envs.harbor.registration:register_envs"
+    )
