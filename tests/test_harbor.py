@@ -462,3 +462,22 @@ def test_the_harbor_family_is_declared_as_an_entry_point() -> None:
         pyproject["project"]["entry-points"]["envgym.envs"]["harbor"]
         == "envs.harbor.registration:register_envs"
     )
+
+
+def test_the_build_timeout_of_task_toml_bounds_the_run_lines(tmp_path: Path) -> None:
+    task_dir = _copy_task(tmp_path)
+    toml = (
+        (task_dir / "task.toml")
+        .read_text()
+        .replace("build_timeout_sec = 120.0", "build_timeout_sec = 1.0")
+    )
+    (task_dir / "task.toml").write_text(toml)
+    (task_dir / "environment" / "Dockerfile").write_text(
+        "FROM ubuntu:24.04\nWORKDIR /app\nRUN sleep 5\n"
+    )
+    env = HarborEnv(task_dir)
+    try:
+        with pytest.raises(RuntimeError, match="build_timeout_sec = 1 s"):
+            env.reset()
+    finally:
+        env.close()

@@ -163,6 +163,11 @@ class TaskRuntime:
                 result = run_command(["bash", "-c", step.command], mounts=pristine.mounts(), workdir=step.cwd,
                                      env={"HOME": "/tmp", **dict(step.env)}, limits=self.limits(budget))  # fmt: skip
                 budget -= result.duration_s
+                if result.timed_out or (budget <= 0 and step is not self.plan.steps[-1]):
+                    raise RuntimeError(
+                        f"{self.task.id}: the build ran over [environment] build_timeout_sec = "
+                        f"{self.task.limits.build_timeout_s:g} s (at Dockerfile line {step.line})"
+                    )
                 if not result.ok:
                     raise RuntimeError(
                         f"{self.task.id}: Dockerfile line {step.line} (RUN {step.command[:200]!r}) failed "
