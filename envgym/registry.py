@@ -68,6 +68,7 @@ class CheckHandler:
 
 _registry: dict[str, EnvSpec] = {}
 _checks: dict[str, CheckHandler] = {}
+_schemes: dict[str, Callable[[str], EnvSpec]] = {}
 _discovered = False
 
 
@@ -147,6 +148,12 @@ def register_check(
     return handler
 
 
+def register_scheme(scheme: str, resolve: Callable[[str], EnvSpec]) -> None:
+    """Targets spelled ``SCHEME:REST`` (``harbor:PATH``) resolve to ``resolve(REST)``: a family
+    whose environments are named by a user's path rather than a registered id."""
+    _schemes[scheme] = resolve
+
+
 def check_handler(target: str) -> CheckHandler | None:
     """The registered family check that claims ``target``, or None (then it is a bundle)."""
     discover()
@@ -195,6 +202,9 @@ def spec(env_id: str) -> EnvSpec:
     discover()
     if env_id in _registry:
         return _registry[env_id]
+    scheme, colon, rest = env_id.partition(":")
+    if colon and scheme in _schemes:
+        return _schemes[scheme](rest)
     if "/" in env_id:  # a benchmark's "family/domain" spelling (tau2/airline → tau2-airline)
         env_id = env_id.replace("/", "-")
         if env_id in _registry:

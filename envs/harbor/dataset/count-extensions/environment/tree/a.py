@@ -1,0 +1,1 @@
+# a.py: sample data for count-extensions

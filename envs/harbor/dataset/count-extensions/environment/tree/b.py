@@ -1,0 +1,1 @@
+# b.py: sample data for count-extensions

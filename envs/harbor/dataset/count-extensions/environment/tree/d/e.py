@@ -1,0 +1,1 @@
+# e.py: sample data for count-extensions

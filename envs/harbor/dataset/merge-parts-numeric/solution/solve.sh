@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cd /app/parts && cat $(ls part*.txt | sort -V) > /app/merged.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cd /app && sha256sum payload.bin > payload.sha256

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+tr '\t' ',' < /app/table.tsv > /app/table.csv
