@@ -253,6 +253,9 @@ class TrainBatch:
     ref_logp: Tensor | None  # [B, T] or None
     versions: Tensor  # [B] int64
     trajectory: Tensor  # [B] int64: rows with one id are segments of one episode
+    # True: the policy runs the rows' real tokens packed into one row (trainer/packing.py); the
+    # tensors here stay [B, T] either way
+    packed: bool = False
 
     @property
     def tokens(self) -> int:
@@ -266,8 +269,11 @@ def collate(
     unknown_kept: Literal["raise", "full"] = "raise",
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
+    packed: bool = False,
 ) -> TrainBatch:
     """Pad ``samples`` into a :class:`TrainBatch` (shifted inputs/targets; see the class).
+
+    ``packed``: the policy's forward packs the rows padding-free (:attr:`TrainBatch.packed`).
 
     ``device``: where the tensors go, the device of the model they feed (None: the CPU).  They
     are assembled on the CPU and each copied there once, so a microbatch costs one transfer per
@@ -314,6 +320,7 @@ def collate(
         ref_logp=_padded([s.ref_logp for s in samples], T, dtype, device),
         versions=torch.tensor([s.policy_version for s in samples], dtype=torch.int64),
         trajectory=torch.tensor(trajectory_ids(samples), dtype=torch.int64),
+        packed=packed,
     )
     return batch if device is None else batch_to(batch, device)
 
@@ -378,10 +385,14 @@ def _padded(
 
 
 def balanced_microbatches(
-    lengths: Sequence[int], max_tokens: int, together: Sequence[int] | None = None
+    lengths: Sequence[int],
+    max_tokens: int,
+    together: Sequence[int] | None = None,
+    *,
+    packed: bool = False,
 ) -> list[list[int]]:
-    """Split rows into the fewest microbatches whose padded size (rows × longest row) is at
-    most ``max_tokens``, balancing token sums across them (longest unit first, onto the bin
+    """Split rows into the fewest microbatches whose padded size (rows × longest row; with
+    ``packed``, the sum of the rows: a packed forward runs no padding) is at most ``max_tokens``, balancing token sums across them (longest unit first, onto the bin
     with the fewest tokens).  A unit is a row, or with ``together`` (a key per row) the rows
     sharing a key: the segments of one episode, which the loss needs in one pass (its sequence
     statistics run over the whole trajectory).  A unit over ``max_tokens`` gets a microbatch of
@@ -411,7 +422,8 @@ def balanced_microbatches(
             units_in[j] += 1
             sums[j] += size[u]
         fits = all(
-            units_in[j] == 1 or len(b) * max(lengths[i] for i in b) <= max_tokens
+            units_in[j] == 1
+            or (sums[j] if packed else len(b) * max(lengths[i] for i in b)) <= max_tokens
             for j, b in enumerate(bins)
             if b
         )
