@@ -47,7 +47,9 @@ def _samples(shared: int) -> list[Sample]:
     out = []
     for i, n in enumerate([9, 3, 17, 5, 12, 8]):
         ids = head + [rng.randrange(3, 500) for _ in range(n)]
-        out.append(_sample(ids, adv=(-1.0) ** i * (0.5 + i / 10), episode=i, first_trained=shared + 1))
+        out.append(
+            _sample(ids, adv=(-1.0) ** i * (0.5 + i / 10), episode=i, first_trained=shared + 1)
+        )
     return out
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -348,8 +348,11 @@ def trajectories(samples: Sequence[Sample]) -> list[list[int]]:
 
 def batch_to(batch: TrainBatch, device: torch.device | str) -> TrainBatch:
     """``batch`` with every tensor on ``device`` (tensors already there are not copied)."""
-    moved = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    return TrainBatch(**{k: v.to(device) if isinstance(v, Tensor) else v for k, v in moved.items()})
+    moved: dict[str, Any] = {}
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        moved[f.name] = value.to(device) if isinstance(value, Tensor) else value
+    return TrainBatch(**moved)
 
 
 def _routes(samples: Sequence[Sample], T: int) -> Tensor | None:

@@ -145,7 +145,8 @@ def apply_lora(model: nn.Module, config: LoRAConfig | None) -> list[str]:
         return []
     if lora_layers(model):
         raise ValueError(f"{type(model).__name__} already has LoRA adapters")
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
     wanted = set(config.target_modules)
     found: dict[str, list[tuple[str, nn.Module]]] = {t: [] for t in wanted}
     linear_names: set[str] = set()
@@ -181,10 +182,12 @@ def apply_lora(model: nn.Module, config: LoRAConfig | None) -> list[str]:
         setattr(parent, leaf, LoRALinear(getattr(parent, leaf), config))
     # Gradient checkpointing recomputes blocks from inputs that, with the embeddings frozen, do
     # not require grad: the reentrant variant then drops every gradient.  HF's hook fixes that.
-    if getattr(model, "is_gradient_checkpointing", False) and hasattr(
-        model, "enable_input_require_grads"
-    ):
-        model.enable_input_require_grads()
+    checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers ≥ 5.2x
+    if checkpointing is None:
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    enable = getattr(model, "enable_input_require_grads", None)
+    if checkpointing and callable(enable):
+        enable()
     return wrapped
 
 
