@@ -95,7 +95,8 @@ def test_adapters_train_under_gradient_checkpointing() -> None:
     """With the embeddings frozen, checkpointed blocks see inputs that need no gradient; the
     input hook apply_lora installs keeps the adapters' gradients flowing."""
     model = tiny_model().double()
-    model.gradient_checkpointing_enable()
+    # The reentrant variant is the one that drops them (transformers' default is not).
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     model.train()
     apply_lora(model, LoRAConfig(rank=2, target_modules=["q_proj"]))
     with torch.no_grad():
