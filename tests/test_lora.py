@@ -93,9 +93,9 @@ def test_merged_weights_compute_what_the_adapted_model_computes(tmp_path: Path) 
 
 def test_adapters_train_under_gradient_checkpointing() -> None:
     """With the embeddings frozen, checkpointed blocks see inputs that need no gradient; the
-    input hook apply_lora installs keeps the adapters' gradients flowing."""
+    input hook transformers installs when checkpointing is enabled keeps the adapters' gradients
+    flowing (the reentrant variant would otherwise drop them)."""
     model = tiny_model().double()
-    # The reentrant variant is the one that drops them (transformers' default is not).
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     model.train()
     apply_lora(model, LoRAConfig(rank=2, target_modules=["q_proj"]))

@@ -180,14 +180,6 @@ def apply_lora(model: nn.Module, config: LoRAConfig | None) -> list[str]:
     for name in wrapped:
         parent, leaf = _parent(model, name)
         setattr(parent, leaf, LoRALinear(getattr(parent, leaf), config))
-    # Gradient checkpointing recomputes blocks from inputs that, with the embeddings frozen, do
-    # not require grad: the reentrant variant then drops every gradient.  HF's hook fixes that.
-    checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers ≥ 5.2x
-    if checkpointing is None:
-        checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    enable = getattr(model, "enable_input_require_grads", None)
-    if checkpointing and callable(enable):
-        enable()
     return wrapped
 
 
