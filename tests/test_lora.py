@@ -7,13 +7,16 @@ compared); the GRPO runs use its real parity bundle env.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from test_train_loop import parity_bundle, tiny_model, train_config
+from test_train_weight_sync import _Recorder, _served, server  # noqa: F401 - server: a fixture
 
 from envgym.embedded import load_tokenizer
 from trainer.config import ConfigError, config_from_dict
@@ -30,6 +33,7 @@ from trainer.lora import (
     merged_state_dict,
     merged_view,
 )
+from trainer.weight_sync import sync_weights
 
 IDS = torch.tensor([[5, 17, 300, 42, 9, 1000, 7, 8]])
 
@@ -153,6 +157,34 @@ def test_targets_the_model_cannot_take_are_refused_by_name() -> None:
     assert apply_lora(untouched, None) == [] and all(
         p.requires_grad for p in untouched.parameters()
     )
+
+
+def test_a_vllm_engine_gets_the_merged_weights(tmp_path: Path, server: Any) -> None:  # noqa: F811
+    """vLLM sync of a LoRA policy: the reload folder holds the merged model (the base's keys,
+    no adapter tensors) and the sync probe compares the server with the adapted forward."""
+    from envgym.models.vllm_server import VLLMPolicy
+
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm", "model.vllm_url": url})
+    model = tiny_model()
+    apply_lora(model, LoRAConfig(rank=4, alpha=8.0))
+    with torch.no_grad():
+        for _, layer in lora_layers(model):
+            layer.lora_B.normal_(std=0.05)
+    _Recorder.missing = frozenset()
+    _Recorder.prompt_logprobs = _served(merged_copy(model), 0.0)  # a server that took them
+    engine = VLLMPolicy(url, "m", tokenizer=load_tokenizer())
+    try:
+        asyncio.run(sync_weights(engine, model, 1, config))
+    finally:
+        asyncio.run(engine.aclose())
+    assert engine.version == 1
+    saved = load_file(tmp_path / "ck" / "engine-weights" / "model.safetensors")
+    assert not [k for k in saved if "lora" in k]
+    up = model.get_submodule("model.layers.0.mlp.up_proj")
+    assert torch.equal(saved["model.layers.0.mlp.up_proj.weight"], up.merged_weight())
+    assert not torch.equal(up.merged_weight(), up.weight)
+    assert len(lora_layers(model)) == 14  # the adapters are back after the save
 
 
 def _config(tmp: Path, bundle: Path, name: str, **overrides: Any) -> Any:
