@@ -190,3 +190,32 @@ def test_padding_report_on_a_realistic_batch() -> None:
         padding_report([5, 3], 100, prefix=3)
     with pytest.raises(ValueError, match="at least one"):
         padding_report([], 100)
+
+
+def test_packed_moe_rows_replay_their_own_routes() -> None:
+    """Keep routing with packing: each record's recorded (here: swapped) experts are replayed
+    at its own positions of the packed row, as in the padded batch."""
+    from test_train_policy import _mixtral
+    from test_train_policy import _sample as routed_sample
+
+    from trainer.routing import capture_routes
+
+    model = _mixtral()
+    samples = []
+    for ids in ([5, 6, 7, 8, 9, 10, 11], [20, 21, 22, 23], [30, 31, 32, 33, 34, 35]):
+        with torch.no_grad():
+            own = capture_routes(model, torch.tensor([ids[:-1]]))[0]
+        other = (own + 1) % 4  # experts the router would not pick: replay must show
+        routes = torch.cat([other, torch.full((1, *own.shape[1:]), -1)])
+        samples.append(
+            routed_sample(ids, [0, 0] + [1] * (len(ids) - 2), [None] * len(ids), routes=routes)
+        )
+    policy = TrainablePolicy(model)
+    with torch.no_grad():
+        padded, _ = policy.logprobs(collate(samples), temperature=1.0)
+        packed, _ = policy.logprobs(collate(samples, packed=True), temperature=1.0)
+        live, _ = TrainablePolicy(model, keep_routing=False).logprobs(
+            collate(samples, packed=True), temperature=1.0
+        )
+    assert torch.allclose(packed, padded, atol=1e-5, rtol=0)
+    assert not torch.allclose(live, padded, atol=1e-3)
