@@ -2,7 +2,8 @@
 adapters-only checkpoints that resume exactly, and clear errors for bad configs.
 
 The models are the tiny random Llama of tests/test_train_loop.py (float64 where a value is
-compared); the GRPO runs use its real parity bundle env.
+compared); the GRPO runs use its real parity bundle env, with ``packing: true`` so the loop runs
+both features together.
 """
 
 from __future__ import annotations
@@ -198,6 +199,7 @@ def _config(tmp: Path, bundle: Path, name: str, **overrides: Any) -> Any:
                 "target_modules": ["q_proj", "v_proj", "up_proj"],
             },
             "optimizer.lr": 1e-2,  # adapters take a larger rate than full fine-tuning
+            "packing": True,  # the loop with both: packed microbatches through the adapted model
             "metrics.plot": False,
             "metrics.tensorboard": False,
             "checkpoint.keep": 3,
