@@ -29,6 +29,8 @@ from trainer.lora import (
     adapter_dropout,
     adapter_names,
     apply_lora,
+    checkpoint_state,
+    load_checkpoint_state,
     lora_layers,
     merged_copy,
     merged_state_dict,
@@ -262,3 +264,22 @@ def test_a_lora_grpo_run_trains_only_adapters_and_resumes_exactly(
     )
     with pytest.raises(ValueError, match="holds LoRA adapters but the model has none"):
         plain.maybe_resume()
+
+
+def test_adapter_checkpoints_refuse_another_adapter_layout() -> None:
+    def adapted(targets: list[str], rank: int = 2) -> Any:
+        model = tiny_model()
+        apply_lora(model, LoRAConfig(rank=rank, target_modules=targets))
+        return model
+
+    state = checkpoint_state(adapted(["q_proj"]))
+    assert set(state) == {FINGERPRINT_KEY} | {
+        f"model.layers.{i}.self_attn.q_proj.lora_{m}" for i in (0, 1) for m in "AB"
+    }
+    load_checkpoint_state(adapted(["q_proj"]), state)  # the same layout loads
+    with pytest.raises(ValueError, match="another model.lora.target_modules"):
+        load_checkpoint_state(adapted(["v_proj"]), state)
+    with pytest.raises(ValueError, match="another model.lora.rank"):
+        load_checkpoint_state(adapted(["q_proj"], rank=3), state)
+    with pytest.raises(ValueError, match="holds a full model but this model has LoRA"):
+        load_checkpoint_state(adapted(["q_proj"]), tiny_model().state_dict())
