@@ -210,7 +210,6 @@ def _config(tmp: Path, bundle: Path, name: str, **overrides: Any) -> Any:
     )
 
 
-@pytest.mark.heavy
 @pytest.mark.timeout(600)
 def test_a_lora_grpo_run_trains_only_adapters_and_resumes_exactly(
     tmp_path: Path, tokenizer: Any
