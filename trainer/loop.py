@@ -101,12 +101,17 @@ def _run_config(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
     ``model.device`` and ``model.allow_moe_without_keep_routing`` (a consent, computing
     nothing), with ``overlong_scope`` as the scope it resolves to, left out when that is
     ``turn`` — what every run did before the key existed, so their checkpoints resume; the
-    same for the loss options of :data:`_LOSS_DEFAULTS` at their defaults."""
+    same for the loss options of :data:`_LOSS_DEFAULTS` at their defaults, ``model.lora`` when
+    off and ``packing`` when false."""
     data = config.to_dict() if isinstance(config, TrainConfig) else copy.deepcopy(config)
     data.pop("steps", None)
     if isinstance(data.get("model"), dict):
         data["model"].pop("device", None)
         data["model"].pop("allow_moe_without_keep_routing", None)
+        if data["model"].get("lora", "absent") is None:  # added later: off, as if absent
+            del data["model"]["lora"]
+    if data.get("packing") is False:  # added later: off (the update is the same), as if absent
+        del data["packing"]
     loss = data.get("loss")
     if isinstance(loss, dict):  # options added later: at their defaults, as if absent
         for key, default in _LOSS_DEFAULTS.items():
