@@ -15,10 +15,12 @@ as :class:`PolicyError`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from envgym.models.http_client import BadReply, HttpClient, RateLimit, RetryPolicy
-from envgym.policy import SamplingParams, Turn, Usage
+from envgym.parsers import ToolCallParser, available_parsers, format_message, get_parser
+from envgym.policy import PolicyError, SamplingParams, Turn, Usage
 
 FINISH = {
     "stop": "stop",
@@ -36,6 +38,11 @@ class OpenAIPolicy:
         model: the ``model`` field of requests.
         send_reasoning: send earlier turns' ``reasoning_content`` back (some APIs reject it).
         extra_body: more request fields (``{"top_k": 20}``, vLLM's ``return_token_ids``...).
+        tools_in_prompt: True: the tools are in the system prompt as text (the env's
+            ``native_tools=False``) — no ``tools`` are sent, earlier tool calls are written
+            back as text in the parser's format, and the reply is returned as raw text for the
+            env's parser.  None (default): True exactly when the first message is a system
+            prompt holding a known parser's rendering of the turn's tools.
     """
 
     def __init__(
@@ -50,6 +57,7 @@ class OpenAIPolicy:
         send_reasoning: bool = False,
         extra_body: Mapping[str, Any] | None = None,
         version: int = 0,
+        tools_in_prompt: bool | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
@@ -59,6 +67,7 @@ class OpenAIPolicy:
         self.send_reasoning = send_reasoning
         self.extra_body = dict(extra_body or {})
         self.client = HttpClient(base_url, api_key=api_key, retry=retry, limit=limit)
+        self.tools_in_prompt = tools_in_prompt
 
     async def act(
         self,
@@ -67,15 +76,16 @@ class OpenAIPolicy:
         tools: list[dict[str, Any]],
         params: SamplingParams,
     ) -> Turn:
+        parser = self._prompt_parser(messages, tools)
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [self._outgoing(m) for m in messages],
+            "messages": [self._outgoing(m, parser) for m in messages],
             "temperature": params.temperature,
             "top_p": params.top_p,
             "max_tokens": params.max_tokens,
             "logprobs": True,
         }
-        if tools:
+        if tools and parser is None:
             body["tools"] = list(tools)
         if params.top_k:
             body["top_k"] = params.top_k  # not OpenAI's; vLLM and llama.cpp read it
@@ -84,10 +94,42 @@ class OpenAIPolicy:
         if params.stop:
             body["stop"] = list(params.stop)
         body.update(self.extra_body)
-        return await self.client.post_json("/chat/completions", body, _read_chat)
+        turn = await self.client.post_json("/chat/completions", body, _read_chat)
+        if parser is not None and turn.message is not None:
+            # the model wrote its calls as text: the env's parser reads them (whatever the server
+            # split off as reasoning or calls is written back in the parser's format)
+            turn = replace(turn, text=format_message(parser, turn.message), message=None)
+        return turn
 
-    def _outgoing(self, message: Mapping[str, Any]) -> dict[str, Any]:
+    def _prompt_parser(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ToolCallParser | None:
+        """The parser whose tool text the system prompt holds (tools-in-prompt mode), or None
+        when the tools go natively."""
+        if self.tools_in_prompt is False or not tools:
+            return None
+        first = messages[0] if messages else {}
+        system = first.get("content") if first.get("role") == "system" else None
+        for name in available_parsers():
+            parser = get_parser(name)
+            if isinstance(system, str) and parser.render_tools(tools) in system:
+                return parser
+        if self.tools_in_prompt:
+            raise PolicyError(
+                "tools_in_prompt is set but the system prompt does not describe the tools "
+                "(build the env with native_tools=False)"
+            )
+        return None
+
+    def _outgoing(
+        self, message: Mapping[str, Any], parser: ToolCallParser | None = None
+    ) -> dict[str, Any]:
         out = dict(message)
+        if parser is not None and out.get("role") == "assistant":
+            # no native tools were declared, so no native tool calls may be sent back either
+            out["content"] = format_message(parser, out)
+            out.pop("tool_calls", None)
+            out.pop("reasoning_content", None)
         if not self.send_reasoning:
             out.pop("reasoning_content", None)
         return out
