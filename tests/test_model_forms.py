@@ -187,7 +187,9 @@ def test_eval_cli_on_a_template_that_drops_tools_puts_them_in_the_prompt(
     fake_server: tuple[FakeVLLM, str], tmp_path: Path
 ) -> None:
     fake, url = fake_server
-    done = cli("eval", "trip-planning-v0", "--model", url, "--db", f"sqlite:///{tmp_path}/e.db", *EVAL)
+    done = cli(
+        "eval", "trip-planning-v0", "--model", url, "--db", f"sqlite:///{tmp_path}/e.db", *EVAL
+    )
     assert done.returncode == 0, done.stderr
     view = json.loads(done.stdout)["tools_view"]
     assert view["view"] == "prompt" and view["native_tools"] is False
@@ -204,7 +206,13 @@ def test_eval_cli_on_a_template_that_renders_tools_sends_them_natively(
 ) -> None:
     fake, url = fake_server
     done = cli(
-        "eval", "trip-planning-v0", "--model", f"{url}#fake", "--db", f"sqlite:///{tmp_path}/e.db", *EVAL
+        "eval",
+        "trip-planning-v0",
+        "--model",
+        f"{url}#fake",
+        "--db",
+        f"sqlite:///{tmp_path}/e.db",
+        *EVAL,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tools_view"]["view"] == "native"
@@ -220,7 +228,9 @@ def test_eval_cli_on_a_template_that_renders_tools_sends_them_natively(
     assert "tools" not in _sent(fake, "/v1/chat/completions")[-1]
 
 
-def test_eval_cli_takes_the_token_in_form(fake_server: tuple[FakeVLLM, str], tmp_path: Path) -> None:
+def test_eval_cli_takes_the_token_in_form(
+    fake_server: tuple[FakeVLLM, str], tmp_path: Path
+) -> None:
     fake, url = fake_server
     done = cli(
         "eval", "trip-planning-v0", "--model", f"vllm+{url}", "--db", f"sqlite:///{tmp_path}/e.db",
