@@ -113,7 +113,7 @@ def serve_command(
     except ParserChoiceError as exc:
         fail(str(exc))
     where = vllm_venv(venv)
-    extra = ("--enable-auto-tool-choice", "--tool-call-parser", parser)
+    extra: tuple[str, ...] = ("--enable-auto-tool-choice", "--tool-call-parser", parser)
     if is_vllm_cpu(where):
         extra += cpu_args(max_model_len)
     server = VLLMServer(
