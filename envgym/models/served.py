@@ -63,8 +63,8 @@ def model_entries(url: str, api_key: str | None = None) -> list[dict[str, Any]]:
         data = get_json(f"{url.rstrip('/')}/models", api_key=api_key)
     except ServerReplyError as err:
         raise ServerReplyError(
-            f"cannot learn which model {url} serves: cannot list the models ({err}); name it as "
-            "URL#model, e.g. http://127.0.0.1:8000/v1#smollm2"
+            f"cannot learn which model {url} serves (cannot list the models: {err}); name it "
+            "as URL#model, e.g. http://127.0.0.1:8000/v1#smollm2"
         ) from None
     entries = data.get("data") if isinstance(data, dict) else None
     if not isinstance(entries, list):
