@@ -24,7 +24,7 @@ from local_http import LocalServer
 from envgym.evaluate import ModelSpecError, load_policy, model_ref
 from envgym.models.openai_http import OpenAIPolicy
 from envgym.models.resolve import ModelFormError, open_policy, resolve_model
-from envgym.models.tool_support import forget_checks
+from envgym.models.served import forget_checks
 from envgym.models.vllm_server import VLLMPolicy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,6 +38,7 @@ class FakeVLLM:
         self.root = root
         self.drops = template_drops_tools
         self.requests: list[tuple[str, Any]] = []
+        self.owner = "vllm"
 
 
 def _handler(fake: FakeVLLM) -> type[BaseHTTPRequestHandler]:
@@ -56,7 +57,12 @@ def _handler(fake: FakeVLLM) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             fake.requests.append((self.path, None))
             if self.path == "/v1/models":
-                entry = {"id": "fake", "root": fake.root, "max_model_len": 4096}
+                entry = {
+                    "id": "fake",
+                    "root": fake.root,
+                    "max_model_len": 4096,
+                    "owned_by": fake.owner,
+                }
                 return self._send({"object": "list", "data": [entry]})
             self._send({"error": "not found"}, 404)
 
@@ -163,6 +169,43 @@ def test_server_forms_open_their_backends(fake_server: tuple[FakeVLLM, str]) -> 
     fake.root = "/no/such/folder"
     with pytest.raises(ModelFormError, match="tokenizer on this machine"):
         open_policy(f"vllm+{url}")
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_note", "parameters": {"type": "object"}}}]
+ASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Read the note."}]
+
+
+def test_every_command_s_server_policy_falls_back_when_the_template_drops_tools(
+    fake_server: tuple[FakeVLLM, str],
+) -> None:
+    """Synthesis agents and the filter pass tools natively too: the policy the resolver opens
+    asks a vLLM server once, and writes the tools into the system prompt when they would be
+    dropped."""
+    import asyncio
+
+    from envgym.policy import SamplingParams
+
+    fake, url = fake_server
+
+    async def act() -> Any:
+        policy = open_policy(url)
+        try:
+            return [await policy.act(f"s{i}", ASK, TOOLS, SamplingParams()) for i in range(2)]
+        finally:
+            await policy.aclose()
+
+    turns = asyncio.run(act())
+    chats = _sent(fake, "/v1/chat/completions")
+    assert all("tools" not in c and "get_note" in c["messages"][0]["content"] for c in chats)
+    assert chats[0]["messages"][0]["content"].startswith("Be brief.")
+    assert all(t.message is None and t.text for t in turns)  # text, for the env's parser
+    assert len(_sent(fake, "/tokenize")) == 2  # once, for both turns
+    fake.requests.clear()
+    fake.owner = "someone-else"  # not vLLM: never sent a /tokenize it does not expect
+    forget_checks()
+    asyncio.run(act())
+    assert _sent(fake, "/tokenize") == []
+    assert all(c["tools"] == TOOLS for c in _sent(fake, "/v1/chat/completions"))
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

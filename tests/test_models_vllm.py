@@ -198,7 +198,8 @@ def test_a_template_that_drops_tools_is_seen_and_the_tools_go_in_the_prompt(
     without tools, envgym sees that and writes the tools into the system prompt, and both
     server forms then answer (no HTTP 400, no schemas silently dropped)."""
     from envgym.models.resolve import open_policy, resolve_model
-    from envgym.models.tool_support import PROMPT, decide_tools, forget_checks, server_drops_tools
+    from envgym.models.served import forget_checks, server_drops_tools
+    from envgym.models.tool_support import PROMPT, decide_tools
 
     forget_checks()
     assert server_drops_tools(server.base_url, server.served_name) is True

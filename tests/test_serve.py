@@ -23,16 +23,9 @@ import pytest
 from local_http import LocalServer
 
 from envgym.models.resolve import resolve_model
-from envgym.models.served import MAX_REPLY, ServerReplyError
+from envgym.models.served import MAX_REPLY, ServerReplyError, forget_checks, server_drops_tools
 from envgym.models.tool_call_parsers import ParserChoiceError, choose_parser
-from envgym.models.tool_support import (
-    NATIVE,
-    PROMPT,
-    UNVERIFIED,
-    decide_tools,
-    forget_checks,
-    server_drops_tools,
-)
+from envgym.models.tool_support import NATIVE, PROMPT, UNVERIFIED, decide_tools
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(180)
@@ -58,7 +51,8 @@ def _handler(state: Tokenizer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            self._reply(200, json.dumps({"data": [{"id": "listed"}]}).encode())
+            entry = {"id": "listed", "owned_by": "vllm"}
+            self._reply(200, json.dumps({"data": [entry]}).encode())
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -14,11 +14,13 @@ as :class:`PolicyError`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from envgym.models.http_client import BadReply, HttpClient, RateLimit, RetryPolicy
+from envgym.models.served import vllm_template_drops_tools
 from envgym.parsers import ToolCallParser, available_parsers, format_message, get_parser
 from envgym.policy import PolicyError, SamplingParams, Turn, Usage
 
@@ -43,6 +45,12 @@ class OpenAIPolicy:
             back as text in the parser's format, and the reply is returned as raw text for the
             env's parser.  None (default): True exactly when the first message is a system
             prompt holding a known parser's rendering of the turn's tools.
+        check_template: before the first turn with tools, ask a vLLM server (once per server)
+            whether its chat template drops tools (envgym.models.served); if it does, write the
+            tools into the system prompt in ``parser``'s format and read replies as text, so
+            no command's tools are silently lost.  On for every model opened through
+            ``envgym.models.resolve.open_policy`` (``--model``); off for direct construction.
+        parser: the tool-call format of that fallback (``"hermes"``).
     """
 
     def __init__(
@@ -58,6 +66,8 @@ class OpenAIPolicy:
         extra_body: Mapping[str, Any] | None = None,
         version: int = 0,
         tools_in_prompt: bool | None = None,
+        check_template: bool = False,
+        parser: str = "hermes",
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
@@ -68,6 +78,9 @@ class OpenAIPolicy:
         self.extra_body = dict(extra_body or {})
         self.client = HttpClient(base_url, api_key=api_key, retry=retry, limit=limit)
         self.tools_in_prompt = tools_in_prompt
+        self.check_template = check_template
+        self.fallback_parser = get_parser(parser)
+        self._drops: bool | None = None  # the server's answer, once asked
 
     async def act(
         self,
@@ -77,6 +90,14 @@ class OpenAIPolicy:
         params: SamplingParams,
     ) -> Turn:
         parser = self._prompt_parser(messages, tools)
+        if parser is None and tools and self.tools_in_prompt is None and self.check_template:
+            if self._drops is None:
+                self._drops = await asyncio.to_thread(
+                    vllm_template_drops_tools, self.client.base_url, self.model
+                )
+            if self._drops:
+                parser = self.fallback_parser
+                messages = with_tools_in_system(messages, parser.render_tools(tools))
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [self._outgoing(m, parser) for m in messages],
@@ -139,6 +160,15 @@ class OpenAIPolicy:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def with_tools_in_system(messages: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
+    """``messages`` with ``section`` (the tools as text) at the end of the system prompt, or as
+    a system prompt of its own when there is none."""
+    first = messages[0] if messages else {}
+    if first.get("role") == "system" and isinstance(first.get("content"), str):
+        return [{**first, "content": f"{first['content']}\n\n{section}"}, *messages[1:]]
+    return [{"role": "system", "content": section}, *messages]
 
 
 def _read_chat(data: Any) -> Turn:

@@ -142,6 +142,7 @@ def _open(ref: ResolvedModel, kwargs: dict[str, Any]) -> Policy:
         from envgym.models.served import served_model_name
 
         served = ref.served or served_model_name(ref.url, kwargs.get("api_key"))
+        kwargs.setdefault("check_template", True)  # no command's tools silently dropped
         return OpenAIPolicy(ref.url, served, **kwargs)
     from envgym.models.local import LocalPolicy
 

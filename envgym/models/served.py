@@ -8,6 +8,7 @@ a hostile or broken server cannot make envgym buffer without bound.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,88 @@ def served_tokenizer(url: str, served: str) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
+
+
+# -- does the served chat template render tools? (envgym.models.tool_support) ----------
+
+_NO_TOKENIZE = (404, 405, 501)  # a server without /tokenize: a stable "cannot tell"
+
+_PROBE_MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the weather in Hangzhou?"},
+]
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "envgym_probe_weather",
+            "description": "Look up the weather in a city (envgym tool-rendering probe).",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "the city"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+_checked: dict[tuple[str, str], bool | None] = {}
+_lock = threading.Lock()
+
+
+def server_drops_tools(url: str, served: str, *, timeout: float = 10.0) -> bool | None:
+    """True when the server's chat template renders the same tokens with and without tools,
+    False when the tools change the prompt, None when the server has no ``/tokenize`` (not
+    vLLM).  Asked once per (server, model) in a process; a failing server raises
+    :class:`ServerReplyError`."""
+    key = (url.rstrip("/"), served)
+    with _lock:
+        if key in _checked:
+            return _checked[key]
+    root = key[0].removesuffix("/v1")
+
+    def tokens(tools: list[dict[str, Any]] | None) -> list[int]:
+        body: dict[str, Any] = {
+            "model": served,
+            "messages": _PROBE_MESSAGES,
+            "add_generation_prompt": True,
+        }
+        if tools:
+            body["tools"] = tools
+        data = get_json(f"{root}/tokenize", body=body, timeout=timeout)
+        ids = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            raise ServerReplyError(f"{root}/tokenize sent no 'tokens' list of ints")
+        return ids
+
+    try:
+        without = tokens(None)
+    except ServerReplyError as err:
+        if getattr(err, "status", None) not in _NO_TOKENIZE:
+            raise
+        result: bool | None = None
+    else:
+        result = tokens(_PROBE_TOOLS) == without
+    with _lock:
+        _checked[key] = result
+    return result
+
+
+def forget_checks() -> None:
+    """Forget every server's answer (a test restarts its server on another template)."""
+    with _lock:
+        _checked.clear()
+
+
+def vllm_template_drops_tools(url: str, served: str) -> bool:
+    """True when ``url`` is a vLLM server (its ``/models`` entries are ``owned_by: vllm``) whose
+    chat template drops tools.  Anything else — another kind of server, one that cannot be
+    asked — is False: only vLLM is known to answer ``/tokenize``, and other servers must not be
+    sent requests they do not expect."""
+    try:
+        if not any(e.get("owned_by") == "vllm" for e in model_entries(url)):
+            return False
+        return server_drops_tools(url, served) is True
+    except ServerReplyError:
+        return False

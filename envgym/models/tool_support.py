@@ -16,36 +16,15 @@ printed and recorded (``view``).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from envgym.models.resolve import ResolvedModel
-from envgym.models.served import ServerReplyError, get_json
+from envgym.models.served import server_drops_tools
 
 # What the model saw: the template rendered the schemas it was passed (native), envgym wrote
 # them into the system prompt as text (prompt), or the server was not asked and it is unknown.
 NATIVE, PROMPT, UNVERIFIED = "native", "prompt", "native-unverified"
-_NO_TOKENIZE = (404, 405, 501)  # a server without /tokenize: a stable "cannot tell"
-
-_PROBE_MESSAGES = [
-    {"role": "system", "content": "You are a helpful assistant."},
-    {"role": "user", "content": "What is the weather in Hangzhou?"},
-]
-_PROBE_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "envgym_probe_weather",
-            "description": "Look up the weather in a city (envgym tool-rendering probe).",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "description": "the city"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
 
 
 @dataclass(frozen=True)
@@ -56,54 +35,6 @@ class ToolsDecision:
     native_tools: bool
     view: str
     reason: str
-
-
-_checked: dict[tuple[str, str], bool | None] = {}
-_lock = threading.Lock()
-
-
-def server_drops_tools(url: str, served: str, *, timeout: float = 10.0) -> bool | None:
-    """True when the server's chat template renders the same tokens with and without tools,
-    False when the tools change the prompt, None when the server has no ``/tokenize`` (not
-    vLLM).  Asked once per (server, model) in a process; a failing server raises
-    :class:`ServerReplyError`."""
-    key = (url.rstrip("/"), served)
-    with _lock:
-        if key in _checked:
-            return _checked[key]
-    root = key[0].removesuffix("/v1")
-
-    def tokens(tools: list[dict[str, Any]] | None) -> list[int]:
-        body: dict[str, Any] = {
-            "model": served,
-            "messages": _PROBE_MESSAGES,
-            "add_generation_prompt": True,
-        }
-        if tools:
-            body["tools"] = tools
-        data = get_json(f"{root}/tokenize", body=body, timeout=timeout)
-        ids = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-            raise ServerReplyError(f"{root}/tokenize sent no 'tokens' list of ints")
-        return ids
-
-    try:
-        without = tokens(None)
-    except ServerReplyError as err:
-        if getattr(err, "status", None) not in _NO_TOKENIZE:
-            raise
-        result: bool | None = None
-    else:
-        result = tokens(_PROBE_TOOLS) == without
-    with _lock:
-        _checked[key] = result
-    return result
-
-
-def forget_checks() -> None:
-    """Forget every server's answer (a test restarts its server on another template)."""
-    with _lock:
-        _checked.clear()
 
 
 def template_renders_tools(tokenizer: Any) -> bool:
