@@ -286,6 +286,8 @@ def test_eval_cli_takes_the_token_in_form(
     assert all(isinstance(t, int) for t in completion["prompt"])  # token ids, not text
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["tools_view"]["view"] == "prompt" and len(report["tools"]) == 15
+    # the exact prompt the server was sent, decoded with the served model's tokenizer
+    assert "<tools>" in report["episodes"][0]["prompt_text"]
 
 
 def test_eval_cli_accepts_the_local_forms(hf_folder: Path, tmp_path: Path) -> None:

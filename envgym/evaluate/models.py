@@ -145,18 +145,13 @@ def model_tokenizer(ref: ModelRef) -> str | None:
 
 def model_decoder(ref: ModelRef) -> Callable[[list[int]], str] | None:
     """Token ids → text with the model's own tokenizer (special tokens kept), for the report's
-    exact prompt text; None for servers and agents (their turns carry no token ids)."""
-    if ref.kind not in ("embedded", "hf"):
+    exact prompt text; None for chat servers and agents (their turns carry no token ids)."""
+    if ref.kind not in ("embedded", "hf", "vllm"):
         return None
-    from transformers import AutoTokenizer
+    from envgym.models.resolve import resolve_model
+    from envgym.models.tool_support import local_tokenizer
 
-    if ref.kind == "embedded":
-        from envgym.embedded import hf_dir
-
-        folder = str(hf_dir())
-    else:
-        folder = ref.spec
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = local_tokenizer(resolve_model(ref.spec))  # vllm+: the served model's own
 
     def decode(ids: list[int]) -> str:
         return str(tokenizer.decode(ids, skip_special_tokens=False))
