@@ -129,6 +129,8 @@ def serve_command(
     err.print(f"tool-call parser: {parser} ({why})", markup=False)
     err.print(f"starting vLLM from {server.python} (log {server.log_path}) ...", markup=False)
     previous = signal.signal(signal.SIGTERM, _raise_stop)
+    # a shell starts background jobs with SIGINT ignored; Ctrl-C (or kill -INT) must still stop
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         try:
             server.start(timeout=start_timeout)
@@ -151,3 +153,4 @@ def serve_command(
     finally:
         server.stop()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
