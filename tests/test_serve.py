@@ -290,3 +290,25 @@ def test_serve_refuses_forms_without_weights(tmp_path: Path) -> None:
     ):
         done = CliRunner().invoke(app, ["serve", spec])
         assert done.exit_code == 2 and message in " ".join(done.output.split()), done.output
+
+
+def test_tools_already_in_the_system_prompt_are_not_passed_to_the_template_again() -> None:
+    """``--tools-in-prompt`` on a model whose template does render tools: shown once, as text."""
+    from envgym.embedded import load_tokenizer
+    from envgym.models.chat import ChatFormat
+    from envgym.parsers import get_parser
+
+    tokenizer = load_tokenizer()
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+        "{% endfor %}{% if tools %}{% for t in tools %}TOOL:{{ t['function']['name'] }}"
+        "{% endfor %}{% endif %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    fmt = ChatFormat(tokenizer)
+    tools = [{"type": "function", "function": {"name": "get_note", "parameters": {}}}]
+    plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert "TOOL:get_note" in fmt.render(plain, tools, generation=True)  # native
+    section = get_parser("hermes").render_tools(tools)
+    in_prompt = [{"role": "system", "content": f"Be brief.\n\n{section}"}, plain[1]]
+    text = fmt.render(in_prompt, tools, generation=True)
+    assert "TOOL:get_note" not in text and text.count(section) == 1
