@@ -61,7 +61,8 @@ def synth_command(
     model: str = typer.Option(
         "smollm2",
         "--model",
-        help="LLM agent's model: smollm2 | http(s)://server/v1[#model] | HF dir",
+        help="LLM agent's model: smollm2 | HF dir | http(s)://server/v1[#model] | "
+        "vllm+http(s)://server/v1[#model] (docs/MODELS.md)",
     ),
     seed: int = typer.Option(0, "--seed", help="base seed"),
     tasks_per_bundle: int = typer.Option(
@@ -77,7 +78,8 @@ def synth_command(
     filter_model: str = typer.Option(
         "smollm2",
         "--filter-model",
-        help="policy the filter samples: smollm2 | URL | HF dir | gold | random",
+        help="policy the filter samples: smollm2 | HF dir | http(s)://… | vllm+http(s)://… | "
+        "gold | random (docs/MODELS.md)",
     ),
     drop_always_solved: bool = typer.Option(
         False, "--drop-always-solved", help="also drop tasks the filter policy always solves"

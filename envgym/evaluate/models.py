@@ -38,29 +38,29 @@ class ModelRef:
 
 
 def model_ref(spec: str) -> ModelRef:
-    """Classify ``spec`` and fingerprint it, without loading anything heavy."""
-    if spec in AGENTS:
+    """Classify ``spec`` (envgym.models.resolve: the one reading of ``--model``) and
+    fingerprint it, without loading anything heavy."""
+    from envgym.models.resolve import ModelFormError, resolve_model
+
+    try:
+        model = resolve_model(spec)
+    except ModelFormError as exc:
+        raise ModelSpecError(str(exc)) from None
+    if model.kind == "agent":
         return ModelRef(spec, "agent", f"agent:{spec}:v1")
-    if spec == "smollm2":
+    if model.kind == "embedded":
         from envgym.embedded import GGUF_NAME, gguf_dir
 
         return ModelRef(spec, "embedded", _hash_files((gguf_dir() / GGUF_NAME,)))
-    if spec.startswith(("http://", "https://")):
-        return ModelRef(spec, "http", "http:" + hashlib.sha256(spec.encode()).hexdigest()[:32])
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        files = sorted(
-            p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES or p.name == "config.json"
-        )
-        if not any(p.suffix in WEIGHT_SUFFIXES for p in files):
-            raise ModelSpecError(
-                f"--model {spec!r}: the directory holds no weights ({', '.join(WEIGHT_SUFFIXES)})"
-            )
-        return ModelRef(str(path.resolve()), "hf", _hash_files(tuple(files)))
-    raise ModelSpecError(
-        f"unknown --model {spec!r}: expected 'smollm2' (the embedded model), an http(s):// URL of an "
-        "OpenAI-compatible server, a local Hugging Face model directory, or 'gold'/'random' (agents)"
+    if model.kind in ("http", "vllm"):
+        digest = hashlib.sha256(spec.encode()).hexdigest()[:32]
+        return ModelRef(spec, model.kind, f"{model.kind}:{digest}")
+    files = sorted(
+        p
+        for p in Path(model.spec).iterdir()
+        if p.suffix in WEIGHT_SUFFIXES or p.name == "config.json"
     )
+    return ModelRef(model.spec, "hf", _hash_files(tuple(files)))
 
 
 @cache
@@ -94,12 +94,12 @@ def load_policy(
                 )
             return AgentPolicy.gold(bundle_dir, sandbox=sandbox, env_factory=env_factory)
         return AgentPolicy.random()
-    if ref.kind in ("embedded", "hf"):
-        local = _backend("envgym.models.local", "LocalPolicy")
-        return local.from_pretrained(ref.spec)
-    url, _, served = ref.spec.partition("#")
-    http = _backend("envgym.models.openai_http", "OpenAIPolicy")
-    return http(base_url=url, model=served or served_model(url))
+    from envgym.models.resolve import ModelFormError, open_policy
+
+    try:
+        return open_policy(ref.spec)
+    except ModelFormError as exc:
+        raise ModelSpecError(str(exc)) from None
 
 
 def load_language_model(spec: str, purpose: str) -> Policy:
@@ -128,8 +128,8 @@ def model_window(ref: ModelRef) -> int | None:
         return _config_window(hf_dir() / "config.json")
     if ref.kind == "hf":
         return _config_window(Path(ref.spec) / "config.json")
-    if ref.kind == "http":
-        return _served_window(ref.spec)
+    if ref.kind in ("http", "vllm"):
+        return _served_window(ref.spec.removeprefix("vllm+"))
     return None
 
 
@@ -145,18 +145,13 @@ def model_tokenizer(ref: ModelRef) -> str | None:
 
 def model_decoder(ref: ModelRef) -> Callable[[list[int]], str] | None:
     """Token ids → text with the model's own tokenizer (special tokens kept), for the report's
-    exact prompt text; None for servers and agents (their turns carry no token ids)."""
-    if ref.kind not in ("embedded", "hf"):
+    exact prompt text; None for chat servers and agents (their turns carry no token ids)."""
+    if ref.kind not in ("embedded", "hf", "vllm"):
         return None
-    from transformers import AutoTokenizer
+    from envgym.models.resolve import resolve_model
+    from envgym.models.tool_support import local_tokenizer
 
-    if ref.kind == "embedded":
-        from envgym.embedded import hf_dir
-
-        folder = str(hf_dir())
-    else:
-        folder = ref.spec
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = local_tokenizer(resolve_model(ref.spec))  # vllm+: the served model's own
 
     def decode(ids: list[int]) -> str:
         return str(tokenizer.decode(ids, skip_special_tokens=False))

@@ -60,9 +60,10 @@ class ChatFormat:
     # -- rendering ---------------------------------------------------------------------
     def render(self, messages: Messages, tools: Tools, *, generation: bool) -> str:
         prepared = self.prepare(messages, tools)
+        native = bool(tools) and self.support.tools and not self.tools_in_system(messages, tools)
         text = self.tokenizer.apply_chat_template(
             prepared,
-            tools=[dict(t) for t in tools] if tools and self.support.tools else None,
+            tools=[dict(t) for t in tools] if native else None,
             tokenize=False,
             add_generation_prompt=generation,
         )
@@ -86,6 +87,20 @@ class ChatFormat:
         if not full.startswith(head) or not head.endswith(self.closing):
             return None
         return full[len(head) :]
+
+    def tools_in_system(self, messages: Messages, tools: Tools) -> bool:
+        """Whether the system prompt already describes ``tools`` in the parser's format (the env
+        put them there: ``BundleEnv(native_tools=False)``); then the template is not passed
+        them again, so a template with tool support does not show them twice."""
+        first = messages[0] if messages else None
+        content = first.get("content") if isinstance(first, Mapping) else None
+        return (
+            bool(tools)
+            and first is not None
+            and first.get("role") == "system"
+            and isinstance(content, str)
+            and self.parser.render_tools(tools) in content
+        )
 
     def prepare(self, messages: Messages, tools: Tools) -> list[dict[str, Any]]:
         out = [self._message(m) for m in messages]

@@ -191,6 +191,11 @@ class VLLMServer:
         if proc is not None:
             _terminate(proc, grace)
 
+    def exit_code(self) -> int | None:
+        """The server's exit code once it has exited; None while it runs (or never started)."""
+        proc = self._proc
+        return proc.poll() if proc is not None else None
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

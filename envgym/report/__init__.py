@@ -30,8 +30,11 @@ def report_data(
     *,
     tools: list[dict[str, Any]] | None = None,
     decode: Decode | None = None,
+    tools_view: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report's data.  ``tools``: the schemas the model was given; ``decode``: the model's
+    """The report's data.  ``tools``: the schemas the model was given; ``tools_view``: how it
+    saw them (envgym.models.tool_support.ToolsDecision: ``view`` native | prompt |
+    native-unverified, and ``reason``); ``decode``: the model's
     tokenizer (ids → text), which turns each episode's token ids back into the exact prompt
     text the model read (``prompt_text``: its first turn's; ``model_view``: every segment)."""
     eps = []
@@ -46,6 +49,7 @@ def report_data(
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "summary": summary.to_dict(),
         "tools": tools,
+        "tools_view": tools_view,
         "decoded": decode is not None,
         "episodes": eps,
     }
@@ -85,11 +89,12 @@ def write_report(
     *,
     tools: list[dict[str, Any]] | None = None,
     decode: Decode | None = None,
+    tools_view: dict[str, Any] | None = None,
 ) -> Path:
     """Write the report; returns the path of index.html."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = _json(report_data(summary, episodes, tools=tools, decode=decode))
+    data = _json(report_data(summary, episodes, tools=tools, decode=decode, tools_view=tools_view))
     (out / "report.json").write_text(data, encoding="utf-8")
     (out / "data.js").write_text(f"window.ENVGYM_REPORT = {data};\n", encoding="utf-8")
     index = out / "index.html"

@@ -83,7 +83,11 @@ JS = r"""
   function toolList() {
     const box = $("#tools");
     if (!R.tools) { box.appendChild(el("div", "small", "The tool list was not recorded for this report.")); return; }
-    box.appendChild(el("div", "small", R.tools.length + " tools, as given to the model with every prompt:"));
+    const v = R.tools_view || {};
+    const how = {native: "passed natively to the model's chat template with every prompt",
+      prompt: "written into the system prompt as text with every prompt (not passed natively)",
+      "native-unverified": "passed natively with every prompt; whether the server's chat template showed them to the model was not verified"}[v.view];
+    box.appendChild(el("div", "small", R.tools.length + " tools, " + (how || "given with every prompt (how they were shown was not recorded)") + (v.reason ? " (" + v.reason + ")" : "") + ":"));
     R.tools.forEach((t) => {
       const f = t.function || t;
       const d = el("details", "tool");
