@@ -209,13 +209,15 @@ def report_errors(runs: list[EvalRun], err: Console) -> bool:
         err.print(
             f"{label} {errored} of {episodes} episodes errored"
             + (f" (more than {ERRORS_DOMINATE:.0%}: errors dominate)" if dominate else "")
-            + "; they are left out of the results. First error:"
+            + "; they are left out of the results. First error:",
+            soft_wrap=True,
         )
-        err.print(f"  {first}", markup=False, highlight=False)
+        err.print(f"  {first}", markup=False, highlight=False, soft_wrap=True)
     if reused:
         err.print(
             f"hint: {reused} errored episodes were reused from the store, not rerun; "
-            "rerun with --retry-errors to run them again (e.g. after fixing the cause)"
+            "rerun with --retry-errors to run them again (e.g. after fixing the cause)",
+            soft_wrap=True,
         )
     return dominate
 
