@@ -23,6 +23,7 @@ from envgym.rollout.gold_budget import GoldBudgetRule
 
 #: the fixed budget of a task whose gold length is unknown (the engine's own defaults)
 FALLBACK = RolloutBudget()
+MAX_WHY_CHARS = 400  # of a failing gold's error in the message
 
 
 class GoldLengthError(RuntimeError):
@@ -100,10 +101,12 @@ def gold_lengths(factory: Callable[[], Env], task_ids: Iterable[str]) -> dict[st
                 env.reset(options={"task": task_id})
                 out[task_id] = len(env.gold_calls())
             except Exception as exc:  # noqa: BLE001 - any failure: name the task and the way out
+                why = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
+                if len(why) > MAX_WHY_CHARS:
+                    why = "…" + why[-MAX_WHY_CHARS:]  # a traceback's last words say the most
                 raise GoldLengthError(
                     f"cannot run the gold solution of task {task_id!r} to size its budget "
-                    f"({type(exc).__name__}: {exc}); pin the budget with --max-turns N "
-                    "--episode-tokens N"
+                    f"({why}); pin the budget with --max-turns N --episode-tokens N"
                 ) from None
         return out
     finally:
