@@ -167,5 +167,26 @@ def test_progress_lines_show_turns_and_tokens_when_piped(bundle: Path, tmp_path:
     prefix = f"eval {bundle} · {server.url}: "
     assert any(line.startswith(prefix + "0/2 · ") and "running" not in line for line in lines)
     inside = [line for line in lines if line.startswith(prefix + "0/2 · 1 running · turn 1 · ")]
-    assert inside and f"turn 1 · {COMPLETION_TOKENS} tokens" in inside[0]
+    assert inside[0].startswith(prefix + "0/2 · 1 running · turn 1 · 0 tokens")  # as it starts
+    assert any(f"turn 1 · {COMPLETION_TOKENS} tokens" in line for line in inside)  # sampled
     assert any(line.startswith(prefix + "2/2") for line in lines)
+
+
+def test_a_piped_bar_that_does_not_move_still_prints_a_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+    import time
+
+    from rich.console import Console
+
+    from envgym.progress import progress_bar
+
+    monkeypatch.setenv("ENVGYM_PROGRESS_SECONDS", "1")
+    out = io.StringIO()
+    with progress_bar(Console(file=out, force_terminal=False, width=100)) as bar:
+        task = bar.add_task("slow", total=None)
+        bar.update(task, completed=0, total=2)
+        time.sleep(3.5)  # one long model turn: nothing updates the bar
+    beats = [line for line in out.getvalue().splitlines() if line.startswith("slow: 0/2 · ")]
+    assert len(beats) >= 2, out.getvalue()

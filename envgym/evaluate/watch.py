@@ -1,8 +1,8 @@
 """Progress inside episodes: a policy wrapper that reports every turn as it is sampled.
 
 An evaluation's progress used to move only when an episode finished, so a run whose episodes
-each take minutes looked hung.  :class:`WatchedPolicy` delegates to the real policy and, after
-each turn, reports :class:`InFlight`: the episodes running now, their turns and the tokens they
+each take minutes looked hung.  :class:`WatchedPolicy` delegates to the real policy and, as
+each turn starts and when it is sampled, reports :class:`InFlight`: the episodes running now, their turns and the tokens they
 sampled so far (counted as the rollout engine counts them).
 """
 
@@ -20,10 +20,10 @@ class InFlight:
     """The running episodes that have sampled at least one turn."""
 
     episodes: int
-    turns: int  # summed over them
-    most_turns: int  # the longest one's
+    turns: int  # turns started, summed over them
+    most_turns: int  # the longest one's (the turn it is at)
     tokens: int  # sampled, summed over them
-    last: str  # the session that just took a turn
+    last: str  # the session that just started or finished a turn
 
     def describe(self) -> str:
         """e.g. ``2 running · turn 5 · 1240 tokens`` (the longest episode's turn)."""
@@ -67,16 +67,21 @@ class WatchedPolicy:
         tools: list[dict[str, Any]],
         params: SamplingParams,
     ) -> Turn:
-        turn = await self.inner.act(session, messages, tools, params)
         turns, tokens = self._sessions.get(session, (0, 0))
+        self._sessions[session] = (turns + 1, tokens)  # reported as it starts: a slow turn shows
+        self._report(session)
+        turn = await self.inner.act(session, messages, tools, params)
         if isinstance(turn, Turn):
             tokens += len(turn.token_ids) or turn.usage.completion_tokens
         self._sessions[session] = (turns + 1, tokens)
+        self._report(session)
+        return turn
+
+    def _report(self, session: str) -> None:
         try:
             self._on_turn(self.snapshot(session))
         except Exception:  # noqa: BLE001, S110 - a display failing must not fail the episode
             pass
-        return turn
 
     def snapshot(self, last: str) -> InFlight:
         counts = list(self._sessions.values())
