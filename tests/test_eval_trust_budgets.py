@@ -32,6 +32,12 @@ def solve_long(tools, task):
     tools.submit_result(answer_text=value)
 
 
+def solve_longer(tools, task):
+    for _ in range(60):
+        value = tools.get_note(key="secret")
+    tools.submit_result(answer_text=value)
+
+
 def solve_broken(tools, task):
     raise RuntimeError("this gold solution is broken")
 """
@@ -190,3 +196,22 @@ def test_a_piped_bar_that_does_not_move_still_prints_a_heartbeat(
         time.sleep(3.5)  # one long model turn: nothing updates the bar
     beats = [line for line in out.getvalue().splitlines() if line.startswith("slow: 0/2 · ")]
     assert len(beats) >= 2, out.getvalue()
+
+
+def test_a_budget_past_the_envs_own_turn_limit_is_not_cut_by_the_env(
+    bundle: Path, tmp_path: Path
+) -> None:
+    make_notes_bundle(bundle, tasks=[{**TASK, "id": "longer", "solution": "solve_longer"}])
+    (bundle / "solution.py").write_text(SOLUTION + LONG)
+    write_manifest(bundle, name="notes", category="test", provenance={"agent": "test", "seed": 0})
+    want = FilterConfig(budget=RolloutBudget(max_turns=1, max_tokens=512)).budget_for(61)
+    assert want.max_turns == 130 > 128  # the env's own default turn limit
+    run = evaluate(
+        str(bundle),
+        DOUBLE,
+        EvalConfig(k=1),
+        store=Store(f"sqlite:///{tmp_path / 'e.db'}"),
+        policy=wanderer(),
+    )
+    [e] = run.episodes
+    assert (e.truncated_by, e.turns) == ("max_turns", 130)

@@ -35,6 +35,7 @@ from envgym.core import Env
 from envgym.policy import Policy, SamplingParams
 from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
 from envgym.rollout.errored import ErroredShare, TooManyErrored, check_errored, tally
+from envgym.step import EnvBudgets
 from envgym.store import Store
 
 from .budgets import DerivedBudget, GoldLengthError, PerTaskBudgetEngine, gold_lengths
@@ -173,7 +174,11 @@ def open_bundle(target: str | Path) -> Bundle:
 
 
 def env_factory(
-    target: str | Path, config: EvalConfig, *, tokenizer: str | None = None
+    target: str | Path,
+    config: EvalConfig,
+    *,
+    tokenizer: str | None = None,
+    max_turns: int | None = None,
 ) -> Callable[[], Env]:
     """The evaluation's envs: ``envgym.make(target, ...)`` with the config's env options.
 
@@ -181,6 +186,8 @@ def env_factory(
     the config's overflow strategy past 80 % of the window, counts prompt tokens with
     ``tokenizer`` (the model's; None: the approximate counter), and truncates the episode
     (``truncated_by="context_window"``) when the prompt leaves no room for a sampled token.
+    ``max_turns`` past the env's own turn limit raises it (and its tool-call limit with it), so a
+    task whose derived budget is longer is not cut by the env first.
     """
     options: dict[str, object] = {"context": config.context}
     window = config.context_window
@@ -191,6 +198,10 @@ def env_factory(
         options["context_window"] = window - 1  # a prompt must leave one token to sample
         if tokenizer is not None:
             options["tokenizer"] = tokenizer
+    default = EnvBudgets()
+    if max_turns is not None and max_turns > default.max_turns:
+        options["max_turns"] = max_turns
+        options["max_tool_calls"] = max(default.max_tool_calls, 2 * max_turns)
     try:
         return registry.env_factory(
             target,
@@ -264,6 +275,9 @@ async def run_evaluation(
         progress(total - len(todo), total, None)
     if todo:
         budgets = await asyncio.to_thread(task_budgets, factory, config, todo)
+        longest = max(b.max_turns for b in budgets.values())
+        if longest > EnvBudgets().max_turns:
+            factory = env_factory(target, config, tokenizer=model_tokenizer(ref), max_turns=longest)
         own = policy is None
         active = (
             policy
