@@ -175,7 +175,8 @@ def test_progress_lines_show_turns_and_tokens_when_piped(bundle: Path, tmp_path:
     inside = [line for line in lines if line.startswith(prefix + "0/2 · 1 running · turn 1 · ")]
     assert inside[0].startswith(prefix + "0/2 · 1 running · turn 1 · 0 tokens")  # as it starts
     assert any(f"turn 1 · {COMPLETION_TOKENS} tokens" in line for line in inside)  # sampled
-    assert any(line.startswith(prefix + "2/2") for line in lines)
+    finals = [line for line in lines if line.startswith(prefix + "2/2")]
+    assert finals and "running" not in finals[-1]  # ended episodes leave the display
 
 
 def test_a_piped_bar_that_does_not_move_still_prints_a_heartbeat(

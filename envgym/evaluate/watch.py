@@ -26,7 +26,9 @@ class InFlight:
     last: str  # the session that just started or finished a turn
 
     def describe(self) -> str:
-        """e.g. ``2 running · turn 5 · 1240 tokens`` (the longest episode's turn)."""
+        """e.g. ``2 running · turn 5 · 1240 tokens`` (the longest episode's turn); "" for none."""
+        if not self.episodes:
+            return ""
         return f"{self.episodes} running · turn {self.most_turns} · {self.tokens} tokens"
 
 
@@ -94,7 +96,8 @@ class WatchedPolicy:
         )
 
     async def end_session(self, session: str) -> None:
-        self._sessions.pop(session, None)
+        if self._sessions.pop(session, None) is not None:
+            self._report(session)  # one fewer running: the display must not keep it
         await self.inner.end_session(session)
 
     async def aclose(self) -> None:
