@@ -113,6 +113,20 @@ def gold_lengths(factory: Callable[[], Env], task_ids: Iterable[str]) -> dict[st
         env.close()
 
 
+def task_budgets(
+    factory: Callable[[], Env], budget: RolloutBudget | DerivedBudget, task_ids: Iterable[str]
+) -> dict[str, RolloutBudget]:
+    """Each task's budget: ``budget`` when fixed, else derived from its gold solution's length
+    (raises :class:`GoldLengthError` when a gold solution cannot be run)."""
+    wanted = list(dict.fromkeys(task_ids))
+    if not isinstance(budget, DerivedBudget):
+        return dict.fromkeys(wanted, budget)
+    if not budget.needs_gold:
+        return dict.fromkeys(wanted, budget.for_task(None))
+    lengths = gold_lengths(factory, wanted)
+    return {task_id: budget.for_task(lengths[task_id]) for task_id in wanted}
+
+
 class PerTaskBudgetEngine(RolloutEngine):
     """A :class:`RolloutEngine` whose episodes each run under their task's budget.
 

@@ -38,9 +38,9 @@ from envgym.rollout.errored import ErroredShare, TooManyErrored, check_errored, 
 from envgym.step import EnvBudgets
 from envgym.store import Store
 
-from .budgets import DerivedBudget, GoldLengthError, PerTaskBudgetEngine, gold_lengths
+from .budgets import DerivedBudget, GoldLengthError, PerTaskBudgetEngine, task_budgets
 from .models import ModelRef, load_policy, model_ref, model_tokenizer, model_window
-from .served import served_identity
+from .served import keyed_ref
 from .summary import EvalSummary, noop_solvable, summarize
 from .watch import TurnProgress, WatchedPolicy
 
@@ -236,15 +236,7 @@ async def run_evaluation(
         if window is None:
             window = getattr(policy, "context_window", None)
         config = replace(config, context_window=window)
-    identity, known = "", True
-    if ref.kind == "http":
-        served = await asyncio.to_thread(served_identity, ref.spec)
-        known = served.fingerprint is not None
-        if served.fingerprint is not None:
-            ref = replace(ref, fingerprint=served.fingerprint)
-            identity = served.detail
-        else:
-            identity = f"unknown: {served.detail}"
+    ref, identity, known = await asyncio.to_thread(keyed_ref, ref)
     factory = env_factory(target, config, tokenizer=model_tokenizer(ref))
     env = registry.env_identity(target)
     tasks = list(bundle.tasks[: config.limit])
@@ -274,7 +266,12 @@ async def run_evaluation(
     if progress is not None:
         progress(total - len(todo), total, None)
     if todo:
-        budgets = await asyncio.to_thread(task_budgets, factory, config, todo)
+        try:
+            budgets = await asyncio.to_thread(
+                task_budgets, factory, config.budget, [s.task_id for s in todo]
+            )
+        except GoldLengthError as exc:
+            raise EvalError(str(exc)) from None
         longest = max(b.max_turns for b in budgets.values())
         if longest > EnvBudgets().max_turns:
             factory = env_factory(target, config, tokenizer=model_tokenizer(ref), max_turns=longest)
@@ -342,23 +339,6 @@ async def run_evaluation(
         ),
         identity=identity,
     )
-
-
-def task_budgets(
-    factory: Callable[[], Env], config: EvalConfig, todo: list[EpisodeSpec]
-) -> dict[str, RolloutBudget]:
-    """Each task's budget: the fixed one, or derived from its gold solution's length."""
-    budget = config.budget
-    task_ids = list(dict.fromkeys(s.task_id for s in todo))
-    if not isinstance(budget, DerivedBudget):
-        return dict.fromkeys(task_ids, budget)
-    if not budget.needs_gold:
-        return dict.fromkeys(task_ids, budget.for_task(None))
-    try:
-        lengths = gold_lengths(factory, task_ids)
-    except GoldLengthError as exc:
-        raise EvalError(str(exc)) from None
-    return {task_id: budget.for_task(lengths[task_id]) for task_id in task_ids}
 
 
 def offered_tools(target: str | Path, run: EvalRun) -> list[dict[str, Any]]:

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from .models import ModelRef
 
 MAX_REPLY_BYTES = 1 << 20
 MAX_FIELD_CHARS = 512
@@ -41,6 +43,19 @@ class ServedIdentity:
 
     fingerprint: str | None
     detail: str
+
+
+def keyed_ref(ref: ModelRef) -> tuple[ModelRef, str, bool]:
+    """``ref`` as the key holds it, what identified it, and whether anything did.
+
+    A server's ref gets its served identity as fingerprint (or keeps its URL-based one, with
+    ``"unknown: why"``); any other ref passes through (its fingerprint hashes content already)."""
+    if ref.kind != "http":
+        return ref, "", True
+    served = served_identity(ref.spec)
+    if served.fingerprint is None:
+        return ref, f"unknown: {served.detail}", False
+    return replace(ref, fingerprint=served.fingerprint), served.detail, True
 
 
 def served_identity(spec: str) -> ServedIdentity:
