@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import envgym
 from envgym.bundle import Bundle
 from envgym.bundle_env import EnvBudgets
 from envgym.policy import Policy, SamplingParams
 from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
+from envgym.rollout.gold_budget import GoldBudgetRule
 
 KEEP, NEVER, ALWAYS, ERRORED = "keep", "drop_never_solved", "drop_always_solved", "undecided_errors"
 
@@ -48,16 +48,13 @@ class FilterConfig:
     budget: RolloutBudget = field(
         default_factory=RolloutBudget
     )  # the floor when derived, else the budget itself
-    # EnvBudgets from the gold solution's length: a fixed 128 turns is
-    # below what a difficulty-5 gold needs (144 calls), so a perfect policy was dropped as
-    # "never solved".  turns = headroom × gold calls + slack; sampled tokens = headroom × gold
-    # calls × tokens_per_call; each at least ``budget``'s value.
+    # Budgets from the gold solution's length (envgym.rollout.gold_budget, the rule envgym eval
+    # uses too): a fixed 128 turns is below what a difficulty-5 gold needs (144 calls), so a
+    # perfect policy was dropped as "never solved"; each at least ``budget``'s value.
     derive_budget: bool = True
-    headroom: float = 2.0
-    slack_turns: int = 8  # the submit turn, a nudge, a few recoverable mistakes
-    tokens_per_call: int = (
-        128  # sampled tokens one tool-call turn may take (call + brief reasoning)
-    )
+    headroom: float = GoldBudgetRule.headroom
+    slack_turns: int = GoldBudgetRule.slack_turns
+    tokens_per_call: int = GoldBudgetRule.tokens_per_call
     sandbox: str = "bwrap"
     context: str = "thinking-retention"
     parser: str = "hermes"
@@ -75,13 +72,8 @@ class FilterConfig:
         """The episode budget for tasks whose longest gold solution makes ``gold_calls`` tool calls."""
         if not self.derive_budget:
             return self.budget
-        turns = math.ceil(self.headroom * gold_calls) + self.slack_turns
-        tokens = math.ceil(self.headroom * gold_calls * self.tokens_per_call)
-        return replace(
-            self.budget,
-            max_turns=max(self.budget.max_turns, turns),
-            max_tokens=max(self.budget.max_tokens, tokens),
-        )
+        rule = GoldBudgetRule(self.headroom, self.slack_turns, self.tokens_per_call)
+        return rule.budget(gold_calls, self.budget)
 
 
 @dataclass

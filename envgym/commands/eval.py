@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import TaskID
+from rich.progress import TaskID, TextColumn
 from rich.table import Table
 
 from envgym.evaluate import (
@@ -23,11 +23,14 @@ from envgym.evaluate import (
     evaluate,
     model_ref,
 )
+from envgym.evaluate.budgets import DerivedBudget
+from envgym.evaluate.runner import ERRORS_DOMINATE
+from envgym.evaluate.watch import InFlight
 from envgym.models.resolve import resolve_model
 from envgym.models.tool_support import decide_tools
 from envgym.policy import SamplingParams
 from envgym.progress import progress_bar
-from envgym.rollout import RolloutBudget
+from envgym.rollout.gold_budget import GoldBudgetRule
 from envgym.store import Store, StoreError
 
 
@@ -75,10 +78,18 @@ def eval_command(
     ),
     concurrency: int = typer.Option(8, "--concurrency", "-c", help="episodes in flight"),
     max_tokens: int = typer.Option(512, "--max-tokens", help="sampled tokens per turn"),
-    episode_tokens: int = typer.Option(8192, "--episode-tokens", help="sampled tokens per episode"),
-    max_turns: int = typer.Option(128, "--max-turns", help="assistant turns per episode"),
+    episode_tokens: int = typer.Option(
+        None,
+        "--episode-tokens",
+        help="sampled tokens per episode (default: per task, 2 × gold calls × 128, ≥ --max-tokens)",
+    ),
+    max_turns: int = typer.Option(
+        None,
+        "--max-turns",
+        help="assistant turns per episode (default: per task, 2 × gold calls + 8)",
+    ),
     max_seconds: float = typer.Option(
-        600.0, "--max-seconds", help="wall-clock seconds per episode"
+        600.0, "--max-seconds", help="wall-clock seconds per episode (a hang guard)"
     ),
     temperature: float = typer.Option(0.7, "--temperature"),
     top_p: float = typer.Option(1.0, "--top-p"),
@@ -101,6 +112,12 @@ def eval_command(
     parser: str = typer.Option("hermes", "--parser", help="tool-call parser for raw model text"),
     retry_errors: bool = typer.Option(
         False, "--retry-errors", help="rerun episodes that ended with an error"
+    ),
+    same_model: bool = typer.Option(
+        False,
+        "--same-model",
+        help="reuse stored results of a server whose model cannot be identified (you vouch "
+        "that it still serves the model they came from)",
     ),
     ray: str = typer.Option(
         None, "--ray", help="run env workers as Ray actors: 'local' or a cluster address"
@@ -130,13 +147,17 @@ def eval_command(
             parser=parser,
             seed=seed,
             retry_errors=retry_errors,
+            same_model=same_model,
             ray=ray,
             max_errored_share=max_errored_share,
             params=SamplingParams(
                 temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens
             ),
-            budget=RolloutBudget(
-                max_turns=max_turns, max_tokens=episode_tokens, max_seconds=max_seconds
+            budget=DerivedBudget(
+                max_turns=max_turns,
+                max_tokens=episode_tokens,
+                max_seconds=max_seconds,
+                min_tokens=max_tokens,
             ),
         )
         targets = suite_targets(target, split)
@@ -152,30 +173,67 @@ def eval_command(
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2) from None
     try:
-        with progress_bar(err) as bar:
+        # "inside": the running episodes' turns and tokens, so a slow episode shows it is alive
+        with progress_bar(err, after=(TextColumn("{task.fields[inside]}"),)) as bar:
             runs = []
             for one in targets or [target]:
-                task = bar.add_task(f"eval {one} · {model}", total=None)
+                task = bar.add_task(f"eval {one} · {model}", total=None, inside="")
 
                 def advance(done: int, total: int, result: object, task: TaskID = task) -> None:
                     bar.update(task, completed=done, total=total)
 
-                runs.append(evaluate(one, ref, config, store=store, progress=advance))
+                def turned(flight: InFlight, task: TaskID = task) -> None:
+                    bar.update(task, inside=flight.describe())
+
+                runs.append(
+                    evaluate(one, ref, config, store=store, progress=advance, on_turn=turned)
+                )
     except (EvalError, ModelSpecError, StoreError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2) from None
     finally:
         store.close()
     if targets is not None:
-        return print_suite(target, split or "held_out", targets, runs, as_json)
-    run = runs[0]
-    if html is not None:
-        write_html(html, target, run, err, tools_view=asdict(tools))
-    if as_json:
-        sys.stdout.write(json.dumps({**_payload(run), "tools_view": asdict(tools)}) + "\n")
+        print_suite(target, split or "held_out", targets, runs, as_json)
     else:
-        print_summary(run, Console(width=None if sys.stdout.isatty() else 160))
-        print(f"tools: {tools.view} — {tools.reason}")
+        run = runs[0]
+        if html is not None:
+            write_html(html, target, run, err, tools_view=asdict(tools))
+        if as_json:
+            sys.stdout.write(json.dumps({**_payload(run), "tools_view": asdict(tools)}) + "\n")
+        else:
+            print_summary(run, Console(width=None if sys.stdout.isatty() else 160))
+            print(f"tools: {tools.view} — {tools.reason}")
+    if report_errors(runs, err):
+        raise typer.Exit(1)
+
+
+def report_errors(runs: list[EvalRun], err: Console) -> bool:
+    """Say what errored and how to rerun it; True when errors dominate (the exit is non-zero).
+
+    Errors dominate when more than :data:`ERRORS_DOMINATE` of all the episodes errored: the
+    numbers printed then describe the infrastructure more than the model."""
+    episodes = sum(r.errored.episodes for r in runs)
+    errored = sum(r.errored.errored for r in runs)
+    first = next((r.errored.first_cause for r in runs if r.errored.first_cause), "")
+    reused = sum(r.reused_errored for r in runs)
+    dominate = episodes > 0 and errored / episodes > ERRORS_DOMINATE
+    if errored:
+        label = "[bold red]error:[/]" if dominate else "[yellow]warning:[/]"
+        err.print(
+            f"{label} {errored} of {episodes} episodes errored"
+            + (f" (more than {ERRORS_DOMINATE:.0%}: errors dominate)" if dominate else "")
+            + "; they are left out of the results. First error:",
+            soft_wrap=True,
+        )
+        err.print(f"  {first}", markup=False, highlight=False, soft_wrap=True)
+    if reused:
+        err.print(
+            f"hint: {reused} errored episodes were reused from the store, not rerun; "
+            "rerun with --retry-errors to run them again (e.g. after fixing the cause)",
+            soft_wrap=True,
+        )
+    return dominate
 
 
 def suite_targets(target: str, split: str | None) -> list[str] | None:
@@ -275,6 +333,8 @@ def parse_context(spec: str) -> tuple[str, str | None]:
 def _payload(run: EvalRun) -> dict[str, object]:
     data = run.summary.to_dict()
     data["ran"] = run.ran
+    data["reused_errored"] = run.reused_errored
+    data["first_error"] = run.errored.first_cause or None
     return data
 
 
@@ -292,6 +352,21 @@ def context_cells(config: dict[str, object]) -> tuple[str, str, str]:
         return policy, "", "no context window known (pass --context-window N)"
     overflow = config.get("overflow") or "no overflow strategy"
     return f"{policy} + {overflow}", "", f"window {config['context_window']} tokens"
+
+
+def budget_cell(config: dict[str, object]) -> str:
+    """The episode budget as keyed: derived per task from its gold solution, or fixed."""
+    budget = config.get("budget")
+    if not isinstance(budget, dict):
+        return ""
+    if budget.get("derived_from") == "gold_calls":
+        try:
+            fields = {k: v for k, v in budget.items() if k not in ("derived_from", "rule")}
+            rule = GoldBudgetRule(**dict(budget.get("rule") or {}))
+            return DerivedBudget(rule=rule, **fields).describe()
+        except (TypeError, ValueError):
+            return "derived per task from its gold solution"
+    return f"{budget.get('max_turns')} turns, {budget.get('max_tokens')} tokens, {budget.get('max_seconds')} s"
 
 
 def print_summary(run: EvalRun, console: Console) -> None:
@@ -318,6 +393,9 @@ def print_summary(run: EvalRun, console: Console) -> None:
         "episodes", str(s.episodes), "", f"{run.ran} run now, {s.episodes - run.ran} from the store"
     )
     table.add_row("context", *context_cells(s.meta.get("config") or {}))
+    table.add_row("budget", budget_cell(s.meta.get("config") or {}), "", "")
+    if run.identity:
+        table.add_row("model identity", run.identity, "", "what the server lists for it")
     table.add_row(
         "errored",
         str(s.errored),

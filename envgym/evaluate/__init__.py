@@ -4,7 +4,10 @@
 * summary.py — per-task and across-task numbers from episodes;
 * paired.py — two evals compared task by task (``envgym compare``);
 * models.py — ``--model`` names → policies and fingerprints;
-* runner.py — the resumable run, keyed by content hashes, stored episode by episode.
+* runner.py — the resumable run, keyed by content hashes, stored episode by episode;
+* served.py — a served model's identity (what ``/models`` lists for it), for the key;
+* budgets.py — per-task episode budgets from each task's gold solution length;
+* watch.py — turn-by-turn progress inside the running episodes.
 """
 
 from .estimators import (

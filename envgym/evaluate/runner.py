@@ -1,13 +1,19 @@
 """Run an evaluation: N tasks × n samples, resumable, every episode stored as it finishes.
 
-The evaluation key is the hash of (bundle content hash, model fingerprint, config hash); the
-config hash covers what changes results (sampling, budgets, context policy, the model's context
+The evaluation key is the hash of (bundle content hash, model fingerprint, config hash); a served
+model's fingerprint is what its server lists for it (``served.py``), not its URL.  The
+config hash covers what changes results (sampling, budgets or the rule deriving them from each
+task's gold length (``budgets.py``), context policy, the model's context
 window and overflow strategy, parser, seed, and what builds the envs: a registered id or a bare
 bundle directory) and not what only selects or
 schedules episodes (k, n, --limit, concurrency, sandbox backend).  Envs are built exactly as
 ``envgym.make(target)`` builds them (``registry.env_factory``), so a family's own env class runs.
 So a rerun — after a kill, or with a larger n — finds the episodes it already has and runs only
 the missing ``(task, sample)`` pairs; each sample's seed depends only on (seed, task, sample).
+
+Stored results are reused only when the model is known to be the same: a server whose identity
+cannot be read reuses nothing without ``same_model``.  Errored episodes reused from the store
+are counted (``EvalRun.reused_errored``) so the CLI can say ``--retry-errors`` reruns them.
 """
 
 from __future__ import annotations
@@ -29,14 +35,21 @@ from envgym.core import Env
 from envgym.policy import Policy, SamplingParams
 from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
 from envgym.rollout.errored import ErroredShare, TooManyErrored, check_errored, tally
+from envgym.step import EnvBudgets
 from envgym.store import Store
 
+from .budgets import DerivedBudget, GoldLengthError, PerTaskBudgetEngine, task_budgets
 from .models import ModelRef, load_policy, model_ref, model_tokenizer, model_window
+from .served import keyed_ref
 from .summary import EvalSummary, noop_solvable, summarize
+from .watch import TurnProgress, WatchedPolicy
 
 EvalProgress = Callable[[int, int, EpisodeResult | None], None]  # (done, total, just finished)
 EVAL_OVERFLOW = tuple(name for name in OVERFLOW_STRATEGIES if name != "summary")
 log = logging.getLogger(__name__)
+#: Errors dominate an evaluation when more than this share of its episodes errored: its numbers
+#: then describe the infrastructure more than the model, and ``envgym eval`` exits non-zero.
+ERRORS_DOMINATE = 0.5
 
 
 class EvalError(RuntimeError):
@@ -51,7 +64,8 @@ class EvalConfig:
     params: SamplingParams = field(
         default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=512)
     )
-    budget: RolloutBudget = field(default_factory=RolloutBudget)
+    # per task from its gold solution's length (budgets.py), or one fixed budget for all tasks
+    budget: RolloutBudget | DerivedBudget = field(default_factory=DerivedBudget)
     concurrency: int = 8  # the local engine batches across episodes: bs8 ≈ 4× bs1 tokens/s
     sandbox: str = "bwrap"
     context: str = "thinking-retention"  # the reasoning policy (envgym.context.policies)
@@ -63,6 +77,9 @@ class EvalConfig:
     native_tools: bool = True
     seed: int = 0
     retry_errors: bool = False
+    # reuse stored results of a server whose identity cannot be read (the caller vouches that
+    # it serves the model they came from); not part of the key
+    same_model: bool = False
     ray: str | None = None  # env workers as Ray actors: "local" (ray.init()) or a cluster address
     # score tasks a do-nothing agent passes (task metadata noop_solvable) too: τ²'s official numbers
     include_noop_tasks: bool = False
@@ -97,7 +114,9 @@ class EvalConfig:
         """The part of the config that changes results (hashed into the evaluation key)."""
         config: dict[str, object] = {
             "params": asdict(self.params),
-            "budget": asdict(self.budget),
+            "budget": (
+                self.budget.key() if isinstance(self.budget, DerivedBudget) else asdict(self.budget)
+            ),
             "context": self.context,
             "parser": self.parser,
             "native_tools": self.native_tools,
@@ -128,6 +147,13 @@ class EvalRun:
     episodes: list[EpisodeResult]
     ran: int  # episodes run now (the rest came from the store)
     config: EvalConfig | None = None  # as run: with the model's context window filled in
+    errored: ErroredShare = ErroredShare()  # over all the episodes, stored ones too
+    reused_errored: int = 0  # errored episodes taken from the store (not rerun)
+    identity: str = ""  # a served model: what identifies it, or why nothing does
+
+    @property
+    def errors_dominate(self) -> bool:
+        return self.errored.share > ERRORS_DOMINATE
 
 
 def _sha(text: str) -> str:
@@ -148,7 +174,11 @@ def open_bundle(target: str | Path) -> Bundle:
 
 
 def env_factory(
-    target: str | Path, config: EvalConfig, *, tokenizer: str | None = None
+    target: str | Path,
+    config: EvalConfig,
+    *,
+    tokenizer: str | None = None,
+    max_turns: int | None = None,
 ) -> Callable[[], Env]:
     """The evaluation's envs: ``envgym.make(target, ...)`` with the config's env options.
 
@@ -156,6 +186,8 @@ def env_factory(
     the config's overflow strategy past 80 % of the window, counts prompt tokens with
     ``tokenizer`` (the model's; None: the approximate counter), and truncates the episode
     (``truncated_by="context_window"``) when the prompt leaves no room for a sampled token.
+    ``max_turns`` past the env's own turn limit raises it (and its tool-call limit with it), so a
+    task whose derived budget is longer is not cut by the env first.
     """
     options: dict[str, object] = {"context": config.context}
     window = config.context_window
@@ -166,6 +198,10 @@ def env_factory(
         options["context_window"] = window - 1  # a prompt must leave one token to sample
         if tokenizer is not None:
             options["tokenizer"] = tokenizer
+    default = EnvBudgets()
+    if max_turns is not None and max_turns > default.max_turns:
+        options["max_turns"] = max_turns
+        options["max_tool_calls"] = max(default.max_tool_calls, 2 * max_turns)
     try:
         return registry.env_factory(
             target,
@@ -187,8 +223,10 @@ async def run_evaluation(
     store: Store,
     policy: Policy | None = None,
     progress: EvalProgress | None = None,
+    on_turn: TurnProgress | None = None,
 ) -> EvalRun:
-    """Evaluate ``model`` on ``target`` (an env id or bundle dir).  ``policy`` overrides loading."""
+    """Evaluate ``model`` on ``target`` (an env id or bundle dir).  ``policy`` overrides loading;
+    ``on_turn`` hears every sampled turn (progress inside episodes)."""
     bundle = open_bundle(target)
     ref = model if isinstance(model, ModelRef) else model_ref(model)
     if config.context_window is None:
@@ -198,6 +236,7 @@ async def run_evaluation(
         if window is None:
             window = getattr(policy, "context_window", None)
         config = replace(config, context_window=window)
+    ref, identity, known = await asyncio.to_thread(keyed_ref, ref)
     factory = env_factory(target, config, tokenizer=model_tokenizer(ref))
     env = registry.env_identity(target)
     tasks = list(bundle.tasks[: config.limit])
@@ -211,6 +250,13 @@ async def run_evaluation(
         config_hash=config.config_hash(env),
         config=config.keyed_config(env),
     )
+    if not known and not config.same_model and store.episode_keys(key):
+        raise EvalError(
+            f"cannot tell which model {ref.spec} serves ({identity.removeprefix('unknown: ')}), "
+            "so the episodes stored for this URL may be another model's: not reusing them. "
+            "Rerun with --same-model if the server still serves the model they came from, "
+            "or use another --db for a fresh evaluation"
+        )
     if config.retry_errors:
         store.delete_errored(key)
     done = store.episode_keys(key)
@@ -220,6 +266,15 @@ async def run_evaluation(
     if progress is not None:
         progress(total - len(todo), total, None)
     if todo:
+        try:
+            budgets = await asyncio.to_thread(
+                task_budgets, factory, config.budget, [s.task_id for s in todo]
+            )
+        except GoldLengthError as exc:
+            raise EvalError(str(exc)) from None
+        longest = max(b.max_turns for b in budgets.values())
+        if longest > EnvBudgets().max_turns:
+            factory = env_factory(target, config, tokenizer=model_tokenizer(ref), max_turns=longest)
         own = policy is None
         active = (
             policy
@@ -232,14 +287,25 @@ async def run_evaluation(
                 env_factory=factory,
             )
         )
+        acting: Policy = active if on_turn is None else WatchedPolicy(active, on_turn)
         try:
             await _run(
-                factory, active, config, todo, store, key, total - len(todo), total, progress
+                factory,
+                acting,
+                config,
+                budgets,
+                todo,
+                store,
+                key,
+                total - len(todo),
+                total,
+                progress,
             )
         finally:
             if own:
                 await active.aclose()
     episodes = store.episodes(key, task_ids=[t.id for t in tasks], samples=config.n)
+    ran = {(s.task_id, s.sample) for s in todo}
     meta = {
         "key": key,
         "bundle": bundle.manifest.name,
@@ -249,11 +315,14 @@ async def run_evaluation(
         "config": config.keyed_config(env),
         "samples": config.n,
     }
+    if identity:
+        meta["model_identity"] = identity
     noop = {} if config.include_noop_tasks else noop_solvable(tasks)
     summary = summarize(episodes, k=config.k, meta=meta, seed=config.seed, exclude=noop)
     store.set_summary(key, summary.to_dict())
+    errored = tally(episodes)
     try:
-        check_errored(tally(episodes), config.max_errored_share, where="eval", log=log)
+        check_errored(errored, config.max_errored_share, where="eval", log=log)
     except TooManyErrored as exc:
         raise EvalError(str(exc)) from None
     return EvalRun(
@@ -264,6 +333,11 @@ async def run_evaluation(
         episodes=episodes,
         ran=len(todo),
         config=config,
+        errored=errored,
+        reused_errored=sum(
+            e.error is not None and (e.task_id, e.sample) not in ran for e in episodes
+        ),
+        identity=identity,
     )
 
 
@@ -283,6 +357,7 @@ async def _run(
     factory: Callable[[], Env],
     policy: Policy,
     config: EvalConfig,
+    budgets: dict[str, RolloutBudget],
     todo: list[EpisodeSpec],
     store: Store,
     key: str,
@@ -291,21 +366,24 @@ async def _run(
     progress: EvalProgress | None,
 ) -> None:
     concurrency = min(config.concurrency, len(todo))
+    first = budgets[todo[0].task_id]
+    base: RolloutEngine
     if config.ray is not None:
         from envgym.rollout.ray_engine import ray_engine
 
-        engine = ray_engine(
+        base = ray_engine(
             policy,
             factory,
             concurrency=concurrency,
             address=config.ray,
             params=config.params,
-            budget=config.budget,
+            budget=first,
         )
     else:
-        engine = RolloutEngine.local(
-            policy, factory, concurrency=concurrency, params=config.params, budget=config.budget
+        base = RolloutEngine.local(
+            policy, factory, concurrency=concurrency, params=config.params, budget=first
         )
+    engine = PerTaskBudgetEngine(base, budgets) if len(set(budgets.values())) > 1 else base
     errored = ErroredShare()
     async with engine, contextlib.aclosing(engine.run(todo)) as stream:
         async for result in stream:
@@ -333,13 +411,22 @@ def evaluate(
     store: Store | None = None,
     policy: Policy | None = None,
     progress: EvalProgress | None = None,
+    on_turn: TurnProgress | None = None,
 ) -> EvalRun:
     """Synchronous :func:`run_evaluation` (opens the default store when none is given)."""
     own = store is None
     db = store if store is not None else Store()
     try:
         return asyncio.run(
-            run_evaluation(target, model, config, store=db, policy=policy, progress=progress)
+            run_evaluation(
+                target,
+                model,
+                config,
+                store=db,
+                policy=policy,
+                progress=progress,
+                on_turn=on_turn,
+            )
         )
     finally:
         if own:
