@@ -130,9 +130,9 @@ def check_task(env: HarborEnv, task: HarborTask) -> TaskCheck:
     return out
 
 
-def check_path(path: str, *, env: HarborEnv | None = None) -> list[TaskCheck]:
+def check_path(path: str, *, env: HarborEnv | None = None, sandbox: str | None = None) -> list[TaskCheck]:
     own = env is None
-    env = env or HarborEnv(path)
+    env = env or HarborEnv(path, sandbox=sandbox)
     try:
         return [check_task(env, task) for task in env.tasks]
     finally:
@@ -140,7 +140,8 @@ def check_path(path: str, *, env: HarborEnv | None = None) -> list[TaskCheck]:
             env.close()
 
 
-def harbor_check_main(path: str, *, as_json: bool = False, console: Any = None, **_: Any) -> int:
+def harbor_check_main(path: str, *, as_json: bool = False, console: Any = None, sandbox: str | None = None,
+                      **_: Any) -> int:  # fmt: skip
     """Check every task under ``path``; print a table (or JSON); 0 when every task passes."""
     try:
         load_tasks(path)
@@ -148,7 +149,7 @@ def harbor_check_main(path: str, *, as_json: bool = False, console: Any = None, 
         message = f"harbor:{path}: {err}"
         print(json.dumps({"target": f"harbor:{path}", "error": message}) if as_json else message)
         return 2
-    results = check_path(path)
+    results = check_path(path, sandbox=sandbox)
     if as_json:
         print(json.dumps({"target": f"harbor:{path}", "ok": all(r.ok for r in results),
                           "tasks": [{"task_id": r.task_id, "ok": r.ok, "problems": r.problems,

@@ -51,15 +51,19 @@ class HarborEnv(CallByCall, Env):
         path: a task directory or a dataset directory (or pre-loaded ``tasks``).
         parser, context, native_tools, tokenizer, budgets, max_turns...: as :class:`BundleEnv`.
         command_timeout_s: the wall clock of one bash call.
+        sandbox: ``"docker"`` builds each task's Dockerfile on the local engine and runs the
+            episode in a container (docs/HARBOR.md, "Docker backend"); otherwise the bwrap jail.
         workdir: where task trees are built (default: a fresh temp directory per env).
     """
 
     def __init__(self, path: str | Path | None = None, *, tasks: list[HarborTask] | None = None,
                  parser: str | ToolCallParser = "hermes", context: str | ContextManager = "thinking-retention",
                  native_tools: bool = True, tokenizer: Any = None, budgets: EnvBudgets | None = None,
-                 command_timeout_s: float = 120.0, workdir: Path | None = None,
+                 command_timeout_s: float = 120.0, workdir: Path | None = None, sandbox: str | None = None,
                  **budget_overrides: Any) -> None:  # fmt: skip
-        budget_overrides.pop("sandbox", None)  # what `envgym eval` passes every env
+        # "docker": the task's image and a container per episode (docker_runtime.py); anything
+        # else (what `envgym eval` passes every env: bwrap, inprocess) is the bwrap jail.
+        self.sandbox = "docker" if sandbox == "docker" else "bwrap"
         budget_overrides.pop("limits", None)
         if tasks is None:
             if path is None:
@@ -80,7 +84,7 @@ class HarborEnv(CallByCall, Env):
         self._dir = (
             Path(tempfile.mkdtemp(prefix="envgym-harbor-")) if workdir is None else Path(workdir)
         )
-        self._runtimes: dict[str, TaskRuntime] = {}
+        self._runtimes: dict[str, Any] = {}  # TaskRuntime or DockerTaskRuntime: the same methods
         self.task: HarborTask = self.tasks[0]
         self.tools: HarborTools | None = None
         self.history: list[Message] = []
@@ -89,10 +93,15 @@ class HarborEnv(CallByCall, Env):
         self._done = True
 
     # -- the contract ------------------------------------------------------------------
-    def runtime(self, task: HarborTask) -> TaskRuntime:
-        """The task's runtime (built once per env object)."""
+    def runtime(self, task: HarborTask) -> Any:
+        """The task's runtime, a TaskRuntime or a DockerTaskRuntime (built once per env object)."""
         if task.id not in self._runtimes:
-            self._runtimes[task.id] = TaskRuntime(
+            kind: Any = TaskRuntime
+            if self.sandbox == "docker":
+                from envs.harbor.docker_runtime import DockerTaskRuntime
+
+                kind = DockerTaskRuntime
+            self._runtimes[task.id] = kind(
                 task, self._dir / task.id, command_timeout_s=self.command_timeout_s
             )
         return self._runtimes[task.id]
@@ -145,7 +154,7 @@ class HarborEnv(CallByCall, Env):
             shutil.rmtree(self._dir, ignore_errors=True)
 
     @property
-    def current_episode(self) -> Episode:
+    def current_episode(self) -> Episode | Any:
         assert self.tools is not None
         return self.tools.episode
 

@@ -49,4 +49,4 @@ def _check(target: str, **kwargs: Any) -> int:
 
 def register_envs() -> None:
     register_scheme(SCHEME, resolve)
-    register_check(SCHEME, _claims, _check)
+    register_check(SCHEME, _claims, _check, options=("sandbox",))
