@@ -1,12 +1,14 @@
 """Per-episode overhead of a Harbor task env vs the same task as a native envgym bundle.
 
 The task is envs/harbor/dataset/word-count (count the words of /app/poem.txt into count.txt).
-Harbor side: ``HarborEnv`` (reset = a fresh copy of the built tree; each call a fresh bwrap jail;
-grading = tests/test.sh in a jail).  Native side: a bundle whose ``state/`` holds the poem, tools
+Harbor side, two backends: ``HarborEnv`` over bwrap (reset = a fresh copy of the built tree; each
+call a fresh bwrap jail; grading = tests/test.sh in a jail) and, with ``--docker``, over the
+Docker engine of scripts/docker_setup.sh (reset = a fresh container of the task's image; each
+call a ``docker exec``; grading = processes killed, fresh /tests and /logs, test.sh by exec).  Native side: a bundle whose ``state/`` holds the poem, tools
 ``read_file``/``write_file`` and a verifier counting the words, run by ``BundleEnv`` over the
 bwrap sandbox.  Both play the same episode: read the poem, write the count, submit.
 
-    PYTHONPATH=. python scripts/harbor_overhead.py [--episodes N]
+    PYTHONPATH=. python scripts/harbor_overhead.py [--episodes N] [--docker]
 
 Prints one JSON object: median milliseconds per reset, per tool call and per grading step.
 """
@@ -119,10 +121,12 @@ def play(env: Any, read: dict[str, Any], write: dict[str, Any], episodes: int) -
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--docker", action="store_true", help="also the Docker backend")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        ms_make, harbor = timed(lambda: HarborEnv(TASK))
-        ms_first, _ = timed(lambda: harbor.reset())  # includes the one-time build
+    results: dict[str, Any] = {}
+    for sandbox in ("bwrap", "docker") if args.docker else ("bwrap",):
+        ms_make, harbor = timed(lambda: HarborEnv(TASK, sandbox=sandbox))  # noqa: B023
+        ms_first, _ = timed(lambda: harbor.reset())  # noqa: B023 - includes the one-time build
         try:
             h = play(
                 harbor,
@@ -132,6 +136,8 @@ def main() -> None:
             )
         finally:
             harbor.close()
+        results[f"harbor_{sandbox}"] = {"make_ms": ms_make, "first_reset_ms": ms_first, **h}
+    with tempfile.TemporaryDirectory() as tmp:
         bundle = native_bundle(Path(tmp) / "native")
         ms_make_n, native = timed(lambda: BundleEnv(bundle, sandbox="bwrap"))
         ms_first_n, _ = timed(lambda: native.reset())
@@ -144,12 +150,12 @@ def main() -> None:
             )
         finally:
             native.close()
-    print(json.dumps({
-        "harbor": {"make_ms": ms_make, "first_reset_ms": ms_first, **h},
-        "native_bundle_bwrap": {"make_ms": ms_make_n, "first_reset_ms": ms_first_n, **n},
-        "ratio_harbor_over_native": {k: h[k] / n[k] for k in h if n[k]},
-        "episodes": args.episodes,
-    }, indent=1))  # fmt: skip
+    results["native_bundle_bwrap"] = {"make_ms": ms_make_n, "first_reset_ms": ms_first_n, **n}
+    for name in [k for k in results if k.startswith("harbor_")]:
+        h = results[name]
+        results[f"ratio_{name}_over_native"] = {k: h[k] / n[k] for k in n if k in h and n[k] and k.endswith("_ms")
+                                                and k not in ("make_ms", "first_reset_ms")}  # fmt: skip
+    print(json.dumps({**results, "episodes": args.episodes}, indent=1))
 
 
 if __name__ == "__main__":

@@ -130,7 +130,9 @@ def check_task(env: HarborEnv, task: HarborTask) -> TaskCheck:
     return out
 
 
-def check_path(path: str, *, env: HarborEnv | None = None, sandbox: str | None = None) -> list[TaskCheck]:
+def check_path(
+    path: str, *, env: HarborEnv | None = None, sandbox: str | None = None
+) -> list[TaskCheck]:
     own = env is None
     env = env or HarborEnv(path, sandbox=sandbox)
     try:

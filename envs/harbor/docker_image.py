@@ -24,6 +24,7 @@ validated here) and, when the task names a working directory in task.toml, a ``W
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import re
@@ -41,8 +42,24 @@ LOCAL_BASE = "envgym-sandbox:latest"  # scripts/docker_setup.sh: debootstrapped 
 _IMAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,255}$")
 _PATH = re.compile(r"^/[A-Za-z0-9._/+-]{0,255}$")
 _KEPT = frozenset(
-    {"RUN", "WORKDIR", "ENV", "COPY", "ADD", "USER", "ARG", "LABEL", "EXPOSE", "CMD", "ENTRYPOINT",
-     "MAINTAINER", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "VOLUME"}  # fmt: skip
+    {
+        "RUN",
+        "WORKDIR",
+        "ENV",
+        "COPY",
+        "ADD",
+        "USER",
+        "ARG",
+        "LABEL",
+        "EXPOSE",
+        "CMD",
+        "ENTRYPOINT",
+        "MAINTAINER",
+        "STOPSIGNAL",
+        "HEALTHCHECK",
+        "SHELL",
+        "VOLUME",
+    }  # fmt: skip
 )
 
 
@@ -60,8 +77,10 @@ def _from(rest: str, line: int, available: Callable[[str], bool]) -> tuple[str, 
     if not words or len(words) not in (1, 3) or (len(words) == 3 and words[1].upper() != "AS"):
         raise DockerfileError(f"line {line}: FROM {rest!r}: expected FROM IMAGE [AS NAME]")
     image = words[0]
-    if words[0].startswith("--") or not _IMAGE_NAME.match(image):
-        raise DockerfileError(f"line {line}: FROM {image!r}: not a plain image name (no variables or flags)")
+    if words[0].startswith("--") or not _IMAGE_NAME.fullmatch(image):
+        raise DockerfileError(
+            f"line {line}: FROM {image!r}: not a plain image name (no variables or flags)"
+        )
     if available(image):
         return image, image
     if _BASES.match(image):
@@ -138,7 +157,9 @@ def rewrite_dockerfile(
             raise DockerfileError(f"line {line}: heredocs are not supported")
         if op == "FROM":
             if base:
-                raise DockerfileError(f"line {line}: multi-stage builds (a second FROM) are not supported")
+                raise DockerfileError(
+                    f"line {line}: multi-stage builds (a second FROM) are not supported"
+                )
             base, image = _from(rest, line, available)
             out.append(f"FROM {image}")
             if image != base:
@@ -151,11 +172,13 @@ def rewrite_dockerfile(
         if op in ("COPY", "ADD"):
             words = rest.split()
             if any(w.startswith("--from") for w in words):
-                raise DockerfileError(f"line {line}: {op} --from: only files of environment/ can be copied")
+                raise DockerfileError(
+                    f"line {line}: {op} --from: only files of environment/ can be copied"
+                )
             if any("://" in w or w.startswith("git@") for w in words):
                 raise DockerfileError(f"line {line}: {op} of a URL: the build has no network")
         elif op == "RUN":
-            kept = _run(rest, line, lambda: packages(image))
+            kept = _run(rest, line, functools.partial(packages, image))
             if kept is None:
                 notes.append(f"line {line}: apt bookkeeping dropped")
                 continue
@@ -171,7 +194,7 @@ def rewrite_dockerfile(
         workdir = workdir_override
     if workdir == "/":
         workdir = "/app"  # as on bwrap: Harbor tasks expect some working directory
-    if not _PATH.match(workdir) or ".." in workdir.split("/"):
+    if not _PATH.fullmatch(workdir) or ".." in workdir.split("/"):
         raise DockerfileError(f"working directory {workdir!r}: only a plain absolute path")
     out.append(f"WORKDIR {workdir}")
     return DockerBuild("\n".join(out) + "\n", base, image, workdir, tuple(notes))

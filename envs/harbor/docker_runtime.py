@@ -138,9 +138,13 @@ class DockerTaskRuntime:
                                          timeout=max(int(self.task.limits.build_timeout_s), 1))  # fmt: skip
             except docker.errors.BuildError as err:
                 log = "".join(str(c.get("stream", c.get("error", ""))) for c in err.build_log)
-                raise RuntimeError(f"{self.task.id}: the image build failed: {err.msg}\n{log[-1500:]}") from None
+                raise RuntimeError(
+                    f"{self.task.id}: the image build failed: {err.msg}\n{log[-1500:]}"
+                ) from None
             except Exception as err:  # noqa: BLE001 - a timeout or the engine's refusal
-                raise RuntimeError(f"{self.task.id}: the image build failed: {type(err).__name__}: {err}") from None
+                raise RuntimeError(
+                    f"{self.task.id}: the image build failed: {type(err).__name__}: {err}"
+                ) from None
         self.image = tag
 
     def _memory(self) -> int:
@@ -180,7 +184,9 @@ class DockerTaskRuntime:
         output = api.exec_start(exec_id)
         code = api.exec_inspect(exec_id).get("ExitCode")
         if code != 0:
-            raise RuntimeError(f"{script!r} failed in the container (exit {code}): {output[-300:]!r}")
+            raise RuntimeError(
+                f"{script!r} failed in the container (exit {code}): {output[-300:]!r}"
+            )
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**dict(self.task.env), **dict(extra or {})}
@@ -243,7 +249,12 @@ class DockerTaskRuntime:
                           env={**VERIFIER_HOME, **self.task.verifier_env})  # fmt: skip
         output = self._tail(episode, "/logs/verifier/test-stdout.txt")
         if result.timed_out:
-            return GradeResult(0.0, f"the verifier ran over {self.task.limits.verifier_timeout_s:g} s", None, output)
+            return GradeResult(
+                0.0,
+                f"the verifier ran over {self.task.limits.verifier_timeout_s:g} s",
+                None,
+                output,
+            )
         text, problem = self._reward_text(episode)
         if text is None:
             return GradeResult(0.0, problem, result.returncode, output)
@@ -251,7 +262,9 @@ class DockerTaskRuntime:
         return GradeResult(reward, reason, result.returncode, output)
 
     def _tail(self, episode: DockerEpisode, path: str) -> str:
-        exec_id = self.client.api.exec_create(episode.container, ["tail", "-c", "4000", path], user="0")["Id"]
+        exec_id = self.client.api.exec_create(
+            episode.container, ["tail", "-c", "4000", path], user="0"
+        )["Id"]
         out, _ = self.client.api.exec_start(exec_id, demux=True)
         return (out or b"").decode(errors="replace")
 
@@ -260,14 +273,22 @@ class DockerTaskRuntime:
         import docker
 
         try:
-            stream, stat = self.client.api.get_archive(episode.container, "/logs/verifier/reward.txt")
+            stream, stat = self.client.api.get_archive(
+                episode.container, "/logs/verifier/reward.txt"
+            )
         except docker.errors.NotFound:
             return None, "test.sh wrote no /logs/verifier/reward.txt"
         mode = int(stat.get("mode", 0))
         if mode & (1 << 27) or mode & (1 << 31) or int(stat.get("size", 0)) > MAX_REWARD_BYTES:
             for _ in stream:  # drain: the engine's response must be consumed
                 pass
-            kind = "a link" if mode & (1 << 27) else "a directory" if mode & (1 << 31) else "over 4 KiB"
+            kind = (
+                "a link"
+                if mode & (1 << 27)
+                else "a directory"
+                if mode & (1 << 31)
+                else "over 4 KiB"
+            )
             return None, f"reward.txt refused: it is {kind}"
         raw = b"".join(itertools.islice(stream, 64))[: 1 << 16]
         with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
