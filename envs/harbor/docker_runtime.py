@@ -42,8 +42,13 @@ __all__ = ["DockerEpisode", "DockerTaskRuntime"]
 _DEFAULT_DOCKERFILE = "FROM ubuntu:24.04\nWORKDIR /app\n"
 IO_DIR = "/run/envgym-io"
 # pid 1 that outlives `kill -9 -1` (the kernel never delivers it to init) and reaps its sleep.
-_PID1 = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
-_WRAP = 'ulimit -f "$1"; exec timeout -s KILL "$2" bash -c "$3" </dev/null >"$4.out" 2>"$4.err"'
+# It also makes Harbor's /logs/agent and /logs/verifier, saving an exec on the reset path.
+_PID1 = [
+    "/bin/sh",
+    "-c",
+    "mkdir -p /logs/agent /logs/verifier; trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done",
+]
+_WRAP = 'mkdir -p -m 700 "${4%/*}" && ulimit -f "$1" && exec timeout -s KILL "$2" bash -c "$3" </dev/null >"$4.out" 2>"$4.err"'
 
 
 @dataclass(frozen=True)
@@ -166,9 +171,7 @@ class DockerTaskRuntime:
             labels={LABEL: "harbor"}, entrypoint=[],
         )  # fmt: skip
         self._containers.append(container.id)
-        episode = DockerEpisode(self.dir / f"ep{self._episodes}", self.plan, container.id)
-        self._root(episode, f"mkdir -p {IO_DIR} /logs/agent /logs/verifier && chmod 700 {IO_DIR}")
-        return episode
+        return DockerEpisode(self.dir / f"ep{self._episodes}", self.plan, container.id)
 
     def _remove(self, ids: list[str]) -> None:
         for cid in ids:
@@ -226,9 +229,12 @@ class DockerTaskRuntime:
         return CommandResult(tuple(argv), None if timed_out else code, text_out, text_err,
                              bool(timed_out), duration, len(text_out) >= n or len(text_err) >= n, error)  # fmt: skip
 
-    def _put(self, episode: DockerEpisode, target: str, files: TaskFiles) -> None:
+    def _put(
+        self, episode: DockerEpisode, target: str, files: TaskFiles, *, fresh: bool = True
+    ) -> None:
         """A fresh copy of ``files`` at ``target`` (whatever the agent left there is removed)."""
-        self._root(episode, f"rm -rf {target} && mkdir -p {target}")
+        if fresh:
+            self._root(episode, f"rm -rf {target} && mkdir -p {target}")
         if not self.client.api.put_archive(episode.container, target, _tar(files)):
             raise RuntimeError(f"could not copy files to {target} in the container")
 
@@ -241,9 +247,11 @@ class DockerTaskRuntime:
 
     def grade(self, episode: DockerEpisode) -> GradeResult:
         """tests/test.sh from a fresh /tests with a fresh /logs, the agent's processes gone."""
-        self._root(episode, "kill -9 -1 2>/dev/null; true")
-        self._root(episode, "rm -rf /logs && mkdir -p /logs/verifier /logs/agent /logs/home")
-        self._put(episode, "/tests", self.task.tests)
+        self._root(
+            episode,
+            "kill -9 -1 2>/dev/null; rm -rf /logs /tests && mkdir -p /logs/verifier /logs/agent /logs/home /tests",
+        )
+        self._put(episode, "/tests", self.task.tests, fresh=False)
         result = self.run(episode, "chmod +x /tests/test.sh 2>/dev/null; /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1",
                           timeout_s=self.task.limits.verifier_timeout_s,
                           env={**VERIFIER_HOME, **self.task.verifier_env})  # fmt: skip
