@@ -194,3 +194,24 @@ def test_a_from_the_engine_lacks_is_refused_naming_it(tmp_path: Path) -> None:
             env.reset()
     finally:
         env.close()
+
+
+@pytest.mark.heavy
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("_docker")
+def test_the_verifier_sees_a_fresh_logs_not_the_agents(tmp_path: Path) -> None:
+    """A verifier that keeps a reward.txt it finds: only the agent could have put one there."""
+    task_dir = tmp_path / "word-count"
+    shutil.copytree(DATASET / "word-count", task_dir)
+    (task_dir / "tests" / "test.sh").write_text(
+        "#!/bin/bash\ntest -e /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    env = HarborEnv(task_dir, sandbox="docker")
+    try:
+        env.reset()
+        env.step(_call("bash", {"command": "echo 1 > /logs/verifier/reward.txt"}))
+        _, reward, _, _, info = env.step(_call("submit", {}, 1))
+        assert reward == 0.0, info["report"]
+    finally:
+        env.close()
