@@ -215,3 +215,17 @@ def test_the_verifier_sees_a_fresh_logs_not_the_agents(tmp_path: Path) -> None:
         assert reward == 0.0, info["report"]
     finally:
         env.close()
+
+
+def test_envgym_check_passes_sandbox_to_the_harbor_check() -> None:
+    """``envgym check harbor:PATH --sandbox docker`` reaches HarborEnv (the handler takes it)."""
+    from envgym.registry import check_handler
+    from envs.harbor.registration import register_envs
+
+    register_envs()
+    handler = check_handler("harbor:envs/harbor/dataset")
+    assert handler is not None and "sandbox" in handler.options
+    for given, picked in (("docker", "docker"), ("bwrap", "bwrap"), (None, "bwrap")):
+        env = HarborEnv(DATASET / "word-count", sandbox=given)
+        env.close()
+        assert env.sandbox == picked
