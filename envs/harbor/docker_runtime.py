@@ -42,12 +42,17 @@ __all__ = ["DockerEpisode", "DockerTaskRuntime"]
 _DEFAULT_DOCKERFILE = "FROM ubuntu:24.04\nWORKDIR /app\n"
 IO_DIR = "/run/envgym-io"
 # pid 1 that outlives `kill -9 -1` (the kernel never delivers it to init) and reaps its sleep.
-# It also makes Harbor's /logs/agent and /logs/verifier, saving an exec on the reset path.
+# It also makes Harbor's /logs/agent and /logs/verifier, saving an exec on the reset path, and
+# ends after $1 minutes: a container whose host process died does not run (and stay) forever
+# (it is started with auto_remove).
 _PID1 = [
     "/bin/sh",
     "-c",
-    "mkdir -p /logs/agent /logs/verifier; trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done",
+    'mkdir -p /logs/agent /logs/verifier; trap "exit 0" TERM; i=0; '
+    'while [ "$i" -lt "$1" ]; do sleep 60 & wait $!; i=$((i + 1)); done',
+    "envgym",
 ]
+LIFETIME_S = 6 * 3600  # beyond the task's own agent + verifier timeouts
 _WRAP = 'mkdir -p -m 700 "${4%/*}" && ulimit -f "$1" && exec timeout -s KILL "$2" bash -c "$3" </dev/null >"$4.out" 2>"$4.err"'
 
 
@@ -164,7 +169,7 @@ class DockerTaskRuntime:
             threading.Thread(target=self._remove, args=(old,), daemon=True).start()
         cpus = self.task.limits.cpus
         container = self.client.containers.run(
-            self.image, _PID1, detach=True, network_mode="none", hostname="envgym",
+            self.image, [*_PID1, str(self._lifetime_min())], detach=True, auto_remove=True, network_mode="none", hostname="envgym",
             working_dir=self.plan.workdir, mem_limit=self._memory(), memswap_limit=self._memory(),
             pids_limit=1024, nano_cpus=int(cpus * 1e9) if cpus else None,
             cap_drop=["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP"], security_opt=["no-new-privileges"],
@@ -172,6 +177,11 @@ class DockerTaskRuntime:
         )  # fmt: skip
         self._containers.append(container.id)
         return DockerEpisode(self.dir / f"ep{self._episodes}", self.plan, container.id)
+
+    def _lifetime_min(self) -> int:
+        limits = self.task.limits
+        total = LIFETIME_S + (limits.agent_timeout_s or 0) + limits.verifier_timeout_s
+        return int(total // 60) + 1
 
     def _remove(self, ids: list[str]) -> None:
         for cid in ids:
