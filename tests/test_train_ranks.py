@@ -1,0 +1,185 @@
+"""Training ranks (trainer/ranks.py): ``envgym train`` on 2 gloo ranks with 2 Ray rollout workers
+makes the single-process step; bad launches and configs are refused with a clear error.
+
+The heavy test runs the real CLI twice in subprocesses on the tiny random Llama and parity bundle
+of tests/test_train_loop.py: once alone (in-process engine), once with ``trainer.world_size: 2``
+(rank 1 spawned by envgym train itself) and ``rollout.workers: 2``.  Sampling is seeded per
+episode and turn, so both runs roll out the same episodes; the update's microbatches are split
+over the ranks and their gradients summed, which must give the same loss and weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import typer
+from test_train_loop import parity_bundle, tiny_model
+from typer.testing import CliRunner
+
+from apps.train import register
+from envgym.embedded import load_tokenizer
+from trainer.checkpoint import latest_checkpoint
+from trainer.config import ConfigError, config_from_dict
+from trainer.ranks import Ranks, RanksError, join
+from trainer.ranks_launch import start_ranks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _config(tmp: Path, bundle: Path | str, model: str, **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "model": {"path": model, "device": "cpu"},
+        "envs": [{"id": str(bundle), "sandbox": "inprocess"}],
+        "rollout": {
+            "group_size": 4,
+            "prompts": 2,
+            "max_tokens": 10,
+            "episode_tokens": 20,
+            "max_turns": 2,
+            "concurrency": 1,
+        },
+        "steps": 1,
+        "overlong_mask": False,  # a random model never stops by itself
+        "dynamic_sampling": {"enabled": False},
+        "micro_tokens": 64,  # below one episode: a microbatch per episode, 8 to split over ranks
+        "optimizer": {"lr": 1e-3},
+        "checkpoint": {"dir": str(tmp / "ck")},
+        "metrics": {"dir": str(tmp / "metrics"), "tensorboard": False, "plot": False},
+    }
+    for key, value in extra.items():
+        data[key] = {**data.get(key, {}), **value}
+    return data
+
+
+def _train(tmp: Path, data: dict[str, Any]) -> dict[str, Any]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "config.yaml"
+    path.write_text(json.dumps(data))  # JSON is YAML
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "envgym.cli", "train", str(path), "--json"],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(1800)
+def test_two_gloo_ranks_and_two_ray_workers_make_the_single_process_step(tmp_path: Path) -> None:
+    bundle = parity_bundle(tmp_path / "bundle", tasks=4)
+    model_dir = tmp_path / "model"
+    tiny_model().save_pretrained(model_dir)
+    load_tokenizer().save_pretrained(model_dir)
+    initial = tiny_model().state_dict()
+
+    alone = _train(tmp_path / "alone", _config(tmp_path / "alone", bundle, str(model_dir)))
+    ranks = _train(
+        tmp_path / "ranks",
+        _config(
+            tmp_path / "ranks",
+            bundle,
+            str(model_dir),
+            trainer={"world_size": 2, "backend": "gloo"},
+            rollout={"workers": 2},
+        ),
+    )
+    a, r = alone["last"], ranks["last"]
+    assert alone["skipped"] == ranks["skipped"] == 0
+    # The same episodes: rewards and lengths of the seeded rollouts agree exactly.
+    for key in ("reward_mean", "response_len_mean", "tokens"):
+        assert a[key] == r[key], key
+    assert a["loss"] == pytest.approx(r["loss"], rel=1e-5, abs=1e-7)
+    assert a["grad_norm"] == pytest.approx(r["grad_norm"], rel=1e-5)
+
+    def weights(run: str) -> dict[str, torch.Tensor]:
+        found = latest_checkpoint(tmp_path / run / "ck")
+        assert found is not None, f"{run}: no checkpoint (rank 0 writes it)"
+        return dict(torch.load(found / "model.pt", map_location="cpu"))
+
+    w_alone, w_ranks = weights("alone"), weights("ranks")
+    assert w_alone.keys() == w_ranks.keys()
+    moved = max(float((w_alone[k] - initial[k]).abs().max()) for k in initial)
+    assert moved > 1e-4  # the step changed the weights: the comparison below means something
+    for key, value in w_alone.items():
+        torch.testing.assert_close(w_ranks[key], value, rtol=1e-5, atol=1e-6, msg=key)
+    leftover = [p for p in (tmp_path / "ranks").iterdir() if p.name.startswith("envgym-ray")]
+    assert not leftover
+
+
+# -- bad input -------------------------------------------------------------------------------
+def _minimal(**extra: Any) -> dict[str, Any]:
+    return _config(Path("/nonexistent"), "some-env", "smollm2", **extra)
+
+
+def test_a_world_of_ranks_needs_a_backend() -> None:
+    with pytest.raises(ConfigError, match="trainer.world_size 2 needs trainer.backend: gloo"):
+        config_from_dict(_minimal(trainer={"world_size": 2}))
+    with pytest.raises(ConfigError, match="trainer.backend must be gloo, nccl or null"):
+        config_from_dict(_minimal(trainer={"world_size": 2, "backend": "mpi"}))
+    with pytest.raises(ConfigError, match="multiple of trainer.nodes"):
+        config_from_dict(_minimal(trainer={"world_size": 3, "nodes": 2, "backend": "gloo"}))
+    with pytest.raises(ConfigError, match="rollout.workers must be"):
+        config_from_dict(_minimal(rollout={"workers": -1}))
+
+
+def test_rollout_workers_without_ray_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(_config(tmp_path, "some-env", "smollm2", rollout={"workers": 2})))
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, [str(path)])
+    assert result.exit_code == 2
+    assert "rollout.workers 2 needs Ray, which is not installed" in " ".join(result.output.split())
+
+
+def test_launches_that_do_not_match_the_config_are_refused() -> None:
+    two = config_from_dict(_minimal(trainer={"world_size": 2, "backend": "gloo"}))
+    with pytest.raises(RanksError, match="not launched as a rank"):
+        join(two, {})
+    env = {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}
+    with pytest.raises(RanksError, match="MASTER_ADDR, MASTER_PORT not set"):
+        join(two, env)
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    with pytest.raises(RanksError, match="WORLD_SIZE=4 but trainer.world_size is 2"):
+        join(two, env)
+    with pytest.raises(RanksError, match="must be integers"):
+        join(two, {**env, "WORLD_SIZE": "two"})
+    nodes = config_from_dict(_minimal(trainer={"world_size": 4, "nodes": 2, "backend": "gloo"}))
+    if "RANK" not in os.environ:
+        with pytest.raises(RanksError, match="trainer.nodes 2: launch envgym train with torchrun"):
+            start_ranks(nodes)
+    alone = config_from_dict(_minimal())
+    assert join(alone, {}) == Ranks()
+
+
+def test_one_rank_is_the_identity() -> None:
+    ranks = Ranks()
+    assert ranks.mine([[0], [1, 2], [3]]) == [[0], [1, 2], [3]]
+    assert Ranks(rank=1, world_size=2).mine([[0], [1, 2], [3]]) == [[1, 2]]
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(1, 2)).sum().backward()
+    before = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    assert ranks.reduce(optimizer, True, 1.5) == (True, 1.5)
+    assert all(torch.equal(a, p.grad) for a, p in zip(before, model.parameters()))
+    assert ranks.send("x") == "x"
