@@ -34,6 +34,11 @@ from trainer.distributed import init_distributed
 
 T = TypeVar("T")
 
+# How long a collective may wait: ranks ≠ 0 wait in one while rank 0 rolls out (a step's
+# rollouts, refills and held-out evaluation), which has no useful bound.  A rank that dies ends
+# the others sooner: its connections close, and envgym train / torchrun stop the rest.
+COLLECTIVE_TIMEOUT_S = 24 * 3600.0
+
 # Set by envgym train on the ranks it spawns itself; torchrun sets the same names.
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -201,7 +206,12 @@ def join(config: TrainConfig, environ: Mapping[str, str] | None = None) -> Ranks
     if t.backend is None:  # config.check refuses it too: this guards a config built otherwise
         raise RanksError("trainer.backend must be gloo (CPU) or nccl (GPU) to train on ranks")
     init_distributed(
-        rank, world, master_port=port, master_addr=env["MASTER_ADDR"], backend=t.backend
+        rank,
+        world,
+        master_port=port,
+        master_addr=env["MASTER_ADDR"],
+        backend=t.backend,
+        timeout_s=COLLECTIVE_TIMEOUT_S,
     )
     return Ranks(rank=rank, world_size=world, local_rank=local)
 
