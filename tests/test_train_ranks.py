@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,13 @@ def _config(tmp: Path, bundle: Path | str, model: str, **extra: Any) -> dict[str
     return data
 
 
-def _train(tmp: Path, data: dict[str, Any]) -> dict[str, Any]:
+def _train(tmp: Path, data: dict[str, Any], launcher: list[str]) -> dict[str, Any]:
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "config.yaml"
     path.write_text(json.dumps(data))  # JSON is YAML
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     done = subprocess.run(
-        [sys.executable, "-m", "envgym.cli", "train", str(path), "--json"],
+        [*launcher, "-m", "envgym.cli", "train", str(path), "--json"],
         cwd=tmp,
         env=env,
         capture_output=True,
@@ -75,47 +76,67 @@ def _train(tmp: Path, data: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.heavy
-@pytest.mark.timeout(1800)
-def test_two_gloo_ranks_and_two_ray_workers_make_the_single_process_step(tmp_path: Path) -> None:
-    bundle = parity_bundle(tmp_path / "bundle", tasks=4)
-    model_dir = tmp_path / "model"
+def _weights(ck: Path) -> dict[str, torch.Tensor]:
+    found = latest_checkpoint(ck)
+    assert found is not None, f"{ck}: no checkpoint (rank 0 writes it)"
+    return dict(torch.load(found / "model.pt", map_location="cpu"))
+
+
+# Two steps (the second rolls out from the weights rank 0 synced), two minibatches, a KL term
+# (the reference replicated on every rank).
+COMMON = {"steps": 2, "minibatches": 2, "loss": {"kl_beta": 0.01}}
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The single-process run every ranked run must reproduce: its bundle, model and result."""
+    tmp = tmp_path_factory.mktemp("ranks")
+    bundle = parity_bundle(tmp / "bundle", tasks=4)
+    model_dir = tmp / "model"
     tiny_model().save_pretrained(model_dir)
     load_tokenizer().save_pretrained(model_dir)
-    initial = tiny_model().state_dict()
+    data = {**_config(tmp / "alone", bundle, str(model_dir)), **COMMON}
+    return tmp, _train(tmp / "alone", data, [sys.executable])
 
-    alone = _train(tmp_path / "alone", _config(tmp_path / "alone", bundle, str(model_dir)))
-    ranks = _train(
-        tmp_path / "ranks",
-        _config(
-            tmp_path / "ranks",
-            bundle,
-            str(model_dir),
-            trainer={"world_size": 2, "backend": "gloo"},
-            rollout={"workers": 2},
-        ),
-    )
-    a, r = alone["last"], ranks["last"]
-    assert alone["skipped"] == ranks["skipped"] == 0
-    # The same episodes: rewards and lengths of the seeded rollouts agree exactly.
-    for key in ("reward_mean", "response_len_mean", "tokens"):
+
+@pytest.mark.heavy
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("launch", ["envgym-train-ray-workers", "torchrun"])
+def test_two_gloo_ranks_make_the_single_process_steps(
+    alone: tuple[Path, dict[str, Any]], launch: str
+) -> None:
+    """envgym train spawning rank 1, rollouts on 2 Ray workers; or torchrun's 2 ranks with the
+    in-process engine on rank 0: the same losses and weights as one process."""
+    tmp, single = alone
+    run = tmp / launch
+    extra: dict[str, Any] = {"trainer": {"world_size": 2, "backend": "gloo"}}
+    launcher = [sys.executable]
+    if launch == "torchrun":
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        launcher += ["--nproc_per_node", "2"]
+    else:
+        extra["rollout"] = {"workers": 2}
+    data = {**_config(run, tmp / "bundle", str(tmp / "model"), **extra), **COMMON}
+    ray_dirs = set(Path(tempfile.gettempdir()).glob("envgym-ray-*"))
+    ranked = _train(run, data, launcher)
+    # Ray was started in a temporary directory of its own, stopped, and the directory removed.
+    assert set(Path(tempfile.gettempdir()).glob("envgym-ray-*")) == ray_dirs
+    a, r = single["last"], ranked["last"]
+    assert single["steps"] == ranked["steps"] == 2
+    assert single["skipped"] == ranked["skipped"] == 0
+    # The same episodes at step 2 (sampled from the synced weights): rewards and lengths agree.
+    for key in ("reward_mean", "response_len_mean", "tokens", "optimizer_steps"):
         assert a[key] == r[key], key
-    assert a["loss"] == pytest.approx(r["loss"], rel=1e-5, abs=1e-7)
-    assert a["grad_norm"] == pytest.approx(r["grad_norm"], rel=1e-5)
+    for key in ("loss", "grad_norm", "kl"):
+        assert a[key] == pytest.approx(r[key], rel=1e-5, abs=1e-7), key
 
-    def weights(run: str) -> dict[str, torch.Tensor]:
-        found = latest_checkpoint(tmp_path / run / "ck")
-        assert found is not None, f"{run}: no checkpoint (rank 0 writes it)"
-        return dict(torch.load(found / "model.pt", map_location="cpu"))
-
-    w_alone, w_ranks = weights("alone"), weights("ranks")
+    w_alone, w_ranks = _weights(tmp / "alone" / "ck"), _weights(run / "ck")
+    initial = tiny_model().state_dict()
     assert w_alone.keys() == w_ranks.keys()
     moved = max(float((w_alone[k] - initial[k]).abs().max()) for k in initial)
-    assert moved > 1e-4  # the step changed the weights: the comparison below means something
+    assert moved > 1e-4  # the steps changed the weights: the comparison below means something
     for key, value in w_alone.items():
         torch.testing.assert_close(w_ranks[key], value, rtol=1e-5, atol=1e-6, msg=key)
-    leftover = [p for p in (tmp_path / "ranks").iterdir() if p.name.startswith("envgym-ray")]
-    assert not leftover
 
 
 # -- bad input -------------------------------------------------------------------------------
