@@ -204,3 +204,47 @@ def test_one_rank_is_the_identity() -> None:
     assert ranks.reduce(optimizer, True, 1.5) == (True, 1.5)
     assert all(torch.equal(a, p.grad) for a, p in zip(before, model.parameters()))
     assert ranks.send("x") == "x"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended while we looked
+            continue
+        if text in args:
+            found.append(args)
+    return found
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(300)
+def test_a_failing_rank_ends_the_run_and_its_spawned_ranks(tmp_path: Path) -> None:
+    """Rank 0 finds no tasks (rank 1, which never reads them, loads the model and waits for
+    rank 0's weights): rank 0's own error, exit 2 — not a report about rank 1, which fails
+    too once rank 0 is gone — and rank 1 does not outlive the run."""
+    scratch = tmp_path / "tmp"  # the spawned ranks' config file is made here: findable below
+    scratch.mkdir()
+    tiny_model().save_pretrained(tmp_path / "model")
+    load_tokenizer().save_pretrained(tmp_path / "model")
+    data = _config(
+        tmp_path,
+        tmp_path / "no-bundle",
+        str(tmp_path / "model"),
+        trainer={"world_size": 2, "backend": "gloo"},
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(data))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)}
+    done = subprocess.run(
+        [sys.executable, "-m", "envgym.cli", "train", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "no-bundle" in " ".join(done.stderr.split())
+    assert not _processes_mentioning(str(scratch))
+    assert not list(scratch.glob("envgym-ranks-*.json"))  # the spawned ranks' config removed
