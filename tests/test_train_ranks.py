@@ -11,6 +11,7 @@ over the ranks and their gradients summed, which must give the same loss and wei
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -248,3 +249,61 @@ def test_a_failing_rank_ends_the_run_and_its_spawned_ranks(tmp_path: Path) -> No
     assert "no-bundle" in " ".join(done.stderr.split())
     assert not _processes_mentioning(str(scratch))
     assert not list(scratch.glob("envgym-ranks-*.json"))  # the spawned ranks' config removed
+
+
+def _reduce_worker(rank: int, world: int, port: int, out: str) -> None:
+    """Rank 0 trains on a microbatch, rank 1 on none (more ranks than microbatches); then a
+    minibatch whose loss is NaN on rank 1 only."""
+    from trainer.distributed import init_distributed
+
+    init_distributed(rank, world, master_port=port, backend="gloo", timeout_s=60)
+    ranks = Ranks(rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    model[1].requires_grad_(False)  # frozen: not in the optimizer
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    total = 0.0
+    for idx in ranks.mine([[0]]):
+        loss = model(torch.full((1, 3), float(idx[0] + 1))).sum()
+        loss.backward()
+        total += float(loss)
+    finite, total = ranks.reduce(optimizer, True, total)
+    grads = [p.grad.clone() for p in optimizer.param_groups[0]["params"]]
+    sums: dict[str, float] = {"kl": 2.0 * (rank + 1)}
+    weights: dict[str, float] = {"kl": float(rank + 1)}
+    ranks.merge(sums, weights)
+    nan_finite, _ = ranks.reduce(optimizer, rank == 0, 0.0 if rank == 0 else math.nan)
+    torch.save(
+        {
+            "grads": grads,
+            "finite": finite,
+            "total": total,
+            "nan_finite": nan_finite,
+            "sums": sums,
+            "weights": weights,
+        },
+        Path(out) / f"rank{rank}.pt",
+    )
+    ranks.close()
+
+
+@pytest.mark.heavy  # two spawned processes: ~20 s here
+@pytest.mark.timeout(300)
+def test_reduce_sums_over_ranks_when_a_rank_has_no_microbatch(tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
+    from trainer.distributed import free_port
+
+    mp.spawn(_reduce_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    loss = model(torch.full((1, 3), 1.0)).sum()
+    loss.backward()
+    want = [model[0].weight.grad, model[0].bias.grad]
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        assert got["finite"] is True and got["nan_finite"] is False
+        assert got["total"] == pytest.approx(float(loss))
+        for a, b in zip(got["grads"], want, strict=True):
+            torch.testing.assert_close(a, b)
+        assert got["sums"] == {"kl": 6.0} and got["weights"] == {"kl": 3.0}
