@@ -156,6 +156,14 @@ def test_a_world_of_ranks_needs_a_backend() -> None:
         config_from_dict(_minimal(rollout={"workers": -1}))
 
 
+def test_a_trainer_alone_refuses_a_world_of_ranks() -> None:
+    from trainer.loop import Trainer
+
+    two = config_from_dict(_minimal(trainer={"world_size": 2, "backend": "gloo"}))
+    with pytest.raises(ValueError, match="trainer.world_size is 2 but this Trainer runs on 1"):
+        Trainer(two)
+
+
 def test_rollout_workers_without_ray_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -155,6 +155,12 @@ class Trainer:
     ) -> None:
         self.config = config
         self.ranks = ranks or Ranks()  # rank 0 of trainer.world_size (trainer/ranks.py)
+        if self.ranks.world_size != config.trainer.world_size:
+            raise ValueError(
+                f"trainer.world_size is {config.trainer.world_size} but this Trainer runs on "
+                f"{self.ranks.world_size} rank(s): start it with envgym train or torchrun "
+                "(trainer.ranks_launch.start_ranks), or set trainer.world_size: 1"
+            )
         from trainer.ranks_rollout import require_ray
 
         require_ray(config)
