@@ -88,29 +88,51 @@ def _weights(ck: Path) -> dict[str, torch.Tensor]:
 COMMON = {"steps": 2, "minibatches": 2, "loss": {"kl_beta": 0.01}}
 
 
+LORA = {"lora": {"rank": 4, "target_modules": ["q_proj", "v_proj"]}}
+
+
 @pytest.fixture(scope="module")
-def alone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """The single-process run every ranked run must reproduce: its bundle, model and result."""
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundle and the tiny model (an HF folder) every run of this module trains."""
     tmp = tmp_path_factory.mktemp("ranks")
-    bundle = parity_bundle(tmp / "bundle", tasks=4)
-    model_dir = tmp / "model"
-    tiny_model().save_pretrained(model_dir)
-    load_tokenizer().save_pretrained(model_dir)
-    data = {**_config(tmp / "alone", bundle, str(model_dir)), **COMMON}
-    return tmp, _train(tmp / "alone", data, [sys.executable])
+    parity_bundle(tmp / "bundle", tasks=4)
+    tiny_model().save_pretrained(tmp / "model")
+    load_tokenizer().save_pretrained(tmp / "model")
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def alone(workspace: Path) -> dict[str, Any]:
+    """The single-process runs the ranked runs must reproduce, each run once: full weights and
+    LoRA, by name."""
+    results: dict[str, Any] = {}
+
+    def run(name: str, **extra: Any) -> dict[str, Any]:
+        if name not in results:
+            where = workspace / f"alone-{name}"
+            data = {**_config(where, workspace / "bundle", str(workspace / "model"), **extra)}
+            results[name] = _train(where, {**data, **COMMON}, [sys.executable])
+        return dict(results[name])
+
+    return {"run": run}
 
 
 @pytest.mark.heavy
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("launch", ["envgym-train-ray-workers", "torchrun"])
+@pytest.mark.parametrize("launch", ["envgym-train-ray-workers", "torchrun", "lora-ray-workers"])
 def test_two_gloo_ranks_make_the_single_process_steps(
-    alone: tuple[Path, dict[str, Any]], launch: str
+    workspace: Path, alone: dict[str, Any], launch: str
 ) -> None:
-    """envgym train spawning rank 1, rollouts on 2 Ray workers; or torchrun's 2 ranks with the
-    in-process engine on rank 0: the same losses and weights as one process."""
-    tmp, single = alone
+    """envgym train spawning rank 1, rollouts on 2 Ray workers (full weights, or LoRA adapters
+    whose merged weights the workers load); or torchrun's 2 ranks with the in-process engine on
+    rank 0: the same losses and weights as one process."""
+    tmp = workspace
+    lora = launch.startswith("lora")
+    single = alone["run"]("lora", model=LORA) if lora else alone["run"]("full")
     run = tmp / launch
     extra: dict[str, Any] = {"trainer": {"world_size": 2, "backend": "gloo"}}
+    if lora:
+        extra["model"] = LORA
     launcher = [sys.executable]
     if launch == "torchrun":
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
@@ -131,9 +153,14 @@ def test_two_gloo_ranks_make_the_single_process_steps(
     for key in ("loss", "grad_norm", "kl"):
         assert a[key] == pytest.approx(r[key], rel=1e-5, abs=1e-7), key
 
-    w_alone, w_ranks = _weights(tmp / "alone" / "ck"), _weights(run / "ck")
-    initial = tiny_model().state_dict()
+    w_alone = _weights(tmp / ("alone-lora" if lora else "alone-full") / "ck")
+    w_ranks = _weights(run / "ck")
     assert w_alone.keys() == w_ranks.keys()
+    # What trains moved: every weight, or the adapters' B (initialized at zero).
+    initial = tiny_model().state_dict()
+    if lora:
+        initial = {k: torch.zeros_like(v) for k, v in w_alone.items() if "lora_B" in k}
+        assert initial
     moved = max(float((w_alone[k] - initial[k]).abs().max()) for k in initial)
     assert moved > 1e-4  # the steps changed the weights: the comparison below means something
     for key, value in w_alone.items():
