@@ -35,9 +35,9 @@ from trainer.ranks_launch import start_ranks
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _config(tmp: Path, bundle: Path | str, model: str, **extra: Any) -> dict[str, Any]:
+def _config(tmp: Path, bundle: Path | str, model_path: str, **extra: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "model": {"path": model, "device": "cpu"},
+        "model": {"path": model_path, "device": "cpu"},
         "envs": [{"id": str(bundle), "sandbox": "inprocess"}],
         "rollout": {
             "group_size": 4,
