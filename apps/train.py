@@ -50,16 +50,36 @@ def train_command(
 
     from trainer.loop import StepReport, Trainer
     from trainer.metrics import ProgressDisplay
+    from trainer.ranks_launch import follow, start_ranks
+    from trainer.ranks_rollout import require_ray
 
     reports: list[StepReport] = []
     try:
+        require_ray(config)  # before any rank starts
+        spawned = start_ranks(config)  # trainer.world_size > 1: torchrun's, or spawned here
+    except ValueError as exc:  # RanksError, no Ray, a launch that does not match the config
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if not spawned.ranks.is_main:  # a torchrun rank other than 0: trains what rank 0 sends
+        try:
+            follow(config, spawned.ranks)
+        finally:
+            spawned.ranks.close()
+        return
+    failed = True
+    try:
         display = ProgressDisplay(config.steps, console=err)
-        trainer = Trainer(config, on_step=display.update_report, on_phase=display.phase)
+        trainer = Trainer(
+            config, on_step=display.update_report, on_phase=display.phase, ranks=spawned.ranks
+        )
         with display:
             reports = trainer.run()
+        failed = False
     except (ValueError, TypeError) as exc:  # bad tasks, unloadable model, changed config...
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2) from None
+    finally:
+        spawned.finish(failed=failed)
     skipped = [r for r in reports if r.skipped]
     for r in skipped:
         err.print(f"[yellow]step {r.step}: update skipped:[/] {r.skipped}")

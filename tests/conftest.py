@@ -104,6 +104,7 @@ _BIG_MEMORY = frozenset(
         "test_rollout_ray.py",
         "test_train_bench.py",
         "test_distributed.py",
+        "test_train_ranks.py",
         "test_kernels_bench.py",
         "test_sft.py",
         "test_search_qa_cold_start.py",

@@ -447,8 +447,10 @@ def test_ray_trainer_group_equals_single_process(ray_local: Any, reference: Any)
 def test_placement_plan_refuses_bad_values() -> None:
     from trainer.placement import Placement, PlacementPlan
 
-    with pytest.raises(ValueError, match="trainers must be an int >= 1, not 0"):
-        PlacementPlan(trainers=0)
+    with pytest.raises(ValueError, match="trainers must be an int >= 0, not -1"):
+        PlacementPlan(trainers=-1)
+    with pytest.raises(ValueError, match="nothing to place"):
+        PlacementPlan(trainers=0, rollout_workers=0)
     with pytest.raises(ValueError, match="rollout_cpus must be a number >= 0, not -1"):
         PlacementPlan(rollout_cpus=-1)
     with pytest.raises(ValueError, match="trainer_cpus and trainer_gpus are 0"):

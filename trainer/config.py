@@ -98,6 +98,8 @@ class RolloutConfig:
     # A step whose share of errored episodes (infrastructure failures, left out of training)
     # passes this stops the run; null: never stop (past 2 % it still warns with the cause).
     max_errored_share: float | None = 0.1
+    workers: int = 0  # Ray rollout workers (policy replicas + env actors); 0 = in-process
+    ray_address: str | None = None  # with workers: a Ray cluster; null = start one locally
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,15 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class RanksConfig:
+    """Data-parallel training ranks (trainer/ranks.py, docs/DISTRIBUTED.md)."""
+
+    world_size: int = 1  # ranks over all nodes; 1 = this process alone
+    nodes: int = 1  # > 1: launched by torchrun on every node
+    backend: str | None = None  # gloo (CPU) | nccl (GPU); required when world_size > 1
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     envs: list[EnvConfig] = field(default_factory=list)
@@ -176,6 +187,7 @@ class TrainConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     seed: int = 0
     chunk_size: int = 1024  # vocabulary chunk of the log-prob op (kernels/logprob.py)
+    trainer: RanksConfig = field(default_factory=RanksConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as YAML would hold it (``async_`` is written ``async``)."""
@@ -371,6 +383,8 @@ def check(c: TrainConfig) -> None:
             f"minibatches ({c.minibatches}) must be ≤ the episodes per batch "
             f"(rollout.prompts × rollout.group_size = {r.prompts * r.group_size})"
         )
+    _non_negative(r, "workers", where="rollout")
+    check_ranks(c)
     o = c.optimizer
     if o.lr <= 0:
         raise ConfigError(f"optimizer.lr must be > 0, not {o.lr}")
@@ -404,6 +418,24 @@ def check(c: TrainConfig) -> None:
         )
     if c.model.engine == "vllm" and c.model.vllm_url:  # the folder's config.json says if MoE
         refuse_moe_without_routes(c, config_is_moe(c.model.path))
+
+
+def check_ranks(c: TrainConfig) -> None:
+    """The ``trainer`` section: a world of ranks needs an explicit backend."""
+    t = c.trainer
+    _positive(t, "world_size", "nodes", where="trainer")
+    if t.world_size % t.nodes:
+        raise ConfigError(
+            f"trainer.world_size ({t.world_size}) must be a multiple of trainer.nodes"
+        )
+    if t.backend not in (None, "gloo", "nccl"):
+        raise ConfigError(f"trainer.backend must be gloo, nccl or null, not {t.backend!r}")
+    if t.world_size > 1 and t.backend is None:
+        raise ConfigError(
+            f"trainer.world_size {t.world_size} needs trainer.backend: gloo (CPU) or nccl (GPU)"
+        )
+    if c.rollout.workers and c.model.engine != "local":
+        raise ConfigError("rollout.workers (Ray rollout workers) run model.engine: local only")
 
 
 def overlong_scope(c: TrainConfig) -> Literal["turn", "sample"] | None:

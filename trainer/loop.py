@@ -70,6 +70,7 @@ from trainer.config import (
 from trainer.lora import apply_lora
 from trainer.metrics import MetricsLog, RunRecord, write_run
 from trainer.policy import TrainablePolicy
+from trainer.ranks import Ranks, rank_device
 from trainer.stream import run_async
 from trainer.tasks import TaskRef, task_split
 from trainer.update import Update
@@ -105,6 +106,11 @@ def _run_config(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
     off and ``packing`` when false."""
     data = config.to_dict() if isinstance(config, TrainConfig) else copy.deepcopy(config)
     data.pop("steps", None)
+    # Where ranks and rollouts run does not change what a step computes (trainer/ranks.py).
+    data.pop("trainer", None)
+    if isinstance(data.get("rollout"), dict):
+        data["rollout"].pop("workers", None)
+        data["rollout"].pop("ray_address", None)
     if isinstance(data.get("model"), dict):
         data["model"].pop("device", None)
         data["model"].pop("allow_moe_without_keep_routing", None)
@@ -145,15 +151,27 @@ class Trainer:
         engine_policy: Any = None,
         on_step: Callable[[StepReport], None] | None = None,
         on_phase: Callable[[str], None] | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
         self.config = config
+        self.ranks = ranks or Ranks()  # rank 0 of trainer.world_size (trainer/ranks.py)
+        if self.ranks.world_size != config.trainer.world_size:
+            raise ValueError(
+                f"trainer.world_size is {config.trainer.world_size} but this Trainer runs on "
+                f"{self.ranks.world_size} rank(s): start it with envgym train or torchrun "
+                "(trainer.ranks_launch.start_ranks), or set trainer.world_size: 1"
+            )
+        from trainer.ranks_rollout import require_ray
+
+        require_ray(config)
         self.on_step = on_step or (lambda report: None)
         self.on_phase = on_phase or (lambda text: None)
         torch.manual_seed(config.seed)
         self.train_tasks, self.heldout_tasks = task_split(config)
         self.order = TaskOrder(self.train_tasks, config.seed)
         if model is None:
-            device = resolve_device(config.model.device)  # before minutes of loading
+            # before minutes of loading; an NCCL rank trains on its own GPU
+            device = rank_device(config, self.ranks) or resolve_device(config.model.device)
             model, tokenizer = load_model(config)
             # transformers wraps PreTrainedModel.to with functools.wraps, hiding its signature
             model.to(device)  # type: ignore[arg-type]  # a model passed in stays where it was
@@ -165,29 +183,13 @@ class Trainer:
 
         # The config check read config.json when model.path is a folder; this one sees the model.
         refuse_moe_without_routes(config, bool(moe_routers(model)))
-        model.train(config.model.gradient_checkpointing)  # dropout-free HF LMs: only for GC
-        if config.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        apply_lora(model, config.model.lora)  # model.lora: adapters on the frozen base, or none
-        self.policy = TrainablePolicy(
-            model,
-            chunk_size=config.chunk_size,
-            keep_sampling_mask=config.keep_sampling_mask,
-            keep_routing=config.keep_routing,
-        )
-        self.ref_policy = None
-        if config.loss.kl_beta > 0:  # the unbiased KL (eq. 7) needs the initial policy
-            ref = copy.deepcopy(model).eval().requires_grad_(False)
-            self.ref_policy = TrainablePolicy(
-                ref,
-                chunk_size=config.chunk_size,
-                keep_sampling_mask=config.keep_sampling_mask,
-                keep_routing=config.keep_routing,
-            )
-        if engine_policy is None:
+        self.policy, self.ref_policy = build_policies(config, model)
+        if engine_policy is None and not config.rollout.workers:  # workers: started by arun
             engine_policy = build_engine(config, model, tokenizer)
         self.engine = engine_policy
-        self.update = Update(config, self.policy, self.ref_policy, pad_id=pad_id(tokenizer))
+        self.update = Update(
+            config, self.policy, self.ref_policy, pad_id=pad_id(tokenizer), ranks=self.ranks
+        )
         self.step = 0
         self.version = 0
         self.metrics = MetricsLog(
@@ -251,16 +253,30 @@ class Trainer:
     async def arun(self) -> list[StepReport]:
         reports: list[StepReport] = []
         self.maybe_resume()
+        ref_model = self.ref_policy.model if self.ref_policy is not None else None
+        u = self.update  # every rank starts from rank 0's weights and optimizer state
+        self.ranks.share_state(self.model, u.optimizer, u.scheduler, ref_model)
+        finished = False
         try:
             async with contextlib.AsyncExitStack() as stack:
-                if self.engine is None:  # model.engine vllm, no vllm_url: serve it ourselves
+                if self.config.rollout.workers and self.engine is None:
+                    from trainer.ranks_rollout import RayRollout
+
+                    self.on_phase(f"starting {self.config.rollout.workers} Ray rollout workers")
+                    self.engine = await stack.enter_async_context(
+                        RayRollout.start(self.config, self.model)
+                    )
+                    self.engine.version = self.version
+                    if self.resumed_from is not None:
+                        await self._sync_engine(self.version)
+                elif self.engine is None:  # model.engine vllm, no vllm_url: serve it ourselves
                     self.on_phase("starting the vLLM engine (docs/TRAINER.md)")
                     self.engine = await stack.enter_async_context(
                         managed_vllm(self.config, self.model, self.tokenizer)
                     )
                     self.engine.version = self.version  # served from the resumed weights
                 elif self.resumed_from is not None:
-                    await sync_weights(self.engine, self.model, self.version, self.config)
+                    await self._sync_engine(self.version)
                 self.rollout_engines = [
                     await stack.enter_async_context(e) for e in self._make_rollout_engines()
                 ]
@@ -284,10 +300,12 @@ class Trainer:
                     },
                 )
             self.run_record.status = "finished"
+            finished = True
         except BaseException:
             self.run_record.status = "failed"
             raise
         finally:
+            self._stop_ranks(finished)
             try:  # the final status (finished | failed) must not mask the run's own error
                 write_run(self.run_record, self.config.metrics.dir, self.config.metrics.store)
             except Exception as exc:  # noqa: BLE001 - a store gone away, a full disk...
@@ -300,6 +318,31 @@ class Trainer:
                     await self.engine.aclose()
         return reports
 
+    def _stop_ranks(self, finished: bool) -> None:
+        """Tell the other ranks the run is over; after a finished run, check their replicas
+        equal rank 0's (a failed run may have left them mid-step: no collective then)."""
+        if not self.ranks.distributed:
+            return
+        self.ranks.send(("stop", finished))
+        if finished:
+            self.ranks.check_same(self.model)
+
+    async def _sync_engine(self, version: int) -> None:
+        """Rank 0's weights into the engine (Ray rollout workers, local engine or vLLM)."""
+        from trainer.ranks_rollout import RayRollout
+
+        if isinstance(self.engine, RayRollout):
+            await self.engine.sync(self.model, version)
+        else:
+            await sync_weights(self.engine, self.model, version, self.config)
+
+    def _train(self, samples: list[Any] | None) -> tuple[dict[str, float], str | None]:
+        """Step 5 on every rank: rank 0 sends the batch (or that there is none), all train."""
+        self.ranks.send(("step", samples, self.step))
+        if samples is None:
+            return {}, None
+        return self.update.run(samples, self.step)
+
     def _make_rollout_engines(self) -> list[RolloutEngine]:
         from envgym import registry
 
@@ -310,6 +353,10 @@ class Trainer:
         budget = RolloutBudget(
             max_turns=r.max_turns, max_tokens=r.episode_tokens, max_seconds=r.max_seconds
         )
+        from trainer.ranks_rollout import RayRollout
+
+        if isinstance(self.engine, RayRollout):
+            return self.engine.engines(params, budget)
         out = []
         for env in self.config.envs:
             factory = registry.env_factory(
@@ -398,11 +445,13 @@ class Trainer:
                 self._advantages(groups),
                 overlong_mask=overlong_scope(self.config) == "turn",
             )
-            metrics, skipped = await asyncio.to_thread(self.update.run, samples, self.step)
+            metrics, skipped = await asyncio.to_thread(self._train, samples)
+        else:
+            await asyncio.to_thread(self._train, None)  # the other ranks keep step with rank 0
         t1 = time.monotonic()
         self.step += 1
         if skipped is None:
-            await sync_weights(self.engine, self.model, self.version + 1, self.config)
+            await self._sync_engine(self.version + 1)
             self.version += 1
         if self._sync_ref():
             metrics["ref_synced"] = 1.0
@@ -490,3 +539,30 @@ class Trainer:
                         passed += r.passed
                         total += 1
         return passed / total if total else math.nan
+
+
+def build_policies(
+    config: TrainConfig, model: PreTrainedModel
+) -> tuple[TrainablePolicy, TrainablePolicy | None]:
+    """The trained policy on ``model`` and, with ``loss.kl_beta``, the frozen KL reference (a
+    copy of the initial policy); the same on every rank."""
+    model.train(config.model.gradient_checkpointing)  # dropout-free HF LMs: only for GC
+    if config.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    apply_lora(model, config.model.lora)  # model.lora: adapters on the frozen base, or none
+    policy = TrainablePolicy(
+        model,
+        chunk_size=config.chunk_size,
+        keep_sampling_mask=config.keep_sampling_mask,
+        keep_routing=config.keep_routing,
+    )
+    ref_policy = None
+    if config.loss.kl_beta > 0:  # the unbiased KL (eq. 7) needs the initial policy
+        ref = copy.deepcopy(model).eval().requires_grad_(False)
+        ref_policy = TrainablePolicy(
+            ref,
+            chunk_size=config.chunk_size,
+            keep_sampling_mask=config.keep_sampling_mask,
+            keep_routing=config.keep_routing,
+        )
+    return policy, ref_policy

@@ -57,7 +57,8 @@ class PlacementPlan:
     strategy: str = "PACK"
 
     def __post_init__(self) -> None:
-        for name, minimum in (("trainers", 1), ("rollout_workers", 0)):
+        # trainers 0: the ranks run outside Ray (torchrun, envgym train), only rollouts placed
+        for name, minimum in (("trainers", 0), ("rollout_workers", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"{name} must be an int >= {minimum}, not {value!r}")
@@ -65,7 +66,9 @@ class PlacementPlan:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, not {value!r}")
-        if self.trainer_cpus == 0 and self.trainer_gpus == 0:
+        if self.trainers + self.rollout_workers == 0:
+            raise ValueError("nothing to place: trainers and rollout_workers are both 0")
+        if self.trainers and self.trainer_cpus == 0 and self.trainer_gpus == 0:
             raise ValueError("a trainer reserves nothing: trainer_cpus and trainer_gpus are 0")
         if self.rollout_workers and self.rollout_cpus == 0 and self.rollout_gpus == 0:
             raise ValueError("a rollout worker reserves nothing: rollout_cpus and _gpus are 0")
@@ -93,7 +96,11 @@ class Placement:
         self._ray = ensure_ray()
         from ray.util.placement_group import placement_group
 
-        self.trainer_group = placement_group(plan.trainer_bundles(), strategy=plan.strategy)
+        self.trainer_group = (
+            placement_group(plan.trainer_bundles(), strategy=plan.strategy)
+            if plan.trainers
+            else None
+        )
         self.rollout_group = (
             placement_group(plan.rollout_bundles(), strategy=plan.strategy)
             if plan.rollout_workers
@@ -122,6 +129,7 @@ class Placement:
         world = self.plan.trainers
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
             raise ValueError(f"rank must be an int in [0, {world}), not {rank!r}")
+        assert self.trainer_group is not None  # trainers >= 1 here
         return {
             "num_cpus": self.plan.trainer_cpus,
             "num_gpus": self.plan.trainer_gpus,

@@ -51,6 +51,7 @@ from trainer.config import TrainConfig
 from trainer.lora import adapter_dropout
 from trainer.losses import grpo_loss
 from trainer.policy import TrainablePolicy
+from trainer.ranks import Ranks
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,9 @@ class Update:
         ref_policy: TrainablePolicy | None,
         *,
         pad_id: int = 0,
+        ranks: Ranks | None = None,
     ) -> None:
+        self.ranks = ranks or Ranks()  # data-parallel ranks (trainer/ranks.py); one: alone
         self.config = config
         self.policy = policy
         self.ref_policy = ref_policy
@@ -142,7 +145,7 @@ class Update:
             units = self._units([samples[i] for i in part])
             self.optimizer.zero_grad(set_to_none=True)
             finite, total = True, 0.0
-            for idx in self._micro(samples, part):
+            for idx in self.ranks.mine(self._micro(samples, part)):
                 batch = self._collate([samples[i] for i in idx])
                 loss_sum, diag = self._loss(batch)
                 if not torch.isfinite(loss_sum):
@@ -157,6 +160,7 @@ class Update:
                     if key not in _NOT_METRICS and math.isfinite(v):
                         sums[key] += v * w
                         weights[key] += w
+            finite, total = self.ranks.reduce(self.optimizer, finite, total)  # sum over ranks
             max_norm = self.config.optimizer.max_grad_norm or math.inf
             params = self.optimizer.param_groups[0]["params"]
             norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
@@ -173,6 +177,7 @@ class Update:
             losses.append(total)
             norms.append(norm)
             steps_done += 1
+        self.ranks.merge(sums, weights)
         metrics.update({k: sums[k] / weights[k] for k in sums if weights[k]})
         metrics.update(
             loss=float(sum(losses) / len(losses)) if losses else math.nan,
