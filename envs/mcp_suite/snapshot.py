@@ -32,6 +32,7 @@ def _git(repo: Path, *args: str, stdin: bytes | None = None) -> None:
             f"git {' '.join(args[:3])} failed in the snapshot: {done.stderr.decode()[-500:]}"
         )
 
+
 # An installed copy's byte-compiled initial .py files are not part of the state an agent sees.
 _NOT_STATE = shutil.ignore_patterns(*SKIPPED_NAMES)
 
