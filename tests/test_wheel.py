@@ -23,6 +23,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_make_keywords import FAMILY_ENVS
 
 pytestmark = pytest.mark.heavy
 
@@ -124,6 +125,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
     env["ENVGYM_TAU2_PYTHON"] = tau2  # τ²'s interpreter lives beside the checkout, not the wheel
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return wheel, venv, env
+
+
+def test_every_family_is_run() -> None:
+    assert {env_id for env_id, _ in FAMILY_ENVS.values()} <= set(LISTED)
 
 
 def test_the_wheel_holds_every_file_of_the_packages(built) -> None:
