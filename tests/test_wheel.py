@@ -46,6 +46,8 @@ CHECKS = {
 # swe-v0 is checked on instances (``envgym check swe:PATH``, below); ``envgym show`` takes
 # bundle-backed envs only, and swe-v0 has no bundle (an instance is given to ``make``).
 LISTED = [*CHECKS, "swe-v0"]
+# harbor:PATH is a scheme, not a listed id: shown and checked on the installed dataset (below).
+SCHEMES = ["harbor"]
 # Not part of a source tree's data: caches and build outputs.
 SKIP_DIRS = {"__pycache__", ".git", "build", "dist"}
 
@@ -128,7 +130,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
 
 
 def test_every_family_is_run() -> None:
-    assert {env_id for env_id, _ in FAMILY_ENVS.values()} <= set(LISTED)
+    ids = {
+        env_id.partition(":")[0] if ":" in env_id else env_id for env_id, _ in FAMILY_ENVS.values()
+    }
+    assert ids <= {*LISTED, *SCHEMES}
 
 
 def test_the_wheel_holds_every_file_of_the_packages(built) -> None:
@@ -209,3 +214,18 @@ def test_check_swe_instances_outside_the_checkout(built, tmp_path: Path) -> None
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     payload = json.loads(done.stdout.strip().splitlines()[-1])
     assert payload["passed"] and payload["instances"][0]["gold_rewards"] == [1.0]
+
+
+@pytest.mark.timeout(600)
+def test_show_and_check_the_installed_harbor_dataset(built, tmp_path: Path) -> None:
+    _, venv, env = built
+    code = "import envs.harbor as h, pathlib; print(pathlib.Path(h.__file__).parent / 'dataset')"
+    found = _run([str(venv / "bin" / "python"), "-c", code], tmp_path, env, 120)
+    dataset = Path(found.stdout.strip())
+    assert dataset.is_relative_to(venv) and (dataset / "word-count" / "task.toml").is_file()
+    target = f"harbor:{dataset}"
+    envgym = str(venv / "bin" / "envgym")
+    shown = _run([envgym, "show", target], tmp_path, {**env, "COLUMNS": "300"}, 120)
+    assert shown.returncode == 0 and "word-count" in shown.stdout, shown.stdout + shown.stderr
+    done = _run([envgym, "check", target], tmp_path, {**env, "COLUMNS": "300"}, 500)
+    assert done.returncode == 0 and "word-count" in done.stdout, (done.stdout + done.stderr)[-3000:]
