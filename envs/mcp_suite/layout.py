@@ -52,6 +52,14 @@ ROOT = Path(__file__).resolve().parent
 TASKS_DIR = ROOT / "tasks"
 STATE_DIR = ROOT / "initial_state"
 PRELUDE = "verify_prelude.py"  # in a category folder: prepended to each of its tasks' verify.py
+# Not data: an installer byte-compiles the .py files it installs (verify.py, verify_prelude.py,
+# initial files), leaving __pycache__ folders beside them that are neither tasks nor state.
+SKIPPED_NAMES = frozenset({"__pycache__"})
+
+
+def is_data(relative: Path) -> bool:
+    """Whether ``relative`` (a path inside the tasks or initial-state folder) is suite data."""
+    return not SKIPPED_NAMES.intersection(relative.parts)
 
 
 class LayoutError(ValueError):
@@ -201,7 +209,7 @@ def load_category(service: str, category: str, *, tasks_dir: Path = TASKS_DIR) -
     tasks = [
         load_task(d, service=service, category=category)
         for d in sorted(folder.iterdir())
-        if d.is_dir()
+        if d.is_dir() and is_data(Path(d.name))
     ]
     if not tasks:
         raise LayoutError(folder, "the category has no tasks")
@@ -213,9 +221,9 @@ def categories(tasks_dir: Path = TASKS_DIR) -> list[tuple[str, str]]:
     return sorted(
         (s.name, c.name)
         for s in tasks_dir.iterdir()
-        if s.is_dir()
+        if s.is_dir() and is_data(Path(s.name))
         for c in s.iterdir()
-        if c.is_dir()
+        if c.is_dir() and is_data(Path(c.name))
     )
 
 

@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from envs.mcp_suite.layout import STATE_DIR
+from envs.mcp_suite.layout import SKIPPED_NAMES, STATE_DIR
 
 GIT_IDENTITY = (("user.name", "envgym suite"), ("user.email", "suite@envgym.invalid"))
 
@@ -33,6 +33,10 @@ def _git(repo: Path, *args: str, stdin: bytes | None = None) -> None:
         )
 
 
+# An installed copy's byte-compiled initial .py files are not part of the state an agent sees.
+_NOT_STATE = shutil.ignore_patterns(*SKIPPED_NAMES)
+
+
 def materialize(service: str, category: str, dest: Path, *, states: Path = STATE_DIR) -> Path:
     """Write ``service/category``'s initial state into the empty folder ``dest``."""
     source = states / service / category
@@ -40,7 +44,7 @@ def materialize(service: str, category: str, dest: Path, *, states: Path = STATE
         raise FileNotFoundError(f"no initial state {source}")
     dest.mkdir(parents=True, exist_ok=True)
     if service == "filesystem":
-        shutil.copytree(source, dest, dirs_exist_ok=True)
+        shutil.copytree(source, dest, dirs_exist_ok=True, ignore=_NOT_STATE)
     elif service == "git":
         repo = dest / "repo"
         repo.mkdir()
@@ -50,7 +54,7 @@ def materialize(service: str, category: str, dest: Path, *, states: Path = STATE
         _git(repo, "fast-import", "--quiet", stdin=(source / "repo.fast-import").read_bytes())
         _git(repo, "checkout", "-q", "-f", "main")
         if (source / "worktree").is_dir():
-            shutil.copytree(source / "worktree", repo, dirs_exist_ok=True)
+            shutil.copytree(source / "worktree", repo, dirs_exist_ok=True, ignore=_NOT_STATE)
     elif service == "sqlite":
         conn = sqlite3.connect(dest / "db.sqlite")
         try:

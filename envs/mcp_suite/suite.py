@@ -39,7 +39,9 @@ _FILES = _PACKAGE / "bundle_files"
 
 def _digest(service: str, category: str) -> str:
     roots = [layout.TASKS_DIR / service / category, layout.STATE_DIR / service / category]
-    files = sorted(p for r in roots for p in r.rglob("*") if p.is_file())
+    files = sorted(
+        p for r in roots for p in r.rglob("*") if p.is_file() and layout.is_data(p.relative_to(r))
+    )
     code = sorted(
         [
             *_FILES.glob("*.py"),

@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from envgym.core import Env
+from envgym.keywords import env_keywords, refuse_unknown
 from envgym.registry import register, register_check
 
 
 def _make(**kwargs: Any) -> Env:
     from envs.swe.env import SweEnv
 
+    # a misspelled keyword is named first, before the instance is looked for or loaded
+    refuse_unknown(kwargs, env_keywords(SweEnv, extra=("sandbox", "limits")), where="swe-v0")
     if "instance" not in kwargs:
         raise TypeError(
             "swe-v0 needs instance=: a SweInstance, a SWE-bench record, or a JSONL path"

@@ -22,6 +22,7 @@ from envgym.context import ContextManager
 from envgym.context.view import ContextView
 from envgym.core import Action, Env, Observation
 from envgym.episode import EpisodeCounters, counting
+from envgym.keywords import EVAL_OPTIONS, init_keywords, refuse_unknown
 from envgym.messages import assistant_message, env_message, tool_message
 from envgym.parsers import get_parser
 from envgym.step import GOES_ON, Outcome, run_step
@@ -46,7 +47,10 @@ class Tau2Env(Env):
         # _eval_options: sandbox/time_budget_s that `envgym eval` passes every env; τ²'s tools
         # run in τ²'s own process, not in an envgym sandbox.  context/context_window/tokenizer
         # mean what they mean for BundleEnv: the prompt is rendered (and compacted) by the
-        # context policy, and a prompt over the window truncates the episode.
+        # context policy, and a prompt over the window truncates the episode.  Anything else
+        # is a misspelling, refused here before τ²'s worker starts.
+        refuse_unknown(_eval_options, [*init_keywords(type(self)), *EVAL_OPTIONS],
+                       where=type(self).__name__)  # fmt: skip
         if domain not in DOMAINS:
             raise ValueError(f"unknown τ² domain {domain!r}; expected one of {', '.join(DOMAINS)}")
         self.domain = domain
