@@ -51,7 +51,7 @@ from typing import Any
 
 from envgym.models.chat import ChatFormat, end_tokens
 from envgym.models.http_client import BadReply, HttpClient, RateLimit, RetryPolicy
-from envgym.models.kept import KeptSets
+from envgym.models.kept import TOP_LOGPROBS, KeptSets, kept_from_top_logprobs
 from envgym.models.session import TokenSession, next_prompt
 from envgym.models.turn import SAMPLED, RecordedTurn
 from envgym.parsers import ToolCallParser
@@ -140,6 +140,8 @@ class VLLMServer:
             self.dtype,
             "--logprobs-mode",
             "processed_logprobs",
+            "--max-logprobs",  # truncated requests ask for TOP_LOGPROBS to recover kept sets
+            str(TOP_LOGPROBS),
             "--generation-config",  # the request's sampling parameters are the whole truth
             "vllm",
             *(["--enable-return-routed-experts"] if self.routed_experts else []),
@@ -287,7 +289,7 @@ class VLLMPolicy:
             ) from err
         body = self.request_body(prompt, params)
         turn = await self.client.post_json(
-            "/completions", body, lambda data: self._read(data, prompt)
+            "/completions", body, lambda data: self._read(data, prompt, untruncated(params))
         )
         ids = (
             turn.token_ids[:-1]
@@ -303,8 +305,8 @@ class VLLMPolicy:
             token_ids=turn.token_ids,
             logprobs=turn.logprobs,  # processed_logprobs: the sampled distribution's
             # untruncated requests (request_body pins top_k/min_p): nothing was cut; otherwise
-            # unknown, since the completions API does not report the kept sets
-            kept=KeptSets([None] * len(turn.token_ids)) if untruncated(params) else None,
+            # the kept sets _read recovered from the top log-probs (exact, or unknown per token)
+            kept=turn.kept,
             finish_reason=turn.finish_reason,
             usage=turn.usage,
             full_logprobs=None,
@@ -323,7 +325,10 @@ class VLLMPolicy:
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
-            "logprobs": 0,  # the sampled token's own log-prob, no alternatives
+            # untruncated: the sampled token's own log-prob; truncated: the best TOP_LOGPROBS
+            # too, keyed by token id, from which _read recovers each token's kept set
+            "logprobs": 0 if untruncated(params) else TOP_LOGPROBS,
+            "return_tokens_as_token_ids": True,
             "return_token_ids": True,
             "skip_special_tokens": False,
             "include_stop_str_in_output": True,
@@ -339,7 +344,7 @@ class VLLMPolicy:
         body.update(extra)
         return body
 
-    def _read(self, data: Any, prompt: list[int]) -> Turn:
+    def _read(self, data: Any, prompt: list[int], whole_vocabulary: bool = True) -> Turn:
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise BadReply("the reply has no choices")
@@ -353,10 +358,17 @@ class VLLMPolicy:
             raise BadReply("the reply's log-probs do not match its tokens")
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
+        token_ids = [int(t) for t in ids]
+        kept = (
+            KeptSets([None] * len(token_ids))
+            if whole_vocabulary
+            else KeptSets(_kept_entries(block.get("top_logprobs"), token_ids))
+        )
         return RecordedTurn(
             text=str(choice.get("text") or ""),
-            token_ids=[int(t) for t in ids],
+            token_ids=token_ids,
             logprobs=[float(x) for x in logprobs],
+            kept=kept,
             finish_reason=self._finish_reason(choice),
             usage=Usage(len(prompt), len(ids), int(details.get("cached_tokens") or 0)),
             position_routes=_routed_experts(
@@ -388,6 +400,34 @@ class VLLMPolicy:
     async def aclose(self) -> None:
         self._sessions.clear()
         await self.client.aclose()
+
+
+def _kept_entries(top_logprobs: Any, token_ids: list[int]) -> list[str | None]:
+    """Each sampled token's kept-set entry from the reply's ``top_logprobs`` (one dict per token,
+    keys ``token_id:N`` as ``return_tokens_as_token_ids`` asks): exact codes, or UNKNOWN where the
+    kept set was larger than the list (envgym.models.kept.kept_from_top_logprobs)."""
+    if not isinstance(top_logprobs, list) or len(top_logprobs) != len(token_ids):
+        raise BadReply("the reply's top_logprobs do not match its tokens")
+    entries: list[str | None] = []
+    for i, (step, sampled) in enumerate(zip(top_logprobs, token_ids)):
+        # the best TOP_LOGPROBS plus the sampled token; more is not what was asked
+        if not isinstance(step, dict) or not 0 < len(step) <= TOP_LOGPROBS + 1:
+            raise BadReply(f"the reply's top_logprobs[{i}] is not a dict of ≤ {TOP_LOGPROBS + 1}")
+        top: dict[int, float] = {}
+        for key, value in step.items():
+            head, _, digits = str(key).partition(":")
+            if head != "token_id" or not digits.isdigit() or len(digits) > 10:
+                raise BadReply(
+                    f"the reply's top_logprobs[{i}] key {str(key)[:40]!r} is no token id"
+                )
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise BadReply(f"the reply's top_logprobs[{i}] value for {key} is not a number")
+            top[int(digits)] = float(value)
+        try:
+            entries.append(kept_from_top_logprobs(top, sampled))
+        except ValueError as err:
+            raise BadReply(f"token {i}: {err}") from None
+    return entries
 
 
 def _routed_experts(encoded: Any, positions: int) -> Any:
