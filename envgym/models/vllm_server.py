@@ -14,17 +14,25 @@ local engine's KV reuse; ``Usage.cached_prompt_tokens`` is what the server repor
 
 Log-probs: the server is started with ``--logprobs-mode processed_logprobs``: the log-prob of
 each sampled token after temperature **and** top-k/top-p (renormalized over the kept set), i.e.
-the *sampled*-distribution kind of the record (envgym.record); the full-vocabulary kind and the
-kept sets are not reported, so turns come back as :class:`~envgym.models.turn.RecordedTurn`
-with ``logprob_kind="sampled"``, ``full_logprobs=None`` and ``kept=None`` — *unknown*, which the
-record keeps distinct from "not truncated" (docs/MODELS.md).  A server started elsewhere must
-use the same ``--logprobs-mode``, or these log-probs are of another kind.
+the *sampled*-distribution kind of the record (envgym.record); the full-vocabulary kind is not
+reported, so turns come back as :class:`~envgym.models.turn.RecordedTurn` with
+``logprob_kind="sampled"`` and ``full_logprobs=None``.  A server started elsewhere must use the
+same ``--logprobs-mode`` (a wrong one is caught: the kept log-probs must sum to one).
 
-Untruncated sampling (``top_p`` 1, no ``top_k``) is the exception: every request states
+Kept sets: vLLM does not report them, but in that mode every token outside the kept set has
+log-prob -inf.  A truncated request (``top_p`` < 1 or ``top_k``) therefore asks for the best
+``TOP_LOGPROBS`` log-probs of every position, keyed by token id (``return_tokens_as_token_ids``),
+and the finite ones are the exact kept set whenever the list also shows a -inf
+(envgym.models.kept.kept_from_top_logprobs); where all are finite the set may be larger and the
+token's entry is *unknown*, which the trainer refuses unless ``unknown_kept: full``.  A
+``top_k < TOP_LOGPROBS`` is exact (barring ties at the k-th logit that swell the set to
+TOP_LOGPROBS); top-p wherever its set has fewer than TOP_LOGPROBS tokens.  VLLMServer passes ``--max-logprobs TOP_LOGPROBS``; a server started elsewhere needs it
+too (vLLM's default cap is 20 and it rejects the request otherwise).
+
+Untruncated sampling (``top_p`` 1, no ``top_k``) asks for no alternatives: every request states
 ``top_k`` and ``min_p`` explicitly (and VLLMServer starts vLLM with ``--generation-config vllm``,
 so no model default such as a generation_config's ``top_k: 20`` slips in), so such a turn was
-drawn from the whole vocabulary and its kept sets are recorded as *not truncated* — which is what
-lets ``envgym train`` with ``model.engine: vllm`` keep the exact keep sampling mask.
+drawn from the whole vocabulary and its kept sets are recorded as *not truncated*.
 
 MoE routes: a server started with ``--enable-return-routed-experts`` (``VLLMServer(
 routed_experts=True)``) returns, per completion, the experts of every position it forwarded
