@@ -84,6 +84,8 @@ def test_unknown_entries_make_the_trainer_refuse_with_the_fix() -> None:
         ([{"token_id:-4": 0.0}, {"token_id:2": 0.0}], "is no token id"),
         ([{"token_id:4": "0"}, {"token_id:2": 0.0}], "is not a number"),
         ([{"token_id:4": True}, {"token_id:2": 0.0}], "is not a number"),
+        ([{"token_id:4": 0.0, "token_id:1": math.nan}, {"token_id:2": 0.0}], "is not a number"),
+        ([{"token_id:²": 0.0}, {"token_id:2": 0.0}], "is no token id"),
         ([{f"token_id:{i}": -1.0 for i in range(TOP_LOGPROBS + 2)}, {}], "is not a dict of"),
         ([[], {"token_id:2": 0.0}], "is not a dict of"),
         ([{"token_id:5": 0.0, "token_id:1": -9999.0}, {"token_id:2": 0.0}], "token 0: .*sampled"),
@@ -95,6 +97,11 @@ def test_hostile_top_logprobs_are_bad_replies(top_logprobs: Any, message: str) -
 
 
 def test_requests_ask_for_top_logprobs_by_id_only_when_truncated(tokenizer: Any) -> None:
+    from envgym.models.vllm_server import VLLMServer
+
+    command = VLLMServer(model="m").command()
+    assert command[command.index("--max-logprobs") + 1] == str(TOP_LOGPROBS)
+    assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
     policy = VLLMPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer)
     try:
         whole = policy.request_body([1], SamplingParams(top_p=1.0))

@@ -48,6 +48,7 @@ import base64
 import binascii
 import contextlib
 import io
+import math
 import os
 import signal
 import socket
@@ -424,11 +425,20 @@ def _kept_entries(top_logprobs: Any, token_ids: list[int]) -> list[str | None]:
         top: dict[int, float] = {}
         for key, value in step.items():
             head, _, digits = str(key).partition(":")
-            if head != "token_id" or not digits.isdigit() or len(digits) > 10:
+            if (
+                head != "token_id"
+                or not (digits.isascii() and digits.isdigit())
+                or len(digits) > 10
+            ):
                 raise BadReply(
                     f"the reply's top_logprobs[{i}] key {str(key)[:40]!r} is no token id"
                 )
-            if not isinstance(value, int | float) or isinstance(value, bool):
+            # -inf comes as -9999.0: anything not finite (NaN would pass as "masked") is bad
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+            ):
                 raise BadReply(f"the reply's top_logprobs[{i}] value for {key} is not a number")
             top[int(digits)] = float(value)
         try:
