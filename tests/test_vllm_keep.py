@@ -112,6 +112,22 @@ def test_requests_ask_for_top_logprobs_by_id_only_when_truncated(tokenizer: Any)
         asyncio.run(policy.aclose())
 
 
+def test_a_policy_asked_for_no_top_logprobs_records_unknown_kept_sets(tokenizer: Any) -> None:
+    """Evaluation against a server without ``--max-logprobs``: no alternatives asked, and the
+    truncated turns' kept sets are unknown (never "not truncated")."""
+    with pytest.raises(ValueError, match="top_logprobs must be in"):
+        VLLMPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer, top_logprobs=TOP_LOGPROBS + 1)
+    policy = VLLMPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer, top_logprobs=0)
+    cut = SamplingParams(top_p=0.7)
+    try:
+        assert policy.request_body([1], cut)["logprobs"] == 0
+        reply = {"choices": [{"token_ids": [4], "logprobs": {"token_logprobs": [-0.1]}}]}
+        assert policy._read(reply, [1], cut).kept is None
+        assert list(policy._read(reply, [1], SamplingParams()).kept or ()) == [None]
+    finally:
+        asyncio.run(policy.aclose())
+
+
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
     from transformers import AutoTokenizer

