@@ -222,3 +222,15 @@ def test_a_template_that_drops_tools_is_seen_and_the_tools_go_in_the_prompt(
     assert chat.message is None and chat.text  # raw text, for the env's parser
     token_in = asyncio.run(act(f"vllm+{server.base_url}"))  # tokenizer found through /models
     assert token_in.prompt_ids and token_in.token_ids
+
+
+@pytest.mark.parametrize("params", [{"top_p": 0.7}, {"top_k": 20}], ids=["top_p", "top_k"])
+def test_the_keep_sampling_mask_is_exact_on_the_real_server(
+    server: VLLMServer, params: dict[str, Any]
+) -> None:
+    # the check lives with the recovery's unit tests (tests/test_vllm_keep.py); here for the
+    # shared server
+    from test_vllm_keep import assert_keep_mask_exact
+
+    sampling = SamplingParams(temperature=0.8, max_tokens=64, **params)
+    assert_keep_mask_exact(server.base_url, server.served_name, sampling)

@@ -299,7 +299,19 @@ def test_vllm_turns_say_sampled_logprobs_and_unknown_kept_sets(tokenizer: Any) -
             {
                 "text": "x",
                 "token_ids": [5, 6],
-                "logprobs": {"token_logprobs": [-0.5, -0.25]},
+                "logprobs": {
+                    "token_logprobs": [-0.5, -0.25],
+                    # token 5: its kept set {5, 7} shown whole (a -inf follows); token 6: the
+                    # top list is all finite, so its kept set may be larger: unknown
+                    "top_logprobs": [
+                        {
+                            "token_id:5": -0.5,
+                            "token_id:7": math.log(1 - math.exp(-0.5)),
+                            "token_id:1": -9999.0,
+                        },
+                        {"token_id:6": -0.25, "token_id:2": -2.0},
+                    ],
+                },
                 "finish_reason": "stop",
                 "stop_reason": "</tool_call>",
             }
@@ -320,13 +332,17 @@ def test_vllm_turns_say_sampled_logprobs_and_unknown_kept_sets(tokenizer: Any) -
 
     turn = asyncio.run(run())
     assert isinstance(turn, RecordedTurn)
-    assert (turn.logprob_kind, turn.full_logprobs, turn.kept) == (SAMPLED, None, None)
+    assert (turn.logprob_kind, turn.full_logprobs) == (SAMPLED, None)
+    assert list(turn.kept or []) == [[5, 7], UNKNOWN]
     assert (turn.params, turn.policy_version, turn.finish_reason) == (PARAMS, 3, "tool_calls")
     builder = RecordBuilder(model="vllm", policy_version=3)
     builder.add(turn)
     [seg] = builder.record.segments
     n = len(turn.prompt_ids or [])
-    assert seg.kept[n:] == [UNKNOWN, UNKNOWN] and seg.sampled_logprobs[n:] == [-0.5, -0.25]
+    assert seg.kept[n:] == [encode_kept([5, 7]), UNKNOWN] and seg.sampled_logprobs[n:] == [
+        -0.5,
+        -0.25,
+    ]
     assert seg.turn_info == [TurnInfo(0.8, 0.9, 40, 3, "tool_calls", SAMPLED)]
 
 
@@ -343,7 +359,10 @@ def test_untruncated_vllm_turns_are_recorded_as_not_truncated(tokenizer: Any) ->
         bodies.append(body)
         reply = {
             "token_ids": [5, 2],
-            "logprobs": {"token_logprobs": [-0.5, -0.25]},
+            "logprobs": {
+                "token_logprobs": [-0.5, -0.25],
+                "top_logprobs": [{"token_id:5": -0.5}, {"token_id:2": -0.25}],  # all finite
+            },
             "finish_reason": "stop",
         }
         return check({"choices": [reply]})
@@ -361,7 +380,8 @@ def test_untruncated_vllm_turns_are_recorded_as_not_truncated(tokenizer: Any) ->
     assert (bodies[0]["top_k"], bodies[0]["min_p"], bodies[0]["top_p"]) == (0, 0.0, 1.0)
     assert (bodies[1]["top_k"], bodies[1]["top_p"]) == (40, 0.9)
     assert isinstance(untruncated, RecordedTurn) and list(untruncated.kept or ()) == [None, None]
-    assert isinstance(truncated, RecordedTurn) and truncated.kept is None  # unknown
+    # truncated, and the top log-probs show no masked token: the kept sets are unknown
+    assert isinstance(truncated, RecordedTurn) and list(truncated.kept or ()) == [UNKNOWN] * 2
     builder = RecordBuilder(model="vllm", policy_version=0)
     builder.add(untruncated)
     [seg] = builder.record.segments
@@ -389,7 +409,19 @@ def test_vllm_routed_experts_become_routes_for_every_position(tokenizer: Any) ->
                 "choices": [
                     {
                         "token_ids": [5, 2],
-                        "logprobs": {"token_logprobs": [-0.5, -0.25]},
+                        "logprobs": {
+                            "token_logprobs": [-0.5, -0.25],
+                            # token 5: its kept set {5, 7} shown whole (a -inf follows); token 6: the
+                            # top list is all finite, so its kept set may be larger: unknown
+                            "top_logprobs": [
+                                {
+                                    "token_id:5": -0.5,
+                                    "token_id:7": math.log(1 - math.exp(-0.5)),
+                                    "token_id:1": -9999.0,
+                                },
+                                {"token_id:6": -0.25, "token_id:2": -2.0},
+                            ],
+                        },
                         "finish_reason": "stop",
                         "routed_experts": routes,
                     }

@@ -130,14 +130,18 @@ def test_bad_values_raise_one_error_naming_the_key(path: str, value: Any, messag
     assert message in str(info.value)
 
 
-def test_vllm_with_truncated_sampling_needs_a_decision_about_unknown_kept_sets() -> None:
+def test_vllm_with_truncated_sampling_keeps_the_exact_mask_up_to_the_top_logprobs_bound() -> None:
+    from envgym.models.kept import TOP_LOGPROBS
+
     data = _with("model.engine", "vllm")
     data["model"]["vllm_url"] = "http://127.0.0.1:1/v1"
-    data["rollout"] = {"top_p": 0.9}
-    with pytest.raises(ConfigError, match="does not report kept sets"):
+    data["rollout"] = {"top_p": 0.9, "top_k": TOP_LOGPROBS - 1}
+    assert config_from_dict(data).unknown_kept == "raise"  # recovered exactly: no approximation
+    data["rollout"]["top_k"] = TOP_LOGPROBS
+    with pytest.raises(ConfigError, match=f"exact only for top_k < {TOP_LOGPROBS}"):
         config_from_dict(data)
-    data["unknown_kept"] = "full"
-    assert config_from_dict(data).unknown_kept == "full"
+    data["keep_sampling_mask"] = False
+    assert config_from_dict(data).rollout.top_k == TOP_LOGPROBS
 
 
 def test_file_level_errors(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Literal, Union
 
 import torch
 
+from envgym.models.kept import TOP_LOGPROBS
 from trainer.lora import LoRAConfig
 from trainer.losses import LossConfig
 
@@ -406,15 +407,14 @@ def check(c: TrainConfig) -> None:
         raise ConfigError(f"model.device must be auto, cpu, cuda or cuda:N, not {c.model.device!r}")
     if c.model.sync_check_tol is not None and not c.model.sync_check_tol > 0:
         raise ConfigError(f"model.sync_check_tol must be > 0 or null, not {c.model.sync_check_tol}")
-    if (
-        c.model.engine == "vllm"
-        and c.keep_sampling_mask
-        and c.unknown_kept == "raise"
-        and (r.top_p < 1.0 or r.top_k > 0)
-    ):
+    # vLLM's kept sets are recovered from its top TOP_LOGPROBS log-probs (envgym.models.kept):
+    # exact for any top_k below that, and for top_p wherever the kept set fits (a token whose
+    # set does not is recorded unknown, which the trainer refuses unless unknown_kept: full)
+    if c.model.engine == "vllm" and c.keep_sampling_mask and r.top_k >= TOP_LOGPROBS:
         raise ConfigError(
-            "model.engine 'vllm' does not report kept sets, so keep_sampling_mask with top_p/top_k "
-            "needs unknown_kept: full (an approximation) or keep_sampling_mask: false"
+            f"rollout.top_k {r.top_k} with model.engine 'vllm': its kept sets are recovered from "
+            f"the top {TOP_LOGPROBS} log-probs, so the keep sampling mask is exact only for "
+            f"top_k < {TOP_LOGPROBS}; use top_k < {TOP_LOGPROBS} or 0, or model.engine: local"
         )
     if c.model.engine == "vllm" and c.model.vllm_url:  # the folder's config.json says if MoE
         refuse_moe_without_routes(c, config_is_moe(c.model.path))

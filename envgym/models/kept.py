@@ -176,8 +176,10 @@ def kept_tensors(
         elif entry == UNKNOWN:
             if unknown == "raise":
                 raise ValueError(
-                    f"row {i}: the kept set is unknown (the backend did not report it); "
-                    "pass unknown='full' to use the full vocabulary there"
+                    f"row {i}: the kept set is unknown (the backend did not report it, or "
+                    f"vLLM's top {TOP_LOGPROBS} log-probs did not cover it), so the keep "
+                    "sampling mask cannot be exact: sample with the local engine, or top_p 1 "
+                    "and top_k 0 (or a smaller top_k), or pass unknown='full' (an approximation)"
                 )
             sets.append(None)
         else:
@@ -225,3 +227,45 @@ class KeptSets(Sequence[Any]):
 
     def __repr__(self) -> str:
         return f"KeptSets({len(self.entries)} entries)"
+
+
+# -- kept sets from an engine's top log-probs (vLLM) ----------------------------------------------
+# vLLM does not report kept sets, but with ``--logprobs-mode processed_logprobs`` its log-probs
+# are taken *after* top-k/top-p: every token outside the kept set is -inf (the OpenAI server
+# writes -inf as -9999.0).  So among the ``n`` best log-probs it returns for a position, the
+# finite ones are exactly the kept set — provided at least one returned entry is -inf (then every
+# kept token, all ranking above it, is in the list).  When all ``n`` are finite the kept set may
+# be larger than ``n``: it cannot be known exactly and the entry is UNKNOWN (the trainer refuses
+# it unless told ``unknown_kept: full``).
+TOP_LOGPROBS = 64  # log-probs asked per sampled token; a top-k up to TOP_LOGPROBS - 1 is exact
+MASKED_LOGPROB = -9999.0  # what vLLM's OpenAI server writes for -inf
+_MASS_TOL = 1e-3  # |Σ exp(kept log-probs) − 1| allowed: processed log-probs sum to one
+
+
+def kept_from_top_logprobs(
+    top: dict[int, float], sampled: int, *, vocab_size: int | None = None
+) -> KeptEntry:
+    """The kept-set entry of one sampled token from its ``top`` log-probs (token id → processed
+    log-prob: the ``n`` best, plus the sampled token), as a code, or :data:`UNKNOWN` when the list
+    does not show the whole kept set.
+
+    ``vocab_size``: when the list covers the whole vocabulary it is complete even without a -inf.
+    Raises ValueError when the reply contradicts itself: the sampled token missing or masked, or
+    the kept log-probs not summing to one (the server's log-probs are not ``processed_logprobs``:
+    raw ones, or ``processed_logits``).
+    """
+    if sampled not in top:
+        raise ValueError(f"the top log-probs do not include the sampled token {sampled}")
+    if not top[sampled] > MASKED_LOGPROB:
+        raise ValueError(f"the sampled token {sampled} has log-prob {top[sampled]}: masked")
+    kept = [t for t, lp in top.items() if lp > MASKED_LOGPROB]
+    complete = len(kept) < len(top) or (vocab_size is not None and len(top) >= vocab_size)
+    if not complete:
+        return UNKNOWN
+    mass = float(np.exp(np.asarray([top[t] for t in kept], dtype=np.float64)).sum())
+    if abs(mass - 1.0) > _MASS_TOL:
+        raise ValueError(
+            f"the kept log-probs sum to probability {mass:.6f}, not 1: the server must run with "
+            "--logprobs-mode processed_logprobs"
+        )
+    return encode_kept(np.asarray(kept, dtype=np.int64))

