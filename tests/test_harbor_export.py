@@ -76,12 +76,12 @@ def jail_trial(task_dir: Path, work: Path, agent: list[list[str]] | None) -> tup
     shutil.copytree(task_dir / "environment", work / "env")  # the image the Dockerfile builds
     (work / "logs").mkdir()
     image = [
-        Mount(work / "env" / "envgym", "/opt/envgym", writable=True),
+        Mount(work / "env" / "envgym", "/envgym", writable=True),
         Mount(work / "env" / "app", "/app", writable=True),
     ]
     env = {
         "PATH": f"{os.path.dirname(sys.executable)}:{DEFAULT_PATH}",
-        "ENVGYM_HOME": "/opt/envgym",
+        "ENVGYM_HOME": "/envgym",
         "ENVGYM_STATE": "/app",
     }
     limits = CommandLimits(timeout_s=120)
@@ -91,7 +91,7 @@ def jail_trial(task_dir: Path, work: Path, agent: list[list[str]] | None) -> tup
                            env=env, limits=limits)  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
     for argv in agent or []:
-        run_command(["python3", "/opt/envgym/bin/envgym-tool", *argv], mounts=image,
+        run_command(["python3", "/envgym/bin/envgym-tool", *argv], mounts=image,
                     workdir="/app", env=env, limits=limits)  # fmt: skip
     mounts = [*image, Mount(task_dir / "tests", "/tests"), Mount(work / "logs", "/logs", True)]
     done = run_command(["bash", "/tests/test.sh"], mounts=mounts, workdir="/app", env=env,
@@ -295,6 +295,23 @@ def test_each_general_agent_family_round_trips(tmp_path: Path, env_id: str) -> N
     assert loaded["metadata"]["envgym_task_id"] == first
     assert jail_trial(task_dir, tmp_path / "w", None)[0] == "1"
     assert jail_trial(task_dir, tmp_path / "w", [])[0] == "0"
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("env_id", FAMILIES[:5])
+def test_an_exported_task_imports_back_and_passes_envgym_check(tmp_path: Path, env_id: str) -> None:
+    """Export, then import as ``harbor:PATH`` (the bwrap backend) and check: oracle 1, no-op 0,
+    every generic exploit 0.  The code interpreter's tasks are left out: their Dockerfile
+    pip-installs numpy, pandas and sympy, which the offline jail cannot (docs/HARBOR.md)."""
+    from envgym.registry import resolve_bundle
+    from envs.harbor.check import check_path
+
+    bundle = load_bundle(resolve_bundle(env_id))
+    [task_dir] = export_target(env_id, tmp_path / "out", task_ids=[bundle.tasks[0].id])
+    [result] = check_path(str(task_dir))
+    assert result.ok, result.problems
+    assert {p.name for p in result.probes} >= {"oracle", "noop"}
 
 
 def test_swe_instances_jsonl_goes_through_the_swe_export_and_loads_with_harbor(

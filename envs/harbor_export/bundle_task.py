@@ -4,8 +4,8 @@ Layout of one exported task (Harbor's task format; docs/HARBOR.md, "Export")::
 
     task.toml                 version, [metadata] (ids, bundle hash, difficulty), timeouts
     instruction.md            the task's system prompt and prompt, then how to use envgym-tool
-    environment/Dockerfile    python:3.11-slim + the tool CLI at /opt/envgym, the state at /app
-    environment/envgym/       what the Dockerfile copies to /opt/envgym: bin/envgym-tool,
+    environment/Dockerfile    python:3.11-slim + the tool CLI at /envgym, the state at /app
+    environment/envgym/       what the Dockerfile copies to /envgym: bin/envgym-tool,
                               lib/envgym/ (the sandbox worker's stdlib-only modules), bundle/
                               (tools.py, tools.json), task.json (id and submit tool only)
     environment/app/          the bundle's state/ (the episode's files, the working directory)
@@ -63,7 +63,7 @@ SOLVE_SH = """#!/bin/bash
 # The bundle's gold solution, replayed through the task's tools (envgym-tool).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-python3 /opt/envgym/bin/envgym-tool _solve "$here/solution.py" "$here/task.json"
+python3 /envgym/bin/envgym-tool _solve "$here/solution.py" "$here/task.json"
 """
 
 TEST_SH = """#!/bin/bash
@@ -71,7 +71,7 @@ TEST_SH = """#!/bin/bash
 set -uo pipefail
 mkdir -p /logs/verifier
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if python3 /opt/envgym/bin/envgym-tool _verify "$here/verifier.py" "$here/task.json" \\
+if python3 /envgym/bin/envgym-tool _verify "$here/verifier.py" "$here/task.json" \\
     /logs/verifier/report.json; then
   echo 1 > /logs/verifier/reward.txt
 else
@@ -89,10 +89,10 @@ def dockerfile(category: str) -> str:
     if packages:
         lines.append("RUN pip install --no-cache-dir " + " ".join(packages))
     lines += [
-        "COPY envgym/ /opt/envgym/",
+        "COPY envgym/ /envgym/",
         "COPY app/ /app/",
-        "RUN chmod 755 /opt/envgym/bin/envgym-tool && mkdir -p /opt/envgym/run",
-        'ENV PATH="/opt/envgym/bin:${PATH}" ENVGYM_HOME=/opt/envgym ENVGYM_STATE=/app',
+        "RUN chmod 755 /envgym/bin/envgym-tool && mkdir -p /envgym/run",
+        "ENV PATH=/envgym/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ENVGYM_HOME=/envgym ENVGYM_STATE=/app",
         "WORKDIR /app",
         "",
     ]

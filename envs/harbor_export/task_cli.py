@@ -1,6 +1,6 @@
 """``envgym-tool``: a bundle's tools as a command line, inside an exported Harbor task's container.
 
-This file is shipped verbatim into every exported general-agent task (``/opt/envgym/bin/
+This file is shipped verbatim into every exported general-agent task (``/envgym/bin/
 envgym-tool``) beside a copy of the stdlib-only envgym modules the sandbox worker uses
 (``runtime``, ``tool_schema``, ``verdict``, ``sandbox/base``, ``sandbox/runner``), so tools,
 gold solutions and verifiers run through the same `BundleRunner` ops as in an envgym sandbox::
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-HOME = Path(os.environ.get("ENVGYM_HOME", "/opt/envgym"))
+HOME = Path(os.environ.get("ENVGYM_HOME", "/envgym"))
 STATE = Path(os.environ.get("ENVGYM_STATE", "/app"))
 sys.path.insert(0, str(HOME / "lib"))
 
