@@ -177,7 +177,7 @@ def test_the_page_shows_tools_prompt_and_call_ids_as_written(
     seen = re.search(r'<pre id="probe">PROBE-START(.*)PROBE-END</pre>', done.stdout, re.S)
     assert seen is not None, "the probe did not run"
     text = seen.group(1)
-    assert "15 tools, as given to the model" in text
+    assert "15 tools, given with every prompt (how they were shown was not recorded)" in text
     for tool in data["tools"]:
         assert tool["function"]["name"] in text
     assert text.count("prompt of the first turn, exactly as the model read it") == 2

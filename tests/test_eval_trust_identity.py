@@ -91,6 +91,8 @@ class StubServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path != "/v1/chat/completions":  # no /tokenize: not a vLLM server
+                    return self._send(404, b"{}")
                 with served.lock:
                     served.chats += 1
                 self._send(200, submit_reply())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -159,7 +160,23 @@ class Handler(BaseHTTPRequestHandler):
                         "text": "hi",
                         "token_ids": [5, 2],
                         "finish_reason": "stop",
-                        "logprobs": {"token_logprobs": [-0.25, -0.5]},
+                        "logprobs": {
+                            "token_logprobs": [-0.25, -0.5],
+                            # vLLM's processed top log-probs (top-k sampling): each kept set
+                            # shown whole, a cut token (-9999) after it
+                            "top_logprobs": [
+                                {
+                                    "token_id:5": -0.25,
+                                    "token_id:9": math.log(1 - math.exp(-0.25)),
+                                    "token_id:1": -9999.0,
+                                },
+                                {
+                                    "token_id:2": -0.5,
+                                    "token_id:3": math.log(1 - math.exp(-0.5)),
+                                    "token_id:4": -9999.0,
+                                },
+                            ],
+                        },
                     }
                 ],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 2},
@@ -350,6 +367,7 @@ def test_vllm_token_in_backend_request_and_reply(server: tuple[str, Script]) -> 
         [-0.25, -0.5],
         load_tokenizer().decode([5]),
     )
+    assert body["logprobs"] == 64 and [sorted(k) for k in turn.kept or []] == [[5, 9], [2, 3]]
 
 
 def test_bad_arguments_are_refused() -> None:
