@@ -12,13 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from envgym.actions import NormalizedAction
 from envgym.core import Action, Message, Observation, StepResult
 from envgym.episode import EpisodeCounters, answer_calls
 from envgym.messages import ToolCall
 from envgym.parsers import ToolCallParser
+
+if TYPE_CHECKING:
+    from envgym.context.view import ContextView
 
 __all__ = [
     "GOES_ON",
@@ -159,3 +162,30 @@ class CallByCall:
         replies, result = answer_calls(parsed, self._answer)
         self.history.extend(replies)
         return result
+
+
+class RenderedTools:
+    """The observe and info hooks of an env whose tools are a table (``self.tools.table``, None
+    before the first reset) shown with its history through a :class:`ContextView`."""
+
+    tools: Any
+    view: ContextView
+    history: list[Message]
+    episode: EpisodeCounters
+
+    def _schemas(self) -> list[dict[str, Any]]:
+        assert self.tools is not None
+        schemas: list[dict[str, Any]] = self.tools.table.schemas()
+        return schemas
+
+    def _observe(self) -> Observation:
+        return {
+            "messages": self.view.render(self.history, self._schemas()),
+            "tools": self._schemas(),
+        }
+
+    def _info(self, components: dict[str, float]) -> dict[str, Any]:
+        return self.episode.info(self.view, components)
+
+    def _step_info(self, components: dict[str, float]) -> dict[str, Any]:
+        return self._info(components)

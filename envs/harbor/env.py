@@ -29,7 +29,7 @@ from envgym.episode import EpisodeCounters, counting
 from envgym.keywords import budgets_with
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
-from envgym.step import CallByCall, EnvBudgets, Outcome, run_step
+from envgym.step import CallByCall, EnvBudgets, Outcome, RenderedTools, run_step
 from envs.harbor.agent_tools import SUBMIT, HarborTools
 from envs.harbor.runtime import Episode, GradeResult, TaskRuntime
 from envs.harbor.task import HarborTask, load_tasks
@@ -44,7 +44,7 @@ write_file read and write files. There is no network access. When the task is do
 submit: the task's hidden tests then check the environment as you left it."""
 
 
-class HarborEnv(CallByCall, Env):
+class HarborEnv(CallByCall, RenderedTools, Env):
     """Episodes over one Harbor task or a dataset of them.
 
     Args:
@@ -217,19 +217,3 @@ class HarborEnv(CallByCall, Env):
                           "submitted": bool(submitted), "grade_s": time.monotonic() - started,
                           "checks": [{"name": "reward.txt", "passed": result.reward >= 1.0, "detail": result.reason}]}  # fmt: skip
         return result.reward, info
-
-    def _step_info(self, components: dict[str, float]) -> dict[str, Any]:
-        return self._info(components)
-
-    def _schemas(self) -> list[dict[str, Any]]:
-        assert self.tools is not None
-        return self.tools.table.schemas()
-
-    def _observe(self) -> Observation:
-        return {
-            "messages": self.view.render(self.history, self._schemas()),
-            "tools": self._schemas(),
-        }
-
-    def _info(self, components: dict[str, float]) -> dict[str, Any]:
-        return self.episode.info(self.view, components)

@@ -30,7 +30,7 @@ from envgym.episode import EpisodeCounters, counting
 from envgym.keywords import budgets_with
 from envgym.messages import ToolCall, env_message
 from envgym.parsers import ToolCallParser, get_parser
-from envgym.step import CallByCall, EnvBudgets, Outcome, run_step
+from envgym.step import CallByCall, EnvBudgets, Outcome, RenderedTools, run_step
 from envgym.tokens import TokenCounter
 from envs.swe.agent_tools import SUBMIT, SweTools, ToolLimits
 from envs.swe.file_tools import JAIL_ROOT, Workspace
@@ -80,7 +80,7 @@ def load_instance(
     return instances[index]
 
 
-class SweEnv(CallByCall, Env):
+class SweEnv(CallByCall, RenderedTools, Env):
     """Episodes on one SWE instance.
 
     Args:
@@ -238,22 +238,6 @@ class SweEnv(CallByCall, Env):
             "reward": result.reward,
         }
         return result.reward, info
-
-    def _step_info(self, components: dict[str, float]) -> dict[str, Any]:
-        return self._info(components)
-
-    def _schemas(self) -> list[dict[str, Any]]:
-        assert self.tools is not None
-        return self.tools.table.schemas()
-
-    def _observe(self) -> Observation:
-        return {
-            "messages": self.view.render(self.history, self._schemas()),
-            "tools": self._schemas(),
-        }
-
-    def _info(self, components: dict[str, float]) -> dict[str, Any]:
-        return self.episode.info(self.view, components)
 
     # -- gold replay (envgym check, SFT data) ----------------------------------------------
     def gold_calls(self) -> list[tuple[str, dict[str, Any]]]:
