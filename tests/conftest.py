@@ -9,6 +9,7 @@ import subprocess
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,6 +113,8 @@ _BIG_MEMORY = frozenset(
 )
 
 
+# tryfirst: pytest-xdist reads the groups in its own collection hook, which otherwise runs first.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The suite runs on two pytest-xdist workers with --dist loadgroup (scripts/test.sh): a
     # group runs whole on one worker, so a module's fixtures are built once. Heavy tests of the
@@ -130,6 +133,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(name))
         rank.setdefault(name, 1 if name.startswith("heavy-") else 2)
     items.sort(key=lambda item: rank[group(item)])  # stable: files keep their own order
+
+
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    # pytest-xdist's loadgroup marks a test's group by a suffix on its node id (every test here
+    # has a group); a pytest whose node ids ignore that write (9.2) has the tests handed out one by
+    # one, silently: big-memory tests then meet in memory and module fixtures are built once per
+    # worker. Stop rather than run like that.
+    if node.config.getoption("dist") != "loadgroup":
+        return
+    if ids and not any("@" in nodeid for nodeid in ids):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} dropped pytest-xdist's test groups (--dist loadgroup): "
+            "install the pytest pinned in pyproject.toml's test extra"
+        )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

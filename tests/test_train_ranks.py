@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,11 +61,15 @@ def _config(tmp: Path, bundle: Path | str, model_path: str, **extra: Any) -> dic
     return data
 
 
-def _train(tmp: Path, data: dict[str, Any], launcher: list[str]) -> dict[str, Any]:
+def _train(
+    tmp: Path, data: dict[str, Any], launcher: list[str], tmpdir: Path | None = None
+) -> dict[str, Any]:
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "config.yaml"
     path.write_text(json.dumps(data))  # JSON is YAML
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     done = subprocess.run(
         [*launcher, "-m", "envgym.cli", "train", str(path), "--json"],
         cwd=tmp,
@@ -140,10 +145,15 @@ def test_two_gloo_ranks_make_the_single_process_steps(
     else:
         extra["rollout"] = {"workers": 2}
     data = {**_config(run, tmp / "bundle", str(tmp / "model"), **extra), **COMMON}
-    ray_dirs = set(Path(tempfile.gettempdir()).glob("envgym-ray-*"))
-    ranked = _train(run, data, launcher)
-    # Ray was started in a temporary directory of its own, stopped, and the directory removed.
-    assert set(Path(tempfile.gettempdir()).glob("envgym-ray-*")) == ray_dirs
+    # The run's own temporary root (short: Ray's socket paths are bounded), so that tests running
+    # side by side cannot see each other's Ray directories.
+    own_tmp = Path(tempfile.mkdtemp(prefix="r"))
+    try:
+        ranked = _train(run, data, launcher, tmpdir=own_tmp)
+        # Ray was started in a temporary directory of its own, stopped, and the directory removed.
+        assert not list(own_tmp.glob("envgym-ray-*"))
+    finally:
+        shutil.rmtree(own_tmp, ignore_errors=True)
     a, r = single["last"], ranked["last"]
     assert single["steps"] == ranked["steps"] == 2
     assert single["skipped"] == ranked["skipped"] == 0
