@@ -1,4 +1,4 @@
-"""envs.procedural_kit.build.category_recipe: a family's Recipe from its package's layout."""
+"""envgym.envs.procedural_kit.build.category_recipe: a family's Recipe from its package's layout."""
 
 from __future__ import annotations
 

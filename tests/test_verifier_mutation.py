@@ -36,13 +36,13 @@ def envgym_mutant(submission, task):
 
 
 def _trip(out: Path) -> Path:
-    from envs.trip_planning.build import build_bundle
+    from envgym.envs.trip_planning.build import build_bundle
 
     return build_bundle(out, seed=0, n_tasks=5, include_worked_example=False)
 
 
 def _code_interpreter(out: Path) -> Path:
-    from envs.code_interpreter.build import build_bundle
+    from envgym.envs.code_interpreter.build import build_bundle
 
     return build_bundle(out, seed=0)
 
