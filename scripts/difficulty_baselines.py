@@ -35,8 +35,8 @@ COLUMNS = ("bundle greedy", "greedy", "greedy+repair", "exhaustive")
 
 def measure(family: str, seed: int, n_tasks: int, bound: int) -> list[dict[str, Any]]:
     """One row per generated task: its level and each baseline's outcome."""
-    build = importlib.import_module(f"envs.{family}.build")
-    host = importlib.import_module(f"envs.{family}.baselines")
+    build = importlib.import_module(f"envgym.envs.{family}.build")
+    host = importlib.import_module(f"envgym.envs.{family}.baselines")
     trip = family == "trip_planning"  # not a kit recipe: its own build and world loader
     extra = {"include_worked_example": False} if trip else {}
     rows = []

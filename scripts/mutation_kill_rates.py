@@ -27,7 +27,7 @@ def build(family: str, out: Path) -> Path:
         from envgym.envs.trip_planning.build import build_bundle
 
         return build_bundle(out, seed=0, n_tasks=1, difficulties=(5,), include_worked_example=False)
-    recipe = __import__(f"envs.{family}.build", fromlist=["RECIPE"]).RECIPE
+    recipe = __import__(f"envgym.envs.{family}.build", fromlist=["RECIPE"]).RECIPE
     return build_procedural_bundle(recipe, out, seed=0, n_tasks=1, difficulties=(5,))
 
 

@@ -177,8 +177,8 @@ FAMILIES = ("retail_orders", "shipment_logistics", "meeting_scheduling")
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_top_level_tasks_defeat_the_stronger_baselines(family: str, tmp_path: Path) -> None:
-    build = importlib.import_module(f"envs.{family}.build")
-    host = importlib.import_module(f"envs.{family}.baselines")
+    build = importlib.import_module(f"envgym.envs.{family}.build")
+    host = importlib.import_module(f"envgym.envs.{family}.baselines")
     top = 5
     for seed in (0, 1):
         out = build.build_bundle(tmp_path / f"s{seed}", seed=seed, n_tasks=1, difficulties=(top,))

@@ -49,7 +49,7 @@ def _code_interpreter(out: Path) -> Path:
 
 def _procedural(family: str) -> Callable[[Path], Path]:
     def build(out: Path) -> Path:
-        module = __import__(f"envs.{family}.build", fromlist=["build_bundle"])
+        module = __import__(f"envgym.envs.{family}.build", fromlist=["build_bundle"])
         return module.build_bundle(out, seed=0, n_tasks=5)
 
     return build

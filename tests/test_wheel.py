@@ -141,14 +141,27 @@ def test_the_wheel_holds_every_file_of_the_packages(built) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = source_files()
     data = [f for f in wanted if not f.endswith(".py")]
-    assert any(
-        f.startswith("envgym/envs/mcp_suite/tasks/") for f in data
-    )  # the walk sees the suite
+    # the walk sees the suite
+    assert any(f.startswith("envgym/envs/mcp_suite/tasks/") for f in data)
     assert any(f.startswith("envgym/envs/mcp_suite/initial_state/") for f in data)
     missing = [f for f in wanted if f not in names]
     assert not missing, f"{len(missing)} files missing from the wheel, e.g. {missing[:10]}"
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+def test_the_wheel_installs_one_top_level_name(built, tmp_path: Path) -> None:
+    """Only ``envgym``: the rooms live under it, since ``envs``, ``tools``, ``trainer``,
+    ``kernels`` and ``benchmarks`` are names of unrelated PyPI distributions."""
+    wheel, venv, env = built
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names if ".dist-info/" not in n}
+    assert tops == {"envgym"}, sorted(tops)
+    code = (
+        "import importlib.metadata as m; print(m.distribution('envgym').read_text('top_level.txt'))"
+    )
+    done = _run([str(venv / "bin" / "python"), "-c", code], tmp_path, env, 120)
+    assert done.returncode == 0 and done.stdout.split() == ["envgym"], done.stdout + done.stderr
 
 
 def test_the_installed_wheel_is_what_runs(built, tmp_path: Path) -> None:
