@@ -1,7 +1,7 @@
 """The GPU check's trainer part (scripts/gpu_check.py runs it): GRPO updates
-(``envgym.trainer.update.Update``) of randomly initialised models on the device — SmolLM2-135M's shape
-dense, and a SmolMoE-shaped Mixtral with its experts on ``envgym.kernels.moe`` and keep routing — and
-the random models, samples and configs the engine checks reuse."""
+(``envgym.trainer.update.Update``) of randomly initialised models on the device — SmolLM2-135M's
+shape dense, and a SmolMoE-shaped Mixtral with its experts on ``envgym.kernels.moe`` and keep
+routing — and the random models, samples and configs the engine checks reuse."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 One witness per rule cannot see a rule that lost one of its conditions, nor a tolerance loosened
 below what the corruptions probe (they move numbers by whole units).  The procedural kit now
-keeps per-condition and per-boundary witnesses (envgym.envs.procedural_kit.witness.condition_witnesses);
-each mutant below is a change to the shipped verifier that check passed before.
+keeps per-condition and per-boundary witnesses
+(envgym.envs.procedural_kit.witness.condition_witnesses); each mutant below is a change to the
+shipped verifier that check passed before.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Every task of envgym/envs/harbor/dataset passes ``envgym check``: the oracle earns 1, a no-op 0, and
-none of the generic exploits earns anything (envgym/envs/harbor/check.py)."""
+"""Every task of envgym/envs/harbor/dataset passes ``envgym check``: the oracle earns 1, a no-op 0,
+and none of the generic exploits earns anything (envgym/envs/harbor/check.py)."""
 
 from __future__ import annotations
 

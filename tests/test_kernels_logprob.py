@@ -1,4 +1,5 @@
-"""envgym.kernels.logprob: the chunked selected-token log-prob/entropy op vs. hand values and the naive op.
+"""envgym.kernels.logprob: the chunked selected-token log-prob/entropy op vs. hand values and the
+naive op.
 
 Hand values use a one-dimensional hidden state so the logits are exactly the head's entries:
 ``hidden = [[1]]``, ``weight = [[0], [ln 2], [ln 3]]`` gives ``e^z = 1, 2, 3`` (probabilities

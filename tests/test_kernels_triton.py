@@ -1,4 +1,5 @@
-"""Triton kernels (envgym.kernels.logprob_triton, envgym.kernels.moe_triton) on CPU under TRITON_INTERPRET=1.
+"""Triton kernels (envgym.kernels.logprob_triton, envgym.kernels.moe_triton) on CPU under
+TRITON_INTERPRET=1.
 
 ``triton.jit`` decides at decoration time whether a kernel is interpreted, so the modules are
 (re)imported with the variable set; an autouse fixture keeps it set while each test runs (the

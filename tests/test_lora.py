@@ -1,5 +1,5 @@
-"""envgym/trainer/lora.py: LoRA policies — exact at init, only adapters train, merged for the engine,
-adapters-only checkpoints that resume exactly, and clear errors for bad configs.
+"""envgym/trainer/lora.py: LoRA policies — exact at init, only adapters train, merged for the
+engine, adapters-only checkpoints that resume exactly, and clear errors for bad configs.
 
 The models are the tiny random Llama of tests/test_train_loop.py (float64 where a value is
 compared); the GRPO runs use its real parity bundle env, with ``packing: true`` so the loop runs

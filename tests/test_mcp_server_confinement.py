@@ -1,4 +1,5 @@
-"""The MCP suite's servers run confined (envgym/envs/mcp_suite/servers.confined, sandbox/jail_exec.py).
+"""The MCP suite's servers run confined (envgym/envs/mcp_suite/servers.confined,
+sandbox/jail_exec.py).
 
 A stand-in server (tests/mcp_jail_probe.py) probes its jail at start-up, installed where the
 real servers are (an ``mcp/`` folder of the envgym cache, so the jail shows it read-only).  As

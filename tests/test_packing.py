@@ -1,4 +1,5 @@
-"""envgym/trainer/packing.py: padding-free packing gives the padded path's log-probs, loss and gradients.
+"""envgym/trainer/packing.py: padding-free packing gives the padded path's log-probs, loss and
+gradients.
 
 float64 on the tiny random Llama of tests/test_train_loop.py: records packed into one row
 (position ids restarting per record, no cross-record attention) score each token exactly as the

@@ -1,4 +1,5 @@
-"""envgym/tools/search/debian.py: the dumpavail parser and the clear error when apt cannot supply it."""
+"""envgym/tools/search/debian.py: the dumpavail parser and the clear error when apt cannot supply
+it."""
 
 from __future__ import annotations
 

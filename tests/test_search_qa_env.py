@@ -1,6 +1,6 @@
-"""envgym/envs/search_qa: bundles pass ``envgym check``, episodes search the full index, answers compare
-beyond exact match.  Hermetic (the 45-package fixture corpus); ``make("search-qa-v0")`` on the
-real corpus is in test_search_build.py (it shares that module's full index)."""
+"""envgym/envs/search_qa: bundles pass ``envgym check``, episodes search the full index, answers
+compare beyond exact match.  Hermetic (the 45-package fixture corpus); ``make("search-qa-v0")`` on
+the real corpus is in test_search_build.py (it shares that module's full index)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ verifier = _bundle_module("verifier")
     ],
 )
 def test_the_bundle_stand_in_pages_like_the_host_tool(text: str) -> None:
-    """The bundle's stdlib ``open`` (used by envgym check's gold replays) mirrors envgym/tools/search's
-    pages, so a gold solution's page numbers mean the same in check and in an episode."""
+    """The bundle's stdlib ``open`` (used by envgym check's gold replays) mirrors
+    envgym/tools/search's pages, so a gold solution's page numbers mean the same in check and in an
+    episode."""
     from envgym.tools.search.pages import paginate
 
     assert _bundle_module("tools")._pages(text) == paginate(text)

@@ -1,5 +1,5 @@
-"""Model-driven search-QA synthesis (envgym/synth_agents/search_qa/model_pipeline.py) stage by stage,
-against a scripted OpenAI-compatible server on 127.0.0.1 over the hermetic fixture corpus.
+"""Model-driven search-QA synthesis (envgym/synth_agents/search_qa/model_pipeline.py) stage by
+stage, against a scripted OpenAI-compatible server on 127.0.0.1 over the hermetic fixture corpus.
 
 The server plays every role from what it is sent (system prompt → role, entity named in the
 prompt → that entity's scenario), never from request order, so a resumed run sees the same

@@ -1,4 +1,5 @@
-"""envgym/tools/search/web.py against a real HTTP server on 127.0.0.1 that speaks SearxNG's JSON shape.
+"""envgym/tools/search/web.py against a real HTTP server on 127.0.0.1 that speaks SearxNG's JSON
+shape.
 
 No SearxNG can run offline, so the server is a small one written here: ``/search?q=…&format=json``
 answers ``{"results": [{url, title, content, score}]}`` ranked by word overlap over a few HTML

@@ -1,5 +1,5 @@
-"""SWE-smith-style synthesis (envgym/envs/swe/smith.py): mutations, kept only when a passing test breaks,
-validated, replayable in swe-v0; and ``envgym bench swe --quick``.
+"""SWE-smith-style synthesis (envgym/envs/swe/smith.py): mutations, kept only when a passing test
+breaks, validated, replayable in swe-v0; and ``envgym bench swe --quick``.
 
 The fixture repository "stats" has well-tested functions (``mean``, ``clamp``) and a weakly
 tested one (``is_positive``, only ever called with 5: a boundary mutation breaks nothing).

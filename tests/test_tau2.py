@@ -1,4 +1,5 @@
-"""τ²-bench adapter (envgym/envs/tau2): the oracle check, bad gold actions, the worker, seeded replay.
+"""τ²-bench adapter (envgym/envs/tau2): the oracle check, bad gold actions, the worker, seeded
+replay.
 
 τ² runs from ``.venv-tau2`` (scripts/setup.sh builds it); every test talks to the real τ²
 package through the real worker.  The embedded SmolLM2 plays τ²'s user in the replay tests.

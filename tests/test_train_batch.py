@@ -1,4 +1,5 @@
-"""envgym/trainer/batch.py: groups, dynamic sampling, overlong masking, padding/shift, microbatches."""
+"""envgym/trainer/batch.py: groups, dynamic sampling, overlong masking, padding/shift,
+microbatches."""
 
 from __future__ import annotations
 

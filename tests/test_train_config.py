@@ -1,4 +1,5 @@
-"""envgym/trainer/config.py: typed YAML config; every bad input is one clear error naming its key."""
+"""envgym/trainer/config.py: typed YAML config; every bad input is one clear error naming its
+key."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""envgym/trainer/policy.py and envgym/trainer/update.py: π_θ log-probs of recorded sequences (keep sampling
-mask, keep routing) checked against a full-logits computation; non-finite inputs skip updates."""
+"""envgym/trainer/policy.py and envgym/trainer/update.py: π_θ log-probs of recorded sequences (keep
+sampling mask, keep routing) checked against a full-logits computation; non-finite inputs skip
+updates."""
 
 from __future__ import annotations
 

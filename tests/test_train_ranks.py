@@ -1,5 +1,5 @@
-"""Training ranks (envgym/trainer/ranks.py): ``envgym train`` on 2 gloo ranks with 2 Ray rollout workers
-makes the single-process step; bad launches and configs are refused with a clear error.
+"""Training ranks (envgym/trainer/ranks.py): ``envgym train`` on 2 gloo ranks with 2 Ray rollout
+workers makes the single-process step; bad launches and configs are refused with a clear error.
 
 The heavy test runs the real CLI twice in subprocesses on the tiny random Llama and parity bundle
 of tests/test_train_loop.py: once alone (in-process engine), once with ``trainer.world_size: 2``

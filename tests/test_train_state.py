@@ -1,6 +1,7 @@
-"""The trainer's state is explicit: envgym/trainer/stream.py runs against the narrow StepHost interface
-(no Trainer privates), Trainer creates every attribute in ``__init__``, Update.run leaves its
-caller's samples alone, and envgym/trainer/loop.py and envgym/trainer/stream.py do not import each other."""
+"""The trainer's state is explicit: envgym/trainer/stream.py runs against the narrow StepHost
+interface (no Trainer privates), Trainer creates every attribute in ``__init__``, Update.run leaves
+its caller's samples alone, and envgym/trainer/loop.py and envgym/trainer/stream.py do not import
+each other."""
 
 from __future__ import annotations
 

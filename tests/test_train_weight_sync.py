@@ -1,4 +1,5 @@
-"""envgym/trainer/weight_sync.py: the vLLM weight-reload path against a stand-in server on 127.0.0.1.
+"""envgym/trainer/weight_sync.py: the vLLM weight-reload path against a stand-in server on
+127.0.0.1.
 
 The stand-in answers the three dev-mode endpoints a vLLM server (``VLLM_SERVER_DEV_MODE=1``)
 exposes and records what it was sent; a real server would then load the safetensors folder in

@@ -1,5 +1,5 @@
-"""Whole-episode masking and the episode as the loss's sequence (envgym/trainer/batch.py, collect.py,
-losses.py, masks.py, aggregation.py, config.py).
+"""Whole-episode masking and the episode as the loss's sequence (envgym/trainer/batch.py,
+collect.py, losses.py, masks.py, aggregation.py, config.py).
 
 * overlong masking of whole samples (LongCat §3.2.2), the multi-turn default;
 * NaN/±inf rewards mask their episodes only, counted in ``nonfinite_rewards``;

@@ -234,7 +234,10 @@ def test_check_swe_instances_outside_the_checkout(built, tmp_path: Path) -> None
 @pytest.mark.timeout(600)
 def test_show_and_check_the_installed_harbor_dataset(built, tmp_path: Path) -> None:
     _, venv, env = built
-    code = "import envgym.envs.harbor as h, pathlib; print(pathlib.Path(h.__file__).parent / 'dataset')"
+    code = (
+        "import envgym.envs.harbor as h, pathlib; "
+        "print(pathlib.Path(h.__file__).parent / 'dataset')"
+    )
     found = _run([str(venv / "bin" / "python"), "-c", code], tmp_path, env, 120)
     dataset = Path(found.stdout.strip())
     assert dataset.is_relative_to(venv) and (dataset / "word-count" / "task.toml").is_file()

@@ -5,7 +5,8 @@
 
 The embedded SmolLM2 writes no question–answer pair unaided; this gives it a cold start
 (DeepSeek-V3.2 §3.2.2) on teacher traces of the constructor and verifier roles over training
-entities the synthesis run never samples (envgym/synth_agents/search_qa/cold_start.py; docs/SEARCH_QA.md).
+entities the synthesis run never samples (envgym/synth_agents/search_qa/cold_start.py;
+docs/SEARCH_QA.md).
 """
 
 from __future__ import annotations

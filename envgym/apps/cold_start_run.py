@@ -2,8 +2,9 @@
 
 The traces (cold_start.py) are played through the real agent loop over the real search index,
 so every tool result in an example is what the tools return; the examples train the model with
-:func:`envgym.trainer.sft.train_sft` and the folder is written by :func:`envgym.trainer.sft.save_policy`, so
-``envgym synth search-qa --agent llm --model FOLDER`` loads it like any HF folder.
+:func:`envgym.trainer.sft.train_sft` and the folder is written by
+:func:`envgym.trainer.sft.save_policy`, so ``envgym synth search-qa --agent llm --model FOLDER``
+loads it like any HF folder.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The demo's SWE step: mine a repository's history, validate, check.
 
-``envgym/envs/swe/demo_repo.py`` writes ``wordstat``, a small project with a real git history; the step
-runs what ``envgym synth swe --repo wordstat`` runs (mine issue–fix commits, set the project up
+``envgym/envs/swe/demo_repo.py`` writes ``wordstat``, a small project with a real git history; the
+step runs what ``envgym synth swe --repo wordstat`` runs (mine issue–fix commits, set the project up
 in a jailed venv, keep a candidate iff its fix turns ≥ 1 failing test into a passing one and
 breaks none) and then what ``envgym check swe:instances.jsonl`` runs (gold replay through
 ``swe-v0`` earns 1, an empty submission and the reward hacks earn 0).

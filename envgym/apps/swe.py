@@ -5,8 +5,8 @@
     envgym swe import tasks/ --out instances.jsonl                      # Harbor dir(s) → JSONL
     envgym swe import tasks/t1 other.jsonl --out instances.jsonl        # several sources, merged
 
-The formats and their decisions are envgym/envs/swe/interchange.py's (docs/SWE.md, "Instances, mining and
-interchange"); this module only reads the command line and reports.
+The formats and their decisions are envgym/envs/swe/interchange.py's (docs/SWE.md, "Instances,
+mining and interchange"); this module only reads the command line and reports.
 """
 
 from __future__ import annotations

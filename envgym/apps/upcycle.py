@@ -1,7 +1,7 @@
 """``envgym upcycle SRC OUT``: a dense Llama-architecture model → SmolMoE, a standard HF Mixtral.
 
-The command-line face of :func:`envgym.trainer.smolmoe.upcycle` (docs/MOE.md), so the MoE learning run
-is reproducible from the shell: ``envgym upcycle runs/sft OUT`` then ``envgym train`` with
+The command-line face of :func:`envgym.trainer.smolmoe.upcycle` (docs/MOE.md), so the MoE learning
+run is reproducible from the shell: ``envgym upcycle runs/sft OUT`` then ``envgym train`` with
 ``model.path: OUT``.  ``SRC`` may be ``smollm2`` (the embedded model).  An ``OUT`` that already
 holds files is refused unless ``--force``: an upcycle must not silently replace a trained policy.
 """

@@ -1,8 +1,8 @@
 """``envgym bench kernels``: memory and time of the log-prob and MoE kernels vs. naive forms.
 
 * ``naive_peak_mib`` / ``chunked_peak_mib`` — extra resident memory of one forward+backward of
-  the selected-token log-prob (``envgym.kernels.logprob``: full ``[N, V]`` logits + log_softmax vs. the
-  chunked op with recompute backward), at V=49,152 (SmolLM2), H=576, N=4,096 tokens, float32,
+  the selected-token log-prob (``envgym.kernels.logprob``: full ``[N, V]`` logits + log_softmax vs.
+  the chunked op with recompute backward), at V=49,152 (SmolLM2), H=576, N=4,096 tokens, float32,
   gradients w.r.t. hidden states and the LM head.
 * ``naive_ms`` / ``chunked_ms`` — median wall time of the same forward+backward.
 * ``moe_loop_ms`` / ``moe_grouped_ms`` — forward+backward of one SwiGLU MoE MLP

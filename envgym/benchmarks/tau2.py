@@ -76,7 +76,8 @@ def _mcp(n: int) -> tuple[float, float]:
         bundle = _add_bundle(Path(tmp) / "bundle")
         state = bundle / "state"
         bare = asyncio.run(_mcp_us(bundle, state, "add", args, n))
-        toolset = McpToolset(ServerSpec(command=(sys.executable, "-m", "envgym.benchmarks.mcp_tool_server",
+        server = "envgym.benchmarks.mcp_tool_server"
+        toolset = McpToolset(ServerSpec(command=(sys.executable, "-m", server,
                                                  str(bundle), str(state), "add")))  # fmt: skip
         toolset.start()
         try:

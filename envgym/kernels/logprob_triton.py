@@ -1,4 +1,5 @@
-"""Triton kernels for :func:`envgym.kernels.logprob.selected_logprobs` (forward and recompute backward).
+"""Triton kernels for :func:`envgym.kernels.logprob.selected_logprobs` (forward and recompute
+backward).
 
 Same math as the torch version (see :mod:`envgym.kernels.logprob`); the GPU work is split in two:
 
@@ -48,7 +49,8 @@ class Blocks:
 def triton_selected_logprobs(
     inp: LogprobInputs, blocks: Blocks | None = None
 ) -> tuple[Tensor, Tensor | None]:
-    """Run the op on Triton for already-checked inputs (``envgym.kernels.logprob_inputs.check_inputs``)."""
+    """Run the op on Triton for already-checked inputs
+    (``envgym.kernels.logprob_inputs.check_inputs``)."""
     b = blocks or Blocks()
     for name in ("tokens", "vocab", "hidden", "kept"):
         size = getattr(b, name)

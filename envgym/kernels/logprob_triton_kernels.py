@@ -1,4 +1,5 @@
-"""The Triton kernels of :mod:`envgym.kernels.logprob_triton` (the math and the launch logic live there).
+"""The Triton kernels of :mod:`envgym.kernels.logprob_triton` (the math and the launch logic live
+there).
 
 * ``full_fwd`` / ``full_bwd``: one ``[BN, BV]`` logit tile per program (full-vocabulary rows);
 * ``kept_fwd`` / ``kept_bwd``: one program per keep-sampling-mask row, over its kept ids.

@@ -1,4 +1,5 @@
-"""Triton grouped matmul for the sorted MoE dispatch (:func:`envgym.kernels.moe_grouped.grouped_mm`).
+"""Triton grouped matmul for the sorted MoE dispatch
+(:func:`envgym.kernels.moe_grouped.grouped_mm`).
 
 Rows of ``a [M, K]`` are sorted by expert; segment ``e`` (``counts[e]`` rows) is multiplied by
 ``w[e].T``.  One launch covers every expert:

@@ -3,12 +3,12 @@
 Names are matched leniently — case, spaces, hyphens, underscores and camelCase do not matter
 ("Trip Planning", "trip-planning", "tripPlanning" all name ``trip planning``) and each category
 has a few aliases ("retail", "meetings", "logistics").  Any domain of the corpus
-(``envgym/synth_agents/corpus/domains``, ``envgym.synth_agents.domain_corpus``) is a category too: its note is
-written into a declarative spec with the job's seed (``envgym.envs.procedural_kit.spec.writer``), so two
-seeds give two toolsets, and compiled offline.  The hand-registered categories above win a name
-both know (library loans, clinic appointments and insurance claims keep their reviewed,
-hand-written specs).  An empty or unknown name raises :class:`UnknownCategory` listing the
-registered ones and the closest corpus domains.
+(``envgym/synth_agents/corpus/domains``, ``envgym.synth_agents.domain_corpus``) is a category too:
+its note is written into a declarative spec with the job's seed
+(``envgym.envs.procedural_kit.spec.writer``), so two seeds give two toolsets, and compiled offline.
+The hand-registered categories above win a name both know (library loans, clinic appointments and
+insurance claims keep their reviewed, hand-written specs).  An empty or unknown name raises
+:class:`UnknownCategory` listing the registered ones and the closest corpus domains.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def _kit(package: str) -> Builder:
 
 
 def _spec(example: str) -> Builder:
-    """A category written as a declarative spec (envgym/envs/procedural_kit/spec/examples/<example>.json,
-    docs/ENV_SPEC.md), compiled offline; imported only when called."""
+    """A category written as a declarative spec
+    (envgym/envs/procedural_kit/spec/examples/<example>.json, docs/ENV_SPEC.md), compiled offline;
+    imported only when called."""
 
     def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
         from envgym.envs.procedural_kit.spec.compile import compile_example

@@ -1,7 +1,7 @@
-"""The domain corpus (``envgym/synth_agents/corpus/domains/*.json``): one hand-written note per domain,
-each turned into a declarative spec by ``envgym.envs.procedural_kit.spec.writer`` (docs/ENV_SPEC.md,
-"Domain notes").  Notes are read lazily and once; a note that does not parse is an error naming
-its file, never a domain silently missing from the list.
+"""The domain corpus (``envgym/synth_agents/corpus/domains/*.json``): one hand-written note per
+domain, each turned into a declarative spec by ``envgym.envs.procedural_kit.spec.writer``
+(docs/ENV_SPEC.md, "Domain notes").  Notes are read lazily and once; a note that does not parse is
+an error naming its file, never a domain silently missing from the list.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Job ``i`` of a run has seed ``seed + i`` and key ``<agent slug>-<seed + i>``; a rerun with the
 same arguments (after a crash, or with a larger ``--n``) skips every journaled job and finishes
-any half-recorded one (:class:`~envgym.synth_agents.recorder.SynthRecorder`).  Making and validating a
-bundle happens in worker processes (procedural agents) or in this process (an LLM agent holds
+any half-recorded one (:class:`~envgym.synth_agents.recorder.SynthRecorder`).  Making and validating
+a bundle happens in worker processes (procedural agents) or in this process (an LLM agent holds
 its model); near-duplicate checks, placement and recording happen here, one job at a time.
 """
 

@@ -1,10 +1,10 @@
 """Tools-only solvability, dynamically: the gold answer must come from the data, through tools.
 
 DeepSeek-V3.2 §3.2.3 restricts the synthesized solution function "to invoking tool functions or
-performing logical computations".  The static rules (:mod:`envgym.synth_agents.solution_rules`) and the
-isolation guard (:mod:`envgym.synth_agents.isolation`) stop a solution from *reading the state* itself;
-they do not stop it from reading the answer out of ``task["metadata"]`` — an answer key the agent
-being trained never sees (an LLM-written task whose solution
+performing logical computations".  The static rules (:mod:`envgym.synth_agents.solution_rules`) and
+the isolation guard (:mod:`envgym.synth_agents.isolation`) stop a solution from *reading the state*
+itself; they do not stop it from reading the answer out of ``task["metadata"]`` — an answer key the
+agent being trained never sees (an LLM-written task whose solution
 submitted ``metadata["answer"]`` without a data tool call, and whose verifier compared against
 the same key, was kept with an answer that is wrong for the database).
 
@@ -49,7 +49,8 @@ class ProvenanceProblem:
 
     @property
     def reason(self) -> str:
-        """The validation reason code this problem maps to (envgym.synth_agents.validate.REASONS)."""
+        """The validation reason code this problem maps to
+        (envgym.synth_agents.validate.REASONS)."""
         return (
             "verifier_answer_key"
             if self.kind == "verifier_without_data"

@@ -10,8 +10,8 @@ One call, :func:`validate_bundle`, runs these in order (1 and 2 stop it at the f
    rejected, three reruns agree;
 4. the dynamic isolation check (:mod:`envgym.synth_agents.isolation`): the gold run with the state
    reachable only through tools;
-5. the provenance checks (:mod:`envgym.synth_agents.provenance`), in the same sandbox: the gold answer
-   comes from tool results (not from task metadata the agent never sees), and the verifier
+5. the provenance checks (:mod:`envgym.synth_agents.provenance`), in the same sandbox: the gold
+   answer comes from tool results (not from task metadata the agent never sees), and the verifier
    judges against the data (not against the metadata alone);
 6. the tool probe (:mod:`envgym.synth_agents.tool_probe`), in the isolation check's sandbox: every
    tool callable with its schema;
@@ -20,8 +20,8 @@ One call, :func:`validate_bundle`, runs these in order (1 and 2 stop it at the f
    that ``envgym check`` does not catch and that pays an answer the original rejects fails it.
 
 Near-duplicates need the other bundles of a run, so the pipeline checks them
-(:mod:`envgym.synth_agents.dedup`).  A bundle is valid when every task passes every check; the result
-names each failure with a stable reason code (:data:`REASONS`) so runs can be summarized.
+(:mod:`envgym.synth_agents.dedup`).  A bundle is valid when every task passes every check; the
+result names each failure with a stable reason code (:data:`REASONS`) so runs can be summarized.
 """
 
 from __future__ import annotations

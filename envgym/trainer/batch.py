@@ -253,8 +253,8 @@ class TrainBatch:
     ref_logp: Tensor | None  # [B, T] or None
     versions: Tensor  # [B] int64
     trajectory: Tensor  # [B] int64: rows with one id are segments of one episode
-    # True: the policy runs the rows' real tokens packed into one row (envgym/trainer/packing.py); the
-    # tensors here stay [B, T] either way
+    # True: the policy runs the rows' real tokens packed into one row (envgym/trainer/packing.py);
+    # the tensors here stay [B, T] either way
     packed: bool = False
 
     @property

@@ -1,8 +1,8 @@
 """What one GRPO step collected: shared by the synchronous loop and the asynchronous one.
 
-envgym/trainer/loop.py (``Trainer``) and envgym/trainer/stream.py (``async.enabled``) both gather a batch of
-groups for a step, counting what they rolled out and dropped in a :class:`Tally`, and hand the
-batch to the trainer as a :class:`Collected`.  :class:`StepHost` is everything of the trainer
+envgym/trainer/loop.py (``Trainer``) and envgym/trainer/stream.py (``async.enabled``) both gather a
+batch of groups for a step, counting what they rolled out and dropped in a :class:`Tally`, and hand
+the batch to the trainer as a :class:`Collected`.  :class:`StepHost` is everything of the trainer
 that stream.py uses, so the two modules import this one and not each other.
 """
 
@@ -134,7 +134,8 @@ class Collected:
 
 
 class StepHost(Protocol):
-    """What envgym/trainer/stream.py needs of the trainer (``envgym.trainer.loop.Trainer`` is one)."""
+    """What envgym/trainer/stream.py needs of the trainer (``envgym.trainer.loop.Trainer`` is
+    one)."""
 
     config: TrainConfig
     order: TaskOrder  # the seeded data order prompts are taken from

@@ -5,8 +5,8 @@ a value of the wrong type or an impossible value raises one :class:`ConfigError`
 names the dotted key (``rollout.group_size``) and what was wrong.  docs/TRAINER.md has the full
 reference; ``configs/grpo_smollm2.yaml`` is a complete example.
 
-The ``loss`` section is :class:`envgym.trainer.losses.LossConfig` (DeepSeek-V3.2 §3.1 eq. 5–9, LongCat
-§3.2, Seed-Thinking §4.2); its own checks run here too and are re-worded with the key names.
+The ``loss`` section is :class:`envgym.trainer.losses.LossConfig` (DeepSeek-V3.2 §3.1 eq. 5–9,
+LongCat §3.2, Seed-Thinking §4.2); its own checks run here too and are re-worded with the key names.
 """
 
 from __future__ import annotations
@@ -170,8 +170,8 @@ class TrainConfig:
     steps: int = 10
     minibatches: int = 1  # optimizer steps per rollout batch (the batch split this many ways)
     micro_tokens: int = 8192  # padded tokens per microbatch (gradient accumulation)
-    # several samples per row, no padding in the forward (envgym/trainer/packing.py); micro_tokens then
-    # counts real tokens
+    # several samples per row, no padding in the forward (envgym/trainer/packing.py); micro_tokens
+    # then counts real tokens
     packing: bool = False
     normalize_std: bool = False  # Â = (R − mean) / std instead of R − mean
     old_logprobs: Literal["recompute", "engine"] = "recompute"  # π_old of the ratio

@@ -79,7 +79,8 @@ from envgym.trainer.weight_sync import build_engine, load_model, managed_vllm, p
 if TYPE_CHECKING:  # transformers is imported where a model is loaded, not at import time
     from transformers import PreTrainedModel
 
-# Defined in envgym.trainer.collect and envgym.trainer.tasks; callers and tests import them from here.
+# Defined in envgym.trainer.collect and envgym.trainer.tasks; callers and tests import them from
+# here.
 __all__ = ["StepReport", "Trainer", "derive_seed", "task_split"]
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ base model (the first ratio is 1, the reference policy equals it).
 Everything outside the update sees a plain model:
 
 * :func:`merged_state_dict` — the base's key names with ``W + s · B A`` in place of ``W``: what
-  the local engine loads after every step (envgym/trainer/weight_sync.py), so it decodes at the cost of
-  the base model;
+  the local engine loads after every step (envgym/trainer/weight_sync.py), so it decodes at the cost
+  of the base model;
 * :func:`merged_view` — inside the block the LoRA layers are swapped for plain ``nn.Linear`` s
   holding the merged weights (the trained tensors are not touched), so ``save_pretrained`` writes
   an ordinary HF folder: the vLLM engine's reload and the exported policy;

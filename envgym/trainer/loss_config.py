@@ -1,7 +1,7 @@
 """The loss's hyper-parameters (the ``loss:`` section of a training config), checked on construction.
 
-Kept apart from envgym/trainer/losses.py, which computes with them: the config loader reads only this,
-and every field's check (a clear error naming the field) sits beside its default and source.
+Kept apart from envgym/trainer/losses.py, which computes with them: the config loader reads only
+this, and every field's check (a clear error naming the field) sits beside its default and source.
 docs/LOSSES.md has the table of terms and options with their seed sections.
 """
 

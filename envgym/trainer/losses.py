@@ -22,7 +22,8 @@ and the loss is ℓ aggregated by ``LossConfig.aggregation`` (see :func:`aggrega
 sequence o_i is a trajectory (one episode): ``trajectory [B]`` names the rows (record segments)
 of each, so OPSM's statistic and seq-mean-token-mean run over whole episodes.  The
 keep sampling mask (§3.1) is applied upstream: ``logp`` is already renormalized over the kept set
-by ``envgym.kernels.logprob.selected_logprobs`` (reference: :func:`envgym.trainer.masks.keep_mask_logprobs`).
+by ``envgym.kernels.logprob.selected_logprobs`` (reference:
+:func:`envgym.trainer.masks.keep_mask_logprobs`).
 
 **Non-finite inputs** are flagged, not raised, by default: values at untrained positions are
 ignored (never propagate), a NaN/inf at a trained position makes the loss non-finite and is

@@ -1,4 +1,5 @@
-"""transformers' MoE expert layers on ``envgym.kernels.moe``, so the trainer uses the project's kernels.
+"""transformers' MoE expert layers on ``envgym.kernels.moe``, so the trainer uses the project's
+kernels.
 
 Mixtral, Qwen-MoE and OLMoE keep their experts in one ``*Experts`` module whose forward
 transformers dispatches through ``ALL_EXPERTS_FUNCTIONS`` by ``config._experts_implementation``.

@@ -9,11 +9,12 @@
         weights = group.full_state_dict()               # rank 0's gather -> engine / checkpoint
 
 The layout is Seed-Thinking-v1.5's single controller (§5.1): this driver holds the data and the
-algorithm; the ranks are a worker group that runs one SPMD program (:mod:`envgym.trainer.distributed`).
-Rollout and training get separate placement groups — LongCat's DORA (§3.1.1) keeps a standalone
-generator group beside the training devices — so the engine's replicas never take a trainer's
-CPUs or GPUs.  The ranks form a ``torch.distributed`` group themselves (gloo on CPU, NCCL on GPU)
-with rank 0's host as the rendezvous; Ray only starts and places them.
+algorithm; the ranks are a worker group that runs one SPMD program
+(:mod:`envgym.trainer.distributed`). Rollout and training get separate placement groups — LongCat's
+DORA (§3.1.1) keeps a standalone generator group beside the training devices — so the engine's
+replicas never take a trainer's CPUs or GPUs.  The ranks form a ``torch.distributed`` group
+themselves (gloo on CPU, NCCL on GPU) with rank 0's host as the rendezvous; Ray only starts and
+places them.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ through ``envgym.kernels.logprob.selected_logprobs``, which never materializes t
   the forward runs inside ``envgym.trainer.routing.replay_routes`` so the same experts are trained.
   :meth:`TrainablePolicy.routing_flip_rate` measures how often the current router would choose
   differently (a metric of how much replay matters).
-* **Packing** (``packing: true``; envgym/trainer/packing.py): a batch marked ``packed`` runs its rows'
-  real tokens as one row, position ids restarting per record and no attention across records,
+* **Packing** (``packing: true``; envgym/trainer/packing.py): a batch marked ``packed`` runs its
+  rows' real tokens as one row, position ids restarting per record and no attention across records,
   so no position of the forward is padding (:meth:`TrainablePolicy.packed_hidden_states`).
 """
 
@@ -103,9 +103,9 @@ class TrainablePolicy:
         return torch.cat([prefix, tail.last_hidden_state], dim=1)
 
     def packed_hidden_states(self, batch: TrainBatch) -> tuple[Tensor, Tensor]:
-        """``(hidden [P, H], index [B, T])``: the batch run padding-free (envgym/trainer/packing.py);
-        ``hidden[index[b, t]]`` is what :meth:`hidden_states` gives at ``[b, t]`` (``index`` is -1
-        at padding).
+        """``(hidden [P, H], index [B, T])``: the batch run padding-free
+        (envgym/trainer/packing.py); ``hidden[index[b, t]]`` is what :meth:`hidden_states` gives at
+        ``[b, t]`` (``index`` is -1 at padding).
 
         Without a shared prefix the rows' real tokens form one row with position ids restarting
         per record and no mask: transformers then builds the block-diagonal causal mask itself

@@ -4,8 +4,8 @@
 * torchrun (``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``/``LOCAL_RANK`` set): each
   process joins the group; rank 0 runs the loop, the others :func:`follow` it.
 * ``envgym train`` with ``world_size`` > 1, one node, no torchrun: this process becomes rank 0
-  and starts ranks 1… as child processes (``python -m envgym.trainer.ranks_launch CONFIG.json``) with
-  the same variables torchrun would set, rendezvous on 127.0.0.1 at a free port.
+  and starts ranks 1… as child processes (``python -m envgym.trainer.ranks_launch CONFIG.json``)
+  with the same variables torchrun would set, rendezvous on 127.0.0.1 at a free port.
 
 A follower builds the same model, policy and :class:`~envgym.trainer.update.Update` as rank 0, takes
 rank 0's weights and optimizer state, then trains on every batch rank 0 sends until it says stop.

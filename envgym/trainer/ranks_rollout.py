@@ -4,9 +4,9 @@
         engines = rollout.engines(params, budget)             # one RolloutEngine per config.envs
         await rollout.sync(model.state_dict(), version)       # rank 0's weights → every replica
 
-Each worker is an actor holding the trainer's local engine (envgym.trainer.weight_sync.build_engine) on
-its own copy of the model, placed in the rollout placement group of envgym/trainer/placement.py (one
-bundle per worker); envs and their sandboxes are Ray actors too (envgym.rollout.RayEnvPool).  A
+Each worker is an actor holding the trainer's local engine (envgym.trainer.weight_sync.build_engine)
+on its own copy of the model, placed in the rollout placement group of envgym/trainer/placement.py
+(one bundle per worker); envs and their sandboxes are Ray actors too (envgym.rollout.RayEnvPool).  A
 session always goes to the same worker, so its KV cache stays where it was built.  Weights come
 from rank 0 only: one ``ray.put`` of its state dict, loaded by every worker between decode
 steps.  A Ray this module started (locally, in a temporary directory of its own) is shut down

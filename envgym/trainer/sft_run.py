@@ -9,8 +9,8 @@
   check everything before anything runs: an unknown key or an impossible value raises one
   :class:`SFTConfigError` naming the dotted key.
 * :func:`run_sft` — resolve the split, build the examples (``envgym.trainer.sft_gold``,
-  ``envgym.trainer.sft_data.store_examples``), train (``envgym.trainer.sft.train_sft``), save an HF folder
-  with ``sft_run.json`` (config, split, data report, per-step record).
+  ``envgym.trainer.sft_data.store_examples``), train (``envgym.trainer.sft.train_sft``), save an HF
+  folder with ``sft_run.json`` (config, split, data report, per-step record).
 """
 
 from __future__ import annotations

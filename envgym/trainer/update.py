@@ -194,8 +194,8 @@ class Update:
         """The minibatch's denominator (envgym.trainer.aggregation.aggregate_parts): trained tokens
         (token-mean), trajectories (seq-mean-token-mean: episodes, each sample has a trained
         token and the minibatch holds whole episodes) or the
-        constant normalizer — 1 when 0, as grpo_loss does (envgym.trainer.aggregation.nonzero), so the
-        accumulated gradient is exactly that of one grpo_loss over the minibatch."""
+        constant normalizer — 1 when 0, as grpo_loss does (envgym.trainer.aggregation.nonzero), so
+        the accumulated gradient is exactly that of one grpo_loss over the minibatch."""
         agg = self.config.loss.aggregation
         if agg == "token-mean":
             units = float(sum(s.trained_tokens for s in part))

@@ -1,7 +1,7 @@
 """Values written into text another program parses: TOML, shell, file names.
 
-One rule for every Harbor export (bundle tasks here, SWE instances in envgym/envs/swe/harbor_text.py):
-a value never changes the structure of the text it lands in.
+One rule for every Harbor export (bundle tasks here, SWE instances in
+envgym/envs/swe/harbor_text.py): a value never changes the structure of the text it lands in.
 
 * **TOML**: strings are JSON string literals, which are valid TOML basic strings once DEL is
   escaped too (TOML forbids it raw); a newline, a quote or ``]`` inside stays inside the string.

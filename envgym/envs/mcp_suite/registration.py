@@ -42,7 +42,8 @@ def _claims(target: str) -> bool:
 
 def _check(target: str, **kwargs: Any) -> int:
     # MCPMark-layout tasks are judged on the final state, not on a submitted answer, so their
-    # check (gold passes, no-op fails, through the real MCP servers) is envgym/envs/mcp_suite/check.py.
+    # check (gold passes, no-op fails, through the real MCP servers) is
+    # envgym/envs/mcp_suite/check.py.
     from envgym.envs.mcp_suite.check import main
 
     return main(target, **kwargs)

@@ -28,8 +28,8 @@ LEVELS: dict[int, tuple[int, tuple[int, int], tuple[int, ...], float, bool, int,
     4: (3, (2, 3), (30, 60), 0.5, True, 30, False),
     5: (6, (2, 2), (30, 60), 0.5, True, 30, True),
 }
-# Levels whose tasks defeat the stronger baselines (envgym.envs.procedural_kit.baselines): beyond the
-# exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
+# Levels whose tasks defeat the stronger baselines (envgym.envs.procedural_kit.baselines): beyond
+# the exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
 TOP_LEVELS = (5,)
 TOPICS = (
     "roadmap sync",

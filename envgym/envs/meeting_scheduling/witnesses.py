@@ -73,7 +73,8 @@ Probe = tuple[dict[str, Any], str, str]
 
 
 def conditions(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iterator[Probe]:
-    """Per-condition and per-boundary probes (envgym.envs.procedural_kit.witness.condition_witnesses).
+    """Per-condition and per-boundary probes
+    (envgym.envs.procedural_kit.witness.condition_witnesses).
 
     Each meeting moved to every other start, tagged by the condition and edge the move breaks:
     starting before or ending after an attendee's working hours, touching the start or the end

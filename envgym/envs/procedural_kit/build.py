@@ -92,10 +92,10 @@ def category_recipe(package: str, **fields: Any) -> Recipe:
     """The :class:`Recipe` of a category laid out as the kit expects, so a category's build.py
     names only what is its own (category, description, baseline, greedy share, ...).
 
-    ``package`` (e.g. ``"envgym.envs.retail_orders"``) holds ``data.write_db``, ``world.load_world``,
-    ``tasks.draw_task``, ``witnesses.candidates`` and the code templates in ``bundle_files/``,
-    and may hold ``witnesses.conditions``, ``baselines.baselines`` (the stronger baselines) and
-    ``tasks.TOP_LEVELS`` (the levels they must not solve); the agent is
+    ``package`` (e.g. ``"envgym.envs.retail_orders"``) holds ``data.write_db``,
+    ``world.load_world``, ``tasks.draw_task``, ``witnesses.candidates`` and the code templates in
+    ``bundle_files/``, and may hold ``witnesses.conditions``, ``baselines.baselines`` (the stronger
+    baselines) and ``tasks.TOP_LEVELS`` (the levels they must not solve); the agent is
     ``procedural:<last part of the package>``.  ``fields`` set the rest, and may override these.
     """
 

@@ -6,7 +6,8 @@ whose refund lands in a range: a subset sum over the lines the return policy all
 and refund ranges are set from the enumerated solution space, so only a small, known share of
 candidates meets them (never none).  Level 5 baskets span all eight categories (more
 combinations than the exhaustive baseline's bound) with the budget at the cheapest valid
-basket, and are kept only when greedy + local repair fails them (envgym.envs.procedural_kit.baselines).
+basket, and are kept only when greedy + local repair fails them
+(envgym.envs.procedural_kit.baselines).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ WEIGHT_QUANTILE = {3: 0.5, 5: 0.125}
 # difficulty -> (one line per order?, exclude a category?, range width as a share of its floor)
 RETURNS = {2: (False, False, 0.1), 4: (True, True, 0.01)}
 MAX_COMBOS = 200_000
-# Levels whose tasks defeat the stronger baselines (envgym.envs.procedural_kit.baselines): beyond the
-# exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
+# Levels whose tasks defeat the stronger baselines (envgym.envs.procedural_kit.baselines): beyond
+# the exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
 TOP_LEVELS = (5,)
 
 

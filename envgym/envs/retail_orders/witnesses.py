@@ -1,4 +1,5 @@
-"""Witness candidates for retail tasks (envgym.envs.procedural_kit.witness runs them through the verifier).
+"""Witness candidates for retail tasks (envgym.envs.procedural_kit.witness runs them through the
+verifier).
 
 Built from the task's constraints over the database: for a basket, the gold basket with one
 (then two) products swapped for other products of the same category, each priced correctly,
@@ -110,7 +111,8 @@ MAX_BOUNDARY_PROBES = 60  # per boundary: the nearest ones first
 
 
 def conditions(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iterator[Probe]:
-    """Per-condition and per-boundary probes (envgym.envs.procedural_kit.witness.condition_witnesses).
+    """Per-condition and per-boundary probes
+    (envgym.envs.procedural_kit.witness.condition_witnesses).
 
     A claimed total a cent off (a tolerance loosened from half a cent to five cents still
     rejects $1 off, the only total witness before); for baskets, the single swaps that break

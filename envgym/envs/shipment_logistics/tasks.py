@@ -29,8 +29,8 @@ LEVELS: dict[int, tuple[int, int, tuple[tuple[str, ...], ...], float]] = {
     4: (3, 5, (("rail", "truck"), ALL_MODES), 0.0),
     5: (4, 5, (("rail", "truck"), ALL_MODES), 0.0),
 }
-# Levels whose tasks defeat the stronger baselines (envgym.envs.procedural_kit.baselines): beyond the
-# exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
+# Levels whose tasks defeat the stronger baselines (envgym.envs.procedural_kit.baselines): beyond
+# the exhaustive search's bound here, and rejected by the kit when greedy + repair solves them.
 TOP_LEVELS = (5,)
 PER_SHIPMENT = 8  # cheapest routes per shipment that the budget is computed over
 

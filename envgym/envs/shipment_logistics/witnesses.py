@@ -130,7 +130,8 @@ MAX_PROBES = 200  # per condition
 
 
 def conditions(world: World, task: dict[str, Any], gold: dict[str, Any]) -> Iterator[Probe]:
-    """Per-condition and per-boundary probes (envgym.envs.procedural_kit.witness.condition_witnesses).
+    """Per-condition and per-boundary probes
+    (envgym.envs.procedural_kit.witness.condition_witnesses).
 
     A total a cent off (a loosened tolerance still rejects $1 off); a route that starts at the
     origin and ends at the destination but whose lanes do not join (a join check switched off

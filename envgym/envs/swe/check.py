@@ -5,9 +5,10 @@ Per instance, through the real ``swe-v0`` env (its tools, its grading, its sandb
 1. the gold patch replayed as tool calls (``SweEnv.gold_calls``) ``reruns`` times: each reward
    must be 1.0 and the runs must agree test for test (a flaky F2P/P2P test decides nothing);
 2. an empty submission: reward 0 (else the instance's tests do not test the fix);
-3. every exploit of envgym/envs/swe/exploits.py: reward 0, else the check names the exploit — except a
-   rewarded ``partial_fix``, which is named ``unrelated_change[PATH]`` (envgym/envs/swe/acceptance.py):
-   the same file, the same name, as synthesis finds and takes out of the gold patch.
+3. every exploit of envgym/envs/swe/exploits.py: reward 0, else the check names the exploit — except
+   a rewarded ``partial_fix``, which is named ``unrelated_change[PATH]``
+   (envgym/envs/swe/acceptance.py): the same file, the same name, as synthesis finds and takes out
+   of the gold patch.
 
 An instance that cannot be checked — its repository does not check out, its environment does not
 set up, its gold patch does not apply, it has no FAIL_TO_PASS tests — is reported *invalid* with

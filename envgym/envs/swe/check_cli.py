@@ -1,8 +1,8 @@
 """``envgym check swe:PATH`` (or a bare instances file / Harbor task dir): the SWE check, printed.
 
 SWE instances are not bundles: their check replays the gold patch, an empty submission and the
-exploits of envgym/envs/swe/exploits.py through ``swe-v0`` (envgym/envs/swe/check.py).  registration.py
-registers this as the family's check handler.
+exploits of envgym/envs/swe/exploits.py through ``swe-v0`` (envgym/envs/swe/check.py).
+registration.py registers this as the family's check handler.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Git runs programs named in configuration: hooks, `filter.<x>.clean/smudge/proces
 other file (`include.path`, `includeIf`).  Two layers keep all of that off the host:
 
 1. **No foreign config is ever read.**  Repositories a user or a model handed in are read through
-   a *view* (`envgym/envs/swe/git_source.py`): a bare repository of ours whose only link to the source
-   is an alternates line to its object store.  Git reads a repository's config only from the
+   a *view* (`envgym/envs/swe/git_source.py`): a bare repository of ours whose only link to the
+   source is an alternates line to its object store.  Git reads a repository's config only from the
    git dir it runs in, so the source's `.git/config`, `info/attributes`, hooks and worktree are
    never consulted; its objects are data.
 2. **Our own config cannot run programs either.**  No system or global config

@@ -1,4 +1,5 @@
-"""AST mutations of one function: the bugs SWE-smith-style synthesis (``envgym/envs/swe/smith.py``) plants.
+"""AST mutations of one function: the bugs SWE-smith-style synthesis (``envgym/envs/swe/smith.py``)
+plants.
 
 The source is parsed with ``ast`` but never re-printed as a whole: each :class:`Mutation` is a
 replacement of one node's exact character span, built from the original text of its operands, so

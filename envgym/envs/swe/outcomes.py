@@ -1,7 +1,7 @@
 """F2P / P2P / P2F / flaky: what repeated test runs before and after the gold patch say.
 
-Pure functions over ``{node id: outcome}`` maps (``envgym/envs/swe/junit.py``), so the rules have exact
-unit tests.  The rules (docs/SWE.md, "Environment setup and validation"):
+Pure functions over ``{node id: outcome}`` maps (``envgym/envs/swe/junit.py``), so the rules have
+exact unit tests.  The rules (docs/SWE.md, "Environment setup and validation"):
 
 * a run's outcome for a test is reduced to a class: ``pass`` (passed), ``fail`` (failed or
   error), ``skip`` (skipped, xfail) or ``absent``.  An absent test whose file failed to collect in

@@ -1,5 +1,5 @@
-"""A pytest plugin that ``envgym/envs/swe/smith.py`` loads *inside the jail*: per-test outcomes, failure
-messages and (optionally) which of the repository's functions each test ran.
+"""A pytest plugin that ``envgym/envs/swe/smith.py`` loads *inside the jail*: per-test outcomes,
+failure messages and (optionally) which of the repository's functions each test ran.
 
 Standard library and pytest only — it runs in the project's own environment, which is read-only
 and may hold neither coverage.py nor anything of envgym's.  It is mounted as a single file and

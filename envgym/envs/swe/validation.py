@@ -4,7 +4,8 @@
 with a JUnit report written into a scratch folder outside the workspace, and turns what happened
 into a :class:`TestRun`.  Nothing that is not a clean pytest run is ever a pass: a timeout, a
 crash, a missing or malformed report, "no tests ran" and collection errors each get their own
-status, and collection errors also mark the tests of that module as failing (envgym/envs/swe/outcomes.py).
+status, and collection errors also mark the tests of that module as failing
+(envgym/envs/swe/outcomes.py).
 
 ``validate_instance`` is DeepSeek-V3.2's acceptance rule (§3.2.3, "Code Agent"): an environment
 counts as built "only when applying the gold patch results in a non-zero count of
@@ -13,9 +14,9 @@ false-to-positive (F2P) test cases ... and a zero count of pass-to-fail (P2F) te
 The whole suite runs on both sides by default (``scope="suite"``): a regression anywhere is a
 P2F, and running only the test_patch's files would miss exactly those.
 
-An accepted instance's gold patch is then cut down to the fix (envgym/envs/swe/acceptance.py): each file
-``removable_paths`` names is left out in turn, on a fresh checkout, and a file whose absence still
-passes every FAIL_TO_PASS and PASS_TO_PASS test is an ``unrelated_change`` and leaves the gold
+An accepted instance's gold patch is then cut down to the fix (envgym/envs/swe/acceptance.py): each
+file ``removable_paths`` names is left out in turn, on a fresh checkout, and a file whose absence
+still passes every FAIL_TO_PASS and PASS_TO_PASS test is an ``unrelated_change`` and leaves the gold
 patch (kept in the instance's metadata as ``unrelated_patch``).  ``envgym check`` tries the same
 files with the same rule, so what synthesis accepts, check does not fail as a partial fix.
 """

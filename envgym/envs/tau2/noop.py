@@ -8,8 +8,8 @@ bundle's task metadata), leaves it out of ``envgym eval``'s pass@k / pass^k unle
 ``--include-noop-tasks``, and ``envgym check tau2/<domain>`` reports it as a problem.
 
 The list is measured, never written by hand: two scripted agents play every task through
-:class:`~envgym.envs.tau2.env.Tau2Env` (τ²'s worker, τ²'s ``evaluate_simulation``), offline — the user
-is scripted too, since no reward component τ² scores here reads the user's wording:
+:class:`~envgym.envs.tau2.env.Tau2Env` (τ²'s worker, τ²'s ``evaluate_simulation``), offline — the
+user is scripted too, since no reward component τ² scores here reads the user's wording:
 
 * ``noop``: the agent's first turn is τ²'s stop token ``###STOP###`` (agent stop);
 * ``transfer``: the agent calls the domain's ``transfer_to_human_agents`` at once, tells the user
@@ -166,7 +166,8 @@ def measure(domains: Iterable[str], *, link: Tau2Link | None = None) -> dict[str
 
 
 def main(argv: list[str]) -> int:
-    """``python -m envgym.envs.tau2.noop [--write] [DOMAIN ...]``: measure, print, optionally ship."""
+    """``python -m envgym.envs.tau2.noop [--write] [DOMAIN ...]``: measure, print, optionally
+    ship."""
     write = "--write" in argv
     domains = [a for a in argv if not a.startswith("-")] or list(DOMAINS)
     unknown = [d for d in domains if d not in DOMAINS]

@@ -1,8 +1,8 @@
 """The shipped list of τ² tasks a do-nothing agent passes (``noop_tasks.json``), read-only.
 
-Measured by envgym/envs/tau2/noop.py (``python -m envgym.envs.tau2.noop --write``), never written by hand; this
-module only reads it, so the env and the descriptor bundle can flag tasks without importing the
-measurement (which imports the env).
+Measured by envgym/envs/tau2/noop.py (``python -m envgym.envs.tau2.noop --write``), never written by
+hand; this module only reads it, so the env and the descriptor bundle can flag tasks without
+importing the measurement (which imports the env).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ For every task (docs/TAU2.md):
    gold call must run without a τ² tool error (τ² itself only logs a failing gold action), and
    the DB, ENV-assertion, COMMUNICATE (and ACTION, where in the basis) checks must all hold;
 2. **no-op** — the agent says ``###STOP###`` at once, or transfers to a human at once
-   (envgym/envs/tau2/noop.py); a task where either scores 1.0 without skill is a problem, named with the
-   reason, and a measurement that differs from the shipped list (``noop_tasks.json``) is too;
+   (envgym/envs/tau2/noop.py); a task where either scores 1.0 without skill is a problem, named with
+   the reason, and a measurement that differs from the shipped list (``noop_tasks.json``) is too;
 3. a task whose reward basis includes ``NL_ASSERTION`` needs an LLM judge: listed, not scored.
 """
 

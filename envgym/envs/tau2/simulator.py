@@ -1,8 +1,8 @@
 """τ²'s user simulator driven by any envgym model, and the replay of recorded user turns.
 
 τ² builds the user's prompt (its simulation guidelines + the task's scenario, the conversation
-with roles flipped: envgym/envs/tau2/session.py ``user_prompt``); here an envgym :class:`Policy` — the
-embedded model, an OpenAI-compatible server (``http://…[#model]``) or a local HF directory,
+with roles flipped: envgym/envs/tau2/session.py ``user_prompt``); here an envgym :class:`Policy` —
+the embedded model, an OpenAI-compatible server (``http://…[#model]``) or a local HF directory,
 exactly what ``--model`` accepts — writes the user's next turn.  Every call gets an explicit
 seed derived from the episode seed and the turn index, and the env records every user turn, so
 :class:`ReplayUser` can play an episode back exactly without the model.

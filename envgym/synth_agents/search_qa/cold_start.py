@@ -19,8 +19,8 @@ for the same reason; here the roles of §3.2.3's pipeline get one:
 * :class:`TeacherPolicy` — plays a script through the real :func:`agent_loop.run_agent` and the
   real search tools, writing each call as the model's own tool-call text and building every
   prompt with the local engine's own rule (``next_prompt``), so an example is token for token
-  what the model will see and write; ``envgym/apps/cold_start_run.py``'s ``example_from`` turns a run
-  into one SFT example (loss only on the written tokens: the trainer room is imported there).
+  what the model will see and write; ``envgym/apps/cold_start_run.py``'s ``example_from`` turns a
+  run into one SFT example (loss only on the written tokens: the trainer room is imported there).
 
 Training entities are disjoint from the synthesis run's sample (``exclude``): the model never
 sees a trace about an entity it will later be asked to build a question from.

@@ -8,14 +8,15 @@
    score (history order breaks ties) and the first ``max_candidates`` go on.
 2. **Judge** (optional, ``--judge-model``): an OpenAI-compatible model says whether the problem
    statement is solvable without the patch (``miner.llm_judge``).
-3. **Validate** (envgym/envs/swe/validation.py): set the environment up, run the tests ``repeats`` times
-   without and with the gold patch; accepted iff F2P > 0 and P2F = 0, flaky tests excluded.
+3. **Validate** (envgym/envs/swe/validation.py): set the environment up, run the tests ``repeats``
+   times without and with the gold patch; accepted iff F2P > 0 and P2F = 0, flaky tests excluded.
 
 Accepted instances go to ``OUT/instances.jsonl`` (F2P/P2P/version filled in), every rejection
 with its stage and reason to ``OUT/rejected.jsonl``; both are rewritten from the journal after
-each candidate.  Every stage result is a record of ``OUT/journal.jsonl`` (envgym/synth_agents/journal.py),
-so a killed run resumes where it stopped without redoing a judged or validated candidate; the
-settings that decide results are the journal's first record, and resuming with others is refused.
+each candidate.  Every stage result is a record of ``OUT/journal.jsonl``
+(envgym/synth_agents/journal.py), so a killed run resumes where it stopped without redoing a judged
+or validated candidate; the settings that decide results are the journal's first record, and
+resuming with others is refused.
 """
 
 from __future__ import annotations

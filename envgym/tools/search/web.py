@@ -107,7 +107,8 @@ def html_text(markup: str) -> tuple[str, str]:
 
 
 class WebSearch:
-    """A :class:`envgym.tools.search.tools.Backend` over a SearxNG-style ``/search?format=json`` API.
+    """A :class:`envgym.tools.search.tools.Backend` over a SearxNG-style ``/search?format=json``
+    API.
 
     Args:
         base_url: the service root, e.g. ``http://127.0.0.1:8888`` (``/search`` is appended).

@@ -1,8 +1,8 @@
 """The gold solution: the task's MCP tool calls (``metadata.gold``), then ``finish``.
 
 ``tools`` must reach the MCP servers' tools, so the suite's sandbox runs this on the host
-(``envgym.envs.mcp_suite.suite.SuiteSandbox.solve``); ``{state_dir}`` in an argument is the episode's
-state folder.
+(``envgym.envs.mcp_suite.suite.SuiteSandbox.solve``); ``{state_dir}`` in an argument is the
+episode's state folder.
 """
 
 from envgym.runtime import state_dir

@@ -2,5 +2,6 @@
 
 
 def tau2_gold_actions(task):
-    """The gold actions are the task's ``evaluation_criteria.actions`` (envgym/envs/tau2/oracle.py)."""
+    """The gold actions are the task's ``evaluation_criteria.actions``
+    (envgym/envs/tau2/oracle.py)."""
     return task["metadata"]["tau2_id"]

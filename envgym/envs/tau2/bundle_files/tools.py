@@ -1,4 +1,5 @@
-"""τ² domains run their tools in τ² itself (envgym/envs/tau2/env.py); this bundle only lists the tasks.
+"""τ² domains run their tools in τ² itself (envgym/envs/tau2/env.py); this bundle only lists the
+tasks.
 
 The descriptor bundle gives ``envgym eval`` and the store task ids and a content hash; its
 episodes are built by ``Tau2Env``, never by a sandbox over this file.
