@@ -4,7 +4,7 @@ A suite is a directory of validated bundles from many categories plus one manife
 each bundle (its path relative to the suite, category, content hash, task count and split) and
 splits the categories into ``train`` and ``held_out``.  This module only *reads* one (the
 trainer's config and ``envgym eval`` expand a suite into its bundles); the writer lives in
-``synth_agents.suite``.  It sits in the core because ``envgym eval`` may import nothing else.
+``envgym.synth_agents.suite``.  It sits in the core because ``envgym eval`` may import nothing else.
 
 A manifest is untrusted input: its size is bounded, every field is type-checked, a bundle path
 must stay inside the suite directory, and anything wrong is a :class:`SuiteError` naming the

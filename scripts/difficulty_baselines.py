@@ -4,7 +4,7 @@
 
 Builds ``--tasks`` tasks (levels 1-5 in turn) on each seed's database for every procedural
 family, then per task runs: the bundle's own greedy baseline (what ``envgym check`` reports as
-baseline.by_difficulty), and the host baselines of envs.procedural_kit.baselines — greedy,
+baseline.by_difficulty), and the host baselines of envgym.envs.procedural_kit.baselines — greedy,
 greedy + local repair, and the exhaustive search up to its bound — each answer judged by the
 task's verifier.  Prints one markdown table (or JSON with --json): per family and level, N and
 the share each baseline solved; "beyond" counts tasks past the exhaustive search's bound.
@@ -24,10 +24,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envs.procedural_kit.baselines import BEYOND, EXHAUSTIVE_BOUND, judged
-from envs.procedural_kit.build import baseline_solves
-from envs.procedural_kit.local import LocalBundle
-from envs.trip_planning.world import load_world as trip_world
+from envgym.envs.procedural_kit.baselines import BEYOND, EXHAUSTIVE_BOUND, judged
+from envgym.envs.procedural_kit.build import baseline_solves
+from envgym.envs.procedural_kit.local import LocalBundle
+from envgym.envs.trip_planning.world import load_world as trip_world
 
 FAMILIES = ("retail_orders", "shipment_logistics", "meeting_scheduling", "trip_planning")
 COLUMNS = ("bundle greedy", "greedy", "greedy+repair", "exhaustive")
@@ -35,8 +35,8 @@ COLUMNS = ("bundle greedy", "greedy", "greedy+repair", "exhaustive")
 
 def measure(family: str, seed: int, n_tasks: int, bound: int) -> list[dict[str, Any]]:
     """One row per generated task: its level and each baseline's outcome."""
-    build = importlib.import_module(f"envs.{family}.build")
-    host = importlib.import_module(f"envs.{family}.baselines")
+    build = importlib.import_module(f"envgym.envs.{family}.build")
+    host = importlib.import_module(f"envgym.envs.{family}.baselines")
     trip = family == "trip_planning"  # not a kit recipe: its own build and world loader
     extra = {"include_worked_example": False} if trip else {}
     rows = []

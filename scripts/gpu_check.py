@@ -7,8 +7,8 @@ On one CUDA device, for real (compiled Triton, never ``TRITON_INTERPRET``):
     temperature 0.8) and the MoE grouped matmul (4,096 tokens, 8 experts, top-2, one expert
     empty) — values and gradients, then kernel vs torch timings in this one process (CUDA
     events, warm-up first, interleaved rounds, median);
-(b) GRPO updates (``trainer.update.Update``) of randomly initialised models: SmolLM2-135M's
-    shape dense, and a SmolMoE-shaped Mixtral with its experts on ``kernels.moe`` and keep
+(b) GRPO updates (``envgym.trainer.update.Update``) of randomly initialised models: SmolLM2-135M's
+    shape dense, and a SmolMoE-shaped Mixtral with its experts on ``envgym.kernels.moe`` and keep
     routing; the local engine's start-up check; the vLLM weight sync and its probe against a
     stand-in server on 127.0.0.1 (no vLLM needed);
 (c) vLLM's routed experts replayed by the trainer (flip rate 0) — only where ``import vllm``
@@ -153,8 +153,8 @@ def _imports() -> str:
     import safetensors  # noqa: F401
 
     import envgym  # noqa: F401
-    import kernels.logprob_triton  # noqa: F401 - also imports triton
-    import trainer.update  # noqa: F401
+    import envgym.kernels.logprob_triton  # noqa: F401 - also imports triton
+    import envgym.trainer.update  # noqa: F401
 
     return "triton, transformers, safetensors, httpx, envgym, trainer"
 

@@ -120,7 +120,7 @@ def check_weight_sync(sizes: Sizes, device: torch.device, keep: dict[str, Any]) 
     """``sync_weights`` for ``model.engine: vllm``: the untied safetensors copy written from the
     device, the three dev-mode calls, then the probe's CUDA forward against a float64 CPU
     reload of that copy (``check_engine_weights``, ``model.sync_check_tol`` 1e-3)."""
-    from trainer.weight_sync import check_engine_weights, sync_weights
+    from envgym.trainer.weight_sync import check_engine_weights, sync_weights
 
     model = keep.get("dense") or random_llama(sizes, device)
     with tempfile.TemporaryDirectory() as tmp, _stand_in_server() as url:
@@ -153,8 +153,8 @@ def check_vllm_routes(sizes: Sizes, device: torch.device) -> str:
     import httpx
 
     from envgym.models.vllm_server import VLLMServer, _routed_experts
-    from trainer.routing import capture_routes, routing_flip_rate
-    from trainer.smolmoe import upcycle_model
+    from envgym.trainer.routing import capture_routes, routing_flip_rate
+    from envgym.trainer.smolmoe import upcycle_model
 
     dense = random_llama(sizes, torch.device("cpu"), layers=sizes.moe_layers)
     moe = upcycle_model(dense, n_experts=4, top_k=2, noise=0.1, seed=0)

@@ -135,7 +135,7 @@ def _logprob_grads(
 
 
 def check_logprob(sizes: Sizes, dtype: torch.dtype, device: torch.device) -> str:
-    from kernels.logprob import naive_selected_logprobs, selected_logprobs
+    from envgym.kernels.logprob import naive_selected_logprobs, selected_logprobs
 
     case = _logprob_case(sizes, dtype, device)
     ref = _logprob_grads(naive_selected_logprobs, case, F64)
@@ -168,7 +168,7 @@ def check_logprob(sizes: Sizes, dtype: torch.dtype, device: torch.device) -> str
 def time_logprob(report: Report, sizes: Sizes, dtype: torch.dtype, device: torch.device) -> None:
     """The benchmark's op (docs/KERNELS.md): full-vocabulary rows, ``logp.sum()`` forward +
     backward with gradients for the hidden states and the head."""
-    from kernels.logprob import naive_selected_logprobs, selected_logprobs
+    from envgym.kernels.logprob import naive_selected_logprobs, selected_logprobs
 
     case = _logprob_case(sizes, dtype, device, seed=1)
 
@@ -202,7 +202,7 @@ def time_logprob(report: Report, sizes: Sizes, dtype: torch.dtype, device: torch
 def _moe_case(
     sizes: Sizes, dtype: torch.dtype, device: torch.device, *, seed: int = 0
 ) -> dict[str, Tensor]:
-    from kernels.moe import route
+    from envgym.kernels.moe import route
 
     n, d, f, e = sizes.moe_tokens, sizes.moe_dim, sizes.moe_ffn, sizes.moe_experts
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -223,7 +223,7 @@ def _moe_case(
 
 
 def _moe_grads(case: dict[str, Tensor], dtype: torch.dtype, impl: str) -> list[Tensor]:
-    from kernels.moe import moe_experts
+    from envgym.kernels.moe import moe_experts
 
     names = ("x", "gates", "w1", "w3", "w2")
     leaves = {k: case[k].detach().to(dtype).requires_grad_() for k in names}

@@ -1,7 +1,7 @@
 """The GPU check's trainer part (scripts/gpu_check.py runs it): GRPO updates
-(``trainer.update.Update``) of randomly initialised models on the device — SmolLM2-135M's shape
-dense, and a SmolMoE-shaped Mixtral with its experts on ``kernels.moe`` and keep routing — and
-the random models, samples and configs the engine checks reuse."""
+(``envgym.trainer.update.Update``) of randomly initialised models on the device — SmolLM2-135M's
+shape dense, and a SmolMoE-shaped Mixtral with its experts on ``envgym.kernels.moe`` and keep
+routing — and the random models, samples and configs the engine checks reuse."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _samples(sizes: Sizes, vocab: int) -> list[Any]:
     """One GRPO group: a shared prompt, random responses, mixed rewards; half the trained
     positions carry a kept set of 20 ids (a top-k sampler's record), the rest none."""
     from envgym.models.kept import encode_kept
-    from trainer.batch import Sample
+    from envgym.trainer.batch import Sample
 
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, vocab, (sizes.prompt,), generator=g).tolist()
@@ -65,7 +65,7 @@ def _samples(sizes: Sizes, vocab: int) -> list[Any]:
 
 
 def trainer_config(sizes: Sizes, **extra: Any) -> Any:
-    from trainer.config import config_from_dict
+    from envgym.trainer.config import config_from_dict
 
     data = {
         "envs": [{"id": "gpu-check"}],
@@ -93,8 +93,8 @@ def _grpo(
 ) -> tuple[dict[str, float], tuple[int, int, float], float, Any]:
     """The trainer's own update path: ``Update`` collates each microbatch onto the model's
     device (nothing here moves a tensor for it)."""
-    from trainer.policy import TrainablePolicy
-    from trainer.update import Update
+    from envgym.trainer.policy import TrainablePolicy
+    from envgym.trainer.update import Update
 
     config = trainer_config(sizes, **extra)
     policy = TrainablePolicy(model, chunk_size=config.chunk_size)
@@ -142,20 +142,20 @@ def check_grpo_dense(sizes: Sizes, device: torch.device, keep: dict[str, Any]) -
 
 def check_grpo_moe(sizes: Sizes, device: torch.device) -> str:
     """SmolMoE's recipe (upcycle, 4 experts, top-2) on SmolLM2's widths with fewer layers, the
-    experts on ``kernels.moe`` (Triton on CUDA); routes recorded from the same weights on the
+    experts on ``envgym.kernels.moe`` (Triton on CUDA); routes recorded from the same weights on the
     very microbatches the update forms, so the update's flip rate must be exactly 0."""
-    from trainer.moe_experts import use_kernel_experts
-    from trainer.routing import capture_routes, routing_flip_rate
-    from trainer.smolmoe import upcycle_model
+    from envgym.trainer.moe_experts import use_kernel_experts
+    from envgym.trainer.routing import capture_routes, routing_flip_rate
+    from envgym.trainer.smolmoe import upcycle_model
 
     dense = random_llama(sizes, torch.device("cpu"), layers=sizes.moe_layers)
     model = upcycle_model(dense, n_experts=4, top_k=2, noise=0.1, seed=0)
     why = use_kernel_experts(model)
     if why is not None:
-        raise Failed(f"the experts did not switch to kernels.moe: {why}")
+        raise Failed(f"the experts did not switch to envgym.kernels.moe: {why}")
     model = model.to(device)
     samples = _samples(sizes, model.config.vocab_size)
-    from trainer.update import Update
+    from envgym.trainer.update import Update
 
     probe = Update(trainer_config(sizes), _policy(model), None)
     recorded = []
@@ -181,12 +181,12 @@ def check_grpo_moe(sizes: Sizes, device: torch.device) -> str:
     detail = _grpo_detail(metrics, changed, seconds, sizes)
     return (
         f"Mixtral {sizes.moe_layers} layers x 4 experts top-2 (upcycled, noise 0.1), "
-        f"{len(routers)} routers, experts on kernels.moe: {detail}; routing_flip_rate "
+        f"{len(routers)} routers, experts on envgym.kernels.moe: {detail}; routing_flip_rate "
         f"{flip} under replay, {statistics.fmean(after):.2e} after the update (info)"
     )
 
 
 def _policy(model: Any) -> Any:
-    from trainer.policy import TrainablePolicy
+    from envgym.trainer.policy import TrainablePolicy
 
     return TrainablePolicy(model)

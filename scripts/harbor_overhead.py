@@ -1,6 +1,6 @@
 """Per-episode overhead of a Harbor task env vs the same task as a native envgym bundle.
 
-The task is envs/harbor/dataset/word-count (count the words of /app/poem.txt into count.txt).
+The task is envgym/envs/harbor/dataset/word-count (count the words of /app/poem.txt into count.txt).
 Harbor side, two backends: ``HarborEnv`` over bwrap (reset = a fresh copy of the built tree; each
 call a fresh bwrap jail; grading = tests/test.sh in a jail) and, with ``--docker``, over the
 Docker engine of scripts/docker_setup.sh (reset = a fresh container of the task's image; each
@@ -26,9 +26,9 @@ from typing import Any
 
 from envgym.bundle import write_manifest
 from envgym.bundle_env import BundleEnv
-from envs.harbor.env import HarborEnv
+from envgym.envs.harbor.env import HarborEnv
 
-TASK = Path(__file__).resolve().parents[1] / "envs" / "harbor" / "dataset" / "word-count"
+TASK = Path(__file__).resolve().parents[1] / "envgym" / "envs" / "harbor" / "dataset" / "word-count"
 
 TOOLS = '''
 from envgym.runtime import state_dir

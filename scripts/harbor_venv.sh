@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds .venv-harbor: the `harbor` package (laude-institute/harbor) in its own venv, since it
 # needs Python >= 3.12 and the project's .venv is 3.11.  tests/test_harbor*.py load our Harbor
-# tasks with harbor's own task model through it (envs/harbor/reference.py); nothing in the
+# tasks with harbor's own task model through it (envgym/envs/harbor/reference.py); nothing in the
 # envgym runtime needs it.  Idempotent: does nothing when harbor already imports.
 set -euo pipefail
 cd "$(dirname "$0")/.."

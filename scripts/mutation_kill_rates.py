@@ -16,18 +16,18 @@ from collections import Counter
 from pathlib import Path
 
 from envgym.bundle import load_bundle
+from envgym.envs.procedural_kit.build import build_procedural_bundle
 from envgym.mutation_run import run_mutation
-from envs.procedural_kit.build import build_procedural_bundle
 
 FAMILIES = ("retail_orders", "meeting_scheduling", "shipment_logistics", "trip_planning")
 
 
 def build(family: str, out: Path) -> Path:
     if family == "trip_planning":
-        from envs.trip_planning.build import build_bundle
+        from envgym.envs.trip_planning.build import build_bundle
 
         return build_bundle(out, seed=0, n_tasks=1, difficulties=(5,), include_worked_example=False)
-    recipe = __import__(f"envs.{family}.build", fromlist=["RECIPE"]).RECIPE
+    recipe = __import__(f"envgym.envs.{family}.build", fromlist=["RECIPE"]).RECIPE
     return build_procedural_bundle(recipe, out, seed=0, n_tasks=1, difficulties=(5,))
 
 

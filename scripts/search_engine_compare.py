@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.search.debian import load_packages
+from envgym.tools.search.debian import load_packages
 
 
 def dir_mib(path: Path) -> float:

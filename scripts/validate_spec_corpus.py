@@ -23,12 +23,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from envgym.envs.procedural_kit.local import LocalBundle  # noqa: E402
+from envgym.envs.procedural_kit.spec.compile import compile_spec  # noqa: E402
+from envgym.envs.procedural_kit.spec.validate import load_spec  # noqa: E402
+from envgym.envs.procedural_kit.spec.writer import write_spec  # noqa: E402
+from envgym.synth_agents.domain_corpus import notes  # noqa: E402
 from envgym.tool_schema import function_schema  # noqa: E402
-from envs.procedural_kit.local import LocalBundle  # noqa: E402
-from envs.procedural_kit.spec.compile import compile_spec  # noqa: E402
-from envs.procedural_kit.spec.validate import load_spec  # noqa: E402
-from envs.procedural_kit.spec.writer import write_spec  # noqa: E402
-from synth_agents.domain_corpus import notes  # noqa: E402
 
 
 def _strip(schema: Any) -> Any:

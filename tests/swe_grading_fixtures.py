@@ -13,9 +13,9 @@ import sysconfig
 import venv
 from pathlib import Path
 
-from envs.swe.instance import SweInstance
-from envs.swe.pyenv import PythonEnv
-from envs.swe.recipe import Recipe
+from envgym.envs.swe.instance import SweInstance
+from envgym.envs.swe.pyenv import PythonEnv
+from envgym.envs.swe.recipe import Recipe
 
 TEST_HEAD = "from calc.ops import add, mean\n" + "".join(
     f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(4)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from envs.code_interpreter.reasoning import bundle_module
+from envgym.envs.code_interpreter.reasoning import bundle_module
 
 verifier = bundle_module("verifier")
 
@@ -292,7 +292,7 @@ MATH_VERIFY_DIFFERS = {
 
 @pytest.mark.timeout(120)
 def test_where_math_verify_differs_and_why() -> None:
-    from envs.code_interpreter.oracle import math_verify_equivalent
+    from envgym.envs.code_interpreter.oracle import math_verify_equivalent
 
     rows = [
         r for r in TABLE if r[1] in (N, "reduced_fraction") and len(r[0]) < 200
@@ -335,7 +335,7 @@ def literally_the_answer(candidate: str, answer: str) -> bool:
 
 @pytest.fixture(scope="module")
 def default_tasks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    from envs.code_interpreter.build import build_bundle
+    from envgym.envs.code_interpreter.build import build_bundle
 
     out = build_bundle(tmp_path_factory.mktemp("ci") / "bundle")  # the default bundle's arguments
     return [json.loads(line) for line in Path(out, "tasks.jsonl").read_text().splitlines()]

@@ -47,7 +47,7 @@ def harbor_validate(path: Path) -> None:
 
 
 def cli() -> typer.Typer:
-    from apps.export import register
+    from envgym.apps.export import register
 
     root = typer.Typer()
     register(root)

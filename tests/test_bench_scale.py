@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from benchmarks import scale
+from envgym.benchmarks import scale
 from envgym.bundle import load_bundle
 
 
@@ -20,7 +20,7 @@ def test_a_level_runs_and_leaves_nothing_behind(
     require_backend(backend.removesuffix("-fork"))
     if backend == "bwrap-fork" and os.geteuid() != 0:
         pytest.skip("forked workers need a root host")
-    from envs.trip_planning.build import default_bundle_dir
+    from envgym.envs.trip_planning.build import default_bundle_dir
 
     row = scale.run_level(load_bundle(default_bundle_dir()), backend, 2, 2)
     assert row["episodes"] == 4 and row["errored_episodes"] == 0, row["first_error"]

@@ -2,8 +2,9 @@
 
 One witness per rule cannot see a rule that lost one of its conditions, nor a tolerance loosened
 below what the corruptions probe (they move numbers by whole units).  The procedural kit now
-keeps per-condition and per-boundary witnesses (envs.procedural_kit.witness.condition_witnesses);
-each mutant below is a change to the shipped verifier that check passed before.
+keeps per-condition and per-boundary witnesses
+(envgym.envs.procedural_kit.witness.condition_witnesses); each mutant below is a change to the
+shipped verifier that check passed before.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import pytest
 
 from envgym.bundle import load_bundle, write_manifest
 from envgym.check import check_bundle
-from envs.meeting_scheduling.build import RECIPE as MEETINGS
-from envs.procedural_kit.build import Recipe, build_procedural_bundle
-from envs.retail_orders.build import RECIPE as RETAIL
-from envs.shipment_logistics.build import RECIPE as SHIPMENTS
+from envgym.envs.meeting_scheduling.build import RECIPE as MEETINGS
+from envgym.envs.procedural_kit.build import Recipe, build_procedural_bundle
+from envgym.envs.retail_orders.build import RECIPE as RETAIL
+from envgym.envs.shipment_logistics.build import RECIPE as SHIPMENTS
 
 pytestmark = pytest.mark.timeout(300)
 FAST = {
@@ -163,7 +164,7 @@ TRIP_MUTANTS = {
 
 @pytest.fixture(scope="module")
 def trip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from envs.trip_planning.build import build_bundle
+    from envgym.envs.trip_planning.build import build_bundle
 
     return build_bundle(
         tmp_path_factory.mktemp("trip") / "b", seed=0, n_tasks=0, include_worked_example=True
@@ -218,7 +219,7 @@ TRANSPORT_MUTANTS = {
 
 @pytest.fixture(scope="module")
 def trip5(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from envs.trip_planning.build import build_bundle
+    from envgym.envs.trip_planning.build import build_bundle
 
     return build_bundle(
         tmp_path_factory.mktemp("trip5") / "b",

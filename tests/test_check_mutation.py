@@ -16,10 +16,10 @@ import pytest
 
 from envgym.bundle import load_bundle, write_manifest
 from envgym.check import check_bundle
+from envgym.envs.procedural_kit.build import build_procedural_bundle
+from envgym.envs.retail_orders.build import RECIPE as RETAIL
 from envgym.mutation import mutants
 from envgym.mutation_run import MutantResult, MutationReport, run_mutation
-from envs.procedural_kit.build import build_procedural_bundle
-from envs.retail_orders.build import RECIPE as RETAIL
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -174,7 +174,7 @@ def test_synthesis_validation_mutates_a_machine_written_verifier(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from envgym import mutation_run
-    from synth_agents.validate import validate_bundle
+    from envgym.synth_agents.validate import validate_bundle
 
     root = _machine_written_notes(tmp_path / "notes")
     reports: list[MutationReport] = []

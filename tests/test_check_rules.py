@@ -17,10 +17,10 @@ import pytest
 from envgym.bundle import load_bundle, write_manifest
 from envgym.check import check_bundle
 from envgym.check_rules import declared_rules
-from envs.meeting_scheduling.build import RECIPE as MEETINGS
-from envs.procedural_kit.build import Recipe, build_procedural_bundle
-from envs.procedural_kit.local import LocalBundle
-from envs.retail_orders.build import RECIPE as RETAIL
+from envgym.envs.meeting_scheduling.build import RECIPE as MEETINGS
+from envgym.envs.procedural_kit.build import Recipe, build_procedural_bundle
+from envgym.envs.procedural_kit.local import LocalBundle
+from envgym.envs.retail_orders.build import RECIPE as RETAIL
 
 pytestmark = pytest.mark.timeout(300)
 FAST = {

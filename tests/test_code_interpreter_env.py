@@ -16,13 +16,13 @@ import pytest
 from envgym import registry
 from envgym.agents import ScriptedAgent, run_episode
 from envgym.core import INFO_KEYS
+from envgym.envs.code_interpreter.build import build_bundle
+from envgym.envs.code_interpreter.env import CodeInterpreterEnv
+from envgym.envs.code_interpreter.prompts import PLAIN, THINKING
+from envgym.envs.code_interpreter.reasoning import bundle_module
+from envgym.envs.code_interpreter.registration import register_envs
 from envgym.rollout import AgentPolicy, EpisodeResult, RolloutBudget, RolloutEngine, specs_for
-from envs.code_interpreter.build import build_bundle
-from envs.code_interpreter.env import CodeInterpreterEnv
-from envs.code_interpreter.prompts import PLAIN, THINKING
-from envs.code_interpreter.reasoning import bundle_module
-from envs.code_interpreter.registration import register_envs
-from tools.python_kernel import KernelConfig, SyncKernelPool
+from envgym.tools.python_kernel import KernelConfig, SyncKernelPool
 
 pytestmark = pytest.mark.timeout(180)
 TASKS = ("math-gcd-d1-0", "logic-game-of-life-d1-0", "data-orders-in-region-0")

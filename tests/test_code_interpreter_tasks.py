@@ -13,9 +13,9 @@ import pytest
 from envgym import registry
 from envgym.bundle import load_bundle
 from envgym.check import check_bundle
-from envs.code_interpreter import data_tasks, reasoning
-from envs.code_interpreter.build import build_bundle
-from envs.code_interpreter.registration import register_envs
+from envgym.envs.code_interpreter import data_tasks, reasoning
+from envgym.envs.code_interpreter.build import build_bundle
+from envgym.envs.code_interpreter.registration import register_envs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -192,7 +192,7 @@ def test_envgym_check_code_interpreter_v0_passes(
 
 
 def test_draws_whose_answer_is_in_the_prompt_are_degenerate() -> None:
-    from envs.code_interpreter.reasoning import _answer_in_prompt, bundle_module
+    from envgym.envs.code_interpreter.reasoning import _answer_in_prompt, bundle_module
 
     verifier = bundle_module("verifier")
 

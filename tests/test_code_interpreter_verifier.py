@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from envs.code_interpreter.oracle import math_verify_equivalent, sympy_equivalent
-from envs.code_interpreter.reasoning import bundle_module
+from envgym.envs.code_interpreter.oracle import math_verify_equivalent, sympy_equivalent
+from envgym.envs.code_interpreter.reasoning import bundle_module
 
 verifier = bundle_module("verifier")
 

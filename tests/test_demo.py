@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from apps.demo import DemoEval, demo_evaluation
+from envgym.apps.demo import DemoEval, demo_evaluation
 from envgym.store import Store
 
 

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from envs.meeting_scheduling import baselines as meeting
-from envs.meeting_scheduling.world import PersonRow, RoomRow
-from envs.meeting_scheduling.world import World as MeetingWorld
-from envs.procedural_kit.baselines import BEYOND, Search, exhaustive, judged, repair
-from envs.procedural_kit.local import LocalBundle
-from envs.retail_orders import baselines as retail
-from envs.retail_orders.world import CustomerRow, LineRow, ProductRow
-from envs.retail_orders.world import World as RetailWorld
-from envs.shipment_logistics import baselines as shipping
-from envs.shipment_logistics.world import LaneRow, ShipmentRow
-from envs.shipment_logistics.world import World as ShippingWorld
+from envgym.envs.meeting_scheduling import baselines as meeting
+from envgym.envs.meeting_scheduling.world import PersonRow, RoomRow
+from envgym.envs.meeting_scheduling.world import World as MeetingWorld
+from envgym.envs.procedural_kit.baselines import BEYOND, Search, exhaustive, judged, repair
+from envgym.envs.procedural_kit.local import LocalBundle
+from envgym.envs.retail_orders import baselines as retail
+from envgym.envs.retail_orders.world import CustomerRow, LineRow, ProductRow
+from envgym.envs.retail_orders.world import World as RetailWorld
+from envgym.envs.shipment_logistics import baselines as shipping
+from envgym.envs.shipment_logistics.world import LaneRow, ShipmentRow
+from envgym.envs.shipment_logistics.world import World as ShippingWorld
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -177,8 +177,8 @@ FAMILIES = ("retail_orders", "shipment_logistics", "meeting_scheduling")
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_top_level_tasks_defeat_the_stronger_baselines(family: str, tmp_path: Path) -> None:
-    build = importlib.import_module(f"envs.{family}.build")
-    host = importlib.import_module(f"envs.{family}.baselines")
+    build = importlib.import_module(f"envgym.envs.{family}.build")
+    host = importlib.import_module(f"envgym.envs.{family}.baselines")
     top = 5
     for seed in (0, 1):
         out = build.build_bundle(tmp_path / f"s{seed}", seed=seed, n_tasks=1, difficulties=(top,))
@@ -194,8 +194,8 @@ def test_top_level_tasks_defeat_the_stronger_baselines(family: str, tmp_path: Pa
 def test_the_kit_redraws_a_top_level_task_any_stronger_baseline_solves(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from envs.procedural_kit.build import UnsolvableTask, build_procedural_bundle
-    from envs.retail_orders.build import RECIPE
+    from envgym.envs.procedural_kit.build import UnsolvableTask, build_procedural_bundle
+    from envgym.envs.retail_orders.build import RECIPE
 
     # level 1 made a "top level": greedy solves every level-1 basket, so no draw can be kept
     recipe = replace(RECIPE, top_levels=(1,), max_draws=5)

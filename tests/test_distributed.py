@@ -3,7 +3,7 @@
 The distributed runs happen once per module (``torch.multiprocessing`` spawn, 127.0.0.1, a free
 port; one Ray group for the heavy test); each test checks one property of what they saved.  The
 reference is written out here by hand (a float64 SGD step, clipping by the global L2 norm), never
-through :mod:`trainer.distributed`.
+through :mod:`envgym.trainer.distributed`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
-from trainer.distributed import (
+from envgym.trainer.distributed import (
     StepStats,
     distributed_step,
     free_port,
@@ -32,7 +32,7 @@ from trainer.distributed import (
     shard_batch,
     shard_model,
 )
-from trainer.losses import LossConfig, grpo_loss
+from envgym.trainer.losses import LossConfig, grpo_loss
 
 WORLD = 2
 LR = 0.5
@@ -120,7 +120,7 @@ def grpo_terms(
 
 
 def grpo_sum(model: nn.Module, batch: dict[str, Tensor], aggregation: str) -> tuple[Tensor, Tensor]:
-    """trainer.losses.grpo_loss as a (loss_sum, n_units) loss_fn."""
+    """envgym.trainer.losses.grpo_loss as a (loss_sum, n_units) loss_fn."""
     loss, diagnostics = grpo_terms(model, batch, aggregation)
     n_units = diagnostics["n_units"]
     return loss * n_units.clamp_min(1.0), n_units
@@ -412,7 +412,7 @@ def placement_group_id() -> str | None:
 
 @pytest.mark.heavy
 def test_ray_trainer_group_equals_single_process(ray_local: Any, reference: Any) -> None:
-    from trainer.placement import Placement, PlacementPlan, TrainerGroup
+    from envgym.trainer.placement import Placement, PlacementPlan, TrainerGroup
 
     plan = PlacementPlan(trainers=2, rollout_workers=1, trainer_cpus=0.5, rollout_cpus=0.5)
     placement = Placement(plan)
@@ -445,7 +445,7 @@ def test_ray_trainer_group_equals_single_process(ray_local: Any, reference: Any)
 
 
 def test_placement_plan_refuses_bad_values() -> None:
-    from trainer.placement import Placement, PlacementPlan
+    from envgym.trainer.placement import Placement, PlacementPlan
 
     with pytest.raises(ValueError, match="trainers must be an int >= 0, not -1"):
         PlacementPlan(trainers=-1)

@@ -11,9 +11,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from envs.procedural_kit.spec.validate import SpecError, load_spec, load_spec_text, schema
+from envgym.envs.procedural_kit.spec.validate import SpecError, load_spec, load_spec_text, schema
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "envs" / "procedural_kit" / "spec" / "examples"
+EXAMPLES = (
+    Path(__file__).resolve().parents[1] / "envgym" / "envs" / "procedural_kit" / "spec" / "examples"
+)
 
 
 def _library() -> dict[str, Any]:

@@ -12,9 +12,8 @@ import pytest
 
 from envgym.bundle import CODE_FILES, hash_bundle, load_bundle
 from envgym.check import check_bundle
-from envgym.sandbox.runner import BundleRunner
-from envs.procedural_kit.local import LocalBundle, passed
-from envs.procedural_kit.spec.compile import (
+from envgym.envs.procedural_kit.local import LocalBundle, passed
+from envgym.envs.procedural_kit.spec.compile import (
     GREEDY,
     SHALLOW,
     TEMPLATES,
@@ -22,9 +21,12 @@ from envs.procedural_kit.spec.compile import (
     compile_spec,
     greedy_outcomes,
 )
-from envs.procedural_kit.spec.validate import load_spec
+from envgym.envs.procedural_kit.spec.validate import load_spec
+from envgym.sandbox.runner import BundleRunner
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "envs" / "procedural_kit" / "spec" / "examples"
+EXAMPLES = (
+    Path(__file__).resolve().parents[1] / "envgym" / "envs" / "procedural_kit" / "spec" / "examples"
+)
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.json"))
 
 
@@ -167,7 +169,7 @@ def test_every_example_compiles_to_a_bundle_envgym_check_passes(tmp_path: Path, 
 def test_synth_routes_the_example_categories_to_the_compiler(
     tmp_path: Path, name: str, example: str
 ) -> None:
-    from synth_agents.categories import find_category
+    from envgym.synth_agents.categories import find_category
 
     category = find_category(name)
     assert category.name == example
@@ -239,8 +241,8 @@ def test_an_edited_spec_is_refused_by_name_or_compiles(tmp_path: Path) -> None:
     some level on its rows (UnsolvableTask): never a crash, never a bundle that fails its proof."""
     import random
 
-    from envs.procedural_kit.build import UnsolvableTask
-    from envs.procedural_kit.spec.validate import SpecError
+    from envgym.envs.procedural_kit.build import UnsolvableTask
+    from envgym.envs.procedural_kit.spec.validate import SpecError
 
     rng = random.Random(11)
     raws = [json.loads((EXAMPLES / f"{n}.json").read_text()) for n in NAMES]

@@ -20,8 +20,8 @@ from envgym.rollout import EpisodeResult
 from envgym.rollout.errored import ErroredShare, TooManyErrored, check_errored, tally
 from envgym.sandbox import SandboxUnavailable
 from envgym.store import Store
-from trainer.config import ConfigError
-from trainer.loop import Trainer
+from envgym.trainer.config import ConfigError
+from envgym.trainer.loop import Trainer
 
 LOG = logging.getLogger("test-errored")
 

@@ -19,7 +19,7 @@ from envgym.evaluate import EvalConfig, EvalError, ModelRef, evaluate
 from envgym.evaluate.budgets import DerivedBudget, gold_lengths
 from envgym.rollout import RolloutBudget
 from envgym.store import Store
-from synth_agents.passk import FilterConfig
+from envgym.synth_agents.passk import FilterConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DOUBLE = ModelRef("scripted-double", "test", "double:v1")

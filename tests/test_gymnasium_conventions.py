@@ -260,9 +260,9 @@ def _swe_kwargs(root: Path) -> dict[str, object]:
     A record, not a ``SweInstance``: gymnasium's ``spec.make()`` (check_env's close check)
     deep-copies the make keywords, and a ``SweInstance``'s read-only metadata does not copy.
     """
-    from envs.swe.pyenv import PythonEnv
-    from envs.swe.recipe import Recipe
-    from envs.swe.repo import git
+    from envgym.envs.swe.pyenv import PythonEnv
+    from envgym.envs.swe.recipe import Recipe
+    from envgym.envs.swe.repo import git
 
     repo = root / "calc"
     git(["init", "-q", str(repo)])

@@ -1,4 +1,4 @@
-"""Harbor task directories as envgym environments (envs/harbor, docs/HARBOR.md)."""
+"""Harbor task directories as envgym environments (envgym/envs/harbor, docs/HARBOR.md)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import pytest
 
 import envgym
 from envgym import registry
-from envs.harbor.check import EXPLOITS, check_path
-from envs.harbor.dockerfile import DockerfileError, parse_dockerfile
-from envs.harbor.env import HarborEnv
-from envs.harbor.registration import register_envs
-from envs.harbor.runtime import parse_reward
-from envs.harbor.task import HarborTaskError, load_task, load_tasks
+from envgym.envs.harbor.check import EXPLOITS, check_path
+from envgym.envs.harbor.dockerfile import DockerfileError, parse_dockerfile
+from envgym.envs.harbor.env import HarborEnv
+from envgym.envs.harbor.registration import register_envs
+from envgym.envs.harbor.runtime import parse_reward
+from envgym.envs.harbor.task import HarborTaskError, load_task, load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
-DATASET = REPO / "envs" / "harbor" / "dataset"
+DATASET = REPO / "envgym" / "envs" / "harbor" / "dataset"
 WORD_COUNT = DATASET / "word-count"
 HARBOR_PY = REPO / ".venv-harbor" / "bin" / "python"
 
@@ -460,7 +460,7 @@ def test_the_harbor_family_is_declared_as_an_entry_point() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert (
         pyproject["project"]["entry-points"]["envgym.envs"]["harbor"]
-        == "envs.harbor.registration:register_envs"
+        == "envgym.envs.harbor.registration:register_envs"
     )
 
 

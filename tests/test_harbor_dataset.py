@@ -1,5 +1,5 @@
-"""Every task of envs/harbor/dataset passes ``envgym check``: the oracle earns 1, a no-op 0, and
-none of the generic exploits earns anything (envs/harbor/check.py)."""
+"""Every task of envgym/envs/harbor/dataset passes ``envgym check``: the oracle earns 1, a no-op 0,
+and none of the generic exploits earns anything (envgym/envs/harbor/check.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from envs.harbor.check import check_path
-from envs.harbor.env import HarborEnv
+from envgym.envs.harbor.check import check_path
+from envgym.envs.harbor.env import HarborEnv
 
-DATASET = Path(__file__).resolve().parents[1] / "envs" / "harbor" / "dataset"
+DATASET = Path(__file__).resolve().parents[1] / "envgym" / "envs" / "harbor" / "dataset"
 
 
 @pytest.mark.heavy

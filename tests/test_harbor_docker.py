@@ -1,4 +1,4 @@
-"""Harbor tasks on the Docker backend (envs/harbor/docker_image.py, docker_runtime.py).
+"""Harbor tasks on the Docker backend (envgym/envs/harbor/docker_image.py, docker_runtime.py).
 
 The Dockerfile rewrite (what is kept, mapped onto the local base image, or refused) is tested
 without an engine; episodes, the oracle and the probes of ``envgym check`` need the private
@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from envs.harbor.check import check_task
-from envs.harbor.docker_image import LOCAL_BASE, rewrite_dockerfile
-from envs.harbor.dockerfile import DockerfileError
-from envs.harbor.env import HarborEnv
+from envgym.envs.harbor.check import check_task
+from envgym.envs.harbor.docker_image import LOCAL_BASE, rewrite_dockerfile
+from envgym.envs.harbor.dockerfile import DockerfileError
+from envgym.envs.harbor.env import HarborEnv
 
-DATASET = Path(__file__).resolve().parents[1] / "envs" / "harbor" / "dataset"
+DATASET = Path(__file__).resolve().parents[1] / "envgym" / "envs" / "harbor" / "dataset"
 
 
 def _rewrite(text: str, *, local: tuple[str, ...] = (LOCAL_BASE,), packages: tuple[str, ...] = ("tar", "gzip"),
@@ -219,11 +219,11 @@ def test_the_verifier_sees_a_fresh_logs_not_the_agents(tmp_path: Path) -> None:
 
 def test_envgym_check_passes_sandbox_to_the_harbor_check() -> None:
     """``envgym check harbor:PATH --sandbox docker`` reaches HarborEnv (the handler takes it)."""
+    from envgym.envs.harbor.registration import register_envs
     from envgym.registry import check_handler
-    from envs.harbor.registration import register_envs
 
     register_envs()
-    handler = check_handler("harbor:envs/harbor/dataset")
+    handler = check_handler("harbor:envgym/envs/harbor/dataset")
     assert handler is not None and "sandbox" in handler.options
     for given, picked in (("docker", "docker"), ("bwrap", "bwrap"), (None, "bwrap")):
         env = HarborEnv(DATASET / "word-count", sandbox=given)

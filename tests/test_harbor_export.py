@@ -24,16 +24,16 @@ from bundle_factory import TASK, make_notes_bundle
 from typer.testing import CliRunner
 
 from envgym.bundle import load_bundle, write_manifest
-from envgym.sandbox.command_io import DEFAULT_PATH
-from envgym.sandbox.command_jail import CommandLimits, Mount, run_command
-from envs.harbor_export.bundle_task import (
+from envgym.envs.harbor_export.bundle_task import (
     SOLVE_SH,
     TEST_SH,
     HarborTaskOptions,
     export_bundle,
     export_task,
 )
-from envs.harbor_export.families import MCP, TAU2, NotExportable, export_target
+from envgym.envs.harbor_export.families import MCP, TAU2, NotExportable, export_target
+from envgym.sandbox.command_io import DEFAULT_PATH
+from envgym.sandbox.command_jail import CommandLimits, Mount, run_command
 
 REPO = Path(__file__).resolve().parents[1]
 HARBOR_PYTHON = REPO / ".venv-harbor" / "bin" / "python"
@@ -204,7 +204,7 @@ def test_hostile_task_ids_are_data_in_toml_and_names(tmp_path: Path, task_id: st
 
 
 def test_task_ids_that_differ_get_different_directories() -> None:
-    from envs.harbor_export.quoting import dir_name
+    from envgym.envs.harbor_export.quoting import dir_name
 
     ids = ["a/b", "a:b", "a_b", "..", ".", "a\nb", "x" * 300, "ok-1.2"]
     names = [dir_name(i) for i in ids]
@@ -248,7 +248,7 @@ def test_a_tau2_bundle_directory_is_refused_by_its_category(tmp_path: Path) -> N
 
 
 def cli() -> typer.Typer:
-    from apps.export import register
+    from envgym.apps.export import register
 
     root = typer.Typer()
     register(root)
@@ -304,8 +304,8 @@ def test_an_exported_task_imports_back_and_passes_envgym_check(tmp_path: Path, e
     """Export, then import as ``harbor:PATH`` (the bwrap backend) and check: oracle 1, no-op 0,
     every generic exploit 0.  The code interpreter's tasks are left out: their Dockerfile
     pip-installs numpy, pandas and sympy, which the offline jail cannot (docs/HARBOR.md)."""
+    from envgym.envs.harbor.check import check_path
     from envgym.registry import resolve_bundle
-    from envs.harbor.check import check_path
 
     bundle = load_bundle(resolve_bundle(env_id))
     [task_dir] = export_target(env_id, tmp_path / "out", task_ids=[bundle.tasks[0].id])
@@ -319,7 +319,7 @@ def test_swe_instances_jsonl_goes_through_the_swe_export_and_loads_with_harbor(
 ) -> None:
     from test_swe_interchange import SWE_BENCH
 
-    from envs.swe.instance import write_instances
+    from envgym.envs.swe.instance import write_instances
 
     source = write_instances(tmp_path / "in.jsonl", [SWE_BENCH])
     [task_dir] = export_target(source, tmp_path / "out")

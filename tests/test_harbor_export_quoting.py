@@ -1,4 +1,4 @@
-"""envs/harbor_export/quoting.py: any text is data in TOML and in a shell word."""
+"""envgym/envs/harbor_export/quoting.py: any text is data in TOML and in a shell word."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envs.harbor_export.quoting import QuotingError, shell_word, toml_document, toml_value
+from envgym.envs.harbor_export.quoting import QuotingError, shell_word, toml_document, toml_value
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,9 +7,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from envs.harbor.task import load_task
+from envgym.envs.harbor.task import load_task
 
-TASK = Path(__file__).resolve().parents[1] / "envs" / "harbor" / "dataset" / "count-extensions"
+TASK = (
+    Path(__file__).resolve().parents[1]
+    / "envgym"
+    / "envs"
+    / "harbor"
+    / "dataset"
+    / "count-extensions"
+)
 
 
 def test_pycache_folders_are_not_part_of_a_task(tmp_path: Path) -> None:

@@ -11,7 +11,11 @@ still ties the importer to the imported room), and two rules are checked:
 
 Imports guarded by ``if TYPE_CHECKING:`` never run, and those under ``if __name__ == "__main__":``
 run only when the module is a script (``python -m``, where it is ``__main__``, not itself), so
-they count for the room arrows but not for cycles.  Parent packages that an import runs implicitly (``import a.b`` runs ``a/__init__.py``)
+they count for the room arrows but not for cycles.
+
+Most rooms live under ``envgym/`` (``envgym/envs/``, ``envgym/trainer/``, ...), inside the core's
+folder: a module belongs to the room with the longest folder that holds it, so ``envgym.envs.x``
+is in ``envgym/envs/`` and ``envgym.bundle`` in the core, ``envgym/``.  Parent packages that an import runs implicitly (``import a.b`` runs ``a/__init__.py``)
 are not edges: an edge goes to the module the statement names.
 """
 
@@ -20,7 +24,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +72,7 @@ def module_name(path: Path) -> str:
 
 def python_files(rooms: list[str]) -> dict[str, Path]:
     files: dict[str, Path] = {}
-    for room in rooms:
+    for room in rooms:  # a room inside another's folder is read twice, into the same keys
         for path in sorted((ROOT / room).rglob("*.py")):
             if ".venv" not in path.parts and "__pycache__" not in path.parts:
                 files[module_name(path)] = path
@@ -128,16 +132,23 @@ def build_graph() -> tuple[dict[str, set[str] | None], list[Import]]:
     return allowed, edges
 
 
-def room_of(module: str) -> str:
-    return module.split(".", 1)[0]
+def room_of(module: str, rooms: Iterable[str]) -> str | None:
+    """The room (a folder such as ``envgym/envs``) of a dotted module: the longest room whose
+    folder holds it, since rooms nest (``envgym/envs`` in ``envgym``); None outside every room."""
+    holding = [
+        room
+        for room in rooms
+        if module == room.replace("/", ".") or module.startswith(room.replace("/", ".") + ".")
+    ]
+    return max(holding, key=len) if holding else None
 
 
 def forbidden_arrows(allowed: dict[str, set[str] | None], edges: list[Import]) -> list[str]:
     bad = []
     for imp in edges:
-        src, dst = room_of(imp.source), room_of(imp.target)
-        may = allowed[src]
-        if dst in allowed and dst != src and may is not None and dst not in may:
+        src, dst = room_of(imp.source, allowed), room_of(imp.target, allowed)
+        may = allowed[src] if src is not None else None
+        if dst is not None and dst != src and may is not None and dst not in may:
             bad.append(f"{imp.source}:{imp.line} imports {imp.target} ({src} → {dst})")
     return bad
 
@@ -205,14 +216,20 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 
 def test_every_room_with_python_is_in_the_table() -> None:
+    """Every top-level folder with Python is a room; every room is a folder with Python (the
+    rooms under envgym/ are told apart from the core's own subpackages only by the table)."""
     allowed = read_rooms(DOC.read_text(encoding="utf-8"))
     on_disk = {
         p.parent.name
         for p in ROOT.glob("*/*.py")
         if not p.parent.name.startswith(".") and p.parent.name != "docs"
     }
-    assert on_disk - set(allowed) == set(), "add these folders to the Rooms table"
-    assert set(allowed) - on_disk == set(), "the Rooms table names folders without Python"
+    top = {room for room in allowed if "/" not in room}
+    assert on_disk - top == set(), "add these folders to the Rooms table"
+    without = {room for room in allowed if not any((ROOT / room).glob("*.py"))}
+    assert without == set(), "the Rooms table names folders without Python"
+    nested = {room for room in allowed if "/" in room}
+    assert {room.split("/", 1)[0] for room in nested} <= top, "a nested room outside a room"
 
 
 def test_room_arrows_follow_the_architecture_table() -> None:
@@ -234,7 +251,11 @@ def test_no_import_cycles_between_modules() -> None:
 @pytest.mark.parametrize(
     ("sources", "expect_arrows", "expect_cycles"),
     [
-        ({"envgym/a.py": "def f():\n    import trainer.b\n"}, 1, 0),
+        ({"envgym/a.py": "def f():\n    import envgym.trainer.b\n"}, 1, 0),
+        ({"envgym/a.py": "from envgym.trainer import b\n"}, 1, 0),
+        ({"envgym/a.py": "from .trainer import b\n"}, 1, 0),
+        ({"envgym/trainer/b.py": "from envgym import a\n", "envgym/a.py": ""}, 0, 0),
+        ({"envgym/trainer/b.py": "from .. import a\n", "envgym/a.py": ""}, 0, 0),
         ({"envgym/a.py": "from envgym import b\n", "envgym/b.py": "from . import a\n"}, 0, 1),
         (
             {
@@ -245,7 +266,7 @@ def test_no_import_cycles_between_modules() -> None:
             0,
             0,
         ),
-        ({"trainer/b.py": "import envgym.a\n", "envgym/a.py": "import os\n"}, 0, 0),
+        ({"envgym/trainer/b.py": "import envgym.a\n", "envgym/a.py": "import os\n"}, 0, 0),
         (
             {
                 "envgym/a.py": "if __name__ == '__main__':\n    import envgym.b\n",
@@ -254,7 +275,7 @@ def test_no_import_cycles_between_modules() -> None:
             0,
             0,
         ),
-        ({"envgym/a.py": "if __name__ == '__main__':\n    import trainer.b\n"}, 1, 0),
+        ({"envgym/a.py": "if __name__ == '__main__':\n    import envgym.trainer.b\n"}, 1, 0),
     ],
 )
 def test_the_checker_sees_deferred_relative_and_guarded_imports(
@@ -265,11 +286,15 @@ def test_the_checker_sees_deferred_relative_and_guarded_imports(
     expect_cycles: int,
 ) -> None:
     """The checker itself on small trees: it must be able to fail."""
-    for rel, text in {"envgym/__init__.py": "", "trainer/__init__.py": "", **sources}.items():
+    for rel, text in {
+        "envgym/__init__.py": "",
+        "envgym/trainer/__init__.py": "",
+        **sources,
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
-    allowed: dict[str, set[str] | None] = {"envgym": set(), "trainer": {"envgym"}}
+    allowed: dict[str, set[str] | None] = {"envgym": set(), "envgym/trainer": {"envgym"}}
     files = python_files(list(allowed))
     edges = [imp for mod, path in files.items() for imp in imports_of(mod, path, set(files))]
     assert len(forbidden_arrows(allowed, edges)) == expect_arrows
@@ -300,6 +325,17 @@ def test_the_rooms_table_is_read_column_by_column() -> None:
     }
 
 
+def test_a_module_belongs_to_the_longest_room_holding_it() -> None:
+    rooms = ["envgym", "envgym/envs", "envgym/trainer", "tests"]
+    assert room_of("envgym.envs.swe.env", rooms) == "envgym/envs"
+    assert room_of("envgym.envs", rooms) == "envgym/envs"
+    assert room_of("envgym.trainer.loop", rooms) == "envgym/trainer"
+    assert room_of("envgym.bundle", rooms) == "envgym"
+    assert room_of("envgym", rooms) == "envgym"
+    assert room_of("envgym.envs_extra", rooms) == "envgym"  # a prefix of a name is not a folder
+    assert room_of("torch.nn", rooms) is None
+
+
 def test_the_core_imports_no_other_room_in_the_doc() -> None:
     """The rule this file exists for, read from the real doc: a rewording must keep it."""
     allowed = read_rooms(DOC.read_text(encoding="utf-8"))
@@ -309,13 +345,13 @@ def test_the_core_imports_no_other_room_in_the_doc() -> None:
 def test_the_procedural_kit_imports_no_family() -> None:
     """The families import the kit, never the reverse: a kit that reaches into one family
     (it once took its in-process runner from trip planning) ties every family to that one."""
-    kit = "envs.procedural_kit"
+    kit = "envgym.envs.procedural_kit"
     _, edges = build_graph()
     into_families = [
         f"{imp.source} line {imp.line} imports {imp.target}"
         for imp in edges
         if imp.source.startswith(kit + ".")
-        and imp.target.startswith("envs.")
+        and imp.target.startswith("envgym.envs.")
         and not imp.target.startswith(kit + ".")
         and imp.target != kit
     ]

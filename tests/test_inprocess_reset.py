@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.env_step import _add_bundle
+from envgym.benchmarks.env_step import _add_bundle
 from envgym.bundle import load_bundle
 from envgym.bundle_env import BundleEnv
 from envgym.state import EpisodeDirs

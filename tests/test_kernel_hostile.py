@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from envgym.sandbox.kernel_jail import children
-from tools.python_kernel import KernelConfig, SyncKernelPool, SyncKernelSession
+from envgym.tools.python_kernel import KernelConfig, SyncKernelPool, SyncKernelSession
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(90)]
 

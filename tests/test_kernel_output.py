@@ -6,7 +6,7 @@ import base64
 import struct
 import sys
 
-from tools.python_kernel.output import OutputCollector, render_data, shorten_traceback
+from envgym.tools.python_kernel.output import OutputCollector, render_data, shorten_traceback
 
 
 def _png(width: int, height: int) -> str:

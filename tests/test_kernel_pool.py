@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.python_kernel import KernelConfig, KernelPool, SyncKernelPool
+from envgym.tools.python_kernel import KernelConfig, KernelPool, SyncKernelPool
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -166,7 +166,7 @@ def test_directories_of_dead_pools_are_pruned(tmp_path: Path) -> None:
 
 
 _EXIT_SCRIPT = """
-from tools.python_kernel import KernelConfig, SyncKernelPool
+from envgym.tools.python_kernel import KernelConfig, SyncKernelPool
 pool = SyncKernelPool(KernelConfig(preload=("numpy",)), warm=2, max_kernels=4, wait=False)
 session = pool.acquire()
 print(pool.pool.root, session.execute("print(1 + 1)").text.strip(), flush=True)

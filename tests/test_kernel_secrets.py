@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools.python_kernel import KernelConfig, SyncKernelPool
-from tools.python_kernel.packages import KERNEL_PACKAGES, site_entries
+from envgym.tools.python_kernel import KernelConfig, SyncKernelPool
+from envgym.tools.python_kernel.packages import KERNEL_PACKAGES, site_entries
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,7 +30,7 @@ def test_generator_packages_and_the_project_are_not_importable_in_a_kernel(
             "reasoning_gym",
             "envs",
             "envgym",
-            "tools.python_kernel",
+            "envgym.tools.python_kernel",
             "cellpylib",
             "torch",
         ):

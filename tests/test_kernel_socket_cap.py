@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.heavy, pytest.mark.timeout(180)]
 _SCRIPT = textwrap.dedent(
     """
     import asyncio, json, resource
-    from tools.python_kernel import KernelConfig, KernelPool
+    from envgym.tools.python_kernel import KernelConfig, KernelPool
 
     def peak():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -13,7 +13,7 @@ import pytest
 
 from envgym.sandbox.kernel_jail import JailLimits
 from envgym.sandbox.quota import quota_supported
-from tools.python_kernel import KernelConfig, SyncKernelPool
+from envgym.tools.python_kernel import KernelConfig, SyncKernelPool
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -1,4 +1,5 @@
-"""kernels.logprob: the chunked selected-token log-prob/entropy op vs. hand values and the naive op.
+"""envgym.kernels.logprob: the chunked selected-token log-prob/entropy op vs. hand values and the
+naive op.
 
 Hand values use a one-dimensional hidden state so the logits are exactly the head's entries:
 ``hidden = [[1]]``, ``weight = [[0], [ln 2], [ln 3]]`` gives ``e^z = 1, 2, 3`` (probabilities
@@ -13,7 +14,7 @@ import math
 import pytest
 import torch
 
-from kernels.logprob import naive_selected_logprobs, selected_logprobs
+from envgym.kernels.logprob import naive_selected_logprobs, selected_logprobs
 
 F64 = torch.float64
 

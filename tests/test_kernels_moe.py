@@ -1,4 +1,4 @@
-"""kernels.moe: router with replayed routes, per-expert loop vs. sorted grouped dispatch.
+"""envgym.kernels.moe: router with replayed routes, per-expert loop vs. sorted grouped dispatch.
 
 Hand values use D = F = 1 and x = 1, so each expert is a scalar function:
 ``E_e(1) = w2_e · silu(w1_e) · w3_e`` with ``silu(u) = u / (1 + e^{−u})``, and router weights
@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
-from kernels.moe import moe_experts, moe_experts_concat, moe_forward, route
-from kernels.moe_grouped import grouped_mm
+from envgym.kernels.moe import moe_experts, moe_experts_concat, moe_forward, route
+from envgym.kernels.moe_grouped import grouped_mm
 
 F64 = torch.float64
 

@@ -1,4 +1,5 @@
-"""Triton kernels (kernels.logprob_triton, kernels.moe_triton) on CPU under TRITON_INTERPRET=1.
+"""Triton kernels (envgym.kernels.logprob_triton, envgym.kernels.moe_triton) on CPU under
+TRITON_INTERPRET=1.
 
 ``triton.jit`` decides at decoration time whether a kernel is interpreted, so the modules are
 (re)imported with the variable set; an autouse fixture keeps it set while each test runs (the
@@ -19,7 +20,7 @@ import torch
 _previous = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
 try:
-    from kernels import logprob_triton, logprob_triton_kernels, moe_triton
+    from envgym.kernels import logprob_triton, logprob_triton_kernels, moe_triton
 
     # interpreted even if an earlier test imported them without the variable
     importlib.reload(logprob_triton_kernels)
@@ -31,10 +32,10 @@ finally:
     else:
         os.environ["TRITON_INTERPRET"] = _previous
 
-from kernels.logprob import naive_selected_logprobs, selected_logprobs  # noqa: E402
-from kernels.logprob_inputs import check_inputs  # noqa: E402
-from kernels.moe import moe_forward  # noqa: E402
-from kernels.moe_grouped import grouped_mm  # noqa: E402
+from envgym.kernels.logprob import naive_selected_logprobs, selected_logprobs  # noqa: E402
+from envgym.kernels.logprob_inputs import check_inputs  # noqa: E402
+from envgym.kernels.moe import moe_forward  # noqa: E402
+from envgym.kernels.moe_grouped import grouped_mm  # noqa: E402
 
 F64 = torch.float64
 SMALL = logprob_triton.Blocks(tokens=16, vocab=16, hidden=16, kept=16)

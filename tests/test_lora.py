@@ -1,5 +1,5 @@
-"""trainer/lora.py: LoRA policies — exact at init, only adapters train, merged for the engine,
-adapters-only checkpoints that resume exactly, and clear errors for bad configs.
+"""envgym/trainer/lora.py: LoRA policies — exact at init, only adapters train, merged for the
+engine, adapters-only checkpoints that resume exactly, and clear errors for bad configs.
 
 The models are the tiny random Llama of tests/test_train_loop.py (float64 where a value is
 compared); the GRPO runs use its real parity bundle env, with ``packing: true`` so the loop runs
@@ -20,9 +20,9 @@ from test_train_loop import parity_bundle, tiny_model, train_config
 from test_train_weight_sync import _Recorder, _served, server  # noqa: F401 - server: a fixture
 
 from envgym.embedded import load_tokenizer
-from trainer.config import ConfigError, config_from_dict
-from trainer.loop import Trainer
-from trainer.lora import (
+from envgym.trainer.config import ConfigError, config_from_dict
+from envgym.trainer.loop import Trainer
+from envgym.trainer.lora import (
     FINGERPRINT_KEY,
     LoRAConfig,
     LoRALinear,
@@ -36,7 +36,7 @@ from trainer.lora import (
     merged_state_dict,
     merged_view,
 )
-from trainer.weight_sync import sync_weights
+from envgym.trainer.weight_sync import sync_weights
 
 IDS = torch.tensor([[5, 17, 300, 42, 9, 1000, 7, 8]])
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from trainer.config import ConfigError, config_from_dict
-from trainer.loop import _run_config
-from trainer.losses import LossConfig, cispo_surrogate, grpo_loss, sequence_ratio
+from envgym.trainer.config import ConfigError, config_from_dict
+from envgym.trainer.loop import _run_config
+from envgym.trainer.losses import LossConfig, cispo_surrogate, grpo_loss, sequence_ratio
 
 F64 = torch.float64
 BASE: dict[str, Any] = {"envs": [{"id": "code-interpreter-math-v0"}]}

@@ -18,9 +18,9 @@ import torch
 from test_train_loop import parity_bundle, tiny_model, train_config
 
 from envgym.embedded import load_tokenizer
-from trainer.checkpoint import checkpoints
-from trainer.collect import StepReport
-from trainer.loop import Trainer
+from envgym.trainer.checkpoint import checkpoints
+from envgym.trainer.collect import StepReport
+from envgym.trainer.loop import Trainer
 
 
 class Killed(Exception):

@@ -1,6 +1,6 @@
 """The loss options through the real trainer: one GRPO step of the tiny Llama on the parity bundle.
 
-The entropy bonus takes the kernel's per-token entropies (kernels/logprob.py, with their
+The entropy bonus takes the kernel's per-token entropies (envgym/kernels/logprob.py, with their
 gradient): with the same data and weights, the step's loss moves by exactly −η·entropy_bonus
 and the gradient changes.  CISPO and GSPO train a step with finite values.
 """
@@ -15,7 +15,7 @@ import pytest
 from test_train_loop import parity_bundle, tiny_model, train_config
 
 from envgym.embedded import load_tokenizer
-from trainer.loop import Trainer
+from envgym.trainer.loop import Trainer
 
 
 def _step(tmp: Path, bundle: Path, name: str, **loss: Any) -> dict[str, float]:

@@ -25,7 +25,7 @@ FAMILY_ENVS = {
     "swe": ("swe-v0", "max_turns"),
     # a scheme, not an id: harbor:PATH over a Harbor task or dataset folder (the shipped one)
     "harbor": (
-        f"harbor:{Path(__file__).resolve().parents[1] / 'envs' / 'harbor' / 'dataset'}",
+        f"harbor:{Path(__file__).resolve().parents[1] / 'envgym' / 'envs' / 'harbor' / 'dataset'}",
         "max_turns",
     ),
 }

@@ -1,4 +1,5 @@
-"""The MCP suite's servers run confined (envs/mcp_suite/servers.confined, sandbox/jail_exec.py).
+"""The MCP suite's servers run confined (envgym/envs/mcp_suite/servers.confined,
+sandbox/jail_exec.py).
 
 A stand-in server (tests/mcp_jail_probe.py) probes its jail at start-up, installed where the
 real servers are (an ``mcp/`` folder of the envgym cache, so the jail shows it read-only).  As
@@ -51,7 +52,7 @@ def _state(tmp_path: Path, owner: int | None = None) -> Path:
 def _run(
     install: Path, state: Path, *extra: str, options: tuple[str, ...] = ()
 ) -> tuple[subprocess.CompletedProcess[str], dict]:
-    from envs.mcp_suite.servers import confined
+    from envgym.envs.mcp_suite.servers import confined
 
     argv = [
         a.replace("{state_dir}", str(state))
@@ -133,7 +134,7 @@ def test_bad_launcher_options_are_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_terminating_the_launcher_ends_the_jail(install: Path, tmp_path: Path) -> None:
-    from envs.mcp_suite.servers import confined
+    from envgym.envs.mcp_suite.servers import confined
 
     state = _state(tmp_path)
     argv = [a.replace("{state_dir}", str(state)) for a in confined(["/bin/sleep", "60"])]

@@ -1,4 +1,4 @@
-"""The offline MCP suite (envs/mcp_suite, docs/MCP.md "Offline MCP suite").
+"""The offline MCP suite (envgym/envs/mcp_suite, docs/MCP.md "Offline MCP suite").
 
 * the MCPMark-layout loader reads every task and refuses malformed folders by name;
 * snapshots materialize deterministically (the git snapshot's commit ids are the ones the
@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 from envgym import runtime
-from envs.mcp_suite import layout, servers, snapshot
-from envs.mcp_suite.check import categories_of, check_task
-from envs.mcp_suite.registration import CATEGORIES
-from envs.mcp_suite.suite import make_env
+from envgym.envs.mcp_suite import layout, servers, snapshot
+from envgym.envs.mcp_suite.check import categories_of, check_task
+from envgym.envs.mcp_suite.registration import CATEGORIES
+from envgym.envs.mcp_suite.suite import make_env
 
 FILES = Path(layout.ROOT) / "bundle_files"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -325,7 +325,7 @@ def test_without_bubblewrap_the_servers_are_refused_not_run_unconfined(monkeypat
     """An unconfined sqlite server could plant a .pth the verifier imports (review finding):
     no bwrap → a clear error, unless the caller says confine=False."""
     import envgym.sandbox.bwrap as bwrap
-    from envs.mcp_suite import servers
+    from envgym.envs.mcp_suite import servers
 
     monkeypatch.setattr(bwrap, "bwrap_available", lambda: False)
     with pytest.raises(servers.MissingTool, match="bubblewrap .* confine=False"):
@@ -377,12 +377,12 @@ def test_registered_env_and_host_gold_solution(envs) -> None:
     import tomllib
 
     import envgym
-    from envs.mcp_suite import registration
+    from envgym.envs.mcp_suite import registration
 
-    declared = tomllib.loads((layout.ROOT.parents[1] / "pyproject.toml").read_text())
+    declared = tomllib.loads((layout.ROOT.parents[2] / "pyproject.toml").read_text())
     assert (
         declared["project"]["entry-points"]["envgym.envs"]["mcp-suite"]
-        == "envs.mcp_suite.registration:register_envs"
+        == "envgym.envs.mcp_suite.registration:register_envs"
     )
     registration.register_envs()  # what discovery calls (an installed package's metadata may be older)
     env = envgym.make("mcp-suite-sqlite-v0", sandbox="inprocess")
@@ -454,9 +454,9 @@ def test_eval_with_the_gold_agent_replays_through_the_suite_env(envs, tmp_path: 
     """`envgym eval mcp-suite-sqlite-v0 --model gold`: the gold agent replays each task through
     the env the evaluation builds (the MCP server's tools), not a plain BundleEnv of the bundle,
     whose worker has no MCP tools (every episode errored before)."""
+    from envgym.envs.mcp_suite import registration
     from envgym.evaluate import EvalConfig, evaluate, model_ref
     from envgym.store import Store
-    from envs.mcp_suite import registration
 
     registration.register_envs()
     with Store(f"sqlite:///{tmp_path / 'e.db'}") as store:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from envs.mcp_suite import layout, snapshot, suite
+from envgym.envs.mcp_suite import layout, snapshot, suite
 
 
 def _with_caches(root: Path) -> None:

@@ -9,10 +9,10 @@ import pytest
 
 from envgym.bundle import load_bundle
 from envgym.check import check_bundle
-from envs.meeting_scheduling.build import build_bundle
-from envs.meeting_scheduling.data import hhmm, write_db
-from envs.meeting_scheduling.world import load_world, minutes
-from envs.procedural_kit.local import LocalBundle
+from envgym.envs.meeting_scheduling.build import build_bundle
+from envgym.envs.meeting_scheduling.data import hhmm, write_db
+from envgym.envs.meeting_scheduling.world import load_world, minutes
+from envgym.envs.procedural_kit.local import LocalBundle
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -36,11 +36,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     # The hermes tool-call parser is for the synthesis agent's chat completions with tools.
     args = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
     # The embedded SmolLM2 as the trainer serves a policy: its tied LM head written untied
-    # (trainer.weight_sync.save_engine_weights), so a weight reload reaches it; same logits.
+    # (envgym.trainer.weight_sync.save_engine_weights), so a weight reload reaches it; same logits.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from envgym.embedded import hf_dir
-    from trainer.weight_sync import save_engine_weights
+    from envgym.trainer.weight_sync import save_engine_weights
 
     folder = tmp_path_factory.mktemp("served") / "smollm2-untied"
     model = AutoModelForCausalLM.from_pretrained(str(hf_dir()), dtype=torch.float32)
@@ -118,10 +118,10 @@ def test_chat_completions_backend_against_the_real_server(server: VLLMServer) ->
 def test_the_synthesis_agent_runs_end_to_end_on_the_server(
     server: VLLMServer, tmp_path: Path, require_backend: Any
 ) -> None:
-    from synth_agents.llm_agent import LLMAgent, LLMConfig
-    from synth_agents.pipeline import run_synthesis
-    from synth_agents.recorder import SynthRecorder
-    from synth_agents.validate import REASONS
+    from envgym.synth_agents.llm_agent import LLMAgent, LLMConfig
+    from envgym.synth_agents.pipeline import run_synthesis
+    from envgym.synth_agents.recorder import SynthRecorder
+    from envgym.synth_agents.validate import REASONS
 
     require_backend("bwrap")
     config = LLMConfig(
@@ -154,8 +154,8 @@ def test_weight_sync_reaches_every_weight_of_the_real_server_and_the_probe_catch
     from transformers import AutoModelForCausalLM
 
     from envgym.embedded import hf_dir
-    from trainer.config import config_from_dict
-    from trainer.weight_sync import EngineWeightsMismatch, check_engine_weights, sync_weights
+    from envgym.trainer.config import config_from_dict
+    from envgym.trainer.weight_sync import EngineWeightsMismatch, check_engine_weights, sync_weights
 
     model = AutoModelForCausalLM.from_pretrained(str(hf_dir()), dtype=torch.float32)
     config = config_from_dict(

@@ -1,4 +1,4 @@
-"""HF MoE models with their experts on kernels.moe: same logits and gradients, keep routing intact."""
+"""HF MoE models with their experts on envgym.kernels.moe: same logits and gradients, keep routing intact."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from test_routing import ARCHS, batch, build, perturb_routers, token_logprobs
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from trainer.moe_experts import NAME, kernel_layout_problem, use_kernel_experts
-from trainer.routing import capture_routes, replay_routes
+from envgym.trainer.moe_experts import NAME, kernel_layout_problem, use_kernel_experts
+from envgym.trainer.routing import capture_routes, replay_routes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -80,12 +80,12 @@ def test_dense_models_and_other_layouts_are_left_alone() -> None:
 
 
 def test_the_trainer_loads_moe_models_with_kernel_experts(tmp_path) -> None:
-    """trainer.weight_sync.load_model (what `envgym train` uses) switches an MoE folder's experts."""
+    """envgym.trainer.weight_sync.load_model (what `envgym train` uses) switches an MoE folder's experts."""
     from transformers import AutoTokenizer
 
     from envgym import embedded
-    from trainer.config import config_from_dict
-    from trainer.weight_sync import load_model
+    from envgym.trainer.config import config_from_dict
+    from envgym.trainer.weight_sync import load_model
 
     build("mixtral").save_pretrained(tmp_path / "moe")
     AutoTokenizer.from_pretrained(str(embedded.hf_dir())).save_pretrained(tmp_path / "moe")

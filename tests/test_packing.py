@@ -1,4 +1,5 @@
-"""trainer/packing.py: padding-free packing gives the padded path's log-probs, loss and gradients.
+"""envgym/trainer/packing.py: padding-free packing gives the padded path's log-probs, loss and
+gradients.
 
 float64 on the tiny random Llama of tests/test_train_loop.py: records packed into one row
 (position ids restarting per record, no cross-record attention) score each token exactly as the
@@ -15,11 +16,11 @@ import pytest
 import torch
 from test_train_loop import tiny_model
 
-from trainer.batch import Sample, balanced_microbatches, collate
-from trainer.config import config_from_dict
-from trainer.packing import pack, padding_report, prefix_block_mask
-from trainer.policy import TrainablePolicy
-from trainer.update import Update
+from envgym.trainer.batch import Sample, balanced_microbatches, collate
+from envgym.trainer.config import config_from_dict
+from envgym.trainer.packing import pack, padding_report, prefix_block_mask
+from envgym.trainer.policy import TrainablePolicy
+from envgym.trainer.update import Update
 
 
 def _sample(ids: list[int], *, adv: float, episode: int, first_trained: int = 2) -> Sample:
@@ -198,7 +199,7 @@ def test_packed_moe_rows_replay_their_own_routes() -> None:
     from test_train_policy import _mixtral
     from test_train_policy import _sample as routed_sample
 
-    from trainer.routing import capture_routes
+    from envgym.trainer.routing import capture_routes
 
     model = _mixtral()
     samples = []

@@ -1,12 +1,12 @@
-"""The kit's one tasks.jsonl line shape (envs.procedural_kit.task_line): keys, order, ids."""
+"""The kit's one tasks.jsonl line shape (envgym.envs.procedural_kit.task_line): keys, order, ids."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 
-from envs.procedural_kit.task_line import TaskNames
-from envs.trip_planning.tasks import TASK_NAMES as TRIP
+from envgym.envs.procedural_kit.task_line import TaskNames
+from envgym.envs.trip_planning.tasks import TASK_NAMES as TRIP
 
 KEYS = ["id", "prompt", "solution", "verifier", "difficulty", "submit_tool", "system_prompt"]
 

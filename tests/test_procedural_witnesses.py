@@ -16,16 +16,16 @@ import pytest
 
 from envgym.bundle import load_bundle
 from envgym.check import check_bundle
-from envs.meeting_scheduling.build import RECIPE as MEETINGS
-from envs.procedural_kit.build import (
+from envgym.envs.meeting_scheduling.build import RECIPE as MEETINGS
+from envgym.envs.procedural_kit.build import (
     Recipe,
     UnsolvableTask,
     baseline_solves,
     build_procedural_bundle,
 )
-from envs.procedural_kit.local import LocalBundle
-from envs.retail_orders.build import RECIPE as RETAIL
-from envs.shipment_logistics.build import RECIPE as SHIPMENTS
+from envgym.envs.procedural_kit.local import LocalBundle
+from envgym.envs.retail_orders.build import RECIPE as RETAIL
+from envgym.envs.shipment_logistics.build import RECIPE as SHIPMENTS
 
 pytestmark = pytest.mark.timeout(300)
 

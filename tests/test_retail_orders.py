@@ -9,11 +9,11 @@ import pytest
 
 from envgym.bundle import load_bundle
 from envgym.check import check_bundle
-from envs.procedural_kit.build import UnsolvableTask, strictness_problem
-from envs.procedural_kit.local import LocalBundle
-from envs.retail_orders.build import build_bundle
-from envs.retail_orders.data import write_db
-from envs.retail_orders.tasks import basket_total
+from envgym.envs.procedural_kit.build import UnsolvableTask, strictness_problem
+from envgym.envs.procedural_kit.local import LocalBundle
+from envgym.envs.retail_orders.build import build_bundle
+from envgym.envs.retail_orders.data import write_db
+from envgym.envs.retail_orders.tasks import basket_total
 
 pytestmark = pytest.mark.timeout(120)
 

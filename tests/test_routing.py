@@ -1,4 +1,4 @@
-"""Keep routing (trainer/routing.py, DeepSeek-V3.2 §3.1): capture, replay, flip rate."""
+"""Keep routing (envgym/trainer/routing.py, DeepSeek-V3.2 §3.1): capture, replay, flip rate."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from transformers import (
 from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
 from transformers.models.olmoe.modeling_olmoe import OlmoeTopKRouter
 
-from trainer.routing import (
+from envgym.trainer.routing import (
     capture_routes,
     moe_routers,
     recording_routes,
@@ -31,7 +31,7 @@ from trainer.routing import (
     route_shape,
     routing_flip_rate,
 )
-from trainer.smolmoe import upcycle_model
+from envgym.trainer.smolmoe import upcycle_model
 
 VOCAB = 64
 COMMON = dict(

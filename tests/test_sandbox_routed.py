@@ -12,10 +12,10 @@ import pytest
 from bundle_factory import TOOLS, make_notes_bundle
 
 from envgym.bundle_env import BundleEnv
+from envgym.envs.search_qa.env import SearchSandbox
 from envgym.sandbox import CallOutcome, Limits, open_sandbox
 from envgym.sandbox.base import call_limit
 from envgym.sandbox.routed import RoutedSandbox
-from envs.search_qa.env import SearchSandbox
 
 NAP = '''
 

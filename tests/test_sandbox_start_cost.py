@@ -1,7 +1,8 @@
 """What a bwrap worker's start costs, as properties that need no timing.
 
 * the worker's envgym modules come from bytecode compiled once by the host (a start compiled
-  them from source before), and the jail shows only those modules, not the whole package;
+  them from source before), and the jail (bwrap's, and Docker's container) shows only those
+  modules, not the whole package;
 * a worker after the first imports the gold ``solution.py`` only when ``solve`` needs it;
 * ``traceback`` is imported when an error needs formatting, not at every start;
 * the worker runs with a glibc malloc setting that keeps its heap from holding freed memory
@@ -124,6 +125,22 @@ def test_worker_modules_come_from_compiled_code(bundle: Path, tmp_path: Path) ->
         assert box.call_tool("main_file", {}).value.endswith("/sandbox/worker.pyc")
         # The jail shows the worker's modules only, not the rest of the package.
         listing = box.call_tool("list_dir", {"path": "/opt/envgym/envgym"})
+        assert set(listing.value) <= {"runtime.py", "tool_schema.py", "sandbox", "__pycache__"}
+
+
+@pytest.mark.docker
+def test_a_docker_worker_sees_the_worker_modules_only(
+    make_bundle: Callable[..., Path], require_backend: Callable[[str], None], tmp_path: Path
+) -> None:
+    """The container mounts the same staged modules, not the envgym package (which holds the
+    rooms: families' data, the trainer, ...)."""
+    require_backend("docker")
+    state = tmp_path / "state"
+    state.mkdir()
+    with open_sandbox(make_bundle(TOOLS, solution=SOLUTION), "docker", LIMITS) as box:
+        box.reset(state)
+        listing = box.call_tool("list_dir", {"path": "/opt/envgym/envgym"})
+        assert listing.ok, listing
         assert set(listing.value) <= {"runtime.py", "tool_schema.py", "sandbox", "__pycache__"}
 
 

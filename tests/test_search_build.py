@@ -21,10 +21,10 @@ import pytest
 from rich.console import Console
 from search_corpus import dumpavail_text
 
-from tools.search import SearchTools
-from tools.search.build import build_at, corpus_key
-from tools.search.debian import CorpusUnavailable, load_packages, parse_packages
-from tools.search.index import MARKER, Index
+from envgym.tools.search import SearchTools
+from envgym.tools.search.build import build_at, corpus_key
+from envgym.tools.search.debian import CorpusUnavailable, load_packages, parse_packages
+from envgym.tools.search.index import MARKER, Index
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_KEYS = {"index_build_s", "index_mib", "query_p50_ms", "query_p99_ms"}
@@ -122,7 +122,7 @@ def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("real-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENVGYM_CACHE", str(root))
-        from tools.search.build import default_index
+        from envgym.tools.search.build import default_index
 
         default_index(Console(stderr=True, quiet=True))
     return root
@@ -134,7 +134,7 @@ def test_full_corpus_index_builds_once_and_answers(
     real_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ENVGYM_CACHE", str(real_cache))
-    from tools.search.build import default_folder, default_index
+    from envgym.tools.search.build import default_folder, default_index
 
     index = default_index()
     assert index.size > 1000 and index.folder == default_folder()
@@ -155,11 +155,11 @@ def test_make_search_qa_v0_on_the_real_corpus(
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert (
         pyproject["project"]["entry-points"]["envgym.envs"]["search-qa"]
-        == "envs.search_qa.registration:register_envs"
+        == "envgym.envs.search_qa.registration:register_envs"
     )
     monkeypatch.setenv("ENVGYM_CACHE", str(real_cache))
     import envgym
-    from envs.search_qa.registration import register_envs
+    from envgym.envs.search_qa.registration import register_envs
 
     register_envs()  # the installed entry points may predate this checkout's pyproject
     env = envgym.make("search-qa-v0", task=0, sandbox="inprocess")
@@ -192,12 +192,12 @@ def test_bench_search_is_registered_and_prints_its_keys(
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert (
         pyproject["project"]["entry-points"]["envgym.benchmarks"]["search"]
-        == "benchmarks.search:run"
+        == "envgym.benchmarks.search:run"
     )
     import envgym.bench as bench
 
     # the installed entry points may predate this checkout's pyproject: run the declared one
-    point = EntryPoint("search", "benchmarks.search:run", bench.GROUP)
+    point = EntryPoint("search", "envgym.benchmarks.search:run", bench.GROUP)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(bench, "available", lambda: {"search": point})
         bench.run_benchmark(

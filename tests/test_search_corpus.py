@@ -1,4 +1,5 @@
-"""tools/search/debian.py: the dumpavail parser and the clear error when apt cannot supply it."""
+"""envgym/tools/search/debian.py: the dumpavail parser and the clear error when apt cannot supply
+it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import subprocess
 import pytest
 from search_corpus import dumpavail_text
 
-from tools.search import debian
-from tools.search.debian import CorpusUnavailable, parse_packages, parse_stanzas, relation_names
+from envgym.tools.search import debian
+from envgym.tools.search.debian import (
+    CorpusUnavailable,
+    parse_packages,
+    parse_stanzas,
+    relation_names,
+)
 
 
 @pytest.mark.timeout(10)

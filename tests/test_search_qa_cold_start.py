@@ -1,4 +1,4 @@
-"""Cold start for the search-QA roles (synth_agents/search_qa/cold_start*.py), on the fixture corpus.
+"""Cold start for the search-QA roles (envgym/synth_agents/search_qa/cold_start*.py), on the fixture corpus.
 
 The teacher traces must teach only what the pipeline keeps (grounded pairs, hops named by a
 description unique among the dependencies, true and false verdicts), and each example must be
@@ -17,28 +17,28 @@ import pytest
 from search_corpus import dumpavail_text
 from typer.testing import CliRunner
 
-from apps.cold_start_run import (
+from envgym.apps.cold_start_run import (
     ColdStartConfig,
     example_from,
     play,
     run_cold_start,
     training_entities,
 )
+from envgym.envs.search_qa.facts import Facts, maintainer_name
 from envgym.messages import ToolCall
 from envgym.models.chat import ChatFormat, end_tokens
-from envs.search_qa.facts import Facts, maintainer_name
-from synth_agents.search_qa.agent_loop import TOOL_SPECS
-from synth_agents.search_qa.cold_start import (
+from envgym.synth_agents.search_qa.agent_loop import TOOL_SPECS
+from envgym.synth_agents.search_qa.cold_start import (
     Played,
     construction_script,
     scripts_for,
     verification_script,
 )
-from synth_agents.search_qa.model_pipeline import ground, sample_entities
-from tools.search import SearchTools
-from tools.search.build import build_at
-from tools.search.debian import parse_packages
-from tools.search.index import Index
+from envgym.synth_agents.search_qa.model_pipeline import ground, sample_entities
+from envgym.tools.search import SearchTools
+from envgym.tools.search.build import build_at
+from envgym.tools.search.debian import parse_packages
+from envgym.tools.search.index import Index
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,6 +1,6 @@
-"""envs/search_qa: bundles pass ``envgym check``, episodes search the full index, answers compare
-beyond exact match.  Hermetic (the 45-package fixture corpus); ``make("search-qa-v0")`` on the
-real corpus is in test_search_build.py (it shares that module's full index)."""
+"""envgym/envs/search_qa: bundles pass ``envgym check``, episodes search the full index, answers
+compare beyond exact match.  Hermetic (the 45-package fixture corpus); ``make("search-qa-v0")`` on
+the real corpus is in test_search_build.py (it shares that module's full index)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,18 @@ from search_corpus import dumpavail_text
 
 from envgym.bundle import load_bundle
 from envgym.check import check_bundle
-from envs.search_qa.build import build_bundle
-from envs.search_qa.env import SearchQAEnv
-from tools.search import SearchTools
-from tools.search.build import build_at
-from tools.search.debian import parse_packages
-from tools.search.index import Index
+from envgym.envs.search_qa.build import build_bundle
+from envgym.envs.search_qa.env import SearchQAEnv
+from envgym.tools.search import SearchTools
+from envgym.tools.search.build import build_at
+from envgym.tools.search.debian import parse_packages
+from envgym.tools.search.index import Index
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _bundle_module(name: str) -> ModuleType:
-    path = REPO / "envs" / "search_qa" / "bundle_files" / f"{name}.py"
+    path = REPO / "envgym" / "envs" / "search_qa" / "bundle_files" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_search_qa_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -48,9 +48,10 @@ verifier = _bundle_module("verifier")
     ],
 )
 def test_the_bundle_stand_in_pages_like_the_host_tool(text: str) -> None:
-    """The bundle's stdlib ``open`` (used by envgym check's gold replays) mirrors tools/search's
-    pages, so a gold solution's page numbers mean the same in check and in an episode."""
-    from tools.search.pages import paginate
+    """The bundle's stdlib ``open`` (used by envgym check's gold replays) mirrors
+    envgym/tools/search's pages, so a gold solution's page numbers mean the same in check and in an
+    episode."""
+    from envgym.tools.search.pages import paginate
 
     assert _bundle_module("tools")._pages(text) == paginate(text)
 

@@ -1,4 +1,4 @@
-"""synth_agents/search_qa: procedural questions whose answers are unique and re-derivable.
+"""envgym/synth_agents/search_qa: procedural questions whose answers are unique and re-derivable.
 
 Each pair is re-verified by brute force over the raw stanzas (independent of ``Facts``): the
 asked constraints must select exactly the answer.
@@ -11,9 +11,9 @@ import re
 import pytest
 from search_corpus import dumpavail_text
 
-from envs.search_qa.facts import maintainer_name
-from envs.search_qa.procedural import TEMPLATES, QAPair, build_questions
-from tools.search.debian import Package, parse_packages, parse_stanzas
+from envgym.envs.search_qa.facts import maintainer_name
+from envgym.envs.search_qa.procedural import TEMPLATES, QAPair, build_questions
+from envgym.tools.search.debian import Package, parse_packages, parse_stanzas
 
 
 def _raw() -> dict[str, dict[str, str]]:

@@ -17,17 +17,17 @@ import pytest
 from search_corpus import dumpavail_text
 
 from envgym import registry
+from envgym.envs.search_qa.bundle_files.verifier import verify_answer
+from envgym.envs.search_qa.env import SearchQAEnv
 from envgym.policy import SamplingParams
 from envgym.rollout import EpisodeResult, RolloutBudget, RolloutEngine, specs_for
-from envs.search_qa.bundle_files.verifier import verify_answer
-from envs.search_qa.env import SearchQAEnv
-from synth_agents.journal import Journal
-from synth_agents.search_qa.model_pipeline import JOURNAL, SynthConfig
-from synth_agents.search_qa.run import synthesize_with_models
-from tools.search import SearchTools
-from tools.search.build import build_at, default_index
-from tools.search.debian import parse_packages
-from tools.search.index import Index
+from envgym.synth_agents.journal import Journal
+from envgym.synth_agents.search_qa.model_pipeline import JOURNAL, SynthConfig
+from envgym.synth_agents.search_qa.run import synthesize_with_models
+from envgym.tools.search import SearchTools
+from envgym.tools.search.build import build_at, default_index
+from envgym.tools.search.debian import parse_packages
+from envgym.tools.search.index import Index
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(900)]
 

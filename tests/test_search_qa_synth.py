@@ -1,5 +1,5 @@
-"""Model-driven search-QA synthesis (synth_agents/search_qa/model_pipeline.py) stage by stage,
-against a scripted OpenAI-compatible server on 127.0.0.1 over the hermetic fixture corpus.
+"""Model-driven search-QA synthesis (envgym/synth_agents/search_qa/model_pipeline.py) stage by
+stage, against a scripted OpenAI-compatible server on 127.0.0.1 over the hermetic fixture corpus.
 
 The server plays every role from what it is sent (system prompt → role, entity named in the
 prompt → that entity's scenario), never from request order, so a resumed run sees the same
@@ -26,17 +26,22 @@ from local_http import LocalServer
 from search_corpus import dumpavail_text
 
 from envgym.bundle import load_bundle
+from envgym.envs.search_qa.facts import maintainer_name
 from envgym.models.http_client import RetryPolicy
 from envgym.models.openai_http import OpenAIPolicy
-from envs.search_qa.facts import maintainer_name
-from synth_agents.journal import Journal
-from synth_agents.search_qa import roles
-from synth_agents.search_qa.model_pipeline import JOURNAL, SynthConfig, ground, sample_entities
-from synth_agents.search_qa.run import synthesize_with_models
-from tools.search import SearchTools
-from tools.search.build import build_at
-from tools.search.debian import parse_packages
-from tools.search.index import Index
+from envgym.synth_agents.journal import Journal
+from envgym.synth_agents.search_qa import roles
+from envgym.synth_agents.search_qa.model_pipeline import (
+    JOURNAL,
+    SynthConfig,
+    ground,
+    sample_entities,
+)
+from envgym.synth_agents.search_qa.run import synthesize_with_models
+from envgym.tools.search import SearchTools
+from envgym.tools.search.build import build_at
+from envgym.tools.search.debian import parse_packages
+from envgym.tools.search.index import Index
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[1]
@@ -240,8 +245,8 @@ def test_a_killed_run_resumes_without_redoing_journaled_stages(
         "import sys; sys.path.insert(0, 'tests')\n"
         "from test_search_qa_synth import PACKAGES, CONFIG, _policy\n"
         "from pathlib import Path\n"
-        "from tools.search import SearchTools\nfrom tools.search.index import Index\n"
-        "from synth_agents.search_qa.run import synthesize_with_models\n"
+        "from envgym.tools.search import SearchTools\nfrom envgym.tools.search.index import Index\n"
+        "from envgym.synth_agents.search_qa.run import synthesize_with_models\n"
         f"synthesize_with_models(Path({str(out)!r}), PACKAGES, SearchTools(Index(Path({str(index_dir)!r}))), CONFIG,\n"
         f"    policies={{'scripted': _policy({slow.url!r})}}, check=None)\n")  # fmt: skip
     try:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envs.search_qa.bundle_files.verifier import MAX_CHARS, equivalent, verify_answer
+from envgym.envs.search_qa.bundle_files.verifier import MAX_CHARS, equivalent, verify_answer
 
 KINDS = ("number", "name", "version", "person")
 BIG = "1" * 400  # int(float(BIG)) is int(inf): OverflowError

@@ -1,4 +1,4 @@
-"""tools/search: ranking, paging and find over a small hermetic corpus, and every bad input.
+"""envgym/tools/search: ranking, paging and find over a small hermetic corpus, and every bad input.
 
 One index (45 packages) is built per module into a temporary envgym cache through the same
 ``build_at`` the real corpus uses.
@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from search_corpus import dumpavail_text
 
-from tools.search import SearchError, SearchTools
-from tools.search.build import build_at
-from tools.search.debian import parse_packages
-from tools.search.find import MAX_MATCHES, MAX_PATTERN
-from tools.search.index import Index
-from tools.search.pages import PAGE_CHARS, page_of, paginate
-from tools.search.tools import MAX_K, MAX_QUERY_CHARS, MAX_QUERY_TERMS
+from envgym.tools.search import SearchError, SearchTools
+from envgym.tools.search.build import build_at
+from envgym.tools.search.debian import parse_packages
+from envgym.tools.search.find import MAX_MATCHES, MAX_PATTERN
+from envgym.tools.search.index import Index
+from envgym.tools.search.pages import PAGE_CHARS, page_of, paginate
+from envgym.tools.search.tools import MAX_K, MAX_QUERY_CHARS, MAX_QUERY_TERMS
 
 
 @pytest.fixture(scope="module")

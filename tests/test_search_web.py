@@ -1,4 +1,5 @@
-"""tools/search/web.py against a real HTTP server on 127.0.0.1 that speaks SearxNG's JSON shape.
+"""envgym/tools/search/web.py against a real HTTP server on 127.0.0.1 that speaks SearxNG's JSON
+shape.
 
 No SearxNG can run offline, so the server is a small one written here: ``/search?q=…&format=json``
 answers ``{"results": [{url, title, content, score}]}`` ranked by word overlap over a few HTML
@@ -18,8 +19,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from local_http import LocalServer
 
-from tools.search import SearchError, SearchTools
-from tools.search.web import WebSearch
+from envgym.tools.search import SearchError, SearchTools
+from envgym.tools.search.web import WebSearch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -183,7 +184,7 @@ def test_private_addresses_are_refused_by_default(server: Server) -> None:
 def test_redirects_are_followed_by_hand_and_checked(
     server: Server, tools: SearchTools, monkeypatch
 ) -> None:
-    from tools.search import web
+    from envgym.tools.search import web
 
     server.mode = "redirects"
     ids = [h["id"] for h in tools.search("anything", k=5)]

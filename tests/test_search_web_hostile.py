@@ -1,7 +1,7 @@
-"""tools/search/web.py against servers that attack the host: a gzip bomb, a server that drips one
-byte at a time forever, redirects httpx cannot parse, answers in encodings and charsets it should
-not trust.  Every server is local (127.0.0.1, ``allow_private``) and stopped at the end; no test
-asserts a timing — a slow server ends as a ``SearchError``, a bomb as a page cut at the cap
+"""envgym/tools/search/web.py against servers that attack the host: a gzip bomb, a server that drips
+one byte at a time forever, redirects httpx cannot parse, answers in encodings and charsets it
+should not trust.  Every server is local (127.0.0.1, ``allow_private``) and stopped at the end; no
+test asserts a timing — a slow server ends as a ``SearchError``, a bomb as a page cut at the cap
 with a note for the agent and a bounded peak of memory.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from local_http import LocalServer
 
-from tools.search import SearchError, SearchTools
-from tools.search.web import MAX_PAGE_BYTES, WebSearch
+from envgym.tools.search import SearchError, SearchTools
+from envgym.tools.search.web import MAX_PAGE_BYTES, WebSearch
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,10 +15,10 @@ import torch
 from bundle_factory import TASK, make_notes_bundle
 
 from envgym.bundle import write_manifest
-from trainer.sft import SFTConfig, batch_logprobs, lr_at, save_policy, sft_loss, train_sft
-from trainer.sft_data import HeldOut, SFTExample
-from trainer.sft_gold import EnvOptions, gold_examples
-from trainer.sft_run import SFTConfigError, load_run_config, override, run_config_from_dict
+from envgym.trainer.sft import SFTConfig, batch_logprobs, lr_at, save_policy, sft_loss, train_sft
+from envgym.trainer.sft_data import HeldOut, SFTExample
+from envgym.trainer.sft_gold import EnvOptions, gold_examples
+from envgym.trainer.sft_run import SFTConfigError, load_run_config, override, run_config_from_dict
 
 pytestmark = pytest.mark.timeout(300)  # the gold replays start envs; generous under load
 INPROCESS = EnvOptions(sandbox="inprocess")  # the notes bundle is trusted test code
@@ -170,7 +170,7 @@ def test_held_out_tasks_bundles_and_prompts_never_become_examples(tmp_path: Path
 
 
 def test_the_run_records_its_split_and_what_it_trained_on(tmp_path: Path, fmt: Any) -> None:
-    from trainer.sft_run import build_examples
+    from envgym.trainer.sft_run import build_examples
 
     train = notes_bundle(tmp_path / "train", ["k1", "k2"])
     held = notes_bundle(tmp_path / "held", ["k5"])
@@ -193,8 +193,8 @@ def test_store_episodes_with_reward_1_of_the_named_model_only(tmp_path: Path, fm
 
     from envgym.bundle import load_bundle
     from envgym.store import Store
-    from trainer.sft_data import store_examples
-    from trainer.sft_gold import _replay
+    from envgym.trainer.sft_data import store_examples
+    from envgym.trainer.sft_gold import _replay
 
     train = notes_bundle(tmp_path / "train", ["k1", "k2", "k3"])
     bundle = load_bundle(train)
@@ -456,7 +456,7 @@ def test_sft_makes_the_embedded_model_call_a_tool_on_a_held_out_task(
     tmp_path: Path, fmt: Any
 ) -> None:
     from envgym.models.local import LocalPolicy
-    from trainer.sft import load_trainable
+    from envgym.trainer.sft import load_trainable
 
     torch.set_num_threads(2)
     train = notes_bundle(tmp_path / "train", ["k1", "k2", "k3", "k4", "k5", "k6"])

@@ -9,10 +9,10 @@ import pytest
 
 from envgym.bundle import load_bundle
 from envgym.check import check_bundle
-from envs.procedural_kit.local import LocalBundle
-from envs.shipment_logistics.build import build_bundle
-from envs.shipment_logistics.data import write_db
-from envs.shipment_logistics.world import load_world
+from envgym.envs.procedural_kit.local import LocalBundle
+from envgym.envs.shipment_logistics.build import build_bundle
+from envgym.envs.shipment_logistics.data import write_db
+from envgym.envs.shipment_logistics.world import load_world
 
 pytestmark = pytest.mark.timeout(120)
 

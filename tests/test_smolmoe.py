@@ -1,4 +1,4 @@
-"""SmolMoE (trainer/smolmoe.py): a dense Llama sparse-upcycled into a standard HF Mixtral."""
+"""SmolMoE (envgym/trainer/smolmoe.py): a dense Llama sparse-upcycled into a standard HF Mixtral."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from trainer.smolmoe import upcycle, upcycle_model
+from envgym.trainer.smolmoe import upcycle, upcycle_model
 
 VOCAB = 64
 TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"

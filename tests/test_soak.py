@@ -8,7 +8,7 @@ import pytest
 @pytest.mark.heavy
 @pytest.mark.timeout(400)
 def test_quick_soak_reports_its_keys_and_loses_nothing() -> None:
-    from benchmarks.soak import run
+    from envgym.benchmarks.soak import run
 
     # 30 s: long enough that envs finish an episode and start another even on a loaded
     # machine (at 6 s a fresh clone's run beside another test worker finished only the first 24).

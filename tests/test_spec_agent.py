@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from envgym.bundle import load_bundle
+from envgym.envs.procedural_kit.spec.model import MAX_DEPTH
+from envgym.envs.procedural_kit.spec.writer import write_spec
 from envgym.policy import PolicyError, SamplingParams, Turn, Usage
-from envs.procedural_kit.spec.model import MAX_DEPTH
-from envs.procedural_kit.spec.writer import write_spec
-from synth_agents.domain_corpus import find_note
-from synth_agents.pipeline import Job, ValidationSettings, run_synthesis
-from synth_agents.recorder import SynthRecorder
-from synth_agents.spec_agent import (
+from envgym.synth_agents.domain_corpus import find_note
+from envgym.synth_agents.pipeline import Job, ValidationSettings, run_synthesis
+from envgym.synth_agents.recorder import SynthRecorder
+from envgym.synth_agents.spec_agent import (
     MAX_REPLY_CHARS,
     ReplyRejected,
     SpecAgent,

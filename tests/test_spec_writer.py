@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from envs.procedural_kit.local import LocalBundle
-from envs.procedural_kit.spec.compile import compile_spec
-from envs.procedural_kit.spec.note import NoteError, load_note_text, parse_note
-from envs.procedural_kit.spec.validate import load_spec
-from envs.procedural_kit.spec.writer import write_spec
-from synth_agents.categories import UnknownCategory, find_category, known_names
-from synth_agents.domain_corpus import DOMAINS, notes
+from envgym.envs.procedural_kit.local import LocalBundle
+from envgym.envs.procedural_kit.spec.compile import compile_spec
+from envgym.envs.procedural_kit.spec.note import NoteError, load_note_text, parse_note
+from envgym.envs.procedural_kit.spec.validate import load_spec
+from envgym.envs.procedural_kit.spec.writer import write_spec
+from envgym.synth_agents.categories import UnknownCategory, find_category, known_names
+from envgym.synth_agents.domain_corpus import DOMAINS, notes
 
 
 def _toolset(spec: dict[str, Any]) -> set[tuple[Any, ...]]:
@@ -125,7 +125,7 @@ def test_a_corpus_category_builds_through_the_router(tmp_path: Path) -> None:
 
 
 def test_every_corpus_domain_is_a_procedural_category() -> None:
-    from synth_agents.categories import all_names
+    from envgym.synth_agents.categories import all_names
 
     names = all_names()
     assert len(names) >= 100 and len(set(names)) == len(names)

@@ -16,8 +16,8 @@ from test_train_loop import parity_bundle, tiny_model, train_config
 from envgym.embedded import load_tokenizer
 from envgym.store import SCHEMA_VERSION, Store, StoreError, TrainingRun
 from envgym.store.schema import Base, BundleRow, Meta, TrainingRunRow
-from trainer.loop import StepReport, Trainer
-from trainer.metrics import RunRecord, write_run
+from envgym.trainer.loop import StepReport, Trainer
+from envgym.trainer.metrics import RunRecord, write_run
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 T1 = datetime(2025, 3, 1, 12, 5, 30, tzinfo=UTC)
@@ -48,7 +48,7 @@ def _run(**overrides: Any) -> dict[str, Any]:
 
 def test_a_run_round_trips(tmp_path: Path) -> None:
     with Store(_url(tmp_path)) as store:
-        # ISO-8601 strings (what trainer.metrics.RunRecord holds) are accepted as well.
+        # ISO-8601 strings (what envgym.trainer.metrics.RunRecord holds) are accepted as well.
         returned = store.record_training_run(
             **_run(started_at="2025-03-01T12:00:00+00:00", updated_at="2025-03-01T12:05:30")
         )

@@ -20,10 +20,10 @@ from envgym.cli import app
 from envgym.commands.eval import suite_targets
 from envgym.evaluate import EvalError
 from envgym.suite_manifest import SuiteError, load_suite
-from synth_agents import pipeline
-from synth_agents.pipeline import Job, MakeOutcome
-from synth_agents.suite import SuiteConfig, build_suite, read_categories, split_categories
-from trainer.config import ConfigError, config_from_dict
+from envgym.synth_agents import pipeline
+from envgym.synth_agents.pipeline import Job, MakeOutcome
+from envgym.synth_agents.suite import SuiteConfig, build_suite, read_categories, split_categories
+from envgym.trainer.config import ConfigError, config_from_dict
 
 pytestmark = pytest.mark.timeout(600)
 runner = CliRunner()

@@ -1,5 +1,5 @@
 """Synthesis and ``envgym check`` agree on what part of a gold patch is the fix
-(envs/swe/acceptance.py): the same files are tried, by the same rule, under the same name.
+(envgym/envs/swe/acceptance.py): the same files are tried, by the same rule, under the same name.
 
 The heavy test builds a repository whose fix commit also renames a variable in another file (a
 cosmetic change no test needs), runs the real ``envgym synth swe`` and ``envgym check`` on what
@@ -20,10 +20,10 @@ from swe_history import TEST_ADD, TEST_SUB, run_git
 from typer.testing import CliRunner
 
 from envgym.cli import app
-from envs.swe.acceptance import removable_paths, still_solves, unrelated_reason, without_path
-from envs.swe.check import GradedSubmission, InstanceCheck
-from envs.swe.exploits import exploits
-from envs.swe.instance import SweInstance, read_instances, write_instances
+from envgym.envs.swe.acceptance import removable_paths, still_solves, unrelated_reason, without_path
+from envgym.envs.swe.check import GradedSubmission, InstanceCheck
+from envgym.envs.swe.exploits import exploits
+from envgym.envs.swe.instance import SweInstance, read_instances, write_instances
 
 SHA = "a" * 40
 

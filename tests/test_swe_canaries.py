@@ -1,4 +1,4 @@
-"""Canaries (envs/swe/canaries.py): must-fail tests that look like their neighbours, in the
+"""Canaries (envgym/envs/swe/canaries.py): must-fail tests that look like their neighbours, in the
 container of each F2P test — the module for functions, the class for TestCase methods."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.swe.canaries import plant_canaries
+from envgym.envs.swe.canaries import plant_canaries
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""``envgym check`` for SWE instances (envs/swe/check.py): gold 1, empty 0, every exploit 0 —
+"""``envgym check`` for SWE instances (envgym/envs/swe/check.py): gold 1, empty 0, every exploit 0 —
 and, with grading broken on purpose, the exploits that then earn reward are named.
 
 Instances come from a fixture repository with a real history (tests/swe_fixtures.py), mined and
@@ -17,13 +17,13 @@ import pytest
 from swe_fixtures import make_synth_history, private_cache
 from typer.testing import CliRunner
 
-import envs.swe.grade as grading
+import envgym.envs.swe.grade as grading
 from envgym.cli import app
-from envs.swe.check import check_instances
-from envs.swe.check_cli import claims
-from envs.swe.instance import SweInstance, write_instances
-from envs.swe.miner import mine
-from envs.swe.validation import validate_instance
+from envgym.envs.swe.check import check_instances
+from envgym.envs.swe.check_cli import claims
+from envgym.envs.swe.instance import SweInstance, write_instances
+from envgym.envs.swe.miner import mine
+from envgym.envs.swe.validation import validate_instance
 
 pytestmark = [pytest.mark.heavy]
 BASIC = {

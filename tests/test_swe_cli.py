@@ -10,9 +10,9 @@ from swe_history import make_history
 from typer.testing import CliRunner
 
 from envgym.cli import app
-from envs.swe.check_cli import claims
-from envs.swe.instance import write_instances
-from envs.swe.miner import mine
+from envgym.envs.swe.check_cli import claims
+from envgym.envs.swe.instance import write_instances
+from envgym.envs.swe.miner import mine
 
 runner = CliRunner()
 

@@ -16,12 +16,12 @@ import pytest
 
 import envgym
 from envgym.agents import ScriptedAgent, run_episode
-from envs.swe.agent_tools import ToolLimits
-from envs.swe.env import SweEnv
-from envs.swe.instance import SweInstance
-from envs.swe.pyenv import PythonEnv
-from envs.swe.recipe import Recipe
-from envs.swe.repo import git
+from envgym.envs.swe.agent_tools import ToolLimits
+from envgym.envs.swe.env import SweEnv
+from envgym.envs.swe.instance import SweInstance
+from envgym.envs.swe.pyenv import PythonEnv
+from envgym.envs.swe.recipe import Recipe
+from envgym.envs.swe.repo import git
 
 _TEST_HEAD = "from calc.ops import add, mean\n" + "".join(
     f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(6)
@@ -348,9 +348,9 @@ def test_registered_through_the_entry_point(
 ) -> None:
     from importlib.metadata import entry_points
 
-    from envs.swe.instance import write_instances
+    from envgym.envs.swe.instance import write_instances
 
-    assert "envs.swe.registration:register_envs" in {
+    assert "envgym.envs.swe.registration:register_envs" in {
         e.value for e in entry_points(group="envgym.envs")
     }
     path = write_instances(tmp_path / "tasks.jsonl", [instance])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.swe.file_tools import FileLimits, FileToolError, Workspace
+from envgym.envs.swe.file_tools import FileLimits, FileToolError, Workspace
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from swe_grading_fixtures import make_instance, make_python_env
 
-import envs.swe.grade as grading
+import envgym.envs.swe.grade as grading
 from envgym.agents import ScriptedAgent, run_episode
-from envs.swe.canaries import plant_canaries
-from envs.swe.env import SweEnv
-from envs.swe.exploits import RIG_MODES, exploits, source_rigs
-from envs.swe.instance import SweInstance
-from envs.swe.pyenv import PythonEnv
-from envs.swe.trace_check import Location, Trace, disagreements, locate, read_trace
+from envgym.envs.swe.canaries import plant_canaries
+from envgym.envs.swe.env import SweEnv
+from envgym.envs.swe.exploits import RIG_MODES, exploits, source_rigs
+from envgym.envs.swe.instance import SweInstance
+from envgym.envs.swe.pyenv import PythonEnv
+from envgym.envs.swe.trace_check import Location, Trace, disagreements, locate, read_trace
 
 FIX = ("str_replace", {"path": "calc/ops.py", "old": "(len(xs) + 1)", "new": "len(xs)"})
 SUBMIT = ("submit", {})

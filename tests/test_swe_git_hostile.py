@@ -22,10 +22,18 @@ from pathlib import Path
 import pytest
 from swe_history import run_git
 
-from envs.swe.instance import SweInstance
-from envs.swe.interchange import export_harbor, export_jsonl, import_harbor_dir, import_jsonl
-from envs.swe.miner import mine
-from envs.swe.repo import GitError, apply_patch, checkout, diff, git, open_source, resolve_source
+from envgym.envs.swe.instance import SweInstance
+from envgym.envs.swe.interchange import export_harbor, export_jsonl, import_harbor_dir, import_jsonl
+from envgym.envs.swe.miner import mine
+from envgym.envs.swe.repo import (
+    GitError,
+    apply_patch,
+    checkout,
+    diff,
+    git,
+    open_source,
+    resolve_source,
+)
 
 OPS = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
 FIXED = OPS.replace("a - b", "a + b", 1)
@@ -169,7 +177,7 @@ def test_mining_and_synth_run_nothing_of_the_repository(hostile, tmp_path: Path)
     result = mine(repo)
     assert [c.base_commit for c in result.candidates] == [shas[0]]
     assert "+    return a + b" in result.candidates[0].patch
-    from synth_agents.swe.pipeline import SweSynthConfig, SweSynthesis
+    from envgym.synth_agents.swe.pipeline import SweSynthConfig, SweSynthesis
 
     synthesis = SweSynthesis(
         tmp_path / "out",
@@ -206,7 +214,7 @@ def test_checkout_apply_diff_and_mirrors_run_nothing(
 
 @pytest.mark.timeout(120)
 def test_the_smith_copy_runs_nothing(hostile, tmp_path: Path) -> None:
-    from envs.swe.smith import _git, _local_copy
+    from envgym.envs.swe.smith import _git, _local_copy
 
     repo, markers, shas = hostile
     source = resolve_source(repo)
@@ -289,9 +297,9 @@ def test_validation_and_check_run_nothing_of_the_repository(hostile, tmp_path: P
     """`envgym synth swe`'s validation and `envgym check swe:` end to end (jail included)."""
     from swe_fixtures import private_cache
 
+    from envgym.envs.swe.check import check_instances
+    from envgym.envs.swe.validation import validate_instance
     from envgym.sandbox.bwrap import bwrap_available
-    from envs.swe.check import check_instances
-    from envs.swe.validation import validate_instance
 
     if not bwrap_available():
         pytest.skip("bubblewrap unavailable")

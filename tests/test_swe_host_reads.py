@@ -16,12 +16,12 @@ import pytest
 from swe_grading_fixtures import make_instance, make_python_env
 
 from envgym.agents import ScriptedAgent, run_episode
+from envgym.envs.swe.env import SweEnv
+from envgym.envs.swe.instance import SweInstance
+from envgym.envs.swe.junit import JunitError, parse_junit_chunks
+from envgym.envs.swe.pyenv import PythonEnv
+from envgym.envs.swe.validation import MAX_REPORT_BYTES, REPORT, judge
 from envgym.sandbox.command_jail import CommandResult
-from envs.swe.env import SweEnv
-from envs.swe.instance import SweInstance
-from envs.swe.junit import JunitError, parse_junit_chunks
-from envs.swe.pyenv import PythonEnv
-from envs.swe.validation import MAX_REPORT_BYTES, REPORT, judge
 
 SECRET = "HOST_ONLY_7f3a9c"
 FIX = ("str_replace", {"path": "calc/ops.py", "old": "(len(xs) + 1)", "new": "len(xs)"})
@@ -184,7 +184,7 @@ def test_a_gold_link_to_a_host_file_is_replayed_as_a_link(tmp_path: Path, python
 
 # -- recipe detection reads the repository, which is input --------------------------------------
 def test_recipe_detection_does_not_read_through_links(tmp_path: Path) -> None:
-    from envs.swe.recipe import detect_recipe
+    from envgym.envs.swe.recipe import detect_recipe
 
     host = tmp_path / "host.ini"
     host.write_text(f"[testenv]\ndeps = {SECRET.lower()}\n[pytest]\naddopts = --{SECRET}\n")

@@ -1,4 +1,4 @@
-"""envs/swe/instance.py: SweInstance and strict SWE-bench JSONL reading/writing."""
+"""envgym/envs/swe/instance.py: SweInstance and strict SWE-bench JSONL reading/writing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envs.swe.instance import InstanceError, SweInstance, read_instances, write_instances
+from envgym.envs.swe.instance import InstanceError, SweInstance, read_instances, write_instances
 
 SHA = "a" * 40
 

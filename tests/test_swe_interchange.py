@@ -1,4 +1,4 @@
-"""envs/swe/interchange.py: SWE-bench JSONL and Harbor task directories, both ways."""
+"""envgym/envs/swe/interchange.py: SWE-bench JSONL and Harbor task directories, both ways."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from swe_history import ISSUES, OPS_BUGGY, make_history
 
-from envs.swe.instance import InstanceError, SweInstance, write_instances
-from envs.swe.interchange import (
+from envgym.envs.swe.instance import InstanceError, SweInstance, write_instances
+from envgym.envs.swe.interchange import (
     HarborOptions,
     _toml_value,
     export_harbor,
@@ -26,8 +26,8 @@ from envs.swe.interchange import (
     import_harbor_dir,
     import_jsonl,
 )
-from envs.swe.miner import mine
-from envs.swe.repo import checkout, git
+from envgym.envs.swe.miner import mine
+from envgym.envs.swe.repo import checkout, git
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 SWE_BENCH = SweInstance(

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envs.swe.instance import InstanceError, SweInstance, from_record, read_instances
-from envs.swe.interchange import export_harbor_task, import_harbor, import_harbor_dir
+from envgym.envs.swe.instance import InstanceError, SweInstance, from_record, read_instances
+from envgym.envs.swe.interchange import export_harbor_task, import_harbor, import_harbor_dir
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 PATCH = (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.swe.junit import JunitError, collection_errors, parse_junit, test_outcomes
-from envs.swe.outcomes import Classification, check_expected, classify, outcome_class
+from envgym.envs.swe.junit import JunitError, collection_errors, parse_junit, test_outcomes
+from envgym.envs.swe.outcomes import Classification, check_expected, classify, outcome_class
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""envs/swe/miner.py: candidates from real history, named rejections, scores, judges."""
+"""envgym/envs/swe/miner.py: candidates from real history, named rejections, scores, judges."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import httpx
 import pytest
 from swe_history import ISSUES, make_history, run_git
 
-from envs.swe.instance import InstanceError, SweInstance
-from envs.swe.miner import MineLimits, describe, llm_judge, load_issues, mine
-from envs.swe.patch import changed_files, is_test_file
-from envs.swe.repo import GitError, apply_patch, checkout
+from envgym.envs.swe.instance import InstanceError, SweInstance
+from envgym.envs.swe.miner import MineLimits, describe, llm_judge, load_issues, mine
+from envgym.envs.swe.patch import changed_files, is_test_file
+from envgym.envs.swe.repo import GitError, apply_patch, checkout
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.swe.recipe import HOST_PYTHON, Recipe, detect_recipe
+from envgym.envs.swe.recipe import HOST_PYTHON, Recipe, detect_recipe
 
 pytestmark = pytest.mark.timeout(30)
 

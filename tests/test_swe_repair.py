@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.swe.recipe import Recipe
-from envs.swe.repair import Failure, parse_patch, rule_repair
+from envgym.envs.swe.recipe import Recipe
+from envgym.envs.swe.repair import Failure, parse_patch, rule_repair
 
 pytestmark = pytest.mark.timeout(30)
 

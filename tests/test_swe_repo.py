@@ -1,4 +1,4 @@
-"""envs/swe/repo.py and patch.py: source cache, checkouts, git apply, diffs, patch paths."""
+"""envgym/envs/swe/repo.py and patch.py: source cache, checkouts, git apply, diffs, patch paths."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from swe_history import OPS_BUGGY, OPS_FIXED, make_history, run_git
 
-from envs.swe.instance import SweInstance
-from envs.swe.patch import changed_files, is_test_file, parse_patch, split_patch
-from envs.swe.repo import GitError, apply_patch, checkout, diff, git, resolve_source
+from envgym.envs.swe.instance import SweInstance
+from envgym.envs.swe.patch import changed_files, is_test_file, parse_patch, split_patch
+from envgym.envs.swe.repo import GitError, apply_patch, checkout, diff, git, resolve_source
 
 
 @pytest.fixture(scope="module")

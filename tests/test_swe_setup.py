@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from swe_repos import make_repo
 
-from envs.swe.repair import RepairModel
-from envs.swe.setup_agent import ensure_env
-from envs.swe.validation import run_tests
+from envgym.envs.swe.repair import RepairModel
+from envgym.envs.swe.setup_agent import ensure_env
+from envgym.envs.swe.validation import run_tests
 
 pytestmark = [pytest.mark.heavy]
 

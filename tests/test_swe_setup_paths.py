@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from envgym.cache import cache_root
-from envs.swe.recipe import Recipe
-from envs.swe.setup_agent import env_folder
+from envgym.envs.swe.recipe import Recipe
+from envgym.envs.swe.setup_agent import env_folder
 
 
 @pytest.mark.parametrize("version", ["../../x", "/etc", "a/../../b", "..", "1.2\n3", ""])

@@ -1,5 +1,5 @@
-"""SWE-smith-style synthesis (envs/swe/smith.py): mutations, kept only when a passing test breaks,
-validated, replayable in swe-v0; and ``envgym bench swe --quick``.
+"""SWE-smith-style synthesis (envgym/envs/swe/smith.py): mutations, kept only when a passing test
+breaks, validated, replayable in swe-v0; and ``envgym bench swe --quick``.
 
 The fixture repository "stats" has well-tested functions (``mean``, ``clamp``) and a weakly
 tested one (``is_positive``, only ever called with 5: a boundary mutation breaks nothing).
@@ -21,13 +21,13 @@ from swe_fixtures import private_cache
 from swe_repos import make_repo
 
 from envgym.agents import ScriptedAgent, run_episode
-from envs.swe.env import SweEnv
-from envs.swe.mutations import KINDS, FunctionSite, functions, mutations
-from envs.swe.repo import apply_patch, checkout, git
-from envs.swe.setup_agent import ensure_env
-from envs.swe.smith import SmithResult, smith, try_mutation
-from envs.swe.smith_statement import FailedTest, template_statement, write_statement
-from envs.swe.validation import packaging_version, run_tests
+from envgym.envs.swe.env import SweEnv
+from envgym.envs.swe.mutations import KINDS, FunctionSite, functions, mutations
+from envgym.envs.swe.repo import apply_patch, checkout, git
+from envgym.envs.swe.setup_agent import ensure_env
+from envgym.envs.swe.smith import SmithResult, smith, try_mutation
+from envgym.envs.swe.smith_statement import FailedTest, template_statement, write_statement
+from envgym.envs.swe.validation import packaging_version, run_tests
 
 STATS = {
     "pyproject.toml": """

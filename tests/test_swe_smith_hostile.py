@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envs.swe.smith import Probe, _candidates, _covering, _probe_report
+from envgym.envs.swe.smith import Probe, _candidates, _covering, _probe_report
 
 HOST_CODE = "def secret(a):\n    return a + 1\n"
 

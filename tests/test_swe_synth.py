@@ -1,4 +1,4 @@
-"""``envgym synth swe`` (synth_agents/swe): a real history mined and validated into accepted
+"""``envgym synth swe`` (envgym/synth_agents/swe): a real history mined and validated into accepted
 instances and named rejections; a killed run resumes without redoing work; other settings are
 refused; a judge's rejections are named.  One module-private envgym cache (one env build)."""
 
@@ -13,10 +13,10 @@ import pytest
 from swe_fixtures import make_synth_history, private_cache
 from typer.testing import CliRunner
 
-import envs.swe.validation as validation
+import envgym.envs.swe.validation as validation
 from envgym.cli import app
-from envs.swe.instance import read_instances
-from synth_agents.swe.pipeline import SweSynthConfig, SweSynthesis
+from envgym.envs.swe.instance import read_instances
+from envgym.synth_agents.swe.pipeline import SweSynthConfig, SweSynthesis
 
 pytestmark = [pytest.mark.heavy]
 

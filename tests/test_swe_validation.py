@@ -16,9 +16,9 @@ import pytest
 from swe_fixtures import private_cache
 from swe_repos import diff_of, make_repo
 
-from envs.swe.instance import SweInstance
-from envs.swe.setup_agent import SetupResult, ensure_env
-from envs.swe.validation import run_tests, validate_instance
+from envgym.envs.swe.instance import SweInstance
+from envgym.envs.swe.setup_agent import SetupResult, ensure_env
+from envgym.envs.swe.validation import run_tests, validate_instance
 
 pytestmark = [pytest.mark.heavy]
 

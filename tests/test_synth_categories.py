@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from synth_agents.categories import UnknownCategory, find_category, known_names, normalize
-from synth_agents.llm_agent import category_problem
+from envgym.synth_agents.categories import UnknownCategory, find_category, known_names, normalize
+from envgym.synth_agents.llm_agent import category_problem
 
 
 @pytest.mark.parametrize(

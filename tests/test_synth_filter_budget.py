@@ -11,10 +11,10 @@ from bundle_factory import TASK
 from synth_notes import make_witnessed_notes
 
 from envgym.rollout import RolloutBudget
-from synth_agents.filter_run import filter_run, model_policy_factory
-from synth_agents.passk import KEEP, NEVER, FilterConfig
-from synth_agents.recorder import SynthRecorder
-from synth_agents.validate import validate_bundle
+from envgym.synth_agents.filter_run import filter_run, model_policy_factory
+from envgym.synth_agents.passk import KEEP, NEVER, FilterConfig
+from envgym.synth_agents.recorder import SynthRecorder
+from envgym.synth_agents.validate import validate_bundle
 
 pytestmark = pytest.mark.timeout(300)
 CALLS = 140  # above the old fixed limit of 128 turns, like a difficulty-5 gold (144 calls)
@@ -93,8 +93,8 @@ def test_the_table_says_how_the_budget_was_set(
     require_backend("bwrap")
     from rich.console import Console
 
-    from apps.synth import print_summary
-    from synth_agents.pipeline import RunSummary
+    from envgym.apps.synth import print_summary
+    from envgym.synth_agents.pipeline import RunSummary
 
     summary = filter_run(
         SynthRecorder(tmp_path / "out", None),

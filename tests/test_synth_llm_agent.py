@@ -10,10 +10,10 @@ import pytest
 
 from envgym.bundle import load_bundle
 from envgym.policy import PolicyError, SamplingParams, Turn, Usage
-from synth_agents.llm_agent import LLMAgent, LLMConfig
-from synth_agents.pipeline import run_synthesis
-from synth_agents.recorder import SynthRecorder
-from synth_agents.validate import REASONS
+from envgym.synth_agents.llm_agent import LLMAgent, LLMConfig
+from envgym.synth_agents.pipeline import run_synthesis
+from envgym.synth_agents.recorder import SynthRecorder
+from envgym.synth_agents.validate import REASONS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -377,7 +377,7 @@ def test_embedded_smollm2_runs_end_to_end_and_rejects_with_reasons(tmp_path: Pat
 
 
 def test_the_host_never_follows_a_planted_link_to_the_database(tmp_path: Path) -> None:
-    from synth_agents.llm_checks import _read_plain_file
+    from envgym.synth_agents.llm_checks import _read_plain_file
 
     secret = tmp_path / "host-secret"
     secret.write_bytes(b"host data")
@@ -405,7 +405,7 @@ def test_levels_broken_by_replaced_tools_are_dropped(tmp_path: Path) -> None:
 
 
 def test_levels_merge_into_separate_scopes() -> None:
-    from synth_agents.levels import Level, Levels
+    from envgym.synth_agents.levels import Level, Levels
 
     helper = "LIMIT = {n}\n\ndef _pick(limit=LIMIT):\n    return limit\n\ndef solve(tools, task):\n    return _pick(limit=LIMIT)\n"
     levels = Levels()

@@ -14,10 +14,10 @@ from test_synth_llm_agent import DATA, TOOLS, task
 
 from envgym.models.http_client import RetryPolicy
 from envgym.models.openai_http import OpenAIPolicy
-from synth_agents import code_blocks as cb
-from synth_agents.llm_agent import LLMAgent, LLMConfig
-from synth_agents.pipeline import run_synthesis
-from synth_agents.recorder import SynthRecorder
+from envgym.synth_agents import code_blocks as cb
+from envgym.synth_agents.llm_agent import LLMAgent, LLMConfig
+from envgym.synth_agents.pipeline import run_synthesis
+from envgym.synth_agents.recorder import SynthRecorder
 
 pytestmark = pytest.mark.timeout(120)
 ROLES = {"system", "user", "assistant", "tool"}

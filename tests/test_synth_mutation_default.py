@@ -16,7 +16,7 @@ import pytest
 from synth_notes import make_witnessed_notes
 
 from envgym.bundle import write_manifest
-from synth_agents.pipeline import Job, MakeOutcome, ValidationSettings, make_and_validate
+from envgym.synth_agents.pipeline import Job, MakeOutcome, ValidationSettings, make_and_validate
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,12 +11,20 @@ from typer.testing import CliRunner
 
 from envgym.bundle import load_bundle
 from envgym.cli import app
+from envgym.envs.retail_orders.build import build_bundle
 from envgym.rollout import EpisodeResult
-from envs.retail_orders.build import build_bundle
-from synth_agents.filter_run import filter_run
-from synth_agents.passk import ALWAYS, ERRORED, KEEP, NEVER, FilterConfig, Tally, filter_bundle
-from synth_agents.recorder import SynthRecorder
-from synth_agents.slip_policy import SlipPolicy, smollm2_tokenizer
+from envgym.synth_agents.filter_run import filter_run
+from envgym.synth_agents.passk import (
+    ALWAYS,
+    ERRORED,
+    KEEP,
+    NEVER,
+    FilterConfig,
+    Tally,
+    filter_bundle,
+)
+from envgym.synth_agents.recorder import SynthRecorder
+from envgym.synth_agents.slip_policy import SlipPolicy, smollm2_tokenizer
 
 pytestmark = pytest.mark.timeout(180)
 runner = CliRunner()

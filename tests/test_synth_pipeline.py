@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from envgym.bundle import load_bundle
 from envgym.cli import app
 from envgym.store import Store
-from synth_agents.pipeline import Job, MakeOutcome, run_synthesis
-from synth_agents.recorder import SynthRecorder
+from envgym.synth_agents.pipeline import Job, MakeOutcome, run_synthesis
+from envgym.synth_agents.recorder import SynthRecorder
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import synth_agents.procedural as procedural
-from envs.procedural_kit.build import UnsolvableTask
-from synth_agents.pipeline import Job
+import envgym.synth_agents.procedural as procedural
+from envgym.envs.procedural_kit.build import UnsolvableTask
+from envgym.synth_agents.pipeline import Job
 
 
 class _Category:

@@ -12,8 +12,8 @@ from bundle_factory import TASK
 from synth_notes import make_witnessed_notes
 
 from envgym.bundle import Task, write_manifest
-from synth_agents.provenance import atoms, hidden_answer_leaves
-from synth_agents.validate import REASONS, validate_bundle
+from envgym.synth_agents.provenance import atoms, hidden_answer_leaves
+from envgym.synth_agents.validate import REASONS, validate_bundle
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -124,8 +124,8 @@ def test_the_reported_answer_key_bundle_is_rejected(tmp_path: Path) -> None:
     assert (r["status"], r["made"], r["reasons"]) == ("rejected", False, ["no_agreement"])
     assert "called no tool but 'submit_result'" in r["problems"][0]["detail"]
     # Validation rejects the same bundle whoever made it (it was kept before).
-    from synth_agents import code_blocks as cb
-    from synth_agents.llm_checks import with_submit_tool, write_draft
+    from envgym.synth_agents import code_blocks as cb
+    from envgym.synth_agents.llm_checks import with_submit_tool, write_draft
 
     found = cb.blocks(key)
     body, _why = cb.task_json(found)

@@ -12,11 +12,11 @@ from bundle_factory import TOOLS, make_notes_bundle
 from synth_notes import make_witnessed_notes
 
 from envgym.bundle import load_bundle, write_manifest
-from synth_agents.dedup import NearDuplicateIndex, jaccard, shingles
-from synth_agents.isolation import check_isolation
-from synth_agents.journal import Journal, JournalError
-from synth_agents.solution_rules import check_solution_source
-from synth_agents.validate import validate_bundle
+from envgym.synth_agents.dedup import NearDuplicateIndex, jaccard, shingles
+from envgym.synth_agents.isolation import check_isolation
+from envgym.synth_agents.journal import Journal, JournalError
+from envgym.synth_agents.solution_rules import check_solution_source
+from envgym.synth_agents.validate import validate_bundle
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -288,8 +288,8 @@ def test_a_bundle_without_valid_witnesses_is_rejected(
 
 def test_validation_opens_one_sandbox(notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import envgym.check
-    import synth_agents.isolation as isolation
-    import synth_agents.validate as validate
+    import envgym.synth_agents.isolation as isolation
+    import envgym.synth_agents.validate as validate
 
     opened: list[Path] = []
     for module in (isolation, validate, envgym.check):

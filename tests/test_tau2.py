@@ -1,4 +1,5 @@
-"""τ²-bench adapter (envs/tau2): the oracle check, bad gold actions, the worker, seeded replay.
+"""τ²-bench adapter (envgym/envs/tau2): the oracle check, bad gold actions, the worker, seeded
+replay.
 
 τ² runs from ``.venv-tau2`` (scripts/setup.sh builds it); every test talks to the real τ²
 package through the real worker.  The embedded SmolLM2 plays τ²'s user in the replay tests.
@@ -16,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from envgym.envs.tau2.check_cli import tau2_domain
+from envgym.envs.tau2.env import Tau2Env
+from envgym.envs.tau2.link import Tau2Error, Tau2Link
+from envgym.envs.tau2.noop_data import flagged_tasks
+from envgym.envs.tau2.oracle import check_domain
+from envgym.envs.tau2.simulator import PolicyUser, ReplayUser, UserTurnError, user_seed
+from envgym.envs.tau2.tasks import domain_tasks, envgym_task_id
 from envgym.policy import SamplingParams
-from envs.tau2.check_cli import tau2_domain
-from envs.tau2.env import Tau2Env
-from envs.tau2.link import Tau2Error, Tau2Link
-from envs.tau2.noop_data import flagged_tasks
-from envs.tau2.oracle import check_domain
-from envs.tau2.simulator import PolicyUser, ReplayUser, UserTurnError, user_seed
-from envs.tau2.tasks import domain_tasks, envgym_task_id
 
 
 @pytest.fixture(scope="module")
@@ -212,13 +213,13 @@ def test_registry_and_check_entry(capsys: pytest.CaptureFixture[str]) -> None:
 
     from envgym import registry
     from envgym.bundle import load_bundle
-    from envs.tau2.check_cli import tau2_check_main
-    from envs.tau2.registration import register_envs
+    from envgym.envs.tau2.check_cli import tau2_check_main
+    from envgym.envs.tau2.registration import register_envs
 
     pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     assert (
         pyproject["project"]["entry-points"]["envgym.envs"]["tau2"]
-        == "envs.tau2.registration:register_envs"
+        == "envgym.envs.tau2.registration:register_envs"
     )
     register_envs()  # as discovery does (a shared checkout's installed metadata may be stale)
     env = registry.make("tau2-mock-v0", sandbox="bwrap", context="keep-all")  # eval's options pass

@@ -1,6 +1,6 @@
 """τ² tasks a do-nothing agent passes: re-derived through the real worker, flagged, left out.
 
-The probes (envs/tau2/noop.py) run τ²'s own evaluation through ``.venv-tau2``'s worker; a few
+The probes (envgym/envs/tau2/noop.py) run τ²'s own evaluation through ``.venv-tau2``'s worker; a few
 tasks are re-measured here (cheap: one or two steps each) and must agree with the shipped list.
 The full mock check's agreement with the list is asserted in tests/test_tau2.py (one check run).
 """
@@ -18,15 +18,15 @@ from rich.console import Console
 from test_rollout_doubles import ScriptedPolicy
 
 from envgym.bundle import load_bundle
+from envgym.envs.tau2.env import Tau2Env
+from envgym.envs.tau2.link import Tau2Link
+from envgym.envs.tau2.noop import AGENT_STOP, ProbeUser, measure_domain, probe, reason
+from envgym.envs.tau2.noop_data import flagged_tasks, shipped
+from envgym.envs.tau2.tasks import bundle_dir, domain_tasks, envgym_task_id
 from envgym.evaluate import EvalConfig, ModelRef, evaluate
 from envgym.evaluate.summary import NOOP_FLAG, NOOP_REASON, noop_solvable, summarize
 from envgym.rollout import EpisodeResult, RolloutBudget
 from envgym.store import Store
-from envs.tau2.env import Tau2Env
-from envs.tau2.link import Tau2Link
-from envs.tau2.noop import AGENT_STOP, ProbeUser, measure_domain, probe, reason
-from envs.tau2.noop_data import flagged_tasks, shipped
-from envs.tau2.tasks import bundle_dir, domain_tasks, envgym_task_id
 
 FLAGGED_MOCK = "create_task_1_nl_eval"  # no gold action, no communicate_info: nothing to do
 PLAIN_MOCK = "create_task_1"  # the agent must create a task
@@ -70,7 +70,7 @@ def test_probes_rederive_the_shipped_flags_through_the_worker(link: Tau2Link) ->
 
 def test_shipped_list_is_well_formed_and_names_real_tasks() -> None:
     data = shipped()
-    assert data["command"] == "python -m envs.tau2.noop --write" and set(data["agents"]) == {
+    assert data["command"] == "python -m envgym.envs.tau2.noop --write" and set(data["agents"]) == {
         "noop",
         "transfer",
     }
@@ -185,7 +185,7 @@ def test_the_measurement_runs_without_a_list_and_the_env_names_a_missing_one(
     link: Tau2Link, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Regenerating must not need the file it writes; an env without it says how to make it."""
-    from envs.tau2 import noop_data
+    from envgym.envs.tau2 import noop_data
 
     monkeypatch.setattr(noop_data, "DATA", tmp_path / "absent.json")
     noop_data.shipped.cache_clear()
@@ -193,7 +193,7 @@ def test_the_measurement_runs_without_a_list_and_the_env_names_a_missing_one(
         measured = measure_domain("mock", link=link, task_ids=[FLAGGED_MOCK])
         assert measured[FLAGGED_MOCK]["noop"].reward == 1.0
         with pytest.raises(
-            RuntimeError, match=r"no-op task list .*python -m envs.tau2.noop --write"
+            RuntimeError, match=r"no-op task list .*python -m envgym.envs.tau2.noop --write"
         ):
             Tau2Env("mock", link=link)
     finally:
@@ -201,8 +201,8 @@ def test_the_measurement_runs_without_a_list_and_the_env_names_a_missing_one(
 
 
 def test_check_prints_a_noop_task_and_a_stale_list_as_problems() -> None:
-    from envs.tau2.check_cli import _print
-    from envs.tau2.oracle import Tau2CheckReport, Tau2TaskCheck
+    from envgym.envs.tau2.check_cli import _print
+    from envgym.envs.tau2.oracle import Tau2CheckReport, Tau2TaskCheck
 
     odd = "[service_issue]lock_sim_card_pin[PERSONA:Easy]"  # rich would read [..] as markup
     flagged = Tau2TaskCheck(odd, ("DB",), gold_reward=1.0, noop_reward=1.0, transfer_reward=1.0,

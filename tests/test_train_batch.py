@@ -1,4 +1,5 @@
-"""trainer/batch.py: groups, dynamic sampling, overlong masking, padding/shift, microbatches."""
+"""envgym/trainer/batch.py: groups, dynamic sampling, overlong masking, padding/shift,
+microbatches."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from envgym.record import EpisodeRecord, Segment, TurnInfo
 from envgym.rollout import EpisodeResult
-from trainer.batch import (
+from envgym.trainer.batch import (
     Group,
     balanced_microbatches,
     collate,

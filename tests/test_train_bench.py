@@ -35,7 +35,7 @@ def test_bench_train_quick_json_has_the_contract_keys() -> None:
 
 
 def test_bench_train_child_refuses_bad_shapes() -> None:
-    from benchmarks.train import main
+    from envgym.benchmarks.train import main
 
     with pytest.raises(SystemExit):
         main(["--child", "efficient", "--tokens", "10"])

@@ -1,4 +1,4 @@
-"""trainer/checkpoint.py: exact resume, atomic saves, the data order, refused config changes.
+"""envgym/trainer/checkpoint.py: exact resume, atomic saves, the data order, refused config changes.
 
 The resume test: 3 steps straight vs 2 steps + a run killed in the middle of step
 3 + a resumed run that finishes step 3 ⇒ identical weights, optimizer state and data order.  It
@@ -16,7 +16,7 @@ import torch
 from test_train_loop import parity_bundle, tiny_model, train_config
 
 from envgym.embedded import load_tokenizer
-from trainer.checkpoint import (
+from envgym.trainer.checkpoint import (
     TaskOrder,
     checkpoints,
     config_changes,
@@ -24,7 +24,7 @@ from trainer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from trainer.loop import Trainer
+from envgym.trainer.loop import Trainer
 
 
 @pytest.fixture(scope="module")

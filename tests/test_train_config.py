@@ -1,4 +1,5 @@
-"""trainer/config.py: typed YAML config; every bad input is one clear error naming its key."""
+"""envgym/trainer/config.py: typed YAML config; every bad input is one clear error naming its
+key."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from trainer.config import ConfigError, TrainConfig, config_from_dict, load_config
+from envgym.trainer.config import ConfigError, TrainConfig, config_from_dict, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 BASE: dict[str, Any] = {"envs": [{"id": "code-interpreter-math-v0"}]}
@@ -37,7 +38,7 @@ def test_the_example_config_loads_and_round_trips() -> None:
 
 
 def test_the_quick_config_names_real_tasks() -> None:
-    from trainer.tasks import task_split
+    from envgym.trainer.tasks import task_split
 
     config = load_config(REPO / "configs" / "grpo_smollm2_quick.yaml")
     train, held = task_split(config)  # every listed task exists in the registered env

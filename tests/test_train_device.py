@@ -15,11 +15,11 @@ from test_train_batch import _result
 from test_train_loop import parity_bundle, tiny_model, train_config
 
 from envgym.record import Segment, TurnInfo
-from trainer import loop
-from trainer.batch import Group, TrainBatch, collate, samples_from_groups
-from trainer.config import ConfigError, config_from_dict, resolve_device
-from trainer.policy import TrainablePolicy
-from trainer.update import Update
+from envgym.trainer import loop
+from envgym.trainer.batch import Group, TrainBatch, collate, samples_from_groups
+from envgym.trainer.config import ConfigError, config_from_dict, resolve_device
+from envgym.trainer.policy import TrainablePolicy
+from envgym.trainer.update import Update
 
 META = torch.device("meta")
 

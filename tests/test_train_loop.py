@@ -1,4 +1,4 @@
-"""trainer/loop.py end to end on CPU: a tiny random Llama (hidden 32) on a real bundle env.
+"""envgym/trainer/loop.py end to end on CPU: a tiny random Llama (hidden 32) on a real bundle env.
 
 The env is a real :class:`BundleEnv` (in-process sandbox) whose tasks end on the first assistant
 message and whose verifier passes when the answer has an even number of characters: a tiny random
@@ -22,8 +22,8 @@ from envgym import registry
 from envgym.bundle import write_manifest
 from envgym.bundle_env import BundleEnv
 from envgym.embedded import load_tokenizer
-from trainer.config import TrainConfig, config_from_dict
-from trainer.loop import Trainer, task_split
+from envgym.trainer.config import TrainConfig, config_from_dict
+from envgym.trainer.loop import Trainer, task_split
 
 PARITY = """
 
@@ -239,8 +239,8 @@ def test_async_mode_trains_within_the_staleness_bound(tmp_path: Path, tokenizer:
 def test_oldest_version_reads_every_turn() -> None:
     from envgym.record import EpisodeRecord, Segment, TurnInfo
     from envgym.rollout import EpisodeResult
-    from trainer.batch import Group
-    from trainer.stream import oldest_version
+    from envgym.trainer.batch import Group
+    from envgym.trainer.stream import oldest_version
 
     def result(versions: list[int | None]) -> EpisodeResult:
         seg = Segment()
@@ -302,7 +302,7 @@ def test_the_cli_trains_from_a_yaml_config(tmp_path: Path, tokenizer: Any) -> No
 
 
 def test_export_refuses_a_folder_it_did_not_write(tmp_path: Path, tokenizer: Any) -> None:
-    from trainer.checkpoint import export_policy
+    from envgym.trainer.checkpoint import export_policy
 
     theirs = tmp_path / "theirs"
     theirs.mkdir()

@@ -1,5 +1,6 @@
-"""trainer/policy.py and trainer/update.py: π_θ log-probs of recorded sequences (keep sampling
-mask, keep routing) checked against a full-logits computation; non-finite inputs skip updates."""
+"""envgym/trainer/policy.py and envgym/trainer/update.py: π_θ log-probs of recorded sequences (keep
+sampling mask, keep routing) checked against a full-logits computation; non-finite inputs skip
+updates."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
 from envgym.models.kept import encode_kept
-from trainer.batch import Sample, collate
-from trainer.config import config_from_dict
-from trainer.policy import TrainablePolicy
-from trainer.update import Update
+from envgym.trainer.batch import Sample, collate
+from envgym.trainer.config import config_from_dict
+from envgym.trainer.policy import TrainablePolicy
+from envgym.trainer.update import Update
 
 V = 97
 
@@ -141,7 +142,7 @@ def _group_samples() -> list[Sample]:
 
 
 def test_shared_prefix_len() -> None:
-    from trainer.policy import shared_prefix_len
+    from envgym.trainer.policy import shared_prefix_len
 
     batch = collate(_group_samples(), pad_id=0, dtype=torch.float64)
     assert shared_prefix_len(batch) == 6  # inputs are ids[:-1]: the prompt is shared whole
@@ -185,7 +186,7 @@ def test_a_shared_prefix_runs_once_and_changes_nothing(keep: bool) -> None:
 
 
 def test_keep_routing_replays_recorded_routes() -> None:
-    from trainer.routing import capture_routes
+    from envgym.trainer.routing import capture_routes
 
     model = _mixtral()
     ids = [5, 6, 7, 8, 9, 10, 11]
@@ -282,7 +283,7 @@ def test_a_non_finite_minibatch_is_skipped_counted_and_logged(
     skipped, counted in minibatches_skipped and logged; the other minibatch trains."""
     samples = _samples()
     samples[0].advantage = math.nan
-    with caplog.at_level(logging.WARNING, logger="trainer.update"):
+    with caplog.at_level(logging.WARNING, logger="envgym.trainer.update"):
         metrics, skipped = _update(_llama(), minibatches=2).run(samples, step=4)
     assert skipped is None
     assert (metrics["optimizer_steps"], metrics["minibatches_skipped"]) == (1.0, 1.0)
@@ -299,7 +300,7 @@ def test_microbatches_accumulate_to_the_one_pass_gradient(
 ) -> None:
     """One-row microbatches accumulate exactly the gradient of grpo_loss over the whole batch
     (a constant normalizer below 1 included: grpo_loss clamps its unit count at 1)."""
-    from trainer.losses import grpo_loss
+    from envgym.trainer.losses import grpo_loss
 
     loss = {"aggregation": aggregation, **({"normalizer": normalizer} if normalizer else {})}
     model = _llama()

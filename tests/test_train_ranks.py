@@ -1,5 +1,5 @@
-"""Training ranks (trainer/ranks.py): ``envgym train`` on 2 gloo ranks with 2 Ray rollout workers
-makes the single-process step; bad launches and configs are refused with a clear error.
+"""Training ranks (envgym/trainer/ranks.py): ``envgym train`` on 2 gloo ranks with 2 Ray rollout
+workers makes the single-process step; bad launches and configs are refused with a clear error.
 
 The heavy test runs the real CLI twice in subprocesses on the tiny random Llama and parity bundle
 of tests/test_train_loop.py: once alone (in-process engine), once with ``trainer.world_size: 2``
@@ -26,12 +26,12 @@ import typer
 from test_train_loop import parity_bundle, tiny_model
 from typer.testing import CliRunner
 
-from apps.train import register
+from envgym.apps.train import register
 from envgym.embedded import load_tokenizer
-from trainer.checkpoint import latest_checkpoint
-from trainer.config import ConfigError, config_from_dict
-from trainer.ranks import Ranks, RanksError, join
-from trainer.ranks_launch import start_ranks
+from envgym.trainer.checkpoint import latest_checkpoint
+from envgym.trainer.config import ConfigError, config_from_dict
+from envgym.trainer.ranks import Ranks, RanksError, join
+from envgym.trainer.ranks_launch import start_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -194,7 +194,7 @@ def test_a_world_of_ranks_needs_a_backend() -> None:
 
 
 def test_a_trainer_alone_refuses_a_world_of_ranks() -> None:
-    from trainer.loop import Trainer
+    from envgym.trainer.loop import Trainer
 
     two = config_from_dict(_minimal(trainer={"world_size": 2, "backend": "gloo"}))
     with pytest.raises(ValueError, match="trainer.world_size is 2 but this Trainer runs on 1"):
@@ -299,7 +299,7 @@ def test_a_failing_rank_ends_the_run_and_its_spawned_ranks(tmp_path: Path) -> No
 def _reduce_worker(rank: int, world: int, port: int, out: str) -> None:
     """Rank 0 trains on a microbatch, rank 1 on none (more ranks than microbatches); then a
     minibatch whose loss is NaN on rank 1 only."""
-    from trainer.distributed import init_distributed
+    from envgym.trainer.distributed import init_distributed
 
     init_distributed(rank, world, master_port=port, backend="gloo", timeout_s=60)
     ranks = Ranks(rank=rank, world_size=world)
@@ -337,7 +337,7 @@ def _reduce_worker(rank: int, world: int, port: int, out: str) -> None:
 def test_reduce_sums_over_ranks_when_a_rank_has_no_microbatch(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 
-    from trainer.distributed import free_port
+    from envgym.trainer.distributed import free_port
 
     mp.spawn(_reduce_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     torch.manual_seed(0)

@@ -1,6 +1,7 @@
-"""The trainer's state is explicit: trainer/stream.py runs against the narrow StepHost interface
-(no Trainer privates), Trainer creates every attribute in ``__init__``, Update.run leaves its
-caller's samples alone, and trainer/loop.py and trainer/stream.py do not import each other."""
+"""The trainer's state is explicit: envgym/trainer/stream.py runs against the narrow StepHost
+interface (no Trainer privates), Trainer creates every attribute in ``__init__``, Update.run leaves
+its caller's samples alone, and envgym/trainer/loop.py and envgym/trainer/stream.py do not import
+each other."""
 
 from __future__ import annotations
 
@@ -17,14 +18,14 @@ from test_train_policy import _llama, _samples, _update
 
 from envgym.record import EpisodeRecord
 from envgym.rollout import EpisodeResult, EpisodeSpec
-from trainer.batch import Group
-from trainer.checkpoint import TaskOrder
-from trainer.collect import Collected, StepReport, Tally
-from trainer.config import TrainConfig, config_from_dict
-from trainer.loop import Trainer
-from trainer.stream import run_async
+from envgym.trainer.batch import Group
+from envgym.trainer.checkpoint import TaskOrder
+from envgym.trainer.collect import Collected, StepReport, Tally
+from envgym.trainer.config import TrainConfig, config_from_dict
+from envgym.trainer.loop import Trainer
+from envgym.trainer.stream import run_async
 
-TRAINER = Path(__file__).resolve().parents[1] / "trainer"
+TRAINER = Path(__file__).resolve().parents[1] / "envgym" / "trainer"
 
 
 class _Engine:
@@ -42,7 +43,7 @@ class _Engine:
 
 @dataclass
 class _Host:
-    """Only the members trainer.collect.StepHost names: no Trainer behind it."""
+    """Only the members envgym.trainer.collect.StepHost names: no Trainer behind it."""
 
     config: TrainConfig
     order: TaskOrder
@@ -175,6 +176,6 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_loop_and_stream_do_not_import_each_other() -> None:
-    assert "trainer.stream" in _imports(TRAINER / "loop.py")
-    assert "trainer.loop" not in _imports(TRAINER / "stream.py")
-    assert "trainer.loop" not in _imports(TRAINER / "collect.py")
+    assert "envgym.trainer.stream" in _imports(TRAINER / "loop.py")
+    assert "envgym.trainer.loop" not in _imports(TRAINER / "stream.py")
+    assert "envgym.trainer.loop" not in _imports(TRAINER / "collect.py")

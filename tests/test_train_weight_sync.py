@@ -1,4 +1,5 @@
-"""trainer/weight_sync.py: the vLLM weight-reload path against a stand-in server on 127.0.0.1.
+"""envgym/trainer/weight_sync.py: the vLLM weight-reload path against a stand-in server on
+127.0.0.1.
 
 The stand-in answers the three dev-mode endpoints a vLLM server (``VLLM_SERVER_DEV_MODE=1``)
 exposes and records what it was sent; a real server would then load the safetensors folder in
@@ -21,7 +22,7 @@ from safetensors.torch import load_file
 from test_train_loop import tiny_model, train_config
 
 from envgym.embedded import load_tokenizer
-from trainer.weight_sync import PROBE_IDS, EngineWeightsMismatch, sync_weights
+from envgym.trainer.weight_sync import PROBE_IDS, EngineWeightsMismatch, sync_weights
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -147,7 +148,7 @@ def test_engine_weights_are_saved_with_an_untied_head_that_computes_the_same_mod
     back it is the same model (same logits), sharded or not."""
     from transformers import AutoModelForCausalLM
 
-    from trainer.weight_sync import save_engine_weights
+    from envgym.trainer.weight_sync import save_engine_weights
 
     model = tiny_model()
     with torch.no_grad():  # a head that differs from a fresh init everywhere
@@ -170,7 +171,7 @@ def test_a_managed_vllm_engine_without_its_venv_is_refused_before_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from envgym.models import vllm_server
-    from trainer.weight_sync import build_engine
+    from envgym.trainer.weight_sync import build_engine
 
     monkeypatch.setattr(vllm_server, "DEFAULT_VENV", tmp_path / "no-venv")
     config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm"})
@@ -208,7 +209,7 @@ def test_a_managed_vllm_engine_serves_an_untied_copy_and_is_stopped_after_the_ru
     import sys
 
     from envgym.models import vllm_server
-    from trainer.weight_sync import managed_vllm
+    from envgym.trainer.weight_sync import managed_vllm
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
@@ -248,7 +249,7 @@ def test_a_managed_vllm_engine_refuses_an_moe_model_before_the_run(
     from transformers import MixtralConfig, MixtralForCausalLM
 
     from envgym.models import vllm_server
-    from trainer.weight_sync import build_engine
+    from envgym.trainer.weight_sync import build_engine
 
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").write_text("")
@@ -289,7 +290,7 @@ def test_a_run_cancelled_while_the_managed_vllm_server_starts_leaves_no_server(
     import time
 
     from envgym.models import vllm_server
-    from trainer.weight_sync import managed_vllm
+    from envgym.trainer.weight_sync import managed_vllm
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

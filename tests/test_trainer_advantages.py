@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainer.advantages import finite_groups, group_advantages
+from envgym.trainer.advantages import finite_groups, group_advantages
 
 F64 = torch.float64
 

@@ -1,5 +1,5 @@
-"""Whole-episode masking and the episode as the loss's sequence (trainer/batch.py, collect.py,
-losses.py, masks.py, aggregation.py, config.py).
+"""Whole-episode masking and the episode as the loss's sequence (envgym/trainer/batch.py,
+collect.py, losses.py, masks.py, aggregation.py, config.py).
 
 * overlong masking of whole samples (LongCat §3.2.2), the multi-turn default;
 * NaN/±inf rewards mask their episodes only, counted in ``nonfinite_rewards``;
@@ -23,19 +23,19 @@ import torch
 
 from envgym.record import EpisodeRecord, Segment, TurnInfo
 from envgym.rollout import EpisodeResult
-from trainer.advantages import group_advantages
-from trainer.aggregation import aggregate_parts
-from trainer.batch import Group, balanced_microbatches, collate, samples_from_groups
-from trainer.collect import Tally
-from trainer.config import (
+from envgym.trainer.advantages import group_advantages
+from envgym.trainer.aggregation import aggregate_parts
+from envgym.trainer.batch import Group, balanced_microbatches, collate, samples_from_groups
+from envgym.trainer.collect import Tally
+from envgym.trainer.config import (
     ConfigError,
     MoEWithoutRoutesError,
     config_from_dict,
     overlong_scope,
     refuse_moe_without_routes,
 )
-from trainer.losses import LossConfig, grpo_loss
-from trainer.masks import opsm_mask
+from envgym.trainer.losses import LossConfig, grpo_loss
+from envgym.trainer.masks import opsm_mask
 
 F64 = torch.float64
 
@@ -152,7 +152,7 @@ def test_whole_sample_masking_is_the_multi_turn_default() -> None:
 
 
 def test_the_run_identity_keeps_checkpoints_of_turn_scope_runs_resumable() -> None:
-    from trainer.loop import _run_config
+    from envgym.trainer.loop import _run_config
 
     old = _config(overlong_scope="turn").to_dict()
     old.pop("overlong_scope")  # a checkpoint written before the key existed
@@ -319,7 +319,7 @@ def test_the_trainer_refuses_an_moe_model_passed_in(tmp_path: Path) -> None:
     from test_train_loop import parity_bundle
     from test_train_policy import _mixtral
 
-    from trainer.loop import Trainer
+    from envgym.trainer.loop import Trainer
 
     bundle = parity_bundle(tmp_path / "b")
     config = config_from_dict(
@@ -347,7 +347,7 @@ def test_one_task_with_nan_rewards_costs_its_samples_not_the_step(
     from envgym import registry
     from envgym.bundle_env import BundleEnv
     from envgym.embedded import load_tokenizer
-    from trainer.loop import Trainer
+    from envgym.trainer.loop import Trainer
 
     class OneNanTask(BundleEnv):
         def step(self, action: Any) -> Any:

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from trainer.losses import (
+from envgym.trainer.losses import (
     LossConfig,
     aggregate,
     aggregate_parts,
@@ -21,7 +21,7 @@ from trainer.losses import (
     nonfinite_count,
     unbiased_kl,
 )
-from trainer.masks import keep_mask_logprobs, kept_log_mass, opsm_mask, tis_weights
+from envgym.trainer.masks import keep_mask_logprobs, kept_log_mass, opsm_mask, tis_weights
 
 F64 = torch.float64
 NO_TIS = LossConfig(tis_cap=None)
@@ -175,7 +175,8 @@ def test_float_mask_must_be_zero_or_one() -> None:
 
 
 def test_split_batch_with_summed_parts_equals_whole_batch() -> None:
-    """loss_sum / n_units summed over microbatches (what trainer.distributed does) = one batch."""
+    """loss_sum / n_units summed over microbatches (what envgym.trainer.distributed does) = one
+    batch."""
     for aggregation in ("token-mean", "seq-mean-token-mean"):
         cfg = LossConfig(aggregation=aggregation, tis_cap=None)  # type: ignore[arg-type]
         logp, old = _batch()
@@ -600,8 +601,9 @@ def test_keep_mask_bad_input() -> None:
 
 
 def test_keep_mask_reference_agrees_with_the_kernels_op() -> None:
-    """The plain-torch helper and kernels.logprob (chunked, [N, V] never materialized) agree."""
-    from kernels.logprob import naive_selected_logprobs, selected_logprobs
+    """The plain-torch helper and envgym.kernels.logprob (chunked, [N, V] never materialized)
+    agree."""
+    from envgym.kernels.logprob import naive_selected_logprobs, selected_logprobs
 
     g = torch.Generator().manual_seed(1)
     B, T, H, V = 2, 3, 4, 7

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-SOLUTION = Path(__file__).resolve().parents[1] / "envs/trip_planning/bundle_files/solution.py"
+SOLUTION = (
+    Path(__file__).resolve().parents[1] / "envgym/envs/trip_planning/bundle_files/solution.py"
+)
 pytestmark = pytest.mark.timeout(30)
 
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from envs.procedural_kit.local import Episode, LocalBundle
-from envs.trip_planning.build import build_bundle
-from envs.trip_planning.constraints import Constraints, TransportRule, TripSpec
-from envs.trip_planning.planner import Planner
-from envs.trip_planning.world import World, load_world
+from envgym.envs.procedural_kit.local import Episode, LocalBundle
+from envgym.envs.trip_planning.build import build_bundle
+from envgym.envs.trip_planning.constraints import Constraints, TransportRule, TripSpec
+from envgym.envs.trip_planning.planner import Planner
+from envgym.envs.trip_planning.world import World, load_world
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from envgym.runtime import CODE_FILES
-from envs.procedural_kit.baselines import BEYOND, judged
-from envs.procedural_kit.local import LocalBundle
-from envs.trip_planning import baselines as trip
-from envs.trip_planning.build import TOP_LEVELS, build_bundle, stronger_solves
-from envs.trip_planning.constraints import (
+from envgym.envs.procedural_kit.baselines import BEYOND, judged
+from envgym.envs.procedural_kit.local import LocalBundle
+from envgym.envs.trip_planning import baselines as trip
+from envgym.envs.trip_planning.build import TOP_LEVELS, build_bundle, stronger_solves
+from envgym.envs.trip_planning.constraints import (
     BudgetTiers,
     Constraints,
     Tier,
@@ -23,9 +22,16 @@ from envs.trip_planning.constraints import (
     TripSpec,
     WeatherRule,
 )
-from envs.trip_planning.data import write_db
-from envs.trip_planning.tasks import UnsolvableTask, generate_tasks
-from envs.trip_planning.world import AttractionRow, HotelRow, RestaurantRow, World, load_world
+from envgym.envs.trip_planning.data import write_db
+from envgym.envs.trip_planning.tasks import UnsolvableTask, generate_tasks
+from envgym.envs.trip_planning.world import (
+    AttractionRow,
+    HotelRow,
+    RestaurantRow,
+    World,
+    load_world,
+)
+from envgym.runtime import CODE_FILES
 
 pytestmark = pytest.mark.timeout(600)
 TEMPLATES = Path(trip.__file__).resolve().parent / "bundle_files"

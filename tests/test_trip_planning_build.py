@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from envgym.bundle import load_bundle
-from envs.trip_planning import build as build_module
-from envs.trip_planning.build import _check_witnesses, build_bundle, default_bundle_dir
-from envs.trip_planning.tasks import generate_tasks
-from envs.trip_planning.world import load_world
+from envgym.envs.trip_planning import build as build_module
+from envgym.envs.trip_planning.build import _check_witnesses, build_bundle, default_bundle_dir
+from envgym.envs.trip_planning.tasks import generate_tasks
+from envgym.envs.trip_planning.world import load_world
 
 # Builds with level-5 tasks, each re-drawn until the stronger baselines fail it: the
 # default 12-task bundle took 117-140 s of wall time at load 3-6 on two cores.

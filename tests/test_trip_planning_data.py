@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.trip_planning.data import WEATHER_DAYS, write_db
-from envs.trip_planning.world import load_world
+from envgym.envs.trip_planning.data import WEATHER_DAYS, write_db
+from envgym.envs.trip_planning.world import load_world
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,7 +37,10 @@ def test_same_seed_gives_byte_identical_file(tmp_path: Path, db: Path) -> None:
 def test_same_seed_gives_the_same_bytes_in_every_process(tmp_path: Path, db: Path) -> None:
     # In one process a set iterates alike twice; across processes (hash seeds, addresses) it
     # need not: the index creation order once made the bytes differ between builds.
-    code = "import sys; from envs.trip_planning.data import write_db; write_db(sys.argv[1], seed=0)"
+    code = (
+        "import sys; from envgym.envs.trip_planning.data import write_db; "
+        "write_db(sys.argv[1], seed=0)"
+    )
     for hash_seed in ("1", "2", "3", "4"):
         out = tmp_path / f"db{hash_seed}.sqlite"
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}

@@ -13,14 +13,14 @@ import pytest
 
 from envgym.bundle import hash_bundle, load_bundle
 from envgym.corrupt import corruptions
-from envs.procedural_kit.local import LocalBundle, passed
-from envs.trip_planning.build import build_bundle
-from envs.trip_planning.constraints import HANGZHOU_3DAY
-from envs.trip_planning.data import write_db
-from envs.trip_planning.planner import Planner
-from envs.trip_planning.prompts import SEED_PROMPT
-from envs.trip_planning.tasks import UnsolvableTask, generate_tasks
-from envs.trip_planning.world import load_world
+from envgym.envs.procedural_kit.local import LocalBundle, passed
+from envgym.envs.trip_planning.build import build_bundle
+from envgym.envs.trip_planning.constraints import HANGZHOU_3DAY
+from envgym.envs.trip_planning.data import write_db
+from envgym.envs.trip_planning.planner import Planner
+from envgym.envs.trip_planning.prompts import SEED_PROMPT
+from envgym.envs.trip_planning.tasks import UnsolvableTask, generate_tasks
+from envgym.envs.trip_planning.world import load_world
 
 # Builds with level-5 tasks, each re-drawn until the stronger baselines fail it: the
 # default 12-task bundle took 117-140 s of wall time at load 3-6 on two cores.

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from envgym.bundle import load_bundle
-from envs.procedural_kit.local import Episode, LocalBundle
-from envs.trip_planning.build import build_bundle
+from envgym.envs.procedural_kit.local import Episode, LocalBundle
+from envgym.envs.trip_planning.build import build_bundle
 
 pytestmark = pytest.mark.timeout(60)
 

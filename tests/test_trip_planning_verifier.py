@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from envs.procedural_kit.local import Episode, LocalBundle
-from envs.trip_planning.build import build_bundle
-from envs.trip_planning.constraints import (
+from envgym.envs.procedural_kit.local import Episode, LocalBundle
+from envgym.envs.trip_planning.build import build_bundle
+from envgym.envs.trip_planning.constraints import (
     HANGZHOU_3DAY,
     BudgetTiers,
     Constraints,
@@ -26,8 +26,8 @@ from envs.trip_planning.constraints import (
     TripSpec,
     WeatherRule,
 )
-from envs.trip_planning.planner import Plan, Planner
-from envs.trip_planning.world import World, load_world
+from envgym.envs.trip_planning.planner import Plan, Planner
+from envgym.envs.trip_planning.world import World, load_world
 
 pytestmark = pytest.mark.timeout(60)
 

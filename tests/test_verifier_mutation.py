@@ -36,20 +36,20 @@ def envgym_mutant(submission, task):
 
 
 def _trip(out: Path) -> Path:
-    from envs.trip_planning.build import build_bundle
+    from envgym.envs.trip_planning.build import build_bundle
 
     return build_bundle(out, seed=0, n_tasks=5, include_worked_example=False)
 
 
 def _code_interpreter(out: Path) -> Path:
-    from envs.code_interpreter.build import build_bundle
+    from envgym.envs.code_interpreter.build import build_bundle
 
     return build_bundle(out, seed=0)
 
 
 def _procedural(family: str) -> Callable[[Path], Path]:
     def build(out: Path) -> Path:
-        module = __import__(f"envs.{family}.build", fromlist=["build_bundle"])
+        module = __import__(f"envgym.envs.{family}.build", fromlist=["build_bundle"])
         return module.build_bundle(out, seed=0, n_tasks=5)
 
     return build

@@ -140,12 +140,12 @@ def tokenizer() -> Any:
 # -- the heavy check, run from tests/test_models_vllm.py on its shared server ---------------------
 def assert_keep_mask_exact(base_url: str, served_name: str, params: SamplingParams) -> float:
     """Sample from the real server at truncated ``params``, recompute π_old with the trainer's
-    log-prob op (kernels/logprob.py) over the recovered kept sets on the embedded SmolLM2
+    log-prob op (envgym/kernels/logprob.py) over the recovered kept sets on the embedded SmolLM2
     (float32, CPU) and return the largest |ratio − 1|, asserting it is ≤ 1e-3.  Tokens whose kept
     set the top log-probs did not cover are recorded unknown: the trainer refuses them
     (kept_tensors raises), so none may be scored silently."""
     from envgym.embedded import load_model
-    from kernels.logprob import selected_logprobs
+    from envgym.kernels.logprob import selected_logprobs
 
     messages = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
 

@@ -141,18 +141,33 @@ def test_the_wheel_holds_every_file_of_the_packages(built) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = source_files()
     data = [f for f in wanted if not f.endswith(".py")]
-    assert any(f.startswith("envs/mcp_suite/tasks/") for f in data)  # the walk sees the suite
-    assert any(f.startswith("envs/mcp_suite/initial_state/") for f in data)
+    # the walk sees the suite
+    assert any(f.startswith("envgym/envs/mcp_suite/tasks/") for f in data)
+    assert any(f.startswith("envgym/envs/mcp_suite/initial_state/") for f in data)
     missing = [f for f in wanted if f not in names]
     assert not missing, f"{len(missing)} files missing from the wheel, e.g. {missing[:10]}"
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 
+def test_the_wheel_installs_one_top_level_name(built, tmp_path: Path) -> None:
+    """Only ``envgym``: the rooms live under it, since ``envs``, ``tools``, ``trainer``,
+    ``kernels`` and ``benchmarks`` are names of unrelated PyPI distributions."""
+    wheel, venv, env = built
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names if ".dist-info/" not in n}
+    assert tops == {"envgym"}, sorted(tops)
+    code = (
+        "import importlib.metadata as m; print(m.distribution('envgym').read_text('top_level.txt'))"
+    )
+    done = _run([str(venv / "bin" / "python"), "-c", code], tmp_path, env, 120)
+    assert done.returncode == 0 and done.stdout.split() == ["envgym"], done.stdout + done.stderr
+
+
 def test_the_installed_wheel_is_what_runs(built, tmp_path: Path) -> None:
     _, venv, env = built
     code = (
-        "import envgym, envs.mcp_suite.layout as l; "
+        "import envgym, envgym.envs.mcp_suite.layout as l; "
         "print(envgym.__file__); print(l.TASKS_DIR); "
         "print(sum(len(l.load_category(s, c)) for s, c in l.categories())); "
         "print(len(list(l.TASKS_DIR.rglob('__pycache__'))))"
@@ -198,9 +213,9 @@ def test_check_swe_instances_outside_the_checkout(built, tmp_path: Path) -> None
         pytest.skip("bubblewrap unavailable (the SWE check's default backend)")
     from swe_fixtures import make_synth_history, private_cache
 
-    from envs.swe.instance import write_instances
-    from envs.swe.miner import mine
-    from envs.swe.validation import validate_instance
+    from envgym.envs.swe.instance import write_instances
+    from envgym.envs.swe.miner import mine
+    from envgym.envs.swe.validation import validate_instance
 
     _, venv, env = built
     with private_cache(tmp_path / "cache") as cache:  # the instance's environment is built here
@@ -219,7 +234,10 @@ def test_check_swe_instances_outside_the_checkout(built, tmp_path: Path) -> None
 @pytest.mark.timeout(600)
 def test_show_and_check_the_installed_harbor_dataset(built, tmp_path: Path) -> None:
     _, venv, env = built
-    code = "import envs.harbor as h, pathlib; print(pathlib.Path(h.__file__).parent / 'dataset')"
+    code = (
+        "import envgym.envs.harbor as h, pathlib; "
+        "print(pathlib.Path(h.__file__).parent / 'dataset')"
+    )
     found = _run([str(venv / "bin" / "python"), "-c", code], tmp_path, env, 120)
     dataset = Path(found.stdout.strip())
     assert dataset.is_relative_to(venv) and (dataset / "word-count" / "task.toml").is_file()

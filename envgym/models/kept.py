@@ -156,7 +156,8 @@ def check_entry(entry: object) -> None:
 def kept_tensors(
     entries: Sequence[KeptEntry], *, unknown: Literal["raise", "full"] = "raise"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padded tensors of kept sets for the keep-sampling-mask log-prob op (kernels/logprob.py).
+    """Padded tensors of kept sets for the keep-sampling-mask log-prob op
+    (envgym/kernels/logprob.py).
 
     Returns ``kept_ids: [N, K]`` int64 (each row's ids ascending, padded with -1; ``K`` is the
     largest set, at least 1) and ``kept_rows: [N]`` bool (True where the row's kept set applies;

@@ -2,7 +2,7 @@
 
 For every position a forward pass feeds (prompt, tool and sampled tokens alike), the engine
 records per MoE layer the top-k experts the router chose for that position's hidden state: the
-routing the trainer replays over the whole sequence to compute π_θ (trainer/routing.py).  The
+routing the trainer replays over the whole sequence to compute π_θ (envgym/trainer/routing.py).  The
 routes live beside the KV cache (envgym.models.kv.KVStore), so prefix reuse and prefix copies
 carry the routes of the keys and values they reuse.
 """

@@ -5,8 +5,8 @@ gold makes 144 calls), so a perfect policy was cut off, and far above what a thr
 needs, so a small model rambling on a 2-core machine spent ten minutes on four episodes.  The
 rule gives a policy room to make the gold's calls twice over plus a few turns of slack (the
 submit turn, a nudge, recoverable mistakes), and sampled tokens for a short reasoning step and
-a call per turn.  The synthesis pass@k filter (``synth_agents.passk``) and ``envgym eval`` both
-derive their budgets here; each passes its own floor.
+a call per turn.  The synthesis pass@k filter (``envgym.synth_agents.passk``) and ``envgym eval``
+both derive their budgets here; each passes its own floor.
 """
 
 from __future__ import annotations

@@ -58,7 +58,6 @@ from envgym.sandbox.process import (
 from envgym.sandbox.worker_stage import WORKER_SCRIPT, worker_package
 from envgym.state import chown_tree
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # .../envgym (Docker mounts all of it)
 SANDBOX_PACKAGE = "/opt/envgym/envgym"
 WORKER = f"{SANDBOX_PACKAGE}/sandbox/worker.py"  # the worker script (Docker runs the source)
 # bwrap mounts only the worker's modules, compiled once per host process (worker_stage.py).

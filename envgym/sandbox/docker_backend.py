@@ -3,7 +3,9 @@
 The engine is ``$DOCKER_HOST`` or, without it, the socket ``scripts/docker_setup.sh`` starts
 (``/run/envgym-docker/docker.sock``; ``$ENVGYM_DOCKER_RUN`` moves it), then the system socket.
 The image (``envgym-sandbox:latest``, override with ``$ENVGYM_SANDBOX_IMAGE``) only needs
-``/usr/bin/python3`` (3.11+); the envgym package is mounted read-only and the worker runs from it.
+``/usr/bin/python3`` (3.11+); the worker's modules, staged as for bwrap (worker_stage.py), are
+mounted read-only and the worker runs from them: not the whole envgym package, whose rooms
+(families' data, the trainer, ...) bundle code has no business reading.
 
 Transport: the Docker API is used only for the container's lifecycle.  Requests and replies go
 over a Unix socket the host listens on in a private directory mounted read-only into the
@@ -22,7 +24,6 @@ from typing import Any
 
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
 from envgym.sandbox.bwrap import (
-    PACKAGE_DIR,
     SANDBOX_PACKAGE,
     WORKER,
     TreeWatch,
@@ -38,6 +39,7 @@ from envgym.sandbox.process import (
     WorkerHandle,
     signal_death,
 )
+from envgym.sandbox.worker_stage import worker_package
 from envgym.state import chown_tree
 
 RUN_DIR = os.environ.get("ENVGYM_DOCKER_RUN", "/run/envgym-docker")
@@ -218,7 +220,7 @@ class DockerSandbox(ProcessSandbox):
             rlimits={"AS": [limits.memory_bytes, limits.memory_bytes]},
         )
         volumes = {
-            str(PACKAGE_DIR): {"bind": SANDBOX_PACKAGE, "mode": "ro"},
+            str(worker_package(SANDBOX_PACKAGE)): {"bind": SANDBOX_PACKAGE, "mode": "ro"},
             str(self.stage): {"bind": SANDBOX_BUNDLE, "mode": "ro"},
             str(channel): {"bind": CHANNEL_DIR, "mode": "ro"},
         }

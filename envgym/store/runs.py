@@ -1,6 +1,6 @@
 """Training runs in the store: the checked row values, the upsert on ``run_key``, the read view.
 
-``trainer/metrics.py`` writes one run's row every step (status ``running``), at the end
+``envgym/trainer/metrics.py`` writes one run's row every step (status ``running``), at the end
 (``finished``) and when the run raises (``failed``); docs/TRAINER.md describes the columns.
 :class:`TrainingRunStore` holds the :class:`~envgym.store.Store` methods (a mixin: Store
 inherits them), kept here so that store.py stays one module per concept and short.

@@ -1,0 +1,93 @@
+"""``envgym cold-start search-qa``: fine-tune a model to play the search-QA synthesis roles.
+
+    envgym cold-start search-qa --out ~/.cache/envgym/sft/smollm2-sqa [--entities 160] [--hops 2]
+    envgym synth search-qa --agent llm --model ~/.cache/envgym/sft/smollm2-sqa --hops 2 --n 12 ...
+
+The embedded SmolLM2 writes no question–answer pair unaided; this gives it a cold start
+(DeepSeek-V3.2 §3.2.2) on teacher traces of the constructor and verifier roles over training
+entities the synthesis run never samples (envgym/synth_agents/search_qa/cold_start.py;
+docs/SEARCH_QA.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import TextColumn
+
+from envgym.progress import progress_bar
+
+CATEGORIES = ("search-qa",)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("cold-start")(cold_start_command)
+
+
+def cold_start_command(
+    category: str = typer.Argument(..., help="the synthesis roles to teach: search-qa"),
+    out: Path = typer.Option(..., "--out", "-o", help="output folder for the fine-tuned model"),
+    model: str = typer.Option("smollm2", "--model", "-m", help="smollm2 | HF model folder"),
+    entities: int = typer.Option(160, "--entities", help="training entities sampled"),
+    hops: int = typer.Option(2, "--hops", help="depth of the taught questions (= synth --hops)"),
+    breadth: int = typer.Option(3, "--breadth", help="= synth --breadth (it is in the prompt)"),
+    exclude_seed: int = typer.Option(0, "--exclude-seed", help="the synthesis run's --seed"),
+    exclude_n: int = typer.Option(
+        50, "--exclude-n", help="its first N entities are never trained on"
+    ),
+    epochs: int = typer.Option(2, "--epochs"),
+    lr: float = typer.Option(2e-4, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    probe: int = typer.Option(
+        0, "--probe", help="then check the taught verifier on N held-out pairs"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+) -> None:
+    """Teacher traces of the search-QA constructor and verifier → SFT → a model folder."""
+    err = Console(stderr=True)
+    try:
+        if category not in CATEGORIES:
+            raise ValueError(
+                f"unknown category {category!r}; cold-start knows {', '.join(CATEGORIES)}"
+            )
+        from envgym.apps.cold_start_run import ColdStartConfig
+
+        cfg = ColdStartConfig(entities=entities, hops=hops, breadth=breadth, exclude_seed=exclude_seed,
+                              exclude_n=exclude_n, epochs=epochs, lr=lr, seed=seed)  # fmt: skip
+        if probe < 0:
+            raise ValueError(f"--probe must be >= 0, not {probe}")
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    from envgym.apps.cold_start_run import run_cold_start
+    from envgym.tools.search import SearchTools
+    from envgym.tools.search.build import default_index
+    from envgym.tools.search.debian import load_packages
+
+    with progress_bar(err, after=(TextColumn("{task.fields[info]}"),)) as bar:
+        task: dict[str, Any] = {}
+
+        def on_step(stats: Any, total: int) -> None:
+            if "id" not in task:
+                task["id"] = bar.add_task("sft", total=total, info="")
+            bar.update(task["id"], completed=stats.step + 1, info=f"loss {stats.loss:.3f}")
+
+        try:
+            summary = run_cold_start(out.expanduser(), load_packages(), SearchTools(default_index()), cfg,
+                                     model=model, probe=probe, on_step=on_step)  # fmt: skip
+        except (ValueError, OSError) as exc:
+            err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+            raise typer.Exit(2) from None
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return
+    console = Console()
+    for key in ("out", "entities", "scripts", "verify_verdicts", "examples", "tokens", "policy_tokens", "steps",
+                "first_loss", "last_loss", "seconds", "verifier_probe"):  # fmt: skip
+        if key in summary:
+            console.print(f"{key:>15}: {summary[key]}")
