@@ -152,7 +152,8 @@ def check_vllm_routes(sizes: Sizes, device: torch.device) -> str:
     must agree (flip rate 0 with the same weights)."""
     import httpx
 
-    from envgym.models.vllm_server import VLLMServer, _routed_experts
+    from envgym.models.vllm_policy import _routed_experts
+    from envgym.models.vllm_server import VLLMServer
     from envgym.trainer.routing import capture_routes, routing_flip_rate
     from envgym.trainer.smolmoe import upcycle_model
 

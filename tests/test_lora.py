@@ -165,7 +165,7 @@ def test_targets_the_model_cannot_take_are_refused_by_name() -> None:
 def test_a_vllm_engine_gets_the_merged_weights(tmp_path: Path, server: Any) -> None:  # noqa: F811
     """vLLM sync of a LoRA policy: the reload folder holds the merged model (the base's keys,
     no adapter tensors) and the sync probe compares the server with the adapted forward."""
-    from envgym.models.vllm_server import VLLMPolicy
+    from envgym.models.vllm_policy import VLLMPolicy
 
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm", "model.vllm_url": url})

@@ -25,7 +25,7 @@ from envgym.evaluate import ModelSpecError, load_policy, model_ref
 from envgym.models.openai_http import OpenAIPolicy
 from envgym.models.resolve import ModelFormError, open_policy, resolve_model
 from envgym.models.served import forget_checks
-from envgym.models.vllm_server import VLLMPolicy
+from envgym.models.vllm_policy import VLLMPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(300)

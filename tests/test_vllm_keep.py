@@ -22,7 +22,7 @@ from envgym.models.kept import (
     kept_from_top_logprobs,
     kept_tensors,
 )
-from envgym.models.vllm_server import VLLMPolicy, _kept_entries
+from envgym.models.vllm_policy import VLLMPolicy, _kept_entries
 from envgym.policy import SamplingParams
 
 LN_HALF = math.log(0.5)

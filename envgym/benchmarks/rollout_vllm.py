@@ -1,6 +1,6 @@
 """Part (b) of ``envgym bench rollout``: envgym's vLLM rollouts vs vLLM's raw throughput.
 
-32 trip-planning episodes run concurrently through :class:`envgym.models.vllm_server.VLLMPolicy`
+32 trip-planning episodes run concurrently through :class:`envgym.models.vllm_policy.VLLMPolicy`
 (chat rendered and tokenized by envgym, token-id prompts, real env steps with scripted gold
 tool calls).  Then the server's prefix cache is reset and the same prompt ids are replayed
 straight at ``/v1/completions`` by 32 concurrent streams, each request with the length envgym's
@@ -16,7 +16,8 @@ import time
 import httpx
 
 from envgym.benchmarks.rollout_episodes import rollouts, trip_envs
-from envgym.models.vllm_server import DEFAULT_VENV, VLLMPolicy, VLLMServer
+from envgym.models.vllm_policy import VLLMPolicy
+from envgym.models.vllm_server import DEFAULT_VENV, VLLMServer
 from envgym.policy import SamplingParams
 
 EPISODES = 32

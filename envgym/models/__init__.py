@@ -4,7 +4,7 @@
   default; token-in/token-out, cross-turn KV reuse, batched decoding, log-probs, kept sets, MoE
   routes.
 * :class:`OpenAIPolicy` (``envgym.models.openai_http``): any OpenAI-compatible chat endpoint.
-* :class:`VLLMPolicy` / :class:`VLLMServer` (``envgym.models.vllm_server``): vLLM with
+* :class:`VLLMPolicy` / :class:`VLLMServer` (``envgym.models.vllm_policy`` / ``vllm_server``): vLLM with
   token-id prompts, and a managed server from ``.venv-vllm``.
 
 :func:`load_policy` turns the ``--model`` strings of the CLI into a policy.

@@ -131,7 +131,7 @@ def _open(ref: ResolvedModel, kwargs: dict[str, Any]) -> Policy:
         raise ModelFormError(f"{ref.spec!r} is a scripted agent, not a language model")
     if ref.kind == "vllm":
         from envgym.models.served import served_model_name, served_tokenizer
-        from envgym.models.vllm_server import VLLMPolicy
+        from envgym.models.vllm_policy import VLLMPolicy
 
         served = ref.served or served_model_name(ref.url)
         kwargs.pop("tools_in_prompt", None)  # envgym renders the prompt: ChatFormat decides

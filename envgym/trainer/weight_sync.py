@@ -84,7 +84,7 @@ def build_engine(config: TrainConfig, model: nn.Module, tokenizer: Any) -> Any:
             )
         return None  # served by the trainer itself: managed_vllm, entered when the run starts
     if m.engine == "vllm" and m.vllm_url:  # always set here (returned above when not)
-        from envgym.models.vllm_server import VLLMPolicy
+        from envgym.models.vllm_policy import VLLMPolicy
 
         return VLLMPolicy(m.vllm_url, tokenizer=tokenizer, parser=m.parser, thinking=m.thinking)
     from envgym.models.local import LocalPolicy
@@ -218,8 +218,8 @@ async def managed_vllm(
     config: TrainConfig, model: PreTrainedModel, tokenizer: Any
 ) -> AsyncIterator[Any]:
     """A vLLM server of ``model``'s current weights (started here, stopped on exit) and the
-    :class:`~envgym.models.vllm_server.VLLMPolicy` that samples from it."""
-    from envgym.models import vllm_server
+    :class:`~envgym.models.vllm_policy.VLLMPolicy` that samples from it."""
+    from envgym.models import vllm_policy, vllm_server
 
     m = config.model
     folder = save_engine_weights(model, Path(config.checkpoint.dir) / "engine-weights", tokenizer)
@@ -239,7 +239,7 @@ async def managed_vllm(
         # thread: stopping waits up to 30 s for the server to exit.
         await asyncio.to_thread(server.stop)
         raise
-    policy = vllm_server.VLLMPolicy(
+    policy = vllm_policy.VLLMPolicy(
         server.base_url, "policy", tokenizer=tokenizer, parser=m.parser, thinking=m.thinking
     )
     try:
