@@ -147,7 +147,7 @@ def help_user(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_eval_leaves_noop_tasks_out_by_default_and_scores_them_on_request(
     tmp_path: Path, help_user: str
 ) -> None:
-    from envgym.commands.eval import print_summary
+    from envgym.commands.eval_report import print_summary
 
     stop = ScriptedPolicy(lambda task, sample: [AGENT_STOP])  # type: ignore[arg-type]
     ref = ModelRef("noop-agent", "test", "noop:v1")

@@ -211,7 +211,7 @@ def demo_evaluation(
     console: Console, spec: DemoEval, sandbox: str = "bwrap", *, step: int = 4
 ) -> bool:
     """Evaluate, print the summary, write the HTML report; False if it could not run."""
-    from envgym.commands.eval import print_summary
+    from envgym.commands.eval_report import print_summary
     from envgym.evaluate import EvalConfig, EvalError, ModelSpecError, evaluate, model_ref
     from envgym.policy import SamplingParams
     from envgym.report import write_report
