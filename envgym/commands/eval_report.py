@@ -17,7 +17,7 @@ from envgym.evaluate import (
     Interval,
 )
 from envgym.evaluate.budgets import DerivedBudget
-from envgym.evaluate.runner import ERRORS_DOMINATE
+from envgym.evaluate.config import ERRORS_DOMINATE
 from envgym.rollout.gold_budget import GoldBudgetRule
 
 

@@ -4,12 +4,14 @@
 * summary.py — per-task and across-task numbers from episodes;
 * paired.py — two evals compared task by task (``envgym compare``);
 * models.py — ``--model`` names → policies and fingerprints;
+* config.py — what an evaluation is asked to do, and the part of it that keys stored results;
 * runner.py — the resumable run, keyed by content hashes, stored episode by episode;
 * served.py — a served model's identity (what ``/models`` lists for it), for the key;
 * budgets.py — per-task episode budgets from each task's gold solution length;
 * watch.py — turn-by-turn progress inside the running episodes.
 """
 
+from .config import EvalConfig, EvalError
 from .estimators import (
     bootstrap_interval,
     clustered_wilson,
@@ -29,8 +31,6 @@ from .models import (
     model_window,
 )
 from .runner import (
-    EvalConfig,
-    EvalError,
     EvalRun,
     env_factory,
     evaluate,

@@ -235,7 +235,8 @@ async def _replay(
     progress: GoldProgress | None,
 ) -> list[tuple[EpisodeResult, GoldCalls]]:
     from envgym.bundle_env import BundleEnv
-    from envgym.evaluate.runner import EvalConfig, env_factory
+    from envgym.evaluate.config import EvalConfig
+    from envgym.evaluate.runner import env_factory
     from envgym.models.chat import end_tokens
 
     lock = threading.Lock()

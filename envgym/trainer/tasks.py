@@ -16,7 +16,8 @@ TaskRef = tuple[int, str]  # (index into config.envs, task id)
 
 def task_split(config: TrainConfig) -> tuple[list[TaskRef], list[TaskRef]]:
     """``(train, held_out)`` task refs; ValueError naming the config key on unknown tasks."""
-    from envgym.evaluate.runner import EvalError, open_bundle
+    from envgym.evaluate.config import EvalError
+    from envgym.evaluate.runner import open_bundle
 
     train: list[TaskRef] = []
     held: list[TaskRef] = []
