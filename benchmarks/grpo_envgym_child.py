@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks import grpo_task
 
 
-def _config(micro_tokens: int) -> Any:
+def _config(micro_tokens: int | str, gradient_checkpointing: bool = False) -> Any:
     from trainer.config import config_from_dict
 
     t = grpo_task
@@ -52,6 +52,7 @@ def _config(micro_tokens: int) -> Any:
                 "weight_decay": t.WEIGHT_DECAY,
                 "max_grad_norm": t.MAX_GRAD_NORM,
             },
+            "model": {"gradient_checkpointing": gradient_checkpointing},
             "loss": {"kl_beta": t.KL_BETA},
             "micro_tokens": micro_tokens,
             "minibatches": 1,
@@ -75,7 +76,7 @@ async def _rollout(engine: Any, config: Any) -> list[tuple[int, Any]]:
     return [(i // r.group_size, turn) for i, turn in enumerate(turns)]
 
 
-def child_run(micro_tokens: int) -> dict[str, float]:
+def child_run(micro_tokens: int | str, gradient_checkpointing: bool = False) -> dict[str, float]:
     """Load, run one iteration, report (the JSON line's fields)."""
     import torch
 
@@ -87,7 +88,7 @@ def child_run(micro_tokens: int) -> dict[str, float]:
     from trainer.weight_sync import build_engine, load_model, pad_id, sync_weights
 
     torch.manual_seed(0)
-    config = _config(micro_tokens)
+    config = _config(micro_tokens, gradient_checkpointing)
     model, tokenizer = load_model(config)
     policy, ref = build_policies(config, model)
     engine = build_engine(config, model, tokenizer)
@@ -141,7 +142,8 @@ def child_run(micro_tokens: int) -> dict[str, float]:
     out = asyncio.run(iteration())
     out["load_rss_gib"] = load_rss
     out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    out["micro_tokens"] = float(micro_tokens)
+    out["micro_tokens"] = float(getattr(update, "micro_tokens", micro_tokens))  # auto: resolved
+    out["gradient_checkpointing"] = float(gradient_checkpointing)
     return out
 
 
@@ -159,9 +161,11 @@ def _vm(key: str) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--micro-tokens", type=int, required=True)
+    parser.add_argument("--micro-tokens", required=True, help="a number or auto")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
     args = parser.parse_args(argv)
-    sys.stdout.write(json.dumps(child_run(args.micro_tokens)) + "\n")
+    mt = args.micro_tokens if args.micro_tokens == "auto" else int(args.micro_tokens)
+    sys.stdout.write(json.dumps(child_run(mt, args.gradient_checkpointing)) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ peak RSS is its own:
   envgym never imports TRL.
 
 Reported: each side's rollout / update / total seconds and peak RSS, and the ratios envgym/TRL.
-``ENVGYM_BENCH_MICRO_TOKENS`` (a comma list, e.g. ``512,2048,8192``) runs envgym once per value
-(TRL once), for the micro_tokens sweep in docs/TRAINER.md; unset: the trainer's default.  The
+``ENVGYM_BENCH_MICRO_TOKENS`` (a comma list of numbers or ``auto``, e.g. ``512,2048,8192``) runs envgym
+once per value (TRL once), for the micro_tokens sweep in docs/TRAINER.md; unset: the trainer's
+default (``auto``).  The
 children run one after the other, never together (on a shared machine they would share cores).
 ``--quick`` is refused: one iteration is the smallest unit this comparison has.
 """
@@ -71,7 +72,7 @@ def _spawn(cmd: list[str], what: str, env: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def envgym_side(micro_tokens: int) -> dict[str, float]:
+def envgym_side(micro_tokens: int | str) -> dict[str, float]:
     cmd = [
         sys.executable,
         "-m",
@@ -97,13 +98,15 @@ def trl_side() -> dict[str, float]:
     return _spawn(cmd, "TRL", env)
 
 
-def _micro_tokens() -> list[int]:
+def _micro_tokens() -> list[int | str]:
+    """``ENVGYM_BENCH_MICRO_TOKENS``'s values (numbers or ``auto``); unset: the trainer's default."""
+    from trainer.config import TrainConfig
+
     raw = os.environ.get("ENVGYM_BENCH_MICRO_TOKENS", "").strip()
     if not raw:
-        from trainer.config import TrainConfig
-
         return [TrainConfig().micro_tokens]
-    return [int(v) for v in raw.split(",") if v.strip()]
+    values = [v.strip() for v in raw.split(",") if v.strip()]
+    return [v if v == "auto" else int(v) for v in values]
 
 
 def run(quick: bool = False) -> BenchResult:
