@@ -323,3 +323,18 @@ def test_microbatches_accumulate_to_the_one_pass_gradient(
     )
     value.backward()
     assert torch.allclose(got, ref.lm_head.weight.grad, atol=1e-12, rtol=1e-9)
+
+
+def test_gradient_checkpointing_with_a_shared_prefix_runs_the_batch_whole() -> None:
+    """transformers returns no KV cache under gradient checkpointing in training mode, so the
+    shared-prefix pass cannot be used; the batch runs whole and gives the plain log-probs."""
+    batch = collate(_group_samples(), pad_id=0, dtype=torch.float64)
+    plain = TrainablePolicy(_llama(), chunk_size=16, share_prefix=False)
+    expected, _ = plain.logprobs(batch, temperature=0.7)
+    model = _llama()
+    model.train(True)
+    model.gradient_checkpointing_enable()
+    logp, _ = TrainablePolicy(model, chunk_size=16).logprobs(batch, temperature=0.7)
+    assert torch.allclose(logp, expected, atol=1e-12)
+    logp.sum().backward()
+    assert model.model.embed_tokens.weight.grad is not None

@@ -26,6 +26,7 @@ import torch
 from envgym.models.kept import TOP_LOGPROBS
 from envgym.trainer.lora import LoRAConfig
 from envgym.trainer.losses import LossConfig
+from envgym.trainer.micro_tokens import AUTO, MicroTokens
 
 
 class ConfigError(ValueError):
@@ -169,9 +170,11 @@ class TrainConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     steps: int = 10
     minibatches: int = 1  # optimizer steps per rollout batch (the batch split this many ways)
-    micro_tokens: int = 8192  # padded tokens per microbatch (gradient accumulation)
-    # several samples per row, no padding in the forward (envgym/trainer/packing.py); micro_tokens
-    # then counts real tokens
+    # padded tokens per microbatch (gradient accumulation); auto: from the model's shape and the
+    # free memory, activations at most the training state (envgym/trainer/micro_tokens.py)
+    micro_tokens: MicroTokens = AUTO
+    # several samples per row, no padding in the forward (envgym/trainer/packing.py); micro_tokens then
+    # counts real tokens
     packing: bool = False
     normalize_std: bool = False  # Â = (R − mean) / std instead of R − mean
     old_logprobs: Literal["recompute", "engine"] = "recompute"  # π_old of the ratio
@@ -345,7 +348,9 @@ def _show(value: Any) -> str:
 # -- impossible values -----------------------------------------------------------------------------
 def check(c: TrainConfig) -> None:
     """Raise ConfigError naming the first impossible value."""
-    _positive(c, "steps", "minibatches", "micro_tokens", "chunk_size")
+    _positive(c, "steps", "minibatches", "chunk_size")
+    if isinstance(c.micro_tokens, int) and c.micro_tokens <= 0:
+        raise ConfigError(f"micro_tokens must be > 0 or auto, not {c.micro_tokens}")
     if not c.envs:
         raise ConfigError("envs must list at least one environment ({id: ...})")
     for i, env in enumerate(c.envs):

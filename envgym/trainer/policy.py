@@ -78,18 +78,20 @@ class TrainablePolicy:
         Routed (MoE) batches run whole: the recorded routes cover every position in one pass.
         """
         p = shared_prefix_len(batch) if self.share_prefix and batch.routes is None else 0
-        if p == 0:
+        base = self.model.base_model
+        b, t = batch.input_ids.shape
+        cache = None
+        if p > 0:
+            head = base(input_ids=batch.input_ids[:1, :p], use_cache=True)
+            cache = head.past_key_values  # None with gradient checkpointing in training mode
+        if cache is None:
             with self._routing(batch.routes):
-                out = self.model.base_model(
+                out = base(
                     input_ids=batch.input_ids,
                     attention_mask=batch.attention_mask,
                     use_cache=False,
                 )
             return out.last_hidden_state
-        base = self.model.base_model
-        b, t = batch.input_ids.shape
-        head = base(input_ids=batch.input_ids[:1, :p], use_cache=True)
-        cache = head.past_key_values
         cache.batch_repeat_interleave(b)  # differentiable: gradients reach the prefix pass
         positions = torch.arange(p, t, device=batch.input_ids.device).unsqueeze(0).expand(b, -1)
         tail = base(

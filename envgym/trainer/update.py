@@ -50,6 +50,7 @@ from envgym.trainer.batch import (
 from envgym.trainer.config import TrainConfig
 from envgym.trainer.lora import adapter_dropout
 from envgym.trainer.losses import grpo_loss
+from envgym.trainer.micro_tokens import resolve_micro_tokens
 from envgym.trainer.policy import TrainablePolicy
 from envgym.trainer.ranks import Ranks
 
@@ -85,6 +86,9 @@ class Update:
         self.policy = policy
         self.ref_policy = ref_policy
         self.pad_id = pad_id
+        # micro_tokens: auto is resolved once, where the model is (envgym/trainer/micro_tokens.py)
+        self.micro_tokens = resolve_micro_tokens(config.micro_tokens, policy.model)
+        log.info("micro_tokens: %d (config: %s)", self.micro_tokens, config.micro_tokens)
         o = config.optimizer
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
@@ -113,7 +117,7 @@ class Update:
         ids = trajectory_ids(samples)  # an episode's segments in one microbatch (its statistics)
         bins = balanced_microbatches(
             lengths,
-            self.config.micro_tokens,
+            self.micro_tokens,
             together=[ids[i] for i in rows],
             packed=self.config.packing,
         )
