@@ -4,11 +4,11 @@ The trainer's own pieces in the order ``Trainer.step`` uses them (envgym/trainer
 loaded by ``weight_sync.load_model``, the local engine from ``weight_sync.build_engine`` (its
 own frozen copy of the weights), ``loop.build_policies``, then per iteration
 
-* rollout: the 8 prompts × 8 completions of :mod:`envgym.benchmarks.grpo_task` sampled together by the
-  engine (``rollout.concurrency`` 64: one decode batch, as TRL generates its 64 at once), and the
+* rollout: the 8 prompts × 8 completions of :mod:`envgym.benchmarks.grpo_task` sampled together
+  by the engine (``rollout.concurrency`` 64: one decode batch, as TRL generates its 64 at once), and the
   string-match reward;
-* update: group advantages, :class:`envgym.trainer.update.Update` (the no-grad π_old recompute, then one
-  optimizer step over length-balanced microbatches of ``micro_tokens``), and the weight sync
+* update: group advantages, :class:`envgym.trainer.update.Update` (the no-grad π_old recompute,
+  then one optimizer step over length-balanced microbatches of ``micro_tokens``), and the weight sync
   into the engine.
 
 There is no env here (the prompts are single-turn questions): the env machinery is measured by

@@ -173,8 +173,8 @@ class TrainConfig:
     # padded tokens per microbatch (gradient accumulation); auto: from the model's shape and the
     # free memory, activations at most the training state (envgym/trainer/micro_tokens.py)
     micro_tokens: MicroTokens = AUTO
-    # several samples per row, no padding in the forward (envgym/trainer/packing.py); micro_tokens then
-    # counts real tokens
+    # several samples per row, no padding in the forward (envgym/trainer/packing.py);
+    # micro_tokens then counts real tokens
     packing: bool = False
     normalize_std: bool = False  # Â = (R − mean) / std instead of R − mean
     old_logprobs: Literal["recompute", "engine"] = "recompute"  # π_old of the ratio
