@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -184,6 +184,23 @@ class CheckRunner:
         self.dirs.cleanup()
 
 
+def run_baseline(
+    runner: CheckRunner,
+    task: Task,
+    solver: str,
+    judge: Callable[[dict[str, Any]], Verdict] | None = None,
+) -> bool:
+    """Whether ``solver`` (a function of solution.py), run on fresh state, submits an answer
+    the task's verifier passes (``judge``: how the caller has verdicts taken, so a check can
+    count a verifier fault); a crash, a timeout or a broken verdict is not a solve."""
+    runner.fresh_state()
+    attempt = runner.solve(task, solver)
+    if not attempt.outcome.ok or attempt.submission is None:
+        return False
+    verdict = (judge or (lambda sub: runner.verify(task, sub)))(attempt.submission)
+    return verdict.error is None and verdict.passed
+
+
 def check_task(
     runner: CheckRunner,
     task: Task,
@@ -301,12 +318,8 @@ def check_task(
 
     baseline_solved: bool | None = None
     if task.baseline is not None:
-        runner.fresh_state()
-        attempt = runner.solve(task, task.baseline)
-        baseline_solved = bool(
-            attempt.outcome.ok
-            and attempt.submission is not None
-            and verify(attempt.submission, "baseline").passed
+        baseline_solved = run_baseline(
+            runner, task, task.baseline, lambda sub: verify(sub, "baseline")
         )
     if errors:
         problems.append(f"verifier broke on {len(errors)} submissions: " + "; ".join(errors[:3]))

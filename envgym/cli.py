@@ -106,7 +106,7 @@ def show(
 
 @app.command()
 def check(
-    target: str = typer.Argument(..., help="environment id or bundle directory"),
+    target: str = typer.Argument(..., help="environment id, bundle directory or suite"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     corruptions: int = typer.Option(20, help="single-field corruptions tried per task"),
     reruns: int = typer.Option(3, help="gold-solution reruns that must agree"),
@@ -117,13 +117,42 @@ def check(
     max_mutants: int = typer.Option(
         0, help="with --mutation: a seeded sample of this many mutants (0: all)"
     ),
+    sample: int = typer.Option(
+        0, "--sample", help="a suite: check a seeded random sample of this many bundles (0: all)"
+    ),
+    seed: int = typer.Option(0, "--seed", help="a suite: the sample's (and mutants') seed"),
+    baselines: list[str] | None = typer.Option(
+        None, "--baseline", help="a suite: also run this solver of solution.py as a baseline"
+    ),
 ) -> None:
     """Validate a bundle: gold passes, no-op fails, corruptions rejected, reruns agree."""
     from envgym.check import check_bundle
     from envgym.registry import check_handler
+    from envgym.suite_manifest import is_suite
+
+    if is_suite(target):  # docs/SUITES.md, "Checking a suite"
+        from envgym.commands.check_suite import run_suite_check
+
+        raise typer.Exit(
+            run_suite_check(
+                target,
+                as_json=as_json,
+                console=console,
+                sample=sample,
+                seed=seed,
+                sandbox=sandbox,
+                corruptions=corruptions,
+                reruns=reruns,
+                mutation=mutation,
+                max_mutants=max_mutants,
+                baselines=tuple(baselines or ()),
+            )
+        )
 
     # families whose tasks are not bundles check their own way (τ²: an oracle agent, docs/TAU2.md;
     # the MCP suite: gold MCP calls and verify.py, docs/MCP.md; ...): they register a handler
+    if sample or baselines or seed:
+        _fail(f"--sample, --seed and --baseline are for a suite; {target} is not one")
     handler = check_handler(target)
     if handler is not None:
         given = {"sandbox": sandbox, "reruns": reruns}
