@@ -46,7 +46,9 @@ RULES = """Rules the schema cannot say:
   Levels 3-5 need at least one join or aggregate.
 - Use the words of the domain for names, labels, units and values."""
 
-ASK = """Write the spec for the category {category}.
+# The category comes last: everything before it is the same for every job, so an engine with
+# prefix caching (vLLM) and the cold start's batches (one forward of the shared prefix) reuse it.
+ASK = """You will write the spec for one category, named at the end.
 
 JSON Schema of a spec (compact):
 {schema}
@@ -85,9 +87,14 @@ def compact_schema() -> str:
 
 @cache
 def example_spec() -> str:
-    """The worked example, one line per top-level field (readable, and half the tokens of the
-    hand-indented file)."""
-    data = json.loads((EXAMPLES / f"{EXAMPLE}.json").read_text(encoding="utf-8"))
+    """The worked example, in :func:`spec_text`'s layout."""
+    return spec_text(json.loads((EXAMPLES / f"{EXAMPLE}.json").read_text(encoding="utf-8")))
+
+
+def spec_text(data: dict[str, Any]) -> str:
+    """A spec as the prompt shows one: one line per top-level field, list items one per line
+    (readable, and half the tokens of an indented file); the cold start's teacher writes its
+    replies in the same layout."""
     lines = []
     for key, value in data.items():
         if isinstance(value, list):
