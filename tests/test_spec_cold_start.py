@@ -54,7 +54,7 @@ def test_teacher_example_trains_on_the_reply_only(fmt: ChatFormat) -> None:
     assert fmt.tokenizer.decode(written[:-1]) == teacher_reply(note, 0)
     # the prompt is what the chat template gives the spec agent's first message
     text = fmt.tokenizer.apply_chat_template(
-        spec_prompts.first_prompt(note.domain), tokenize=False, add_generation_prompt=True
+        spec_prompts.first_prompt(note.domain, "brief"), tokenize=False, add_generation_prompt=True
     )
     ids = fmt.tokenizer(text, add_special_tokens=False)["input_ids"]
     assert list(example.token_ids[:first]) == list(ids)
@@ -64,10 +64,13 @@ def test_teacher_example_trains_on_the_reply_only(fmt: ChatFormat) -> None:
 def test_the_prompt_is_a_shared_prefix_with_the_category_last(fmt: ChatFormat) -> None:
     a, b = split_domains(20, 0).train[:2]
     end_ids = end_tokens(fmt.tokenizer)
-    rows = [teacher_example(n, 0, fmt, end_ids) for n in (a, b)]
+    rows = [teacher_example(n, 0, fmt, end_ids, "full") for n in (a, b)]
     prompt = rows[0].loss_mask.index(1)
-    # everything before the category's name is shared: the batch runs it once
+    # everything before the category's name is shared: a batch (or vLLM's prefix cache) runs it
+    # once
     assert shared_prefix(rows) > 0.95 * prompt
+    brief = teacher_example(a, 0, fmt, end_ids)
+    assert brief.loss_mask.index(1) < 100  # the taught model is asked in one line
 
 
 class ByDomain:
@@ -110,3 +113,57 @@ def test_probe_counts_compiled_refused_and_failed_replies() -> None:
     assert broken["kinds"] == {"policy_error": 1}
     cut = probe_specs(ByDomain(lambda n: teacher_reply(n, 0)[:400]), domains[:1])
     assert cut["kinds"] == {"not_json": 1}
+
+
+def test_a_taught_folder_is_asked_the_way_it_was_taught(tmp_path) -> None:
+    from envgym.synth_agents.spec_agent import taught_prompt
+
+    assert taught_prompt("smollm2") == "full"
+    (tmp_path / "sft_run.json").write_text('{"spec_prompt": "brief"}')
+    assert taught_prompt(str(tmp_path)) == "brief"
+    for damaged in ('{"spec_prompt": "rm -rf"}', "[1, 2]", "{not json", '"brief"'):
+        (tmp_path / "sft_run.json").write_text(damaged)
+        assert taught_prompt(str(tmp_path)) == "full"
+    with pytest.raises(ValueError, match="unknown spec prompt"):
+        spec_prompts.first_prompt("bike sharing", "tiny")
+
+
+def _tiny_folder(path: Any) -> str:
+    """A tiny random Llama with SmolLM2's tokenizer: the real training and probe paths, fast."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from envgym.embedded import load_tokenizer
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=48,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, eos_token_id=2, bos_token_id=1,
+                         pad_token_id=2, tie_word_embeddings=True)  # fmt: skip
+    LlamaForCausalLM(config).float().save_pretrained(str(path))
+    load_tokenizer().save_pretrained(str(path))
+    return str(path)
+
+
+def test_cold_start_writes_a_folder_the_spec_agent_asks_briefly(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from envgym.apps.spec_cold_start_run import SpecColdStartConfig, run_spec_cold_start
+    from envgym.cli import app
+    from envgym.synth_agents.spec_agent import taught_prompt
+
+    base = _tiny_folder(tmp_path / "base")
+    cfg = SpecColdStartConfig(held_out=20, epochs=1, batch_tokens=4096, max_tokens=16,
+                              max_examples=4)  # fmt: skip
+    out = tmp_path / "taught"
+    summary = run_spec_cold_start(out, cfg, model=base, probe=2)
+    assert summary["train_domains"] == len(notes()) - 20 == summary["examples"]
+    assert summary["steps"] >= 1 and summary["policy_tokens"] > 50_000  # all; 4 trained on
+    assert summary["probe"]["domains"] == 2 == sum(summary["probe"]["kinds"].values())
+    assert taught_prompt(str(out)) == "brief"
+    # bad input is named, and nothing is trained
+    result = CliRunner().invoke(
+        app, ["cold-start", "spec-writer", "--out", str(tmp_path / "x"), "--held-out", "500"]
+    )
+    assert result.exit_code == 2 and "--held-out must be in" in result.output
+    assert not (tmp_path / "x").exists()

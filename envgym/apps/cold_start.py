@@ -22,7 +22,7 @@ from rich.progress import TextColumn
 
 from envgym.progress import progress_bar
 
-CATEGORIES = ("search-qa",)
+CATEGORIES = ("search-qa", "spec-writer")
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +30,9 @@ def register(app: typer.Typer) -> None:
 
 
 def cold_start_command(
-    category: str = typer.Argument(..., help="the synthesis roles to teach: search-qa"),
+    category: str = typer.Argument(
+        ..., help="the synthesis roles to teach: search-qa | spec-writer"
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="output folder for the fine-tuned model"),
     model: str = typer.Option("smollm2", "--model", "-m", help="smollm2 | HF model folder"),
     entities: int = typer.Option(160, "--entities", help="training entities sampled"),
@@ -40,16 +42,30 @@ def cold_start_command(
     exclude_n: int = typer.Option(
         50, "--exclude-n", help="its first N entities are never trained on"
     ),
+    held_out: int = typer.Option(
+        20, "--held-out", help="spec-writer: corpus domains never trained on"
+    ),
+    seeds: int = typer.Option(1, "--seeds", help="spec-writer: writer seeds per training domain"),
+    probe_base: bool = typer.Option(
+        False, "--probe-base", help="spec-writer: probe the untaught model first, to compare"
+    ),
     epochs: int = typer.Option(2, "--epochs"),
     lr: float = typer.Option(2e-4, "--lr"),
     seed: int = typer.Option(0, "--seed"),
     probe: int = typer.Option(
-        0, "--probe", help="then check the taught verifier on N held-out pairs"
+        0,
+        "--probe",
+        help="then probe N held-out items: search-qa pairs for the verifier, spec-writer domains",
     ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
 ) -> None:
-    """Teacher traces of the search-QA constructor and verifier → SFT → a model folder."""
+    """Teacher traces of a synthesis role (the search-QA constructor and verifier, or the spec
+    writer) → SFT → a model folder."""
     err = Console(stderr=True)
+    if category == "spec-writer":
+        raise typer.Exit(
+            _spec_writer(out, model, held_out, seeds, epochs, lr, seed, probe, probe_base, as_json)
+        )
     try:
         if category not in CATEGORIES:
             raise ValueError(
@@ -91,3 +107,53 @@ def cold_start_command(
                 "first_loss", "last_loss", "seconds", "verifier_probe"):  # fmt: skip
         if key in summary:
             console.print(f"{key:>15}: {summary[key]}")
+
+
+def _spec_writer(
+    out: Path,
+    model: str,
+    held_out: int,
+    seeds: int,
+    epochs: int,
+    lr: float,
+    seed: int,
+    probe: int,
+    probe_base: bool,
+    as_json: bool,
+) -> int:
+    from envgym.apps.spec_cold_start_run import SpecColdStartConfig, run_spec_cold_start
+
+    err = Console(stderr=True)
+    try:
+        cfg = SpecColdStartConfig(held_out=held_out, seeds=seeds, epochs=epochs, lr=lr, seed=seed)
+        if probe < 0:
+            raise ValueError(f"--probe must be >= 0, not {probe}")
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        return 2
+    with progress_bar(err, after=(TextColumn("{task.fields[info]}"),)) as bar:
+        task: dict[str, Any] = {}
+
+        def on_step(stats: Any, total: int) -> None:
+            if "id" not in task:
+                task["id"] = bar.add_task("sft", total=total, info="")
+            bar.update(task["id"], completed=stats.step + 1, info=f"loss {stats.loss:.3f}")
+
+        try:
+            summary = run_spec_cold_start(out.expanduser(), cfg, model=model, probe=probe,
+                                          probe_base=probe_base, on_step=on_step)  # fmt: skip
+        except (ValueError, OSError) as exc:
+            err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+            return 2
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return 0
+    console = Console()
+    for key in ("out", "train_domains", "examples", "tokens", "policy_tokens", "steps",
+                "first_loss", "last_loss", "seconds", "base_probe", "probe"):  # fmt: skip
+        if key in summary:
+            value = summary[key]
+            if isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k != "per_domain"}
+            console.print(f"{key:>15}: {value}")
+    return 0

@@ -111,6 +111,7 @@ class SpecConfig:
         default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=4096)
     )
     transcript_chars: int = 1500  # kept per message in the job record
+    prompt: str = "full"  # spec_prompts.PROMPTS: "brief" for a model taught to write specs
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_rounds <= 20:
@@ -119,6 +120,8 @@ class SpecConfig:
             raise ValueError(f"tasks per bundle must be in 1..200, not {self.tasks_per_bundle}")
         if not self.difficulties or any(d not in (1, 2, 3, 4, 5) for d in self.difficulties):
             raise ValueError(f"difficulties must be a subset of 1..5, not {self.difficulties}")
+        if self.prompt not in prompts.PROMPTS:
+            raise ValueError(f"spec prompt must be one of {prompts.PROMPTS}, not {self.prompt!r}")
 
 
 class SpecAgent:
@@ -205,7 +208,9 @@ class _Run:
 
     def rounds(self, staging: Path) -> MakeOutcome:
         config = self.agent.config
-        messages: list[dict[str, Any]] = list(prompts.first_prompt(self.agent.category))
+        messages: list[dict[str, Any]] = list(
+            prompts.first_prompt(self.agent.category, config.prompt)
+        )
         self._log(messages[-1])
         last = "the model gave no answer"
         unsolvable = False
@@ -329,9 +334,11 @@ def make_spec_agent(
     seed: int | None = None,
     tasks_per_bundle: int = 5,
     difficulties: Sequence[int] = (1, 2, 3, 4, 5),
+    prompt: str | None = None,
 ) -> SpecAgent:
     """The spec agent for ``envgym synth CATEGORY --agent llm --model M`` (``--model`` syntax:
-    ``smollm2``, an ``http(s)://…/v1[#model]`` server, an HF folder)."""
+    ``smollm2``, an ``http(s)://…/v1[#model]`` server, an HF folder).  ``prompt`` None: the one
+    the model was taught on (:func:`taught_prompt`), else the full one."""
     from envgym.evaluate.models import load_policy, model_ref
 
     ref = model_ref(model)
@@ -343,8 +350,23 @@ def make_spec_agent(
         tasks_per_bundle=tasks_per_bundle,
         difficulties=tuple(difficulties),
         params=params,
+        prompt=prompt or taught_prompt(model),
     )
     return SpecAgent(category, load_policy(ref), model=model, config=config)
+
+
+def taught_prompt(model: str) -> str:
+    """``brief`` for an HF folder written by ``envgym cold-start spec-writer`` (its
+    ``sft_run.json`` names the prompt it was taught on), else ``full``.  The file is the user's:
+    bounded, and anything unexpected in it means ``full``."""
+    record = Path(model) / "sft_run.json"
+    try:
+        if not record.is_file() or record.stat().st_size > 4 * 1024 * 1024:
+            return "full"
+        taught = json.loads(record.read_text(encoding="utf-8")).get("spec_prompt")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return "full"
+    return taught if taught in prompts.PROMPTS else "full"
 
 
 __all__ = [
@@ -355,4 +377,5 @@ __all__ = [
     "make_spec_agent",
     "parse_reply",
     "reply_json",
+    "taught_prompt",
 ]

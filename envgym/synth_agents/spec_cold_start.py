@@ -1,17 +1,20 @@
 """Teacher traces for the spec-writing agent, and the held-out probe of a taught model.
 
 The embedded SmolLM2 writes no valid spec unaided.  Its cold start (DeepSeek-V3.2 §3.2.2)
-teaches it the spec agent's one turn: the prompt is exactly what
-:func:`envgym.synth_agents.spec_prompts.first_prompt` asks for a category, the reply is the
-offline spec writer's spec of that category's domain note
-(:func:`envgym.envs.procedural_kit.spec.writer.write_spec`, one spec per seed), in a ```json
-block in the prompt's own layout.  Token for token: the prompt is built by the local engine's
-rule (``forced_turn``), the loss falls on the reply and its end token only.
+teaches it the spec agent's one turn: the prompt is what
+:func:`envgym.synth_agents.spec_prompts.first_prompt` asks for a category (the ``brief`` ask by
+default: the taught model learns the schema, rules and layout instead of re-reading them, which
+also keeps each example ~1.2k tokens instead of ~5k), the reply is the offline spec writer's spec
+of that category's domain note (:func:`envgym.envs.procedural_kit.spec.writer.write_spec`, one
+spec per seed) in a ```json block, in the prompt's example layout.  Token for token: the prompt
+is built by the local engine's rule (``forced_turn``), the loss falls on the reply and its end
+token only.  The folder records the prompt it was taught on, and the spec agent asks it that way
+(``spec_agent.taught_prompt``).
 
 Domains are split by a seeded shuffle of the corpus: ``held_out`` of them are never trained on
 and the probe asks the taught model (greedy, one round) for their specs.  The hand-written
-example the prompt shows (library loans) is always a training domain: holding it out would ask
-for a spec the prompt already holds.
+example the full prompt shows (library loans) is always a training domain: holding it out would
+ask for a spec that prompt already holds.
 """
 
 from __future__ import annotations
@@ -64,15 +67,18 @@ def teacher_reply(note: DomainNote, seed: int) -> str:
     return "```json\n" + prompts.spec_text(write_spec(note, seed)) + "\n```"
 
 
-def teacher_example(note: DomainNote, seed: int, fmt: Any, end_ids: frozenset[int]) -> Any:
-    """One SFT example: the spec agent's first prompt for the domain, the teacher's reply."""
+def teacher_example(
+    note: DomainNote, seed: int, fmt: Any, end_ids: frozenset[int], prompt: str = "brief"
+) -> Any:
+    """One SFT example: the spec agent's first prompt (``prompt``: spec_prompts.PROMPTS) for
+    the domain, the teacher's reply."""
     from envgym.models.session import TokenSession, forced_turn
     from envgym.trainer.sft_data import SFTExample
 
     text = teacher_reply(note, seed)
     parse_reply(text)  # a teacher reply the agent would refuse is a writer bug: fail loudly
     eos = fmt.tokenizer.eos_token_id
-    turn = forced_turn(fmt, TokenSession(), prompts.first_prompt(note.domain), [], end_ids, text,
+    turn = forced_turn(fmt, TokenSession(), prompts.first_prompt(note.domain, prompt), [], end_ids, text,
                        end_id=min(end_ids) if eos is None else eos, finish_reason="stop",
                        where=note.domain)  # fmt: skip
     prompt, written = list(turn.prompt_ids or []), list(turn.token_ids)
@@ -82,9 +88,13 @@ def teacher_example(note: DomainNote, seed: int, fmt: Any, end_ids: frozenset[in
 
 
 def teacher_examples(
-    domains: Sequence[DomainNote], seeds: int, fmt: Any, end_ids: frozenset[int]
+    domains: Sequence[DomainNote],
+    seeds: int,
+    fmt: Any,
+    end_ids: frozenset[int],
+    prompt: str = "brief",
 ) -> list[Any]:
-    return [teacher_example(n, s, fmt, end_ids) for n in domains for s in range(seeds)]
+    return [teacher_example(n, s, fmt, end_ids, prompt) for n in domains for s in range(seeds)]
 
 
 def probe_specs(
@@ -94,6 +104,7 @@ def probe_specs(
     max_tokens: int = 2048,
     concurrency: int = 4,
     compile_tasks: int = 5,
+    prompt: str = "brief",
 ) -> dict[str, Any]:
     """Ask ``policy`` once (greedy) for each domain's spec, as the spec agent's first round does:
     how many replies hold JSON, how many are valid specs, how many compile into a bundle whose
@@ -104,7 +115,7 @@ def probe_specs(
     async def ask(note: DomainNote) -> str:
         async with gate:
             turn = await policy.act(
-                f"probe-{note.domain}", prompts.first_prompt(note.domain), [], params
+                f"probe-{note.domain}", prompts.first_prompt(note.domain, prompt), [], params
             )
             await policy.end_session(f"probe-{note.domain}")
         content = turn.message.get("content") if turn.message is not None else None

@@ -63,6 +63,14 @@ A complete example (category "library loans"):
 Now write a new spec for the category {category}: its own entities, attributes, relations, tools
 and task templates, in the domain's own words. Reply with the whole spec in one ```json block."""
 
+# A model taught to write specs (``envgym cold-start spec-writer``) has learned the schema, the
+# rules and the layout; re-reading ~3,800 tokens of them each job would only cost it time, and
+# training on them would cost the cold start 4x the tokens and more memory than a 2-core
+# machine has for attention over them.  It is asked in one line instead.
+BRIEF_ASK = """Write the spec for the category {category}. Reply with the whole spec in one ```json block."""
+
+PROMPTS = ("full", "brief")
+
 FEEDBACK = """That spec was refused ({kind}): {problem}
 Fix it and reply with the whole corrected spec in one ```json block, nothing else."""
 
@@ -105,8 +113,14 @@ def spec_text(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-def first_prompt(category: str) -> list[dict[str, str]]:
-    """The conversation a job starts with."""
+def first_prompt(category: str, prompt: str = "full") -> list[dict[str, str]]:
+    """The conversation a job starts with: the ``full`` ask (schema, rules, example) or the
+    ``brief`` one a spec-writing cold start teaches."""
+    if prompt not in PROMPTS:
+        raise ValueError(f"unknown spec prompt {prompt!r} (choose one of {', '.join(PROMPTS)})")
+    if prompt == "brief":
+        brief = BRIEF_ASK.format(category=json.dumps(category, ensure_ascii=False))
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": brief}]
     ask = ASK.format(
         category=json.dumps(category, ensure_ascii=False),
         schema=compact_schema(),
