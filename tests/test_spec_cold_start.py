@@ -153,7 +153,7 @@ def test_cold_start_writes_a_folder_the_spec_agent_asks_briefly(tmp_path: Any) -
     from envgym.synth_agents.spec_agent import taught_prompt
 
     base = _tiny_folder(tmp_path / "base")
-    cfg = SpecColdStartConfig(held_out=20, epochs=1, batch_tokens=4096, max_tokens=16,
+    cfg = SpecColdStartConfig(held_out=20, epochs=1, batch_tokens=4096, max_tokens=64,
                               max_examples=4)  # fmt: skip
     out = tmp_path / "taught"
     summary = run_spec_cold_start(out, cfg, model=base, probe=2)
