@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import functools
 import gc
 import os
@@ -411,27 +412,33 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
         made.sandbox._launch = recorded  # type: ignore[method-assign]
         return made
 
+    stage: list[str] = []
+
     async def main() -> tuple[EpisodeResult, ThreadEnvPool]:
         pool = ThreadEnvPool(env, 4)
         engine = RolloutEngine(policy, pool, concurrency=4)
         opener = asyncio.create_task(open_gate_once_hangzhou_acts())
         async with engine, contextlib.aclosing(engine.run(specs)) as stream:
             async for first in stream:
+                stage.append("first result")
                 await opener
                 assert pool.open_envs == 4  # four episodes were running
+                stage.append("closing")
                 return first, pool  # leaving cancels the other episodes
         raise AssertionError("no result")
 
     async def bounded() -> tuple[EpisodeResult, ThreadEnvPool]:
-        # A hang here was seen once in a fresh-clone run (2026-11-24, cause not found): fail
-        # with the state that tells where it stuck instead of at pytest-timeout's limit.
+        # A hang here was seen in two fresh-clone runs (2026-11-24, 2026-11-27; cause not found):
+        # fail with the stage it reached and every thread's stack (a blocked env call or close
+        # stays blocked, so the dump shows it) instead of at pytest-timeout's limit.
         try:
             return await asyncio.wait_for(main(), 90)
         except TimeoutError:
+            faulthandler.dump_traceback(all_threads=True)
             calls = sorted({(s, t) for s, t, _ in policy.calls})
             raise AssertionError(
-                f"stuck: policy calls {calls}, ended {sorted(policy.ended)}, gate set "
-                f"{policy.gate is not None and policy.gate.is_set()}, workers {len(workers)}"
+                f"stuck after {stage}: policy calls {calls}, ended {sorted(policy.ended)}, gate "
+                f"set {policy.gate is not None and policy.gate.is_set()}, workers {len(workers)}"
             ) from None
 
     first, pool = asyncio.run(bounded())
