@@ -1,18 +1,24 @@
-"""``envgym cold-start search-qa``: fine-tune a model to play the search-QA synthesis roles.
+"""``envgym cold-start ROLE``: fine-tune a model to play a synthesis role.
 
     envgym cold-start search-qa --out ~/.cache/envgym/sft/smollm2-sqa [--entities 160] [--hops 2]
     envgym synth search-qa --agent llm --model ~/.cache/envgym/sft/smollm2-sqa --hops 2 --n 12 ...
+    envgym cold-start spec-writer --out ~/.cache/envgym/sft/smollm2-spec [--held-out 20] [--probe 20]
+    envgym synth "dog grooming" --agent llm --model ~/.cache/envgym/sft/smollm2-spec ...
 
-The embedded SmolLM2 writes no question–answer pair unaided; this gives it a cold start
-(DeepSeek-V3.2 §3.2.2) on teacher traces of the constructor and verifier roles over training
-entities the synthesis run never samples (envgym/synth_agents/search_qa/cold_start.py;
-docs/SEARCH_QA.md).
+The embedded SmolLM2 writes no question–answer pair and no valid spec unaided; this gives it a
+cold start (DeepSeek-V3.2 §3.2.2) on teacher traces: of the search-QA constructor and verifier
+roles over training entities the synthesis run never samples
+(envgym/synth_agents/search_qa/cold_start.py; docs/SEARCH_QA.md), or of the spec writer over
+training domains, with held-out domains for the probe (envgym/synth_agents/spec_cold_start.py;
+docs/ENV_SPEC.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +91,7 @@ def cold_start_command(
     from envgym.tools.search.build import default_index
     from envgym.tools.search.debian import load_packages
 
-    with progress_bar(err, after=(TextColumn("{task.fields[info]}"),)) as bar:
-        task: dict[str, Any] = {}
-
-        def on_step(stats: Any, total: int) -> None:
-            if "id" not in task:
-                task["id"] = bar.add_task("sft", total=total, info="")
-            bar.update(task["id"], completed=stats.step + 1, info=f"loss {stats.loss:.3f}")
-
+    with sft_progress(err) as on_step:
         try:
             summary = run_cold_start(out.expanduser(), load_packages(), SearchTools(default_index()), cfg,
                                      model=model, probe=probe, on_step=on_step)  # fmt: skip
@@ -107,6 +106,20 @@ def cold_start_command(
                 "first_loss", "last_loss", "seconds", "verifier_probe"):  # fmt: skip
         if key in summary:
             console.print(f"{key:>15}: {summary[key]}")
+
+
+@contextlib.contextmanager
+def sft_progress(err: Console) -> Iterator[Callable[[Any, int], None]]:
+    """A progress bar of SFT steps with the loss; yields the ``on_step`` callback."""
+    with progress_bar(err, after=(TextColumn("{task.fields[info]}"),)) as bar:
+        task: dict[str, Any] = {}
+
+        def on_step(stats: Any, total: int) -> None:
+            if "id" not in task:
+                task["id"] = bar.add_task("sft", total=total, info="")
+            bar.update(task["id"], completed=stats.step + 1, info=f"loss {stats.loss:.3f}")
+
+        yield on_step
 
 
 def _spec_writer(
@@ -131,14 +144,7 @@ def _spec_writer(
     except ValueError as exc:
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return 2
-    with progress_bar(err, after=(TextColumn("{task.fields[info]}"),)) as bar:
-        task: dict[str, Any] = {}
-
-        def on_step(stats: Any, total: int) -> None:
-            if "id" not in task:
-                task["id"] = bar.add_task("sft", total=total, info="")
-            bar.update(task["id"], completed=stats.step + 1, info=f"loss {stats.loss:.3f}")
-
+    with sft_progress(err) as on_step:
         try:
             summary = run_spec_cold_start(out.expanduser(), cfg, model=model, probe=probe,
                                           probe_base=probe_base, on_step=on_step)  # fmt: skip
