@@ -9,6 +9,7 @@ import faulthandler
 import functools
 import gc
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -414,9 +415,24 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
 
     stage: list[str] = []
 
+    def traced(owner: Any, name: str) -> None:
+        # the close path's steps, in the order they start and end (what a hang names)
+        inner = getattr(owner, name)
+
+        async def step(*args: Any, **kwargs: Any) -> Any:
+            stage.append(f"{name}>")
+            try:
+                return await inner(*args, **kwargs)
+            finally:
+                stage.append(f"<{name}")
+
+        setattr(owner, name, step)
+
     async def main() -> tuple[EpisodeResult, ThreadEnvPool]:
         pool = ThreadEnvPool(env, 4)
         engine = RolloutEngine(policy, pool, concurrency=4)
+        for owner, name in ((engine, "_cancel_workers"), (pool, "_close_all"), (pool, "release")):
+            traced(owner, name)
         opener = asyncio.create_task(open_gate_once_hangzhou_acts())
         async with engine, contextlib.aclosing(engine.run(specs)) as stream:
             async for first in stream:
@@ -435,6 +451,8 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
             return await asyncio.wait_for(main(), 90)
         except TimeoutError:
             faulthandler.dump_traceback(all_threads=True)
+            for task in asyncio.all_tasks():  # where each task still alive is waiting
+                task.print_stack(file=sys.stderr)
             calls = sorted({(s, t) for s, t, _ in policy.calls})
             raise AssertionError(
                 f"stuck after {stage}: policy calls {calls}, ended {sorted(policy.ended)}, gate "

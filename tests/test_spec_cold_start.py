@@ -8,17 +8,13 @@ from typing import Any
 
 import pytest
 
+from envgym.apps.spec_cold_start_run import teacher_example
 from envgym.models.chat import ChatFormat, end_tokens
 from envgym.policy import PolicyError, SamplingParams, Turn, Usage
 from envgym.synth_agents import spec_prompts
 from envgym.synth_agents.domain_corpus import notes
 from envgym.synth_agents.spec_agent import parse_reply
-from envgym.synth_agents.spec_cold_start import (
-    probe_specs,
-    split_domains,
-    teacher_example,
-    teacher_reply,
-)
+from envgym.synth_agents.spec_cold_start import probe_specs, split_domains, teacher_reply
 from envgym.trainer.sft import shared_prefix
 
 pytestmark = pytest.mark.timeout(300)

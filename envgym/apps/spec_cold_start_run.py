@@ -11,12 +11,13 @@ on the same domains, the figure to compare against).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from envgym.synth_agents.spec_cold_start import probe_specs, split_domains, teacher_examples
+from envgym.envs.procedural_kit.spec.note import DomainNote
+from envgym.synth_agents.spec_cold_start import probe_specs, split_domains, teacher_turn
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,23 @@ class SpecColdStartConfig:
             raise ValueError("seeds and epochs must be >= 1, held_out >= 0 and lr > 0")
         if self.max_tokens < 64:
             raise ValueError(f"max_tokens must be >= 64, not {self.max_tokens}")
+
+
+def teacher_example(
+    note: DomainNote, seed: int, fmt: Any, end_ids: frozenset[int], prompt: str = "brief"
+) -> Any:
+    """One SFT example: the teacher turn's ids, loss on the written part only."""
+    from envgym.trainer.sft_data import SFTExample
+
+    ids, written = teacher_turn(note, seed, fmt, end_ids, prompt)
+    return SFTExample(tuple(ids + written), tuple([0] * len(ids) + [1] * len(written)),
+                      "gold", "spec-writer-cold-start", f"{note.domain}:seed{seed}")  # fmt: skip
+
+
+def teacher_examples(
+    domains: Sequence[DomainNote], seeds: int, fmt: Any, end_ids: frozenset[int], prompt: str
+) -> list[Any]:
+    return [teacher_example(n, s, fmt, end_ids, prompt) for n in domains for s in range(seeds)]
 
 
 def run_spec_cold_start(

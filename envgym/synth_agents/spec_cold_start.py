@@ -67,34 +67,22 @@ def teacher_reply(note: DomainNote, seed: int) -> str:
     return "```json\n" + prompts.spec_text(write_spec(note, seed)) + "\n```"
 
 
-def teacher_example(
+def teacher_turn(
     note: DomainNote, seed: int, fmt: Any, end_ids: frozenset[int], prompt: str = "brief"
-) -> Any:
-    """One SFT example: the spec agent's first prompt (``prompt``: spec_prompts.PROMPTS) for
-    the domain, the teacher's reply."""
+) -> tuple[list[int], list[int]]:
+    """``(prompt ids, written ids)`` of one teacher turn: the spec agent's first prompt
+    (``prompt``: spec_prompts.PROMPTS) for the domain and the teacher's reply with its end token.
+    The trainer's example is made of it by the cold-start command (the synthesis room does not
+    import the trainer)."""
     from envgym.models.session import TokenSession, forced_turn
-    from envgym.trainer.sft_data import SFTExample
 
     text = teacher_reply(note, seed)
     parse_reply(text)  # a teacher reply the agent would refuse is a writer bug: fail loudly
     eos = fmt.tokenizer.eos_token_id
-    turn = forced_turn(fmt, TokenSession(), prompts.first_prompt(note.domain, prompt), [], end_ids, text,
-                       end_id=min(end_ids) if eos is None else eos, finish_reason="stop",
+    turn = forced_turn(fmt, TokenSession(), prompts.first_prompt(note.domain, prompt), [], end_ids,
+                       text, end_id=min(end_ids) if eos is None else eos, finish_reason="stop",
                        where=note.domain)  # fmt: skip
-    prompt, written = list(turn.prompt_ids or []), list(turn.token_ids)
-    task_id = f"{note.domain}:seed{seed}"
-    return SFTExample(tuple(prompt + written), tuple([0] * len(prompt) + [1] * len(written)),
-                      "gold", "spec-writer-cold-start", task_id)  # fmt: skip
-
-
-def teacher_examples(
-    domains: Sequence[DomainNote],
-    seeds: int,
-    fmt: Any,
-    end_ids: frozenset[int],
-    prompt: str = "brief",
-) -> list[Any]:
-    return [teacher_example(n, s, fmt, end_ids, prompt) for n in domains for s in range(seeds)]
+    return list(turn.prompt_ids or []), list(turn.token_ids)
 
 
 def probe_specs(
