@@ -414,17 +414,18 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
         return made
 
     stage: list[str] = []
+    began = time.monotonic()
 
     def traced(owner: Any, name: str) -> None:
         # the close path's steps, in the order they start and end (what a hang names)
         inner = getattr(owner, name)
 
         async def step(*args: Any, **kwargs: Any) -> Any:
-            stage.append(f"{name}>")
+            stage.append(f"{name}> {time.monotonic() - began:.1f}s")
             try:
                 return await inner(*args, **kwargs)
             finally:
-                stage.append(f"<{name}")
+                stage.append(f"<{name} {time.monotonic() - began:.1f}s")
 
         setattr(owner, name, step)
 
