@@ -149,10 +149,10 @@ def check(
             )
         )
 
-    # families whose tasks are not bundles check their own way (τ²: an oracle agent, docs/TAU2.md;
-    # the MCP suite: gold MCP calls and verify.py, docs/MCP.md; ...): they register a handler
     if sample or baselines or seed:
         _fail(f"--sample, --seed and --baseline are for a suite; {target} is not one")
+    # families whose tasks are not bundles check their own way (τ²: an oracle agent, docs/TAU2.md;
+    # the MCP suite: gold MCP calls and verify.py, docs/MCP.md; ...): they register a handler
     handler = check_handler(target)
     if handler is not None:
         given = {"sandbox": sandbox, "reruns": reruns}

@@ -92,7 +92,7 @@ class SuiteCheck:
                 "rules": spec_rules,
                 "covered": sum(r.spec_rules_covered for r in self.results),
             },
-            "baselines": {"task_baseline": _per_level(_own_baselines(checks))},
+            "baselines": {"task_baseline": solve_share_per_level(_own_baselines(checks))},
             "failures": [
                 {"path": r.path, "category": r.category, "why": _why(r)}
                 for r in self.results
@@ -101,7 +101,7 @@ class SuiteCheck:
         }
         for name in sorted({n for r in self.results for n in r.baselines}):
             outcomes = [o for r in self.results for o in r.baselines.get(name, [])]
-            out["baselines"][name] = _per_level(outcomes)
+            out["baselines"][name] = solve_share_per_level(outcomes)
         if mutations:
             out["mutation"] = {
                 "bundles": len(mutations),
@@ -268,7 +268,9 @@ def _own_baselines(checks: list[CheckReport]) -> list[tuple[int, bool]]:
     ]
 
 
-def _per_level(outcomes: list[tuple[int, bool]]) -> dict[str, dict[str, Any]]:
+def solve_share_per_level(outcomes: list[tuple[int, bool]]) -> dict[str, dict[str, Any]]:
+    """``{level: {tasks, solved, share}}`` of (level, solved) outcomes, levels in order (the
+    suite report's figure too)."""
     levels: dict[int, list[bool]] = {}
     for level, solved in outcomes:
         levels.setdefault(level, []).append(solved)

@@ -445,9 +445,10 @@ def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, 
         raise AssertionError("no result")
 
     async def bounded() -> tuple[EpisodeResult, ThreadEnvPool]:
-        # A hang here was seen in two fresh-clone runs (2026-11-24, 2026-11-27; cause not found):
-        # fail with the stage it reached and every thread's stack (a blocked env call or close
-        # stays blocked, so the dump shows it) instead of at pytest-timeout's limit.
+        # A hang here (Python 3.11's wait_for swallowing the cancel of an episode whose call had
+        # just returned; envgym.rollout.engine._within) was found from what this prints: the
+        # close path's steps, every thread's and every live task's stack, instead of only
+        # pytest-timeout's limit.
         try:
             return await asyncio.wait_for(main(), 90)
         except TimeoutError:

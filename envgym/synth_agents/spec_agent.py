@@ -124,6 +124,45 @@ class SpecConfig:
             raise ValueError(f"spec prompt must be one of {prompts.PROMPTS}, not {self.prompt!r}")
 
 
+@dataclass(frozen=True)
+class Drawn:
+    root: Path | None  # the compiled bundle; None when every draw was unsolvable
+    seed: int  # the database seed of the last draw tried
+    failures: tuple[str, ...]  # one line per unsolvable draw
+
+
+def compile_redrawn(
+    spec: Spec,
+    out: Path,
+    *,
+    seed: int,
+    n_tasks: int,
+    difficulties: Sequence[int] = (1, 2, 3, 4, 5),
+    name: str | None = None,
+) -> Drawn:
+    """Compile ``spec`` into ``out``, redrawing the database as the procedural agent does when a
+    seed gives no strict task (``REDRAWS`` more seeds, ``REDRAW_STRIDE`` apart).  ``out`` holds
+    nothing after every draw failed or on a :class:`CompileError` (which propagates)."""
+    failures: list[str] = []
+    drawn = seed
+    for redraw in range(REDRAWS + 1):
+        drawn = seed + redraw * REDRAW_STRIDE
+        shutil.rmtree(out, ignore_errors=True)  # a failed compile may leave files
+        try:
+            root = compile_spec(
+                spec, out, seed=drawn, n_tasks=n_tasks, difficulties=difficulties, name=name
+            )
+        except UnsolvableTask as exc:
+            failures.append(f"seed {drawn}: {str(exc)[:200]}")
+            continue
+        except CompileError:
+            shutil.rmtree(out, ignore_errors=True)
+            raise
+        return Drawn(root, drawn, tuple(failures))
+    shutil.rmtree(out, ignore_errors=True)
+    return Drawn(None, drawn, tuple(failures))
+
+
 class SpecAgent:
     """Synthesizes one bundle per job by asking ``policy`` for a spec; ``make`` may repeat."""
 
@@ -248,38 +287,32 @@ class _Run:
             return False, "invalid_spec", f"tasks: no task template offers levels {levels}"
         shift = self.job.index % len(wanted)  # rotated per job so a run covers every level
         cycle = wanted[shift:] + wanted[:shift]
-        failures: list[str] = []
-        for redraw in range(REDRAWS + 1):
-            seed = self.job.seed + redraw * REDRAW_STRIDE
-            shutil.rmtree(staging, ignore_errors=True)  # a failed compile may leave files
-            try:
-                root = compile_spec(
-                    spec,
-                    staging,
-                    seed=seed,
-                    n_tasks=config.tasks_per_bundle,
-                    difficulties=cycle,
-                    name=self.job.key,
-                )
-            except UnsolvableTask as exc:
-                failures.append(f"seed {seed}: {str(exc)[:200]}")
-                continue
-            except CompileError as exc:
-                # A written task failed its proof: the compiler's fault, not the model's; nothing
-                # the model could change would be a fair ask, so the job ends here.
-                shutil.rmtree(staging, ignore_errors=True)
-                raise _CompilerBug(str(exc)) from exc
-            self.compiled = {
-                "spec_name": spec.name,
-                "database_seed": seed,
-                "redraws": failures,
-                "difficulties": list(cycle[: config.tasks_per_bundle]),
-            }
-            self._provenance(root, spec, seed)
-            return None
-        shutil.rmtree(staging, ignore_errors=True)
-        detail = prompts.UNSOLVABLE.format(draws=len(failures), detail=failures[-1][:200])
-        return True, "unsolvable", detail
+        try:
+            drawn = compile_redrawn(
+                spec,
+                staging,
+                seed=self.job.seed,
+                n_tasks=config.tasks_per_bundle,
+                difficulties=cycle,
+                name=self.job.key,
+            )
+        except CompileError as exc:
+            # A written task failed its proof: the compiler's fault, not the model's; nothing
+            # the model could change would be a fair ask, so the job ends here.
+            raise _CompilerBug(str(exc)) from exc
+        if drawn.root is None:
+            detail = prompts.UNSOLVABLE.format(
+                draws=len(drawn.failures), detail=drawn.failures[-1][:200]
+            )
+            return True, "unsolvable", detail
+        self.compiled = {
+            "spec_name": spec.name,
+            "database_seed": drawn.seed,
+            "redraws": list(drawn.failures),
+            "difficulties": list(cycle[: config.tasks_per_bundle]),
+        }
+        self._provenance(drawn.root, spec, drawn.seed)
+        return None
 
     def _provenance(self, root: Path, spec: Spec, seed: int) -> None:
         """The compiler wrote itself as the agent; the bundle's maker is this model, in rounds."""
@@ -374,6 +407,7 @@ __all__ = [
     "ReplyRejected",
     "SpecAgent",
     "SpecConfig",
+    "compile_redrawn",
     "make_spec_agent",
     "parse_reply",
     "reply_json",

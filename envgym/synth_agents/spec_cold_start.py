@@ -29,15 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envgym.envs.procedural_kit.build import UnsolvableTask
-from envgym.envs.procedural_kit.spec.compile import CompileError, compile_spec
+from envgym.envs.procedural_kit.spec.compile import CompileError
 from envgym.envs.procedural_kit.spec.note import DomainNote
 from envgym.envs.procedural_kit.spec.writer import write_spec
 from envgym.policy import Policy, PolicyError, SamplingParams
 from envgym.synth_agents import spec_prompts as prompts
 from envgym.synth_agents.domain_corpus import normalize, notes
-from envgym.synth_agents.procedural import REDRAW_STRIDE, REDRAWS
-from envgym.synth_agents.spec_agent import ReplyRejected, parse_reply
+from envgym.synth_agents.spec_agent import ReplyRejected, compile_redrawn, parse_reply
 
 ALWAYS_TRAINED = ("library loans",)  # the prompt's worked example
 
@@ -146,15 +144,9 @@ def _judge(reply: str, tasks: int) -> str:
         return rejected.kind
     scratch = Path(tempfile.mkdtemp(prefix="envgym-spec-probe-"))
     try:
-        for redraw in range(REDRAWS + 1):
-            out = scratch / str(redraw)
-            try:
-                compile_spec(spec, out, seed=redraw * REDRAW_STRIDE, n_tasks=tasks)
-            except UnsolvableTask:
-                continue
-            except CompileError:
-                return "compile_error"
-            return "compiled"
-        return "unsolvable"
+        drawn = compile_redrawn(spec, scratch / "bundle", seed=0, n_tasks=tasks)
+    except CompileError:
+        return "compile_error"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return "compiled" if drawn.root is not None else "unsolvable"

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Protocol
 
+from envgym.suite_check import solve_share_per_level
 from envgym.synth_agents.journal import Journal
 from envgym.synth_agents.recorder import JOURNAL as SYNTH_JOURNAL
 
@@ -31,12 +32,12 @@ def suite_report(out: Path, config: _Config, records: list[dict[str, Any]]) -> d
     signatures = {s for r in included for s in r["signatures"]}
     tools = sorted(len(r["signatures"]) for r in included)
     levels: Counter[int] = Counter()
-    greedy: dict[int, list[bool]] = {}
+    greedy: list[tuple[int, bool]] = []
     for r in included:
         for level, solved in zip(r["levels"], r["baseline"]):
             levels[level] += 1
             if solved is not None:
-                greedy.setdefault(level, []).append(bool(solved))
+                greedy.append((level, bool(solved)))
     jobs = _jobs(out, config)
     made = sum(bool(j.get("made")) for j in jobs)
     validated = sum(j.get("status") == "kept" for j in jobs)
@@ -58,10 +59,7 @@ def suite_report(out: Path, config: _Config, records: list[dict[str, Any]]) -> d
             "max": tools[-1] if tools else 0,
         },
         "tasks_per_level": {str(k): v for k, v in sorted(levels.items())},
-        "greedy_solve_share_per_level": {
-            str(k): {"tasks": len(v), "solved": sum(v), "share": sum(v) / len(v)}
-            for k, v in sorted(greedy.items())
-        },
+        "greedy_solve_share_per_level": solve_share_per_level(greedy),
         "jobs": len(jobs),
         "jobs_requested": len(config.categories) * config.per_category,
         "made": made,
