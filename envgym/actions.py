@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from envgym.messages import (
     STRICT_JSON,
@@ -60,9 +60,9 @@ class ActionProblem:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class NormalizedAction:
-    """A clean assistant turn.
+class NormalizedAction(NamedTuple):
+    """A clean assistant turn (a named tuple: one per step, immutable without a frozen
+    dataclass's per-field ``__setattr__``).
 
     ``message`` is what goes into the transcript: its ``tool_calls`` hold every call the agent
     made, broken ones included, so each per-call problem has an id to answer.
@@ -93,7 +93,13 @@ def read_action(
     """One agent turn read: raw text through ``parse`` (the env's tool-call parser), anything
     else through :func:`normalize_action`; then ids already in ``taken`` renamed with
     ``suffix`` (:func:`unique_call_ids`).  Never raises."""
-    parsed = parse(action) if isinstance(action, str) else normalize_action(action)
+    if type(action) is dict:  # the common case straight to its fast reader (one step's frames)
+        try:
+            parsed = _well_formed(action) or _repair(action)
+        except Exception:  # noqa: BLE001 - as normalize_action: never raises
+            parsed = normalize_action(action)
+    else:
+        parsed = parse(action) if isinstance(action, str) else normalize_action(action)
     return unique_call_ids(parsed, taken, suffix)
 
 
@@ -131,6 +137,9 @@ def normalize_action(action: Any) -> NormalizedAction:
         return NormalizedAction(assistant_message(None), (), (problem,))
 
 
+_SCAN_JSON = STRICT_JSON.scan_once
+
+
 def _well_formed(action: Any) -> NormalizedAction | None:
     """The common case — a plain dict exactly as the OpenAI format has it — read without the
     general path's repairs; None whenever anything is unusual (the general path decides).
@@ -160,10 +169,11 @@ def _well_formed(action: Any) -> NormalizedAction | None:
         if type(name) is not str or not name or name != name.strip() or type(text) is not str:
             return None
         try:
-            # raw_decode, not decode: no whitespace scans around the object.  Text with
-            # whitespace or anything after the object is left to the general path.
-            arguments, end = STRICT_JSON.raw_decode(text)
-        except (ValueError, RecursionError):
+            # The decoder's scanner itself (what raw_decode calls, minus its frame), not decode:
+            # no whitespace scans around the object.  Text with whitespace or anything after
+            # the object is left to the general path; StopIteration is "no value at 0".
+            arguments, end = _SCAN_JSON(text, 0)
+        except (StopIteration, ValueError, RecursionError):
             return None
         if end != len(text) or type(arguments) is not dict:
             return None
@@ -359,7 +369,7 @@ def unique_call_ids(action: NormalizedAction, taken: set[str], suffix: str) -> N
             rename[old] = new
     message: AssistantMessage = dict(action.message)  # type: ignore[assignment]
     message["tool_calls"] = [{**c, "id": rename.get(c["id"], c["id"])} for c in calls]
-    tool_calls = tuple(replace(c, id=rename.get(c.id, c.id)) for c in action.tool_calls)
+    tool_calls = tuple(c._replace(id=rename.get(c.id, c.id)) for c in action.tool_calls)
     problems = tuple(
         replace(p, call_id=rename[p.call_id]) if p.call_id in rename else p for p in action.problems
     )

@@ -173,23 +173,14 @@ class BundleEnv(CallByCall, Env):
         if self.episode.tool_calls >= self.budgets.max_tool_calls:
             self.episode.errors["tool_budget"] += 1
             return "Error: tool-call budget exhausted.", None
-        left = self._time_left()
+        budget = self.budgets.time_budget_s  # _time_left(), written out: once per call
+        left = None if budget is None else budget - (time.monotonic() - self.episode.started)
         if left is not None and left <= 0:  # checked between calls, not only after the step
             self.episode.errors["time_budget"] += 1
             return "Error: the episode's time budget is used up; the call was not run.", None
         self.episode.tool_calls += 1
-        result = self._call_within(call, left)
-        if result.error:
-            self.episode.errors[result.error] += 1
-            return result.content, None
-        if call.name == self.task.submit_tool:
-            return result.content, self._verify(dict(call.arguments))
-        return result.content, None
-
-    def _call_within(self, call: ToolCall, left: float | None) -> ToolResult:
-        """Run a validated call with its wall-clock limit cut to the time budget ``left``."""
-        try:
-            return run_tool(
+        try:  # a validated call, its wall-clock limit cut to the time budget left
+            result = run_tool(
                 self.sandbox,
                 self.tools,
                 call.name,
@@ -198,10 +189,16 @@ class BundleEnv(CallByCall, Env):
                 timeout_s=left,
             )
         except Exception as err:  # noqa: BLE001 - step never raises on agent input; counted
-            return ToolResult(
+            result = ToolResult(
                 content=f"Error: {call.name} could not be run ({type(err).__name__})",
                 error="internal_error",
             )
+        if result.error:
+            self.episode.errors[result.error] += 1
+            return result.content, None
+        if call.name == self.task.submit_tool:
+            return result.content, self._verify(dict(call.arguments))
+        return result.content, None
 
     def _time_left(self) -> float | None:
         budget = self.budgets.time_budget_s

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 from envgym.core import Message
 from envgym.messages import is_env_message
@@ -32,17 +32,25 @@ class Dropped:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Rendered:
+class Rendered(NamedTuple):
     """The messages to show the model, and what was left out to get them.
 
     ``origins[i]`` is the history index ``messages[i]`` came from (None for a message the
-    context manager wrote, such as a summary).
+    context manager wrote, such as a summary).  Built without ``mapped_origins`` it is one
+    message per history index, in order (what a reasoning policy renders), spelled out only
+    when read.  A named tuple: every step renders, and a frozen dataclass plus a tuple of the
+    whole history's length were most of a cheap render's cost.
     """
 
     messages: list[Message]
     dropped: tuple[Dropped, ...] = ()
-    origins: tuple[int | None, ...] = ()
+    mapped_origins: tuple[int | None, ...] | None = None
+
+    @property
+    def origins(self) -> tuple[int | None, ...]:
+        if self.mapped_origins is None:
+            return tuple(range(len(self.messages)))
+        return self.mapped_origins
 
 
 ReasoningPolicy: TypeAlias = Callable[[Sequence[Mapping[str, Any]]], Rendered]
@@ -63,21 +71,17 @@ def _strip_reasoning(
     every step, so copying the whole history each time would dominate a cheap tool call):
     treat rendered messages as read-only.
     """
-    messages: list[Message] = []
+    messages: list[Message] = list(history)  # type: ignore[arg-type]  # as given: not copied
     dropped: list[Dropped] = []
-    head = min(max(drop_before, 0), len(history))
-    for i in range(head):
-        original = history[i]
+    for i in range(min(max(drop_before, 0), len(history))):
+        original = messages[i]
         if "reasoning_content" in original and original.get("role") == "assistant":
             message = dict(original)
             # Only non-empty reasoning is worth a record; an empty key is just tidied away.
             if message.pop("reasoning_content", None):
                 dropped.append(Dropped(i, "reasoning", reason))
-            messages.append(message)
-        else:
-            messages.append(original)  # type: ignore[arg-type]  # as given: not copied
-    messages.extend(history[head:])  # type: ignore[arg-type]  # the kept tail, in one C call
-    return Rendered(messages, tuple(dropped), tuple(range(len(history))))
+            messages[i] = message  # a copy, the key taken out
+    return Rendered(messages, tuple(dropped) if dropped else ())
 
 
 def keep_all(history: Sequence[Mapping[str, Any]]) -> Rendered:

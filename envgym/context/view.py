@@ -22,6 +22,7 @@ class ContextView:
 
     def __init__(self, manager: ContextManager) -> None:
         self.manager = manager
+        self._budgeted = manager.budget is not None  # a frozen manager: asked once, not per step
         self.start([])
 
     def start(self, history: Sequence[Message]) -> None:
@@ -44,9 +45,12 @@ class ContextView:
 
     def render(self, history: Sequence[Message], tools: list[dict[str, Any]]) -> list[Message]:
         """The prompt's messages now: new history taken in, compacted first if it overflows."""
-        self.sync(history)
+        seen, self._seen = self._seen, len(history)
+        if seen < self._seen:  # as sync(), written out: this runs on every step
+            self._base.extend(history[seen:])
+            self._origins.extend(range(seen, self._seen))
         rendered = self.manager.render(self._base)
-        if self.manager.budget is not None and self.manager.overflowing(rendered.messages, tools):
+        if self._budgeted and self.manager.overflowing(rendered.messages, tools):
             compacted = self.manager.compact_tracked(self._base, tools)
             # Records index history: the base may itself be compacted already.
             self.compactions.extend(

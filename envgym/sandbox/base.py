@@ -18,7 +18,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class SandboxUnavailable(RuntimeError):
@@ -54,9 +54,13 @@ class Limits:
     startup_timeout_s: float = 60.0
 
 
-@dataclass(frozen=True)
-class CallOutcome:
-    """Result of one call into bundle code."""
+class CallOutcome(NamedTuple):
+    """Result of one call into bundle code.
+
+    A named tuple rather than a frozen dataclass: one is built per tool call, and a frozen
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field) cost ~0.6 µs more here, a
+    twentieth of a whole in-process step.  Immutable all the same.
+    """
 
     ok: bool
     value: Any = None  # the JSON-compatible return value when ok

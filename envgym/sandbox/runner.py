@@ -241,11 +241,14 @@ class BundleRunner:
         return {"ok": True, "value": None}
 
     def call(self, request: dict[str, Any]) -> RunnerReply:
-        name = request["name"]
+        return self.call_tool(request["name"], request.get("arguments") or {})
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> RunnerReply:
+        """The ``call`` op without its request (the in-process backend's per-step path)."""
         fn = self.tools.get(name)
         if fn is None:
             return error("not_found", f"no tool named {name!r}")
-        return self._run(fn, request.get("arguments") or {}, self.coercers[name])
+        return self._run(fn, arguments, self.coercers[name])
 
     def solve(self, request: dict[str, Any]) -> RunnerReply:
         fn = self._function("solution.py", request["function"])
