@@ -163,3 +163,8 @@ def test_cold_start_writes_a_folder_the_spec_agent_asks_briefly(tmp_path: Any) -
     )
     assert result.exit_code == 2 and "--held-out must be in" in result.output
     assert not (tmp_path / "x").exists()
+    result = CliRunner().invoke(
+        app, ["cold-start", "spec-writer", "--out", str(tmp_path / "x"), "--max-examples", "0"]
+    )
+    assert result.exit_code == 2 and "--max-examples must be >= 1" in result.output
+    assert not (tmp_path / "x").exists()

@@ -37,6 +37,8 @@ class SpecColdStartConfig:
             raise ValueError("seeds and epochs must be >= 1, held_out >= 0 and lr > 0")
         if self.max_tokens < 64:
             raise ValueError(f"max_tokens must be >= 64, not {self.max_tokens}")
+        if self.max_examples is not None and self.max_examples < 1:
+            raise ValueError(f"--max-examples must be >= 1, not {self.max_examples}")
 
 
 def teacher_example(
