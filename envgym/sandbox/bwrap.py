@@ -358,7 +358,8 @@ class BwrapSandbox(ProcessSandbox):
         # A fresh uid per launch: processes of a killed worker may take a moment to vanish and
         # must not count against the next worker's NPROC.
         identity = plan_identity(self.root, rlimits, limits.max_processes)
-        extra: dict[str, object] = {"reap_strays": True}
+        # seal: a fresh keyring, no capabilities, the drop checked (seal.py)
+        extra: dict[str, object] = {"reap_strays": True, "seal": True}
         if self._load is not None and self._load.get("ok"):
             # The bundle's three files imported in an earlier worker (describe_tools reported
             # on all of them): later workers import the gold solution at its first use, as

@@ -80,6 +80,10 @@ def _apply_limits(config: dict[str, Any]) -> None:
         os.setuid(uid)
         if os.getuid() != uid or os.geteuid() != uid:
             raise SystemExit("envgym worker: failed to drop privileges")
+    if config.get("seal"):  # bwrap and forked workers (Docker: its own seccomp and keyring)
+        from envgym.sandbox.seal import seal
+
+        seal(uid, gid)
 
 
 def _capture_fd_output(capture: int, cap: int) -> str:

@@ -1,6 +1,6 @@
 """The bwrap worker's code, staged once per host process with its bytecode compiled.
 
-A worker imports six envgym modules (``WORKER_MODULES``).  It used to see the whole package and
+A worker imports seven envgym modules (``WORKER_MODULES``).  It used to see the whole package and
 compile them from source at every start: the worker runs with ``-B`` and the host here with
 ``PYTHONDONTWRITEBYTECODE``, so no ``__pycache__`` existed (a read-only install has the same
 effect), and the worker script itself is always compiled when run from source.  Compiling was
@@ -33,6 +33,7 @@ WORKER_MODULES = (
     "tool_schema.py",
     "sandbox/base.py",
     "sandbox/runner.py",
+    "sandbox/seal.py",
     "sandbox/worker.py",
     "sandbox/zygote.py",
 )
