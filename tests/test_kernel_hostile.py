@@ -264,3 +264,19 @@ def test_corrupting_the_kernel_protocol_restarts_it(session: SyncKernelSession) 
     assert result.status == "died" and result.restarted
     assert "it sent a malformed message" in result.text
     assert session.execute("print('clean')").text == "clean\n"
+
+
+def test_kernel_code_holds_no_capability_and_no_keyring(session: SyncKernelSession) -> None:
+    """The kernel's launcher seals its drop as the bundle worker does (sandbox/seal.py): every
+    capability set empty, the key syscalls refused (ENOSYS), seccomp on."""
+    code = (
+        "import ctypes, platform\n"
+        "st = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
+        "nr = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "r = libc.syscall(ctypes.c_long(nr), ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))\n"
+        "print([st[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapAmb', 'Seccomp')],"
+        " r, ctypes.get_errno())\n"
+    )
+    zero = "0000000000000000"
+    assert session.execute(code).text == f"{[zero] * 4 + ['2']} -1 38\n"

@@ -79,7 +79,17 @@ for _ in range(2):
         seen.append({tool: box.call_tool(tool, {}) for tool in ("host_keys", "creds")})
         seen[-1] = {"fork": box.fork, **{t: [o.ok, o.value, o.message] for t, o in seen[-1].items()}}
     episode.cleanup()
-print(json.dumps({"key": key, "seen": seen}))
+from envgym.sandbox.command_jail import run_command
+from envgym.sandbox.jail import python_executable
+probe = ("import ctypes, json, platform; nr = {'x86_64': 250, 'aarch64': 219}[platform.machine()]; "
+         "libc = ctypes.CDLL(None, use_errno=True); "
+         "r = libc.syscall(ctypes.c_long(nr), ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0)); "
+         "st = dict(l.split(':', 1) for l in open('/proc/self/status')); "
+         "print(json.dumps({'session': [r, ctypes.get_errno()], "
+         "**{k: st[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapAmb', 'Seccomp', 'Uid')}}))")
+done = run_command([str(python_executable()), "-I", "-S", "-c", probe], mounts=[], workdir="/")
+command = json.loads(done.stdout) if done.ok else {"failed": done.stderr + str(done.error)}
+print(json.dumps({"key": key, "seen": seen, "command": command}))
 """
 
 
@@ -117,6 +127,16 @@ def test_workers_neither_see_nor_use_the_hosts_keyring(seen: dict) -> None:
         # ... and the host's session keyring is not the worker's: its keys are not listed.
         assert "envgym-secret" not in keys["listed"], keys["listed"]
         assert f"{seen['key']:08x}" not in keys["listed"], keys["listed"]
+
+
+def test_command_jails_are_sealed_too(seen: dict) -> None:
+    """The agent's shell commands (SWE's bash, installs, tests) and the MCP servers start through
+    jail.BOOT, which runs the same seal after its setuid."""
+    command = seen["command"]
+    assert command.get("session") == [-1, 38], command
+    for name in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert command[name] == "0000000000000000", command
+    assert command["Seccomp"] == "2" and int(command["Uid"].split()[0]) >= 1 << 20, command
 
 
 def test_workers_hold_no_capability_in_any_set(seen: dict) -> None:

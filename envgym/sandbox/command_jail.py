@@ -203,6 +203,7 @@ def _run_bwrap(
                 "cwd": workdir,
                 "rlimits": rlimits,
                 "status_fd": write_end,
+                "seal": True,  # a new keyring, no capabilities, key calls refused (seal.py)
             }
             full = _bwrap_argv(
                 root,

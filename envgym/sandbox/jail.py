@@ -282,7 +282,11 @@ def write_identity(scratch: Path, uid: int, gid: int) -> tuple[Path, Path]:
 # ``python -I -S -c BOOT SPEC ARGV...``; SPEC is JSON: uid/gid (-1: keep), cwd, rlimits, and
 # where to report: status_fd (bwrap), io (Docker: a directory with stdout, stderr and status
 # files) or neither (the MCP servers: stdio is the protocol, nothing else may be written).
-BOOT = r"""
+# The seal (seal.py: a new session keyring, no capability in any set, the key syscalls refused,
+# the drop checked) is the same code the bundle worker runs: its source heads every launcher,
+# and a launch with "seal" in its SPEC (bwrap jails; Docker has its own) calls it after setuid.
+SEAL_SOURCE = (Path(__file__).parent / "seal.py").read_text()
+_LAUNCHER = r"""
 import json, os, resource, signal, sys
 spec = json.loads(sys.argv[1]); argv = sys.argv[2:]
 def report(text):
@@ -311,6 +315,11 @@ try:
         os.setgroups([]); os.setgid(spec["gid"]); os.setuid(spec["uid"])
         if os.getuid() != spec["uid"] or os.geteuid() != spec["uid"]:
             raise OSError("failed to drop privileges")
+    if spec.get("seal"):
+        try:
+            seal(spec["uid"] if spec["uid"] >= 0 else None, spec["gid"] if spec["uid"] >= 0 else None)
+        except SystemExit as exc:
+            raise OSError(str(exc)) from None
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)
     os.chdir(spec["cwd"])
@@ -323,3 +332,4 @@ except OSError as exc:
     report("cannot run %r: %s" % (argv[0], exc.strerror or exc))
     os._exit(127)
 """
+BOOT = SEAL_SOURCE + _LAUNCHER

@@ -153,6 +153,7 @@ def main(argv: list[str]) -> int:
             "gid": uid if uid is not None else -1,
             "cwd": cwd if inside else "/",
             "rlimits": identity.rlimits,
+            "seal": True,  # a new keyring, no capabilities, key calls refused (seal.py)
         }
         full = build_argv(spec) + [
             str(python_executable()),

@@ -36,14 +36,15 @@ from typing import IO
 from envgym.sandbox.base import SandboxUnavailable
 from envgym.sandbox.bwrap import _spawn, probe
 from envgym.sandbox.cgroup import JailCgroup, open_cgroup
-from envgym.sandbox.jail import Bind, JailSpec, Only, Tmpfs, build_argv, plan_identity
+from envgym.sandbox.jail import SEAL_SOURCE, Bind, JailSpec, Only, Tmpfs, build_argv, plan_identity
 
 JAIL_WORKSPACE = "/workspace"
 JAIL_IPC = "/run/kernel"
 BOOT_ERROR = "boot-error.txt"  # written into the IPC directory when the program fails to start
 
 # Runs as ``python -I -c BOOT UID GID MODULE ARGS...`` inside the jail.  Stdlib only.
-BOOT = r"""
+# SEAL_SOURCE first (jail.py): a new session keyring, no capabilities, key syscalls refused.
+_LAUNCHER = r"""
 import os, signal, sys, traceback
 uid, gid, module = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 try:
@@ -51,6 +52,7 @@ try:
         os.setgroups([]); os.setgid(gid); os.setuid(uid)
         if os.getuid() != uid or os.geteuid() != uid:
             raise SystemExit("jail: failed to drop privileges")
+    seal(uid if uid >= 0 else None, gid if uid >= 0 else None)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -65,6 +67,7 @@ except BaseException:
         traceback.print_exc(file=fh)
     raise
 """
+BOOT = SEAL_SOURCE + _LAUNCHER
 
 
 @dataclass(frozen=True)
