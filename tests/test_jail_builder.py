@@ -120,3 +120,35 @@ def test_identity_plan() -> None:
 def test_chdir_must_be_absolute() -> None:
     with pytest.raises(ValueError, match="chdir"):
         JailSpec(root=os.geteuid() == 0, chdir="work")
+
+
+def test_jail_uids_are_never_handed_out_twice() -> None:
+    """Every launch gets a fresh uid (its RLIMIT_NPROC and per-uid kernel accounting are its
+    own): the old (pid, counter % 1024) packing gave a long episode's uid to its 1025th
+    successor."""
+    from envgym.sandbox.jail import UID_BASE, allocate_uid
+
+    uids = [allocate_uid() for _ in range(3000)]
+    assert len(set(uids)) == len(uids) and min(uids) >= UID_BASE
+
+
+def test_another_host_process_skips_the_uids_this_one_holds() -> None:
+    """Host processes claim uids machine-wide: a second process that starts counting where this
+    one did gets none of this one's uids (and gets them only after this one exits)."""
+    import subprocess
+    import sys
+
+    from envgym.sandbox import jail
+
+    held = [jail.allocate_uid() for _ in range(20)]
+    child = (
+        "import sys; from envgym.sandbox import jail\n"
+        f"jail._uids._next = {held[0] - jail.UID_BASE}\n"
+        "print(*[jail.allocate_uid() for _ in range(30)])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=True
+    )
+    theirs = [int(u) for u in done.stdout.split()]
+    assert len(theirs) == 30 and not set(theirs) & set(held), (held, theirs)
+    assert min(theirs) > max(held)  # it stepped over the held run

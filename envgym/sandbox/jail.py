@@ -19,24 +19,78 @@ Stdlib only: ``jail_exec.py`` loads it without the envgym package.
 
 from __future__ import annotations
 
-import itertools
+import fcntl
 import os
 import posixpath
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 BWRAP = "/usr/bin/bwrap"
 UID_BASE = 1 << 20  # far above login users and the usual /etc/subuid ranges
-_spawns = itertools.count()
+UID_SLOTS = 1 << 30  # jail uids are UID_BASE + slot
+# Jail uids are claimed machine-wide with a one-byte lock per slot in this file (fcntl locks:
+# released by the kernel when the claiming process exits, however it exits).
+UID_REGISTRY = "envgym-jail-uids"
+_REGISTRY_DIRS = ("/run", "/dev/shm", "/tmp")
+
+
+class _UidRegistry:
+    """The slots this process claimed, and the machine-wide registry that keeps other host
+    processes off them.  A uid is never handed out twice by one process, nor while another
+    process holds it: before, a packed (pid, counter % 1024) wrapped after 1024 launches, so a
+    long episode shared its uid (its RLIMIT_NPROC, its per-uid kernel accounting) with a newer
+    one, and host processes whose pids were equal modulo 2**20 drew the same uids."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._claimed: set[int] = set()
+        self._next = int.from_bytes(os.urandom(4), "little") % UID_SLOTS
+
+    def claim(self) -> int:
+        with self._lock:
+            fd = self._open()
+            for _ in range(1 << 16):
+                slot, self._next = self._next, (self._next + 1) % UID_SLOTS
+                if slot in self._claimed:
+                    continue
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot, os.SEEK_SET)
+                except OSError:  # another host process holds it
+                    continue
+                self._claimed.add(slot)
+                return UID_BASE + slot
+        raise OSError("no free jail uid in 65536 tries (other envgym processes hold them)")
+
+    def _open(self) -> int:
+        if self._fd is None:
+            folder = next((d for d in _REGISTRY_DIRS if os.path.isdir(d)), "/tmp")
+            # Never closed: closing any fd of the file would drop every lock this process holds.
+            self._fd = os.open(
+                os.path.join(folder, UID_REGISTRY), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+            )
+        return self._fd
+
+    def after_fork(self) -> None:
+        """A forked child holds none of its parent's locks: it starts over elsewhere."""
+        self._lock = threading.Lock()
+        self._claimed = set()
+        self._next = int.from_bytes(os.urandom(4), "little") % UID_SLOTS
+
+
+_uids = _UidRegistry()
+os.register_at_fork(after_in_child=_uids.after_fork)
 
 
 # -- the parts every jail shares -------------------------------------------------------------
 
 
 def allocate_uid() -> int:
-    """A uid no other live jail on this machine uses: (host pid, spawn counter) packed."""
-    return UID_BASE + ((os.getpid() % (1 << 20)) << 10 | next(_spawns) % 1024)
+    """A uid no other live jail on this machine uses (this process never hands it out again;
+    other host processes skip it until this one exits): :class:`_UidRegistry`."""
+    return _uids.claim()
 
 
 def is_jail_uid(uid: int) -> bool:
