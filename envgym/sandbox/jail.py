@@ -108,7 +108,9 @@ def python_executable() -> Path:
 # the pids it reports are the host's, and the capabilities each forked episode needs to make its
 # own namespaces and mounts and to drop to its uid.  The server runs only envgym's trusted worker
 # modules; every episode process drops these (bounding set included) before bundle code runs.
-FORK_SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN", "CAP_SETPCAP")
+# CAP_NET_ADMIN brings each episode's loopback up (zygote._loopback_up); the server, with
+# CAP_SYS_ADMIN in the host's pid namespace, could reach the host's network anyway.
+FORK_SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_NET_ADMIN")
 
 
 def isolation(root: bool, network: bool = False, fork_server: bool = False) -> list[str]:

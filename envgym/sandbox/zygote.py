@@ -29,6 +29,7 @@ Stdlib only, plus the worker's envgym modules (staged with it, worker_stage.py).
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -36,6 +37,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import types
 from pathlib import Path
@@ -57,7 +59,8 @@ SYS_MOVE_MOUNT = 429  # the same number on every architecture (new syscalls shar
 PR_SET_PDEATHSIG, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 15, 24, 38
 # /proc/PID/comm of an episode's processes (their argv is the server's): for ps and benchmarks.
 INIT_NAME, WORKER_NAME = b"envgym-init", b"envgym-worker"
-CAP_SETPCAP, CAP_SYS_ADMIN = 8, 21
+CAP_SETPCAP, CAP_NET_ADMIN, CAP_SYS_ADMIN = 8, 12, 21
+SIOCSIFFLAGS, IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x8914, 0x1, 0x8, 0x40
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # What bwrap covers read-only in a fresh /proc: writable to root, harmless to read.
 PROC_COVERS = ("sys", "sysrq-trigger", "irq", "bus")
@@ -186,6 +189,7 @@ def _episode(
         for fd in cgroups:
             os.write(fd, b"0")
         _check(_libc.unshare(EPISODE_NAMESPACES), "unshare")
+        _loopback_up()
         _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to siblings
         _move_mount(fds["bundle"], "/bundle")
         if "state" in fds:
@@ -227,6 +231,15 @@ def _episode(
     _reap(worker, status)
 
 
+def _loopback_up() -> None:
+    """``lo`` of the episode's new network namespace up (the kernel gives it 127.0.0.1 and ::1),
+    as bwrap's ``--unshare-net`` does: a bundle that talks to itself over a local socket works
+    alike in both modes.  Needs CAP_NET_ADMIN, which the episode's processes drop."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
+        fcntl.ioctl(sock, SIOCSIFFLAGS, request)
+
+
 def _reap(worker: int, status_fd: int) -> NoReturn:
     """pid 1's job: reap; when the worker exits report how (as bwrap: 128+signal) and exit,
     which makes the kernel kill whatever else of the namespace is left."""
@@ -253,6 +266,7 @@ def _worker(spec: dict[str, Any]) -> NoReturn:
     try:
         _name(WORKER_NAME)
         _prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN)
+        _prctl(PR_CAPBSET_DROP, CAP_NET_ADMIN)
         _prctl(PR_CAPBSET_DROP, CAP_SETPCAP)
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         os.chdir(spec["cwd"])
