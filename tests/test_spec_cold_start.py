@@ -4,6 +4,7 @@ prompt prefix, and the probe's counts with scripted policies."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -157,6 +158,15 @@ def test_cold_start_writes_a_folder_the_spec_agent_asks_briefly(tmp_path: Any) -
     assert summary["steps"] >= 1 and summary["policy_tokens"] > 50_000  # all; 4 trained on
     assert summary["probe"]["domains"] == 2 == sum(summary["probe"]["kinds"].values())
     assert taught_prompt(str(out)) == "brief"
+    # --probe-only: the taught folder probed again, nothing trained; a folder of another split
+    # or one never taught is refused by name
+    again = run_spec_cold_start(out, cfg, model=base, probe=1, probe_only=True)
+    assert again["probe"]["domains"] == 1 and "steps" not in again
+    assert again["held_out_domains"] == summary["held_out_domains"]
+    with pytest.raises(ValueError, match="another domain split"):
+        run_spec_cold_start(out, replace(cfg, seed=1), model=base, probe=1, probe_only=True)
+    with pytest.raises(ValueError, match="needs a folder taught by cold-start spec-writer"):
+        run_spec_cold_start(tmp_path / "none", cfg, model=base, probe=1, probe_only=True)
     # bad input is named, and nothing is trained
     result = CliRunner().invoke(
         app, ["cold-start", "spec-writer", "--out", str(tmp_path / "x"), "--held-out", "500"]

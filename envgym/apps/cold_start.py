@@ -55,6 +55,12 @@ def cold_start_command(
     probe_base: bool = typer.Option(
         False, "--probe-base", help="spec-writer: probe the untaught model first, to compare"
     ),
+    probe_only: bool = typer.Option(
+        False,
+        "--probe-only",
+        help="spec-writer: only probe the folder --out holds (taught earlier with the same "
+        "--held-out and --seed)",
+    ),
     max_examples: int = typer.Option(
         None,
         "--max-examples",
@@ -77,7 +83,7 @@ def cold_start_command(
     if category == "spec-writer":
         settings = {"held_out": held_out, "seeds": seeds, "epochs": epochs, "lr": lr,
                     "seed": seed, "max_examples": max_examples}  # fmt: skip
-        raise typer.Exit(_spec_writer(out, model, settings, probe, probe_base, as_json))
+        raise typer.Exit(_spec_writer(out, model, settings, probe, probe_base, as_json, probe_only))
     try:
         if category not in CATEGORIES:
             raise ValueError(
@@ -135,6 +141,7 @@ def _spec_writer(
     probe: int,
     probe_base: bool,
     as_json: bool,
+    probe_only: bool = False,
 ) -> int:
     from envgym.apps.spec_cold_start_run import SpecColdStartConfig, run_spec_cold_start
 
@@ -149,7 +156,8 @@ def _spec_writer(
     with sft_progress(err) as on_step:
         try:
             summary = run_spec_cold_start(out.expanduser(), cfg, model=model, probe=probe,
-                                          probe_base=probe_base, on_step=on_step)  # fmt: skip
+                                          probe_base=probe_base, on_step=on_step,
+                                          probe_only=probe_only)  # fmt: skip
         except (ValueError, OSError) as exc:
             err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
             return 2
