@@ -132,15 +132,20 @@ def capability_sets() -> tuple[int, int, int]:
     )
 
 
+def clear_capability_sets() -> None:
+    """Effective, permitted and inheritable emptied (lowering needs no privilege); the ambient
+    set is a subset of permitted ∩ inheritable (the kernel keeps it so): empty too."""
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    if _libc.capset(ctypes.byref(header), (_CapData * 2)()) != 0:
+        raise _fail("could not clear the capability sets")
+
+
 def seal(uid: int | None, gid: int | None) -> None:
     """After the worker's ``setuid``/``setgid`` (``uid``/``gid``; None: it kept the host's, in a
     user namespace): a fresh session keyring, every capability set empty, the key syscalls
     refused; then the drop is checked, and any surprise ends the worker before bundle code."""
     _join_new_session_keyring()
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    if _libc.capset(ctypes.byref(header), (_CapData * 2)()) != 0:  # lowering needs no privilege
-        raise _fail("could not clear the capability sets")
-    # The ambient set is a subset of permitted ∩ inheritable (the kernel keeps it so): empty now.
+    clear_capability_sets()
     _deny_key_syscalls()
     if uid is not None and set(os.getresuid()) != {uid}:
         raise SystemExit(f"envgym worker: uids {os.getresuid()} after the drop, not {uid}")

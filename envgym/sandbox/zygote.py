@@ -61,7 +61,6 @@ PR_SET_PDEATHSIG, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 15, 24,
 INIT_NAME, WORKER_NAME = b"envgym-init", b"envgym-worker"
 CAP_SETPCAP, CAP_NET_ADMIN, CAP_SYS_ADMIN = 8, 12, 21
 SIOCSIFFLAGS, IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x8914, 0x1, 0x8, 0x40
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # What bwrap covers read-only in a fresh /proc: writable to root, harmless to read.
 PROC_COVERS = ("sys", "sysrq-trigger", "irq", "bus")
 # Stdlib modules bundles commonly import, paid once here instead of once per episode.  Their
@@ -130,18 +129,6 @@ def _name(name: bytes) -> None:
     _check(_libc.prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0), "prctl name")
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
-    ]
-
-
 def _drop_all_capabilities() -> None:
     """Bounding set emptied, then effective/permitted/inheritable cleared."""
     last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
@@ -149,9 +136,9 @@ def _drop_all_capabilities() -> None:
         if cap != CAP_SETPCAP:
             _prctl(PR_CAPBSET_DROP, cap)
     _prctl(PR_CAPBSET_DROP, CAP_SETPCAP)  # last: dropping needs it
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    from envgym.sandbox.seal import clear_capability_sets  # imported by the server's start
+
+    clear_capability_sets()
 
 
 def _bootstrap() -> None:
@@ -371,7 +358,7 @@ def main(argv: list[str]) -> int:
     # A pidfd per live episode: a few thousand episodes must not run the server out of fds.
     resource.setrlimit(resource.RLIMIT_NOFILE, (_NOFILE[1], _NOFILE[1]))
     _bootstrap()
-    from envgym.sandbox import runner, worker  # noqa: F401 - the point: imported once, here
+    from envgym.sandbox import runner, seal, worker  # noqa: F401 - the point: imported once, here
 
     for name in WARM:
         __import__(name)
