@@ -36,17 +36,10 @@ class ContextView:
         self.dropped_now: list[dict[str, Any]] = []  # what the last render left out (reasoning)
         self.rendered: list[Message] = list(history)
 
-    def sync(self, history: Sequence[Message]) -> None:
-        """Take in the messages appended to ``history`` since the last call."""
-        seen, self._seen = self._seen, len(history)
-        if seen < self._seen:  # slices and ranges: per-message Python work runs on every step
-            self._base.extend(history[seen:])
-            self._origins.extend(range(seen, self._seen))
-
     def render(self, history: Sequence[Message], tools: list[dict[str, Any]]) -> list[Message]:
         """The prompt's messages now: new history taken in, compacted first if it overflows."""
         seen, self._seen = self._seen, len(history)
-        if seen < self._seen:  # as sync(), written out: this runs on every step
+        if seen < self._seen:  # slices and ranges: per-message Python work runs on every step
             self._base.extend(history[seen:])
             self._origins.extend(range(seen, self._seen))
         rendered = self.manager.render(self._base)
