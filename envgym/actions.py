@@ -93,13 +93,7 @@ def read_action(
     """One agent turn read: raw text through ``parse`` (the env's tool-call parser), anything
     else through :func:`normalize_action`; then ids already in ``taken`` renamed with
     ``suffix`` (:func:`unique_call_ids`).  Never raises."""
-    if type(action) is dict:  # the common case straight to its fast reader (one step's frames)
-        try:
-            parsed = _well_formed(action) or _repair(action)
-        except Exception:  # noqa: BLE001 - as normalize_action: never raises
-            parsed = normalize_action(action)
-    else:
-        parsed = parse(action) if isinstance(action, str) else normalize_action(action)
+    parsed = parse(action) if isinstance(action, str) else normalize_action(action)
     return unique_call_ids(parsed, taken, suffix)
 
 
@@ -129,7 +123,8 @@ def normalize_action(action: Any) -> NormalizedAction:
     Never raises.
     """
     try:
-        return _normalize(action)
+        fast = _well_formed(action)  # the common case, without the repairs
+        return fast if fast is not None else _repair(action)
     except Exception as err:  # noqa: BLE001 - the contract is "never raises"; this is the net
         problem = ActionProblem(
             "bad_message", f"the action could not be read ({type(err).__name__})"
@@ -143,7 +138,7 @@ _SCAN_JSON = STRICT_JSON.scan_once
 def _well_formed(action: Any) -> NormalizedAction | None:
     """The common case — a plain dict exactly as the OpenAI format has it — read without the
     general path's repairs; None whenever anything is unusual (the general path decides).
-    Must give the same result as :func:`_normalize` on every input it accepts (tested)."""
+    Must give the same result as :func:`_repair` on every input it accepts (tested)."""
     if type(action) is not dict or action.get("role", "assistant") != "assistant":
         return None
     content, reasoning = action.get("content"), action.get("reasoning_content")
@@ -188,11 +183,6 @@ def _well_formed(action: Any) -> NormalizedAction | None:
     if entries:
         message["tool_calls"] = entries
     return NormalizedAction(message, tuple(calls))
-
-
-def _normalize(action: Any) -> NormalizedAction:
-    fast = _well_formed(action)
-    return fast if fast is not None else _repair(action)
 
 
 def _repair(action: Any) -> NormalizedAction:
