@@ -118,7 +118,7 @@ def _probe_taught(out: Path, split: Any, probe: int, cfg: SpecColdStartConfig) -
     """The probe of a folder taught by an earlier run, on that run's own held-out domains."""
     record = out / "sft_run.json"
     if not record.is_file():
-        raise ValueError(f"--probe-only needs a folder taught by cold-start spec-writer; {out} is not")
+        raise ValueError(f"--probe-only needs a folder taught by cold-start spec-writer: {out}")
     taught = json.loads(record.read_text())
     if taught.get("cold_start") != "spec-writer":
         raise ValueError(f"{out} was not taught by cold-start spec-writer")
