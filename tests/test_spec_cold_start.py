@@ -167,6 +167,15 @@ def test_cold_start_writes_a_folder_the_spec_agent_asks_briefly(tmp_path: Any) -
         run_spec_cold_start(out, replace(cfg, seed=1), model=base, probe=1, probe_only=True)
     with pytest.raises(ValueError, match="needs a folder taught by cold-start spec-writer"):
         run_spec_cold_start(tmp_path / "none", cfg, model=base, probe=1, probe_only=True)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "sft_run.json").symlink_to(out / "sft_run.json")
+    with pytest.raises(ValueError, match="is a link or over 4 MiB"):
+        run_spec_cold_start(linked, cfg, model=base, probe=1, probe_only=True)
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "sft_run.json").write_text("[1, 2")
+    with pytest.raises(ValueError, match="not readable JSON"):
+        run_spec_cold_start(tmp_path / "junk", cfg, model=base, probe=1, probe_only=True)
     # bad input is named, and nothing is trained
     result = CliRunner().invoke(
         app, ["cold-start", "spec-writer", "--out", str(tmp_path / "x"), "--held-out", "500"]

@@ -119,8 +119,14 @@ def _probe_taught(out: Path, split: Any, probe: int, cfg: SpecColdStartConfig) -
     record = out / "sft_run.json"
     if not record.is_file():
         raise ValueError(f"--probe-only needs a folder taught by cold-start spec-writer: {out}")
-    taught = json.loads(record.read_text())
-    if taught.get("cold_start") != "spec-writer":
+    # The folder is the user's: a bounded read, and anything unexpected is refused by name.
+    if record.is_symlink() or record.stat().st_size > 4 * 1024 * 1024:
+        raise ValueError(f"{record} is a link or over 4 MiB: not an sft_run.json this writes")
+    try:
+        taught = json.loads(record.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{record} is not readable JSON ({type(exc).__name__})") from None
+    if not isinstance(taught, dict) or taught.get("cold_start") != "spec-writer":
         raise ValueError(f"{out} was not taught by cold-start spec-writer")
     held_out = taught.get("held_out_domains") or []
     if held_out[:probe] != [n.domain for n in split.held_out[:probe]]:
