@@ -134,8 +134,10 @@ def _probe_taught(out: Path, split: Any, probe: int, cfg: SpecColdStartConfig) -
             f"{out} was taught with another domain split: give the --held-out and --seed it "
             "was taught with"
         )
-    prompt = str(taught.get("spec_prompt") or cfg.prompt)
-    probed = _probe(str(out), split.held_out[:probe], cfg, prompt)
+    from envgym.synth_agents.spec_agent import taught_prompt
+
+    # Asked the way the spec agent asks this folder (its own reading of sft_run.json).
+    probed = _probe(str(out), split.held_out[:probe], cfg, taught_prompt(str(out)))
     return {"out": str(out), "held_out_domains": held_out, "probe": probed}
 
 

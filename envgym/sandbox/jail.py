@@ -44,8 +44,11 @@ class _UidRegistry:
     one, and host processes whose pids were equal modulo 2**20 drew the same uids."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._fd: int | None = None
+        self._start_over()
+
+    def _start_over(self) -> None:
+        self._lock = threading.Lock()
         self._claimed: set[int] = set()
         self._next = int.from_bytes(os.urandom(4), "little") % UID_SLOTS
 
@@ -75,9 +78,7 @@ class _UidRegistry:
 
     def after_fork(self) -> None:
         """A forked child holds none of its parent's locks: it starts over elsewhere."""
-        self._lock = threading.Lock()
-        self._claimed = set()
-        self._next = int.from_bytes(os.urandom(4), "little") % UID_SLOTS
+        self._start_over()
 
 
 _uids = _UidRegistry()
