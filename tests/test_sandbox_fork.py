@@ -12,6 +12,7 @@ turned each one red.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import signal
@@ -32,7 +33,7 @@ from test_sandbox_isolation import (  # noqa: F401 - collected again here, in fo
     test_thread_of_episode_1_cannot_write_episode_2,
 )
 
-from envgym.sandbox import Limits, Sandbox, open_sandbox
+from envgym.sandbox import Limits, Sandbox, SandboxUnavailable, open_sandbox
 from envgym.sandbox.bwrap import BwrapSandbox
 from envgym.sandbox.fork import ENV_SWITCH, ForkedWorker, fork_server
 from envgym.sandbox.jail import count_processes
@@ -40,6 +41,7 @@ from envgym.state import EpisodeDirs
 
 PROBES = '''
 import json
+import dataclasses
 import os
 import resource
 import socket
@@ -336,6 +338,79 @@ def test_a_killed_server_is_restarted(pair: tuple) -> None:
         if _handle(a).server is server:
             break
     assert server.starts == starts + 1 and server.pid not in (None, zygote)
+
+
+def test_a_stalled_server_fails_no_sibling(pair: tuple, probes: Path) -> None:
+    """A launch that times out on a stalled server (stopped: a starved one) retires that server
+    and is tried again on a fresh one; the episodes the stalled server forked keep working (it
+    used to be killed, and every sibling's next call was a crash), and the retired server is
+    stopped once its last episode has ended."""
+    a, b, dirs_a, dirs_b = pair
+    assert _value(a, "mark", name="before") == ["before", "db.sqlite"]
+    slot = _handle(a).server
+    stalled = slot.pid
+    assert stalled is not None and _handle(b).server is slot
+    quick = dataclasses.replace(LIMITS, startup_timeout_s=2)
+    episode = EpisodeDirs(probes / "state", quota_bytes=8 << 20)
+    os.kill(stalled, signal.SIGSTOP)
+    try:
+        with open_sandbox(probes, "bwrap", quick) as late:
+            late.reset(episode.refill())
+            assert _value(late, "mark", name="late") == ["db.sqlite", "late"]
+            assert slot.pid not in (None, stalled)  # a fresh server took the retry
+        assert _value(a, "mark", name="after") == ["after", "before", "db.sqlite"]
+        assert _value(b, "mark", name="b") == ["b", "db.sqlite"]
+        assert _running(stalled)  # retired, not stopped: two of its episodes are alive
+    finally:
+        os.kill(stalled, signal.SIGCONT)
+        episode.cleanup()
+    a.reset(dirs_a.refill())  # each episode's end releases the retired server
+    assert _running(stalled)
+    b.reset(dirs_b.refill())
+    deadline = time.monotonic() + 10
+    while _running(stalled) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _running(stalled)
+    assert _value(a, "status")["procs"] == [1, 2]  # type: ignore[index]
+
+
+def test_the_wait_for_a_busy_server_is_bounded(probes: Path) -> None:
+    """Launches queue for the server's one thread; a launch waits for its turn no longer than
+    its start-up deadline and says so (the wait had no bound)."""
+    quick = dataclasses.replace(LIMITS, startup_timeout_s=1)
+    episode = EpisodeDirs(probes / "state", quota_bytes=8 << 20)
+    with open_sandbox(probes, "bwrap", LIMITS) as first:
+        first.reset(episode.refill())
+        slot = _handle(first).server
+    started = time.monotonic()
+    with slot._lock, open_sandbox(probes, "bwrap", quick) as sandbox:  # held: a busy server
+        try:
+            sandbox.reset(episode.refill())
+            outcome = sandbox.call_tool("mark", {"name": "x"})
+            assert not outcome.ok and "no turn at the fork server" in str(outcome), outcome
+        except SandboxUnavailable as exc:
+            assert "no turn at the fork server within 1 s" in str(exc)
+    assert time.monotonic() - started < 15  # a bound, not a speed: unbounded, it hangs
+    episode.cleanup()
+
+
+def test_servers_of_an_old_package_stop_when_idle(probes: Path, tmp_path: Path) -> None:
+    """A new staged package gets servers of its own; the old ones are retired, so they stop
+    (they used to linger until garbage collection)."""
+    episode = EpisodeDirs(probes / "state", quota_bytes=8 << 20)
+    with open_sandbox(probes, "bwrap", LIMITS) as sandbox:
+        sandbox.reset(episode.refill())
+        assert _value(sandbox, "mark", name="x") == ["db.sqlite", "x"]
+        slot = _handle(sandbox).server
+    episode.cleanup()
+    old = slot.pid
+    assert old is not None and _running(old)
+    fresh = fork_server(tmp_path, slot.mount_at, slot.env, slot._spawn)
+    assert fresh is not slot and fresh.pid is None  # a new slot, started at its first launch
+    deadline = time.monotonic() + 10
+    while _running(old) and time.monotonic() < deadline:  # killed; its reaping is the kernel's
+        time.sleep(0.01)
+    assert not _running(old) and slot.pid is None
 
 
 def test_nothing_runs_after_close(probes: Path) -> None:

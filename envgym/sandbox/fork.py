@@ -2,7 +2,7 @@
 
 Opt-in (``ENVGYM_SANDBOX_FORK=1`` or ``BwrapSandbox(..., fork=True)``), root hosts only.  One
 fork server per host process, in one bwrap jail (``jail.JailSpec(fork_server=True)``), started
-at the first forked launch and again whenever it died.  A launch hands it, over a
+at the first forked launch and again whenever it died or failed a launch (fork_server.py).  A launch hands it, over a
 ``SOCK_SEQPACKET`` socket: the worker's pipes, a status pipe, a stderr file, detached mounts
 (``open_tree(OPEN_TREE_CLONE)``) of the episode state (read-write) and of the sandbox's staged
 code (read-only), and the episode cgroup's ``cgroup.procs`` files.  It answers with the host
@@ -16,11 +16,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
-import json
 import os
 import signal
-import socket
-import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
@@ -31,9 +28,8 @@ from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
 from envgym.sandbox.cgroup import JailCgroup, open_cgroup
 from envgym.sandbox.channel import WorkerHandle, signal_death
 from envgym.sandbox.fdwait import wait_readable
-from envgym.sandbox.jail import Bind, Dir, JailSpec, Tmpfs, build_argv, python_executable
-from envgym.sandbox.process import SANDBOX_BUNDLE, SANDBOX_STATE
-from envgym.sandbox.worker_stage import ZYGOTE_SCRIPT
+from envgym.sandbox.fork_server import ForkServer, ServerLost, Spawn
+from envgym.sandbox.process import SANDBOX_STATE
 
 ENV_SWITCH = "ENVGYM_SANDBOX_FORK"  # "1": bwrap sandboxes fork their workers from a zygote
 DEATH_WAIT_S = 5.0
@@ -43,7 +39,6 @@ OPEN_TREE_CLONE = 1
 AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH, AT_RECURSIVE = 0x100, 0x1000, 0x8000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 _libc = ctypes.CDLL(None, use_errno=True)
-Spawn = Callable[..., "subprocess.Popen[bytes]"]  # Popen's signature (bwrap._spawn)
 # The init's host pid -> a watch of it and its worker (bwrap.TreeWatch), None if not found yet.
 Watch = Callable[[int], Any]
 
@@ -82,109 +77,6 @@ def detached_mount(path: Path, *, readonly: bool) -> int:
     return fd
 
 
-class ForkServer:
-    """The zygote of this host process: started on first use, restarted when it died."""
-
-    def __init__(self, package: Path, mount_at: str, env: dict[str, str], spawn: Spawn) -> None:
-        self.package, self.mount_at, self.env = package, mount_at, env
-        self._spawn = spawn  # bwrap._spawn: from a thread that lives as long as the process
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._stderr: Any = None
-        self.pid: int | None = None  # the zygote's host pid
-        self.starts = 0
-
-    def spawn(self, spec: dict[str, Any], fds: list[int], timeout: float) -> tuple[int, int]:
-        """(host pid of the episode's init, pidfd on it).  Retries once on a fresh server."""
-        with self._lock:
-            for attempt in (1, 2):
-                try:
-                    if self._sock is None:
-                        self._start(timeout)
-                    assert self._sock is not None
-                    self._sock.settimeout(timeout)
-                    socket.send_fds(self._sock, [json.dumps(spec).encode()], fds)
-                    message, back, _, _ = socket.recv_fds(self._sock, 1 << 16, 4)
-                    if not message:
-                        raise ConnectionResetError("the fork server closed its socket")
-                except OSError as exc:
-                    problem = f"{exc} {self._diagnostics()}".strip()
-                    self.stop()
-                    if attempt == 2:
-                        raise SandboxUnavailable(f"the fork server failed: {problem}") from None
-                    continue
-                reply = json.loads(message)
-                if "error" in reply or len(back) != 1:
-                    for fd in back:
-                        os.close(fd)
-                    raise SandboxUnavailable(f"the fork server refused: {reply.get('error')}")
-                return int(reply["pid"]), back[0]
-        raise AssertionError("unreachable")
-
-    def _start(self, timeout: float) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        spec = JailSpec(
-            root=True,
-            fork_server=True,
-            mounts=(
-                Bind(str(self.package), self.mount_at),
-                Dir(SANDBOX_BUNDLE),  # where each episode's init moves its mounts (zygote.py)
-                Dir(SANDBOX_STATE),
-                Tmpfs("/tmp", mode="0755", readonly=True),
-            ),
-        )
-        script = f"{self.mount_at}/{ZYGOTE_SCRIPT}"
-        argv = build_argv(spec) + [
-            str(python_executable()),
-            "-I",
-            "-S",
-            "-B",
-            script,
-            str(theirs.fileno()),
-        ]
-        self._stderr = tempfile.TemporaryFile()
-        try:
-            self._proc = self._spawn(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=self._stderr,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-                env=self.env,
-            )
-        finally:
-            theirs.close()
-        self._sock = ours
-        ours.settimeout(timeout)
-        hello = ours.recv(1 << 12)
-        if not hello:
-            raise ConnectionResetError("the fork server exited at start")
-        self.pid = int(json.loads(hello)["ready"])
-        self.starts += 1
-
-    def _diagnostics(self) -> str:
-        if self._stderr is None or self._stderr.closed:
-            return ""
-        self._stderr.seek(0)
-        text = self._stderr.read()[-1500:].decode(errors="replace").strip()
-        return f"({text})" if text else ""
-
-    def stop(self) -> None:
-        """Kill the server (episodes it forked die with it: their init has PDEATHSIG)."""
-        sock, proc, self._sock, self._proc, self.pid = self._sock, self._proc, None, None, None
-        if sock is not None:
-            sock.close()
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
-
-
 SERVERS_SWITCH = "ENVGYM_SANDBOX_FORK_SERVERS"  # fork servers per host process (default 1)
 # Launches wait for their server, one at a time (a fork of the server is ~4 ms of CPU, and it
 # is one thread: on a loaded machine every launch queued behind it, docs/SANDBOX.md).  More
@@ -209,6 +101,8 @@ def fork_server(package: Path, mount_at: str, env: dict[str, str], spawn: Spawn)
     with _servers_lock:
         servers = _servers.get(os.getpid())
         if not servers or servers[0].package != package:
+            for stale in servers or ():  # each stops once its episodes are over
+                stale.retire()
             count = server_count()
             servers = _servers[os.getpid()] = [
                 ForkServer(package, mount_at, env, spawn) for _ in range(count)
@@ -221,9 +115,7 @@ def server_processes() -> set[int]:
     benchmarks counting leftover processes leave these out)."""
     found: set[int] = set()
     for server in _servers.get(os.getpid(), []):
-        proc, pid = server._proc, server.pid
-        if proc is not None and pid is not None:
-            found |= {pid, proc.pid}
+        found |= server.processes()
     return found
 
 
@@ -252,7 +144,7 @@ class ForkedWorker(WorkerHandle):
                 cgroups.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
             fds = [request_r, reply_w, status_w, self._stderr.fileno(), *mounts, *cgroups]
             spec = {**spec, "cgroups": len(cgroups)}
-            self.init, self._pidfd = server.spawn(spec, fds, timeout)
+            self.init, self._pidfd, self._zygote = server.spawn(spec, fds, timeout)
             self.server = server
         except BaseException:
             for fd in (request_w, reply_r, status_r):
@@ -295,6 +187,7 @@ class ForkedWorker(WorkerHandle):
             self._watch.close()
         if self.group is not None:
             self.group.remove()
+        self._zygote.release()
 
     def death(self) -> tuple[CallError, str]:
         if self._killed or not wait_readable(self._pidfd, 1.0):
@@ -325,7 +218,26 @@ def launch_forked(
     watch: Watch,
 ) -> ForkedWorker:
     """A worker forked by ``server`` on ``state`` (None: no episode yet) and the staged code:
-    the caller made the state writable for ``uid`` already, as for a bwrap launch."""
+    the caller made the state writable for ``uid`` already, as for a bwrap launch.  A server
+    lost during the launch is replaced and the launch tried once more, with fds of its own."""
+    for attempt in (1, 2):
+        try:
+            return _launch_once(server, config, stage, state, limits, uid, watch)
+        except ServerLost:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _launch_once(
+    server: ForkServer,
+    config: dict[str, Any],
+    stage: Path,
+    state: Path | None,
+    limits: Limits,
+    uid: int | None,
+    watch: Watch,
+) -> ForkedWorker:
     spec = {
         "config": config,
         "cwd": SANDBOX_STATE if state is not None else "/",

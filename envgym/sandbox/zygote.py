@@ -286,17 +286,22 @@ def _spawn(
     fds = dict(zip(names, received))
     cgroups = received[len(names) :]
     _check(_libc.unshare(CLONE_NEWPID), "unshare pid")  # this process's next child only
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _episode(spec, fds, cgroups, zygote)
+        finally:
+            os._exit(125)  # whatever happened, the child never returns into the server
     try:
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _episode(spec, fds, cgroups, zygote)
-            finally:
-                os._exit(125)  # whatever happened, the child never returns into the server
-    finally:
+        pidfd = os.pidfd_open(pid)  # before any reap: the pid cannot be reused
         # Children of later requests get namespaces of their own: back to ours for children.
         _check(_libc.setns(own_pidns, CLONE_NEWPID), "setns pid")
-    return {"pid": pid}, [os.pidfd_open(pid)]  # before any reap: the pid cannot be reused
+    except BaseException:
+        # A child nobody tracks would be a zombie for the server's life: end it here.
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    return {"pid": pid}, [pidfd]
 
 
 def _readable(fd: int, timeout_ms: int | None) -> bool:
@@ -309,13 +314,13 @@ def _readable(fd: int, timeout_ms: int | None) -> bool:
 def _reap_children(children: dict[int, int], exited: set[int], poller: select.poll) -> None:
     """Reap the episodes' inits whose pidfds turned readable (they exited)."""
     for fd in exited:
-        pid = children.pop(fd)
+        children.pop(fd)
         poller.unregister(fd)
-        os.close(fd)
-        try:
-            os.waitpid(pid, 0)  # exited: returns at once
+        try:  # by the pidfd, never blocking: exactly the init that exited
+            os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
         except ChildProcessError:
             pass
+        os.close(fd)
 
 
 def serve(sock_fd: int) -> int:
@@ -342,14 +347,13 @@ def serve(sock_fd: int) -> int:
         finally:
             for fd in received:
                 os.close(fd)
+        for fd in back:  # kept (sending passes a copy): it tells us when to reap the init
+            children[fd] = reply["pid"]
+            poller.register(fd, select.POLLIN)
         try:
             socket.send_fds(sock, [json.dumps(reply).encode()], back)
-        finally:
-            for fd in back:
-                mine = os.dup(fd)  # ours, to reap the init when it exits
-                children[mine] = reply["pid"]
-                poller.register(mine, select.POLLIN)
-                os.close(fd)
+        except OSError:
+            return 0  # the host is gone: so are we (its episodes die with us, PDEATHSIG)
 
 
 def main(argv: list[str]) -> int:
