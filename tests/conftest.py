@@ -57,6 +57,14 @@ def _in_ci() -> bool:
 
 
 @pytest.fixture
+def unforked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bwrap workers each started by a bwrap of its own, not forked (the root hosts' default):
+    for tests that read that launch's process handles.  Forked workers have their own tests
+    (test_sandbox_fork*.py)."""
+    monkeypatch.setenv("ENVGYM_SANDBOX_FORK", "0")
+
+
+@pytest.fixture
 def require_backend(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """``require_backend(name)``: skip (fail in CI) when that sandbox backend cannot run here."""
 

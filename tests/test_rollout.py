@@ -374,6 +374,7 @@ def test_env_failures_end_one_episode_and_replace_the_env(
     assert children() <= before  # the broken env was closed, and so were the others
 
 
+@pytest.mark.usefixtures("unforked")  # reads the bwrap launch's process
 def test_cancelling_the_stream_stops_episodes_and_closes_envs(bundle_dir: Path, gold: dict) -> None:
     kids = children()
     specs = specs_for(TASKS, 2)  # task-major: the first four are trip-001 ×2, hangzhou ×2
@@ -547,6 +548,7 @@ def test_cancelling_while_sandboxes_start_leaks_none(bundle_dir: Path) -> None:
     assert children() <= kids
 
 
+@pytest.mark.usefixtures("unforked")  # reads the bwrap launch's process
 def test_closing_an_env_while_its_worker_launches_leaves_no_child(bundle_dir: Path) -> None:
     """The pool closes a cancelled episode's env from another thread while
     that env's ``reset`` may still be launching its sandbox worker (closing is what unblocks a

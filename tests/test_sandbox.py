@@ -379,6 +379,7 @@ def test_missing_tools_py_is_a_bundle_error(tmp_path: Path, backend: str) -> Non
             sandbox.describe_tools()
 
 
+@pytest.mark.usefixtures("unforked")  # reads the bwrap launch's process
 def test_dropped_sandbox_leaves_no_worker(
     bundle: Path, tmp_path: Path, require_backend: Callable[[str], None]
 ) -> None:

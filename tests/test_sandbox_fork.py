@@ -413,6 +413,25 @@ def test_servers_of_an_old_package_stop_when_idle(probes: Path, tmp_path: Path) 
     assert not _running(old) and slot.pid is None
 
 
+def test_a_dropped_sandbox_leaves_no_worker(probes: Path) -> None:
+    """A sandbox garbage-collected without close(): its finalizer kills the forked worker (its
+    pipes are plain fds, which nothing else would close)."""
+    import gc
+
+    episode = EpisodeDirs(probes / "state", quota_bytes=8 << 20)
+    sandbox = open_sandbox(probes, "bwrap", LIMITS)
+    sandbox.reset(episode.refill())
+    assert _value(sandbox, "mark", name="x") == ["db.sqlite", "x"]
+    init = _handle(sandbox).init
+    del sandbox
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _running(init) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _running(init)
+    episode.cleanup()
+
+
 def test_nothing_runs_after_close(probes: Path) -> None:
     episodes = EpisodeDirs(probes / "state", quota_bytes=8 << 20)
     uids, inits = set(), set()
@@ -434,6 +453,18 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2] != "Z"
+
+
+def test_forked_workers_are_the_root_hosts_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envgym.sandbox.fork import fork_requested
+
+    monkeypatch.delenv(ENV_SWITCH)
+    assert fork_requested(root=True) and not fork_requested(root=False)
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    assert not fork_requested(root=True)
+    monkeypatch.setenv(ENV_SWITCH, "yes")
+    with pytest.raises(SandboxUnavailable, match=f"{ENV_SWITCH} must be 0 or 1"):
+        fork_requested(root=True)
 
 
 def test_a_bad_server_count_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -146,8 +146,15 @@ MIB = 2**20
 
 
 @pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest, require_backend: Callable[[str], None]) -> str:
+def backend(
+    request: pytest.FixtureRequest,
+    require_backend: Callable[[str], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> str:
     require_backend(request.param)
+    # Each bwrap worker started by a bwrap of its own (forked workers, the root hosts' default,
+    # meet these same attacks in test_sandbox_fork.py).
+    monkeypatch.setenv("ENVGYM_SANDBOX_FORK", "0")
     return request.param
 
 

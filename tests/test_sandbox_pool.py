@@ -101,6 +101,7 @@ def _sandbox_processes(handles: list[object]) -> list[int]:
     return alive
 
 
+@pytest.mark.usefixtures("unforked")  # reads the bwrap launch's process
 def test_close_kills_the_spare_and_every_episode_worker(env: BundleEnv) -> None:
     box = env.sandbox
     assert isinstance(box, ProcessSandbox) and box._pool is not None

@@ -74,6 +74,12 @@ def solve(tools, task):
 LIMITS = Limits(call_timeout_s=20, startup_timeout_s=60)
 
 
+@pytest.fixture(autouse=True)
+def _bwrap_started(unforked: None) -> None:
+    """What each bwrap-started worker costs (a forked worker starts no interpreter; the fork
+    server imports once what these tests count per start)."""
+
+
 @pytest.fixture
 def bundle(make_bundle: Callable[..., Path], require_backend: Callable[[str], None]) -> Path:
     require_backend("bwrap")

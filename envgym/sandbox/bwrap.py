@@ -331,8 +331,8 @@ class BwrapSandbox(ProcessSandbox):
     ) -> None:
         self.root = os.geteuid() == 0
         probe(self.root)
-        # Forked workers (fork.py, zygote.py): opt-in, root hosts only.
-        self.fork = fork_requested() if fork is None else fork
+        # Forked workers (fork.py, zygote.py): the default on root hosts, which they need.
+        self.fork = fork_requested(self.root) if fork is None else fork
         if self.fork and not self.root:
             raise SandboxUnavailable(
                 f"forked bwrap workers ({ENV_SWITCH}=1) need a root host (they mount and "

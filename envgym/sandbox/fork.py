@@ -1,8 +1,9 @@
 """Forked workers: the host's end of the fork server (zygote.py) and the workers it forks.
 
-Opt-in (``ENVGYM_SANDBOX_FORK=1`` or ``BwrapSandbox(..., fork=True)``), root hosts only.  One
-fork server per host process, in one bwrap jail (``jail.JailSpec(fork_server=True)``), started
-at the first forked launch and again whenever it died or failed a launch (fork_server.py).  A launch hands it, over a
+The default on root hosts, the only ones it runs on (``ENVGYM_SANDBOX_FORK=0`` or
+``BwrapSandbox(..., fork=False)`` turns it off).  One fork server per host process, in one
+bwrap jail (``jail.JailSpec(fork_server=True)``), started at the first forked launch and again
+whenever it died or failed a launch (fork_server.py).  A launch hands it, over a
 ``SOCK_SEQPACKET`` socket: the worker's pipes, a status pipe, a stderr file, detached mounts
 (``open_tree(OPEN_TREE_CLONE)``) of the episode state (read-write) and of the sandbox's staged
 code (read-only), and the episode cgroup's ``cgroup.procs`` files.  It answers with the host
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import itertools
 import os
 import signal
@@ -43,8 +45,23 @@ _libc = ctypes.CDLL(None, use_errno=True)
 Watch = Callable[[int], Any]
 
 
-def fork_requested() -> bool:
-    return os.environ.get(ENV_SWITCH, "") == "1"
+def fork_requested(root: bool) -> bool:
+    """``$ENVGYM_SANDBOX_FORK``: "1" forks workers, "0" starts each with its own bwrap; unset,
+    root hosts whose kernel can detach mounts fork (the default) and the others do not."""
+    raw = os.environ.get(ENV_SWITCH, "")
+    if raw not in ("", "0", "1"):
+        raise SandboxUnavailable(f"${ENV_SWITCH} must be 0 or 1 (or unset), got {raw!r}")
+    return raw == "1" if raw else root and _can_detach_mounts()
+
+
+@functools.cache
+def _can_detach_mounts() -> bool:
+    """``open_tree`` works here (Linux 5.2+, not refused by a container's seccomp filter)."""
+    fd = _libc.syscall(SYS_OPEN_TREE, -100, b"/", OPEN_TREE_CLONE | os.O_CLOEXEC)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
 
 
 class _MountAttr(ctypes.Structure):
@@ -223,9 +240,11 @@ def launch_forked(
     for attempt in (1, 2):
         try:
             return _launch_once(server, config, stage, state, limits, uid, watch)
-        except ServerLost:
+        except ServerLost as exc:
             if attempt == 2:
-                raise
+                raise ServerLost(
+                    f"{exc} ({ENV_SWITCH}=0 starts each worker with a bwrap of its own instead)"
+                ) from None
     raise AssertionError("unreachable")
 
 
