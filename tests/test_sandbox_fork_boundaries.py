@@ -524,6 +524,50 @@ def test_server_fds_and_zombies_return_to_baseline_after_many_episodes(probes: P
         episodes.cleanup()
 
 
+def test_failed_spawns_leave_the_server_as_they_found_it(probes: Path) -> None:
+    """Launches that fail inside the server (a request it refuses: the wrong number of fds;
+    an init that cannot prepare its episode: a pipe where the code's mount should be) leave
+    no fd, child or zombie behind, and the server keeps serving.  Red when the server keeps
+    the fds of a refused request or never reaps a failed init."""
+    from envgym.sandbox.base import SandboxUnavailable as Unavailable
+    from envgym.sandbox.fdwait import wait_readable
+
+    episodes = EpisodeDirs(probes / "state", quota_bytes=8 << 20)
+    try:
+        with open_sandbox(probes, "bwrap", LIMITS) as sandbox:
+            sandbox.reset(episodes.refill())
+            _value(sandbox, "identity")
+            server = _handle(sandbox).server
+            pid = server.pid
+            assert pid is not None
+        baseline, _, _ = _settled(pid, lambda state: state[1:] == (0, 0))
+        spec = {"config": {}, "cwd": "/", "state": False, "cgroups": 0}
+        for _ in range(5):
+            pipes = [os.pipe() for _ in range(3)]
+            mine = [end for pair in pipes for end in pair]
+            try:
+                with pytest.raises(Unavailable, match="refused"):
+                    server.spawn(spec, [pipes[0][0]], timeout=30)
+                # request, reply, status, stderr, and a pipe for the code's mount
+                theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[2][1], pipes[0][0]]
+                init, pidfd, zygote = server.spawn(spec, theirs, timeout=30)
+                assert wait_readable(pidfd, 30)  # it failed, and its namespace is empty
+                os.close(pidfd)
+                zygote.release()
+            finally:
+                for fd in mine:
+                    os.close(fd)
+        assert server.pid == pid  # the same server throughout
+        after = _settled(pid, lambda state: state == (baseline, 0, 0))
+        assert after == (baseline, 0, 0), f"fds, children, zombies: {after}, baseline {baseline}"
+        with open_sandbox(probes, "bwrap", LIMITS) as sandbox:  # and it still serves
+            sandbox.reset(episodes.refill())
+            assert _value(sandbox, "identity")
+            assert _handle(sandbox).server.pid == pid
+    finally:
+        episodes.cleanup()
+
+
 def _wait_ready(sandbox: Sandbox) -> None:
     deadline = time.monotonic() + 60
     spares = sandbox._pool  # type: ignore[attr-defined]
