@@ -187,6 +187,46 @@ def test_the_run_records_its_split_and_what_it_trained_on(tmp_path: Path, fmt: A
     assert run.held_out.to_dict()["bundle_specs"] == [str(held)]
 
 
+def test_a_suite_trains_on_its_train_split_and_holds_out_the_rest(tmp_path: Path, fmt: Any) -> None:
+    """A suite as ``train`` means its training categories' bundles, as a held-out entry its
+    held-out categories' bundles: no held-out category's task becomes an example.  A damaged
+    suite is a config error before anything runs."""
+    from test_suite import config, factory
+
+    from envgym.suite_manifest import load_suite
+    from envgym.synth_agents.suite import build_suite
+    from envgym.trainer.sft_run import build_examples
+
+    suite = tmp_path / "suite"
+    build_suite(config(("alpha", "beta", "gamma"), held_out_share=0.34), suite, None,
+                agent_factory=factory())  # fmt: skip
+    loaded = load_suite(suite)
+    prompts = {
+        split: {json.loads((d / "tasks.jsonl").read_text())["prompt"]
+                for d in loaded.bundle_dirs(split)}
+        for split in ("train", "held_out")
+    }  # fmt: skip
+    assert len(prompts["train"]) == 4 and len(prompts["held_out"]) == 2
+    cfg = run_config_from_dict(
+        {
+            "train": [str(suite)],
+            "out": str(tmp_path / "out"),
+            "held_out": {"bundles": [str(suite)]},
+            "data": {"sandbox": "inprocess"},
+        }
+    )
+    run = build_examples(cfg, fmt, vocab_size=len(fmt.tokenizer))
+    assert len(run.examples) == 4 and run.report.dropped == {}
+    assert len(run.held_out.to_dict()["bundles"]) == 2
+    for example in run.examples:  # each a training category's task, none held out
+        text = fmt.tokenizer.decode(list(example.token_ids))
+        assert sum(p in text for p in prompts["train"]) == 1
+        assert not any(p in text for p in prompts["held_out"])
+    (suite / "suite.json").write_text("{")
+    with pytest.raises(SFTConfigError, match="truncated or not JSON"):
+        run_config_from_dict({"train": [str(suite)], "out": str(tmp_path / "o2")})
+
+
 def test_store_episodes_with_reward_1_of_the_named_model_only(tmp_path: Path, fmt: Any) -> None:
     """Rejection sampling: passed episodes of the named model, minus held-out tasks."""
     import dataclasses

@@ -29,10 +29,15 @@ def sft_command(
         None, help="the run's YAML config (configs/sft_smollm2.yaml); options override it"
     ),
     env: list[str] = typer.Option(
-        None, "--env", "-e", help="training env id or bundle directory (repeatable)"
+        None,
+        "--env",
+        "-e",
+        help="training env id, bundle directory, or suite (its train split; repeatable)",
     ),
     held_out: list[str] = typer.Option(
-        None, "--held-out", help="held-out env id, bundle directory or sha256 hash (repeatable)"
+        None,
+        "--held-out",
+        help="held-out env id, bundle directory, sha256 hash, or suite (its held-out split; repeatable)",
     ),
     held_out_task: list[str] = typer.Option(
         None, "--held-out-task", help="held-out task id, in any bundle (repeatable)"

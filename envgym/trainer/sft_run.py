@@ -137,6 +137,20 @@ def _path(spec: str) -> str:
     return os.path.expandvars(os.path.expanduser(spec))
 
 
+def _split_dirs(spec: str, split: str) -> list[str]:
+    """``spec`` itself, or, when it names a suite (docs/SUITES.md), the bundle directories of
+    its ``split``: a suite trains on its training categories and holds out the others, as
+    ``envgym train`` reads it."""
+    from envgym.suite_manifest import SuiteError, is_suite, load_suite
+
+    if not is_suite(spec):
+        return [spec]
+    try:
+        return [str(d) for d in load_suite(spec).bundle_dirs(split)]
+    except SuiteError as exc:
+        raise SFTConfigError(str(exc)) from None
+
+
 def run_config_from_dict(data: Any) -> SFTRunConfig:
     """Build and check an :class:`SFTRunConfig` from plain data (a parsed YAML mapping)."""
     _check_keys(data, _SECTIONS, "")
@@ -146,6 +160,8 @@ def run_config_from_dict(data: Any) -> SFTRunConfig:
     train = tuple(_path(t) for t in _strings(data["train"], "train"))
     if not train:
         raise SFTConfigError("train must name at least one env id or bundle directory")
+    for spec in train:
+        _split_dirs(spec, "train")  # a damaged suite is named here, before anything runs
     held = _check_keys(data.get("held_out", {}), _HELD_OUT, "held_out")
     d = _check_keys(data.get("data", {}), _DATA, "data")
     s = _check_keys(data.get("store", {}), _STORE, "store")
@@ -155,6 +171,8 @@ def run_config_from_dict(data: Any) -> SFTRunConfig:
             raise SFTConfigError(f"data.{key} must be ≥ 1 or null, not {d[key]}")
     models = _strings(s.get("models", []), "store.models")
     held_bundles = held.get("bundles", [])
+    for spec in _strings(held_bundles, "held_out.bundles"):
+        _split_dirs(_path(spec), "held_out")
     if s.get("db") and not models:
         raise SFTConfigError("store.models must name the model(s) whose episodes may be used")
     try:
@@ -278,9 +296,10 @@ def build_examples(
     cfg: SFTRunConfig, fmt: Any, *, vocab_size: int, progress: DataProgress | None = None
 ) -> SFTRun:
     """Resolve the split and build every example (gold replays, then store episodes)."""
-    held = HeldOut.resolve(cfg.held_out_bundles, cfg.held_out_tasks)
+    held_bundles = [d for spec in cfg.held_out_bundles for d in _split_dirs(spec, "held_out")]
+    held = HeldOut.resolve(held_bundles, cfg.held_out_tasks)
     report, examples = DataReport(), []
-    for target in cfg.train:
+    for target in (d for spec in cfg.train for d in _split_dirs(spec, "train")):
         step = (lambda d, n, t=target: progress(t, d, n)) if progress else None
         made, rep = gold_examples(
             target,
