@@ -237,44 +237,32 @@ def launch_forked(
     """A worker forked by ``server`` on ``state`` (None: no episode yet) and the staged code:
     the caller made the state writable for ``uid`` already, as for a bwrap launch.  A server
     lost during the launch is replaced and the launch tried once more, with fds of its own."""
-    for attempt in (1, 2):
-        try:
-            return _launch_once(server, config, stage, state, limits, uid, watch)
-        except ServerLost as exc:
-            if attempt == 2:
-                raise ServerLost(
-                    f"{exc} ({ENV_SWITCH}=0 starts each worker with a bwrap of its own instead)"
-                ) from None
-    raise AssertionError("unreachable")
-
-
-def _launch_once(
-    server: ForkServer,
-    config: dict[str, Any],
-    stage: Path,
-    state: Path | None,
-    limits: Limits,
-    uid: int | None,
-    watch: Watch,
-) -> ForkedWorker:
     spec = {
         "config": config,
         "cwd": SANDBOX_STATE if state is not None else "/",
         "state": state is not None,
     }
-    mounts: list[int] = []
-    group = open_cgroup(limits.memory_bytes, limits.max_processes)
-    try:
-        mounts.append(detached_mount(stage, readonly=True))
-        if state is not None:
-            mounts.append(detached_mount(state, readonly=False))
-        return ForkedWorker(server, spec, mounts, group, uid, limits.startup_timeout_s, watch)
-    except BaseException as exc:
-        if group is not None:
-            group.remove()
-        if isinstance(exc, OSError):
-            raise SandboxUnavailable(f"cannot fork a sandbox worker: {exc}") from None
-        raise
-    finally:
-        for fd in mounts:
-            os.close(fd)
+    for attempt in (1, 2):
+        mounts: list[int] = []
+        group = open_cgroup(limits.memory_bytes, limits.max_processes)
+        try:
+            mounts.append(detached_mount(stage, readonly=True))
+            if state is not None:
+                mounts.append(detached_mount(state, readonly=False))
+            timeout = limits.startup_timeout_s
+            return ForkedWorker(server, spec, mounts, group, uid, timeout, watch)
+        except BaseException as exc:
+            if group is not None:
+                group.remove()
+            if isinstance(exc, ServerLost) and attempt == 2:
+                raise ServerLost(
+                    f"{exc} ({ENV_SWITCH}=0 starts each worker with a bwrap of its own instead)"
+                ) from None
+            if isinstance(exc, OSError):
+                raise SandboxUnavailable(f"cannot fork a sandbox worker: {exc}") from None
+            if not isinstance(exc, ServerLost):
+                raise
+        finally:
+            for fd in mounts:
+                os.close(fd)
+    raise AssertionError("unreachable")
