@@ -69,6 +69,16 @@ def is_suite(target: str | Path) -> bool:
     return (p.is_dir() and (p / MANIFEST).is_file()) or (p.name == MANIFEST and p.is_file())
 
 
+def split_dirs(target: str | Path, split: str | None, default: str) -> list[Path] | None:
+    """The bundle directories of ``split`` (``default`` when None) of the suite at ``target``;
+    None when ``target`` names no suite and no split was asked for (an env id or a bundle).
+    A split asked of something that is not a suite is a :class:`SuiteError`, as is a damaged
+    suite."""
+    if split is None and not is_suite(target):
+        return None
+    return load_suite(target).bundle_dirs(split or default)
+
+
 def load_suite(target: str | Path) -> Suite:
     """Read and check the suite at ``target`` (its directory or its suite.json)."""
     p = Path(target)

@@ -210,14 +210,13 @@ def eval_command(
 
 def suite_targets(target: str, split: str | None) -> list[str] | None:
     """The bundle directories of a suite's split; None when ``target`` is not a suite."""
-    from envgym.suite_manifest import SuiteError, is_suite, load_suite
+    from envgym.suite_manifest import SuiteError, split_dirs
 
-    if split is None and not is_suite(target):
-        return None
     try:
-        return [str(d) for d in load_suite(target).bundle_dirs(split or "held_out")]
+        dirs = split_dirs(target, split, "held_out")
     except SuiteError as exc:
         raise EvalError(f"{exc} (--split {split!r})" if split else str(exc)) from None
+    return None if dirs is None else [str(d) for d in dirs]
 
 
 def parse_context(spec: str) -> tuple[str, str | None]:

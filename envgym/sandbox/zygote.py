@@ -311,10 +311,10 @@ def _readable(fd: int, timeout_ms: int | None) -> bool:
     return bool(poller.poll(timeout_ms))
 
 
-def _reap_children(children: dict[int, int], exited: set[int], poller: select.poll) -> None:
+def _reap_children(children: set[int], exited: set[int], poller: select.poll) -> None:
     """Reap the episodes' inits whose pidfds turned readable (they exited)."""
     for fd in exited:
-        children.pop(fd)
+        children.discard(fd)
         poller.unregister(fd)
         try:  # by the pidfd, never blocking: exactly the init that exited
             os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
@@ -328,12 +328,12 @@ def serve(sock_fd: int) -> int:
     zygote = os.pidfd_open(os.getpid())  # an episode's init checks that we still live
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     sock.send(json.dumps({"ready": os.getpid()}).encode())
-    children: dict[int, int] = {}  # pidfd -> pid of each episode's init not reaped yet
+    children: set[int] = set()  # a pidfd on each episode's init not reaped yet
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     while True:
         events = dict(poller.poll())
-        _reap_children(children, set(events) & set(children), poller)
+        _reap_children(children, set(events) & children, poller)
         if sock.fileno() not in events:
             continue
         message, received, _, _ = socket.recv_fds(sock, 1 << 16, 32)
@@ -348,7 +348,7 @@ def serve(sock_fd: int) -> int:
             for fd in received:
                 os.close(fd)
         for fd in back:  # kept (sending passes a copy): it tells us when to reap the init
-            children[fd] = reply["pid"]
+            children.add(fd)
             poller.register(fd, select.POLLIN)
         try:
             socket.send_fds(sock, [json.dumps(reply).encode()], back)

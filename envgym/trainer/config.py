@@ -250,19 +250,19 @@ def _expand_paths(c: TrainConfig) -> TrainConfig:
 def _expand_suites(c: TrainConfig) -> TrainConfig:
     """Each suite entry (``{id: path/to/suite, split: train}``) becomes one entry per bundle of
     that split, in the manifest's order, with the entry's sandbox and context."""
-    from envgym.suite_manifest import SuiteError, is_suite, load_suite
+    from envgym.suite_manifest import SuiteError, split_dirs
 
     envs: list[EnvConfig] = []
     for i, env in enumerate(c.envs):
-        if env.split is None and not is_suite(env.id):
+        try:
+            dirs = split_dirs(env.id, env.split, "train")
+        except SuiteError as err:
+            raise ConfigError(f"envs[{i}] ({env.id!r}, split {env.split!r}): {err}") from None
+        if dirs is None:
             envs.append(env)
             continue
         if env.tasks is not None:
             raise ConfigError(f"envs[{i}].tasks cannot restrict a suite ({env.id!r}): pick a split")
-        try:
-            dirs = load_suite(env.id).bundle_dirs(env.split or "train")
-        except SuiteError as err:
-            raise ConfigError(f"envs[{i}] ({env.id!r}, split {env.split!r}): {err}") from None
         envs += [dataclasses.replace(env, id=str(d), split=None) for d in dirs]
     return dataclasses.replace(c, envs=envs)
 

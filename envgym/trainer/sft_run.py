@@ -141,14 +141,13 @@ def _split_dirs(spec: str, split: str) -> list[str]:
     """``spec`` itself, or, when it names a suite (docs/SUITES.md), the bundle directories of
     its ``split``: a suite trains on its training categories and holds out the others, as
     ``envgym train`` reads it."""
-    from envgym.suite_manifest import SuiteError, is_suite, load_suite
+    from envgym.suite_manifest import SuiteError, split_dirs
 
-    if not is_suite(spec):
-        return [spec]
     try:
-        return [str(d) for d in load_suite(spec).bundle_dirs(split)]
+        dirs = split_dirs(spec, None, split)
     except SuiteError as exc:
         raise SFTConfigError(str(exc)) from None
+    return [spec] if dirs is None else [str(d) for d in dirs]
 
 
 def run_config_from_dict(data: Any) -> SFTRunConfig:
