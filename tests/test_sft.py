@@ -187,6 +187,32 @@ def test_the_run_records_its_split_and_what_it_trained_on(tmp_path: Path, fmt: A
     assert run.held_out.to_dict()["bundle_specs"] == [str(held)]
 
 
+def test_golds_beyond_the_turn_budget_and_examples_beyond_the_batch_bound_are_dropped(
+    tmp_path: Path, fmt: Any
+) -> None:
+    """A two-call gold is dropped under ``max_turns`` 1 and kept under 2; an example longer than
+    ``sft.batch_tokens`` (the memory bound) is dropped and uncounted in the kept totals."""
+    from envgym.trainer.sft_run import build_examples
+
+    bundle = notes_bundle(tmp_path / "b", ["k1", "k2"])
+    _, report = gold_examples(bundle, fmt, HeldOut(), env=INPROCESS, max_turns=1)
+    assert report.to_dict()["dropped"] == {"too_many_turns": 2} and report.episodes == 0
+    kept, report = gold_examples(bundle, fmt, HeldOut(), env=INPROCESS, max_turns=2)
+    assert len(kept) == 2 and report.to_dict()["dropped"] == {}
+    short, long = sorted(len(e.token_ids) for e in kept)
+    assert short < long
+    base = {"train": [str(bundle)], "out": str(tmp_path / "out"), "data": {"sandbox": "inprocess"}}
+    for bound, left in ((long, 2), (short, 1), (short - 1, 0)):
+        cfg = run_config_from_dict({**base, "sft": {"batch_tokens": bound}})
+        run = build_examples(cfg, fmt, vocab_size=len(fmt.tokenizer))
+        assert len(run.examples) == left
+        assert run.report.examples == left
+        assert run.report.tokens == sum(len(e.token_ids) for e in run.examples)
+        assert run.report.dropped.get("longer_than_batch_tokens", 0) == 2 - left
+    with pytest.raises(SFTConfigError, match="data.max_turns must be ≥ 1"):
+        run_config_from_dict({**base, "data": {"max_turns": 0}})
+
+
 def test_a_suite_trains_on_its_train_split_and_holds_out_the_rest(tmp_path: Path, fmt: Any) -> None:
     """A suite as ``train`` means its training categories' bundles, as a held-out entry its
     held-out categories' bundles: no held-out category's task becomes an example.  A damaged

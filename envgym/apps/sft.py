@@ -50,6 +50,9 @@ def sft_command(
         None, "--max-examples", help="train on a seeded random subset of this many examples"
     ),
     limit: int = typer.Option(None, "--limit", help="gold tasks per training target"),
+    max_turns: int = typer.Option(
+        None, "--max-turns", help="drop gold episodes of more assistant turns (the policy's budget)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
 ) -> None:
     """Fine-tune a policy on gold replays (and successful store episodes) of training tasks."""
@@ -76,6 +79,7 @@ def sft_command(
             model=model,
             out=out,
             limit=limit,
+            max_turns=max_turns,
             sft_epochs=epochs,
             sft_lr=lr,
             sft_max_examples=max_examples,

@@ -155,6 +155,7 @@ def gold_examples(
     env: EnvOptions = EnvOptions(),
     limit: int | None = None,
     max_turn_tokens: int | None = None,
+    max_turns: int | None = None,
     stop_at_tool_call: bool = True,
     concurrency: int = 2,
     progress: GoldProgress | None = None,
@@ -163,6 +164,9 @@ def gold_examples(
 
     ``limit``: the first N usable (not held-out) tasks.  ``max_turn_tokens``: drop episodes
     with a turn longer than the policy may sample per turn (``--max-tokens`` of the eval).
+    ``max_turns``: drop episodes of more assistant turns than the policy may take (``--max-turns``
+    of the eval, ``rollout.max_turns`` of training): a gold longer than the budget teaches a
+    solution the policy can never finish.
     """
     if fmt.parser.name != env.parser:
         raise ValueError(
@@ -170,8 +174,9 @@ def gold_examples(
         )
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be ≥ 1, not {limit}")
-    if max_turn_tokens is not None and max_turn_tokens < 1:
-        raise ValueError(f"max_turn_tokens must be ≥ 1, not {max_turn_tokens}")
+    for name, value in (("max_turn_tokens", max_turn_tokens), ("max_turns", max_turns)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be ≥ 1, not {value}")
     bundle = open_target(target)
     held_out.check_sources([bundle])
     report = DataReport()
@@ -193,7 +198,7 @@ def gold_examples(
     )
     examples: list[SFTExample] = []
     for result, consumed in results:
-        why = _rejection(result, consumed, max_turn_tokens)
+        why = _rejection(result, consumed, max_turn_tokens, max_turns)
         if why is not None:
             report.dropped[why] += 1
             continue
@@ -209,7 +214,10 @@ def gold_examples(
 
 
 def _rejection(
-    result: EpisodeResult, consumed: GoldCalls, max_turn_tokens: int | None
+    result: EpisodeResult,
+    consumed: GoldCalls,
+    max_turn_tokens: int | None,
+    max_turns: int | None,
 ) -> str | None:
     if result.error is not None:
         return f"error_{result.error}"
@@ -221,6 +229,10 @@ def _rejection(
         spans = (e - s for seg in result.record.segments for s, e in seg.turns)
         if any(n > max_turn_tokens for n in spans):
             return "turn_too_long"
+    if max_turns is not None:
+        turns = sum(m.get("role") == "assistant" for m in result.messages)
+        if turns > max_turns:
+            return "too_many_turns"
     return None
 
 

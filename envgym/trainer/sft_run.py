@@ -57,6 +57,7 @@ class SFTRunConfig:
     held_out_tasks: tuple[str, ...] = ()
     limit: int | None = None  # gold tasks per training target
     max_turn_tokens: int | None = 256  # drop gold episodes with a longer turn (eval --max-tokens)
+    max_turns: int | None = None  # drop gold episodes of more turns (eval --max-turns)
     env: EnvOptions = EnvOptions()
     store: StoreSource = StoreSource()
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -80,6 +81,7 @@ _HELD_OUT = {"bundles": list, "tasks": list}
 _DATA = {
     "limit": (int, type(None)),
     "max_turn_tokens": (int, type(None)),
+    "max_turns": (int, type(None)),
     "sandbox": str,
     "context": str,
     "parser": str,
@@ -165,7 +167,7 @@ def run_config_from_dict(data: Any) -> SFTRunConfig:
     d = _check_keys(data.get("data", {}), _DATA, "data")
     s = _check_keys(data.get("store", {}), _STORE, "store")
     o = _check_keys(data.get("sft", {}), _SFT_TYPES, "sft")
-    for key in ("limit", "max_turn_tokens"):
+    for key in ("limit", "max_turn_tokens", "max_turns"):
         if d.get(key) is not None and d[key] < 1:
             raise SFTConfigError(f"data.{key} must be ≥ 1 or null, not {d[key]}")
     models = _strings(s.get("models", []), "store.models")
@@ -191,6 +193,7 @@ def run_config_from_dict(data: Any) -> SFTRunConfig:
         held_out_tasks=_strings(held.get("tasks", []), "held_out.tasks"),
         limit=d.get("limit"),
         max_turn_tokens=d.get("max_turn_tokens", 256),
+        max_turns=d.get("max_turns"),
         env=env,
         store=StoreSource(
             s.get("db"),
@@ -227,6 +230,7 @@ def as_yaml_dict(cfg: SFTRunConfig) -> dict[str, Any]:
         "data": {
             "limit": cfg.limit,
             "max_turn_tokens": cfg.max_turn_tokens,
+            "max_turns": cfg.max_turns,
             "sandbox": cfg.env.sandbox,
             "context": cfg.env.context,
             "parser": cfg.env.parser,
@@ -248,13 +252,15 @@ _OVERRIDES = {
     "held_out_tasks": ("held_out", "tasks"),
     "limit": ("data", "limit"),
     "max_turn_tokens": ("data", "max_turn_tokens"),
+    "max_turns": ("data", "max_turns"),
 }
 
 
 def override(cfg: SFTRunConfig, **changes: Any) -> SFTRunConfig:
     """``cfg`` with command-line overrides (None = keep), re-checked like a config file.
 
-    Keys: ``model, out, train, held_out_bundles, held_out_tasks, limit, max_turn_tokens`` and
+    Keys: ``model, out, train, held_out_bundles, held_out_tasks, limit, max_turn_tokens,
+    max_turns`` and
     ``sft_<field>`` for any :class:`~envgym.trainer.sft.SFTConfig` field.
     """
     data = as_yaml_dict(cfg)
@@ -307,6 +313,7 @@ def build_examples(
             env=cfg.env,
             limit=cfg.limit,
             max_turn_tokens=cfg.max_turn_tokens,
+            max_turns=cfg.max_turns,
             progress=step,
         )
         examples += made
@@ -323,7 +330,26 @@ def build_examples(
         )
         examples += made
         report = report.merge(rep)
-    return SFTRun(held, report, examples)
+    return SFTRun(held, report, _fitting(examples, cfg.sft.batch_tokens, report))
+
+
+def _fitting(examples: list[SFTExample], limit: int, report: DataReport) -> list[SFTExample]:
+    """The examples of at most ``limit`` tokens; the others are counted as dropped.
+
+    ``sft.batch_tokens`` is the run's memory bound: activations grow with the tokens through
+    the model (~1.2 MB a token for SmolLM2-135M in float32, so one 17,814-token gold replay held
+    21 GB), and an example longer than the bound would be a batch of its own beyond it.
+    """
+    fit: list[SFTExample] = []
+    long: list[SFTExample] = []
+    for e in examples:
+        (fit if len(e.token_ids) <= limit else long).append(e)
+    if long:
+        report.dropped["longer_than_batch_tokens"] += len(long)
+        report.examples -= len(long)
+        report.tokens -= sum(len(e.token_ids) for e in long)
+        report.policy_tokens -= sum(e.policy_tokens for e in long)
+    return fit
 
 
 def run_sft(
