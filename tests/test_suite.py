@@ -291,3 +291,50 @@ def test_real_categories_through_the_cli(tmp_path: Path, require_backend) -> Non
     assert report["splits"] == {"train": 1, "held_out": 1}
     text = runner.invoke(app, [*args, "--workers", "1"])
     assert text.exit_code == 0 and "distinct tool signatures" in text.stdout
+
+
+def test_a_split_evaluates_as_one_task_set_that_envgym_compare_reads(tmp_path: Path) -> None:
+    """``envgym eval SUITE --json`` pools the split: one interval over all its tasks and
+    ``BUNDLE::TASK`` rows, so ``envgym compare`` gives a paired difference across the suite."""
+    out = tmp_path / "suite"
+    build_suite(config(CATS, held_out_share=0.34), out, None, agent_factory=factory())
+    names = [Path(b.path).name for b in load_suite(out).select("train")]
+    files = {}
+    for model in ("gold", "random"):
+        args = ["eval", str(out), "--split", "train", "--model", model, "--sandbox", "inprocess"]
+        args += ["--db", f"sqlite:///{tmp_path}/db.sqlite", "--max-turns", "2", "--json"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        files[model] = tmp_path / f"{model}.json"
+        files[model].write_text(result.stdout.strip().splitlines()[-1])
+    gold = json.loads(files["gold"].read_text())
+    assert gold["tasks"] == 4 and len(gold["per_bundle"]) == 4
+    assert sorted(r["task_id"] for r in gold["per_task"]) == sorted(f"{n}::secret" for n in names)
+    p = gold["pass@1"]
+    assert p["value"] == 1.0 and 0.3 < p["low"] < 1.0 and p["high"] == 1.0  # Wilson, 4 tasks
+    compared = runner.invoke(app, ["compare", str(files["random"]), str(files["gold"]), "--json"])
+    assert compared.exit_code == 0, compared.output
+    diff = json.loads(compared.stdout)
+    random_mean = json.loads(files["random"].read_text())["mean_reward"]["value"]
+    assert diff["tasks"] == 4 and diff["b_mean"] == 1.0
+    assert diff["difference"] == pytest.approx(1.0 - random_mean)
+
+
+def test_pooling_names_tasks_by_bundle_and_refuses_a_name_twice() -> None:
+    from envgym.evaluate.summary import across_tasks, pool, summarize
+    from envgym.rollout.episode import EpisodeResult
+
+    def run(rewards: dict[str, float]):  # noqa: ANN202
+        eps = [
+            EpisodeResult(task_id=t, sample=0, reward=r, terminated=True)
+            for t, r in rewards.items()
+        ]
+        return summarize(eps, k=1)
+
+    a, b = run({"t1": 1.0, "t2": 0.0}), run({"t1": 1.0})
+    pooled = pool([("A", a), ("B", b)], 1)
+    assert pooled.rewards == {"A::t1": 1.0, "A::t2": 0.0, "B::t1": 1.0}
+    assert pooled.tasks == 3 and pooled.samples == {"A::t1": 1, "A::t2": 1, "B::t1": 1}
+    assert pooled.pass_at_k == across_tasks([1.0, 0.0, 1.0], [1, 1, 1])
+    with pytest.raises(ValueError, match="share the name 'A'"):
+        pool([("A", a), ("A", b)], 1)

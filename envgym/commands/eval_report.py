@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -52,27 +51,35 @@ def report_errors(runs: list[EvalRun], err: Console) -> bool:
 def print_suite(
     target: str, split: str, bundles: list[str], runs: list[EvalRun], as_json: bool
 ) -> None:
-    """One row per bundle, then the task-weighted means over the split."""
-    tasks = sum(r.summary.tasks for r in runs)
-
-    def weighted(get: Callable[[EvalSummary], float]) -> float:
-        values = [(r.summary.tasks, get(r.summary)) for r in runs]
-        return sum(n * v for n, v in values) / tasks if tasks else 0.0
+    """One row per bundle, then the split as one task set: pass@k and mean reward with their
+    intervals over all its tasks (``envgym.evaluate.summary.pool``).  ``--json`` also lists
+    every task as ``BUNDLE::TASK`` in ``per_task``, so ``envgym compare`` reads it like a
+    one-bundle evaluation."""
+    from envgym.evaluate.summary import pool
 
     k = runs[0].summary.k
+    pooled = pool(((Path(b).name, r.summary) for b, r in zip(bundles, runs)), k)
+
+    def figure(iv: Interval | None) -> dict[str, float] | None:
+        return None if iv is None else {"value": iv.value, "low": iv.low, "high": iv.high}
+
     aggregate = {
         "suite": target,
         "split": split,
         "bundles": len(runs),
-        "tasks": tasks,
+        "tasks": pooled.tasks,
         "episodes": sum(r.summary.episodes for r in runs),
         "errored": sum(r.summary.errored for r in runs),
-        f"pass@{k}": weighted(lambda s: s.pass_at_k[k].value if k in s.pass_at_k else 0.0),
-        "mean_reward": weighted(lambda s: s.mean_reward.value),
+        f"pass@{k}": figure(pooled.pass_at_k),
+        "mean_reward": figure(pooled.mean_reward),
     }
     if as_json:
         per = [{"bundle": b, **payload(r)} for b, r in zip(bundles, runs)]
-        sys.stdout.write(json.dumps({**aggregate, "per_bundle": per}) + "\n")
+        rows = [
+            {"task_id": t, "mean_reward": pooled.rewards[t], "n": pooled.samples[t]}
+            for t in pooled.rewards
+        ]
+        sys.stdout.write(json.dumps({**aggregate, "per_task": rows, "per_bundle": per}) + "\n")
         return
     console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title=f"envgym eval · suite {target} · {split}")
@@ -86,11 +93,12 @@ def print_suite(
             f"{p.value:.3f}" if p else "n/a",
             f"{r.summary.mean_reward.value:.3f}",
         )
+
+    def cell(iv: Interval | None) -> str:
+        return "n/a" if iv is None else f"{iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+
     table.add_row(
-        "all (task-weighted)",
-        str(tasks),
-        f"{aggregate[f'pass@{k}']:.3f}",
-        f"{aggregate['mean_reward']:.3f}",
+        "all tasks (95% CI)", str(pooled.tasks), cell(pooled.pass_at_k), cell(pooled.mean_reward)
     )
     console.print(table)
 

@@ -179,3 +179,48 @@ def _task(task_id: str, results: list[EpisodeResult], ks: list[int]) -> TaskSumm
         pass_at_k={j: pass_at_k(n, c, j) if n >= j else None for j in ks},
         pass_hat_k={j: pass_hat_k(n, c, j) if n >= j else None for j in ks},
     )
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Several bundles' evaluations read as one task set (a suite's split): per-task figures
+    under ``BUNDLE::TASK`` ids, and pass@k and mean reward with intervals over all the tasks —
+    a task-weighted mean of per-bundle intervals would have no interval of its own."""
+
+    tasks: int
+    pass_at_k: Interval | None  # None when no task has k valid samples
+    mean_reward: Interval | None
+    rewards: dict[str, float]  # BUNDLE::TASK → mean reward (scored tasks with a valid sample)
+    samples: dict[str, int]  # BUNDLE::TASK → valid samples
+
+
+def pool(named: Iterable[tuple[str, EvalSummary]], k: int, *, seed: int = 0) -> Pooled:
+    """Pool ``(bundle name, summary)`` pairs; tasks a summary leaves out stay out."""
+    at_k: list[tuple[float, int]] = []
+    rewards: dict[str, float] = {}
+    samples: dict[str, int] = {}
+    for name, summary in named:
+        for t in summary.per_task:
+            if t.task_id in summary.excluded_tasks or t.n == 0:
+                continue
+            key = f"{name}::{t.task_id}"
+            if key in rewards:
+                raise ValueError(
+                    f"task {key!r} is pooled twice: two bundles share the name {name!r}"
+                )
+            rewards[key], samples[key] = t.mean_reward, t.n
+            if (v := t.pass_at_k.get(k)) is not None:
+                at_k.append((v, t.n // k))
+    return Pooled(
+        tasks=len(rewards),
+        pass_at_k=(
+            across_tasks([v for v, _ in at_k], [m for _, m in at_k], seed=seed) if at_k else None
+        ),
+        mean_reward=(
+            across_tasks(list(rewards.values()), list(samples.values()), seed=seed)
+            if rewards
+            else None
+        ),
+        rewards=rewards,
+        samples=samples,
+    )
