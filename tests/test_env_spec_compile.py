@@ -18,6 +18,7 @@ from envgym.envs.procedural_kit.spec.compile import (
     SHALLOW,
     TEMPLATES,
     CompileError,
+    cap_rows,
     compile_spec,
     greedy_outcomes,
 )
@@ -260,3 +261,46 @@ def test_an_edited_spec_is_refused_by_name_or_compiles(tmp_path: Path) -> None:
         except UnsolvableTask:
             seen["unsolvable"] += 1
     assert seen["refused"] and seen["compiled"], dict(seen)
+
+
+@pytest.mark.timeout(300)
+def test_a_capped_world_has_small_tables_and_still_checks(tmp_path: Path) -> None:
+    """``max_rows`` (``envgym synth --max-rows``) caps the drawn tables (the near-miss rows each
+    task plants come on top); every level still compiles to a bundle the full check passes;
+    below the schema's 8 it is named."""
+    import sqlite3
+
+    def counts(root: Path) -> dict[str, int]:
+        db = sqlite3.connect(root / "state" / "db.sqlite")
+        try:
+            return {e.name: db.execute(f'SELECT COUNT(*) FROM "{e.name}"').fetchone()[0]
+                    for e in spec.entities}  # fmt: skip
+        finally:
+            db.close()
+
+    spec = _spec("library_loans")
+    big = counts(compile_spec(spec, tmp_path / "a", seed=0, n_tasks=5))
+    root = compile_spec(spec, tmp_path / "b", seed=0, n_tasks=5, max_rows=10)
+    small = counts(root)
+    capped = cap_rows(spec, 10)
+    assert [e.rows for e in capped.entities] == [min(e.rows, 10) for e in spec.entities]
+    assert sum(small.values()) < sum(big.values()) / 2, (small, big)
+    report = check_bundle(load_bundle(root), corruptions_per_task=10, reruns=2)
+    assert report.passed, {t.task_id: t.problems for t in report.tasks if not t.passed}
+    with pytest.raises(ValueError, match="max_rows must be at least 8, not 7"):
+        compile_spec(spec, tmp_path / "c", seed=0, n_tasks=1, max_rows=7)
+
+
+def test_max_rows_is_refused_by_name_for_a_fixed_family_before_any_job() -> None:
+    from envgym.suite_manifest import SuiteError
+    from envgym.synth_agents.procedural import ProceduralAgent
+    from envgym.synth_agents.suite import SuiteConfig
+
+    ProceduralAgent("newsroom", max_rows=10)  # a corpus domain: compiled from a spec
+    with pytest.raises(ValueError, match="'retail orders' is a hand-written family"):
+        ProceduralAgent("retail orders", max_rows=10)
+    config = SuiteConfig(("newsroom", "trip planning"), per_category=1, max_rows=10)
+    with pytest.raises(SuiteError, match="'trip planning' is a hand-written family"):
+        config.check()
+    with pytest.raises(SuiteError, match="at least 8, not 5"):
+        SuiteConfig(("newsroom",), per_category=1, max_rows=5).check()

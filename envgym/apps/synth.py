@@ -71,6 +71,11 @@ def synth_command(
     difficulties: str = typer.Option(
         "1,2,3,4,5", "--difficulties", help="procedural: difficulty cycle, e.g. 3,4,5"
     ),
+    max_rows: int = typer.Option(
+        None,
+        "--max-rows",
+        help="procedural, spec-compiled categories: cap every table (≥ 8; shorter tool results)",
+    ),
     workers: int = typer.Option(
         min(2, os.cpu_count() or 1), "--workers", help="procedural: worker processes"
     ),
@@ -157,6 +162,7 @@ def synth_command(
             workers=workers,
             tasks_per_bundle=tasks_per_bundle,
             difficulties=difficulties,
+            max_rows=max_rows,
             agent=agent,
             sandbox=sandbox,
             db=db,
@@ -212,6 +218,7 @@ def synth_command(
             model,
             tasks_per_bundle,
             difficulties,
+            max_rows,
             workers,
             (max_rounds, max_levels, max_tokens, temperature, seed),
             sandbox,
@@ -305,6 +312,7 @@ def _agent(
     model: str,
     tasks: int,
     difficulties: str,
+    max_rows: int | None,
     workers: int,
     llm: tuple[int, int, int, float, int],
     sandbox: str,
@@ -315,9 +323,11 @@ def _agent(
         from envgym.synth_agents.procedural import ProceduralAgent
 
         agent = ProceduralAgent(
-            category, tasks_per_bundle=tasks, difficulties=_levels(difficulties)
+            category, tasks_per_bundle=tasks, difficulties=_levels(difficulties), max_rows=max_rows
         )
         return agent, workers, None
+    if max_rows is not None:
+        raise ValueError("--max-rows is for the procedural agent")
     if kind == "llm" and mode == "spec":
         from envgym.synth_agents.spec_agent import make_spec_agent
 

@@ -30,6 +30,7 @@ def suite_command(
     workers: int,
     tasks_per_bundle: int,
     difficulties: str,
+    max_rows: int | None,
     agent: str,
     sandbox: str,
     db: str | None,
@@ -69,6 +70,7 @@ def suite_command(
             difficulties=levels,
             sandbox=sandbox,
             workers=workers,
+            max_rows=max_rows,
         )
         config.check()
         from envgym.store import Store

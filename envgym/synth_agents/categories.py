@@ -21,8 +21,8 @@ from pathlib import Path
 from envgym.synth_agents.domain_corpus import close_matches, domain_names, find_note, normalize
 
 Builder = Callable[
-    [Path, int, int, Sequence[int]], Path
-]  # (out, seed, n_tasks, difficulties) -> out
+    [Path, int, int, Sequence[int], "int | None"], Path
+]  # (out, seed, n_tasks, difficulties, max_rows) -> out
 
 
 class UnknownCategory(ValueError):
@@ -36,11 +36,15 @@ class ProceduralCategory:
     aliases: tuple[str, ...]
     description: str
     build: Builder
+    spec_written: bool = False  # compiled from a declarative spec: its world size can be capped
 
 
-def _trip(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
+def _trip(
+    out: Path, seed: int, n_tasks: int, difficulties: Sequence[int], max_rows: int | None
+) -> Path:
     from envgym.envs.trip_planning.build import build_bundle
 
+    _fixed_size("trip planning", max_rows)
     return build_bundle(
         out,
         seed=seed,
@@ -50,11 +54,22 @@ def _trip(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Pa
     )
 
 
+def _fixed_size(family: str, max_rows: int | None) -> None:
+    if max_rows is not None:
+        raise ValueError(
+            f"{family} is a hand-written family with fixed tables: max_rows applies only to "
+            "categories compiled from a spec"
+        )
+
+
 def _kit(package: str) -> Builder:
     """The builder of a procedural-kit category (``<package>.build.build_bundle``), imported
     only when called: building one category should not import the others."""
 
-    def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
+    def build(
+        out: Path, seed: int, n_tasks: int, difficulties: Sequence[int], max_rows: int | None
+    ) -> Path:
+        _fixed_size(package, max_rows)
         module = importlib.import_module(f"{package}.build")
         return module.build_bundle(out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
 
@@ -66,10 +81,14 @@ def _spec(example: str) -> Builder:
     (envgym/envs/procedural_kit/spec/examples/<example>.json, docs/ENV_SPEC.md), compiled offline;
     imported only when called."""
 
-    def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
+    def build(
+        out: Path, seed: int, n_tasks: int, difficulties: Sequence[int], max_rows: int | None
+    ) -> Path:
         from envgym.envs.procedural_kit.spec.compile import compile_example
 
-        return compile_example(example, out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+        return compile_example(
+            example, out, seed=seed, n_tasks=n_tasks, difficulties=difficulties, max_rows=max_rows
+        )
 
     return build
 
@@ -77,7 +96,9 @@ def _spec(example: str) -> Builder:
 def _written(domain: str) -> Builder:
     """A corpus domain: its note → a spec written with the job's seed → a compiled bundle."""
 
-    def build(out: Path, seed: int, n_tasks: int, difficulties: Sequence[int]) -> Path:
+    def build(
+        out: Path, seed: int, n_tasks: int, difficulties: Sequence[int], max_rows: int | None
+    ) -> Path:
         from envgym.envs.procedural_kit.spec.compile import compile_spec
         from envgym.envs.procedural_kit.spec.writer import write_spec
 
@@ -85,7 +106,9 @@ def _written(domain: str) -> Builder:
         if note is None:  # the corpus changed under a running job
             raise UnknownCategory(f"the corpus no longer has the domain {domain!r}")
         spec = write_spec(note, seed)
-        return compile_spec(spec, out, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+        return compile_spec(
+            spec, out, seed=seed, n_tasks=n_tasks, difficulties=difficulties, max_rows=max_rows
+        )
 
     return build
 
@@ -125,6 +148,7 @@ CATEGORIES: tuple[ProceduralCategory, ...] = (
         ("library", "libraries", "book loans", "library lending"),
         "books, authors, members and loans (compiled from a declarative spec)",
         _spec("library_loans"),
+        spec_written=True,
     ),
     ProceduralCategory(
         "clinic appointments",
@@ -132,6 +156,7 @@ CATEGORIES: tuple[ProceduralCategory, ...] = (
         ("clinic", "appointments", "doctor appointments", "medical appointments"),
         "appointment slots, doctors, departments and visits (compiled from a declarative spec)",
         _spec("clinic_appointments"),
+        spec_written=True,
     ),
     ProceduralCategory(
         "insurance claims",
@@ -139,6 +164,7 @@ CATEGORIES: tuple[ProceduralCategory, ...] = (
         ("insurance", "claims", "claims handling"),
         "claims, policies, policyholders and adjusters (compiled from a declarative spec)",
         _spec("insurance_claims"),
+        spec_written=True,
     ),
 )
 
@@ -185,6 +211,7 @@ def find_category(name: str) -> ProceduralCategory:
             note.aliases,
             f"{note.about[:160]} (written from a domain note into a spec per seed)",
             _written(note.domain),
+            spec_written=True,
         )
     close = close_matches(name)
     near = f"; closest corpus domains: {', '.join(map(repr, close))}" if close else ""

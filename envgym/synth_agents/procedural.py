@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from envgym.envs.procedural_kit.spec.model import MIN_ROWS
 from envgym.synth_agents.categories import find_category
 from envgym.synth_agents.pipeline import Job, MakeOutcome
 
@@ -25,9 +26,17 @@ class ProceduralAgent:
     category_name: str
     tasks_per_bundle: int = 3
     difficulties: Sequence[int] = (1, 2, 3, 4, 5)
+    max_rows: int | None = None  # cap every table of a spec-compiled category (a smaller world)
 
     def __post_init__(self) -> None:
-        find_category(self.category_name)  # an unknown name fails here, before any job runs
+        category = find_category(self.category_name)  # an unknown name fails here, before any job
+        if self.max_rows is not None and not category.spec_written:
+            raise ValueError(
+                f"--max-rows applies to categories compiled from a spec; {category.name!r} is a "
+                "hand-written family with fixed tables"
+            )
+        if self.max_rows is not None and self.max_rows < MIN_ROWS:
+            raise ValueError(f"--max-rows must be at least {MIN_ROWS}, not {self.max_rows}")
         if self.tasks_per_bundle < 1:
             raise ValueError(f"--tasks-per-bundle must be at least 1, not {self.tasks_per_bundle}")
         if not self.difficulties or any(d not in (1, 2, 3, 4, 5) for d in self.difficulties):
@@ -57,7 +66,7 @@ class ProceduralAgent:
             seed = job.seed + redraw * REDRAW_STRIDE
             shutil.rmtree(staging, ignore_errors=True)  # a failed build may leave files
             try:
-                category.build(staging, seed, self.tasks_per_bundle, cycle)
+                category.build(staging, seed, self.tasks_per_bundle, cycle, self.max_rows)
             except Exception as exc:  # noqa: BLE001 - e.g. UnsolvableTask on an unlucky seed
                 failures.append(f"seed {seed}: {type(exc).__name__}: {exc}")
                 if type(exc).__name__ != "UnsolvableTask":

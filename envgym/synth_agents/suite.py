@@ -44,7 +44,7 @@ WORK, BUNDLES, STAGING = "work", "bundles", ".staging"
 MAX_CATEGORIES_FILE = 1024 * 1024
 # Arguments a rerun must repeat (they change which bundles exist or where they go); workers and
 # the sandbox do not, and --per-category may grow (job i is the same job in every run).
-FIXED = ("categories", "seed", "held_out_share", "tasks_per_bundle", "difficulties")
+FIXED = ("categories", "seed", "held_out_share", "tasks_per_bundle", "difficulties", "max_rows")
 
 Progress = Callable[[str, int, int], None]  # (category, done, total)
 
@@ -59,6 +59,7 @@ class SuiteConfig:
     difficulties: tuple[int, ...] = (1, 2, 3, 4, 5)
     sandbox: str = "bwrap"
     workers: int = 1
+    max_rows: int | None = None  # cap every table (spec-compiled categories; a smaller world)
 
     def check(self) -> None:
         if self.per_category < 1:
@@ -67,6 +68,12 @@ class SuiteConfig:
             raise SuiteError(f"--held-out-share must be in [0, 1), not {self.held_out_share}")
         if not self.categories:
             raise SuiteError("the suite has no categories")
+        if self.max_rows is not None:  # every category is checked before any job runs
+            for name in self.categories:
+                try:
+                    ProceduralAgent(name, self.tasks_per_bundle, self.difficulties, self.max_rows)
+                except ValueError as exc:
+                    raise SuiteError(str(exc)) from None
 
 
 def read_categories(spec: str) -> tuple[str, ...]:
@@ -139,7 +146,7 @@ def _plain(value: Any) -> Any:
 
 
 def procedural_agent(name: str, config: SuiteConfig) -> SynthAgent:
-    return ProceduralAgent(name, config.tasks_per_bundle, config.difficulties)
+    return ProceduralAgent(name, config.tasks_per_bundle, config.difficulties, config.max_rows)
 
 
 def build_suite(

@@ -19,6 +19,7 @@ import json
 import random
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from envgym.bundle_write import copy_code_files, fresh_bundle_dir, write_tasks
 from envgym.envs.procedural_kit.build import UnsolvableTask, strictness_problem
 from envgym.envs.procedural_kit.local import LocalBundle
 from envgym.envs.procedural_kit.spec.compose import Plan, constraints, plan
-from envgym.envs.procedural_kit.spec.model import Spec, TaskTemplate
+from envgym.envs.procedural_kit.spec.model import MIN_ROWS, Spec, TaskTemplate
 from envgym.envs.procedural_kit.spec.plant import near_misses
 from envgym.envs.procedural_kit.spec.prompt import render
 from envgym.envs.procedural_kit.spec.settle import Settled, ranked, settle
@@ -56,13 +57,18 @@ def compile_spec(
     n_tasks: int = 5,
     difficulties: Sequence[int] = (1, 2, 3, 4, 5),
     name: str | None = None,
+    max_rows: int | None = None,
 ) -> Path:
     """Write the bundle of ``spec`` into ``out_dir`` (absent or empty) and return it.
 
     Task ``i`` has difficulty ``difficulties[i % len(difficulties)]``.  ``spec`` may be a parsed
-    spec object (validated here with :func:`load_spec`)."""
+    spec object (validated here with :func:`load_spec`).  ``max_rows`` caps every entity's table
+    (a smaller world: shorter tool results, so a small model's context and a CPU's prefill can
+    hold an episode)."""
     if not isinstance(spec, Spec):
         spec = load_spec(spec)
+    if max_rows is not None:
+        spec = cap_rows(spec, max_rows)
     if not 1 <= n_tasks <= 200:
         raise ValueError("n_tasks must be in 1..200")
     if not difficulties or any(d not in (1, 2, 3, 4, 5) for d in difficulties):
@@ -101,6 +107,14 @@ def compile_spec(
     return out
 
 
+def cap_rows(spec: Spec, max_rows: int) -> Spec:
+    """``spec`` with no table above ``max_rows`` rows (at least the schema's 8)."""
+    if max_rows < MIN_ROWS:
+        raise ValueError(f"max_rows must be at least {MIN_ROWS}, not {max_rows}")
+    entities = tuple(replace(e, rows=min(e.rows, max_rows)) for e in spec.entities)
+    return replace(spec, entities=entities)
+
+
 def compile_example(
     example: str,
     out_dir: Path,
@@ -108,12 +122,15 @@ def compile_example(
     seed: int = 0,
     n_tasks: int = 5,
     difficulties: Sequence[int] = (1, 2, 3, 4, 5),
+    max_rows: int | None = None,
 ) -> Path:
     """Compile one of the specs in ``examples/`` (``library_loans`` …) into ``out_dir``."""
     if example not in example_names():
         raise KeyError(f"no example spec {example!r}; examples: {', '.join(example_names())}")
     spec = load_spec_text((EXAMPLES / f"{example}.json").read_bytes())
-    return compile_spec(spec, out_dir, seed=seed, n_tasks=n_tasks, difficulties=difficulties)
+    return compile_spec(
+        spec, out_dir, seed=seed, n_tasks=n_tasks, difficulties=difficulties, max_rows=max_rows
+    )
 
 
 def example_names() -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 SPEC_VERSION = 1
 MAX_SPEC_BYTES = 256 * 1024  # the JSON text of a spec; the schema bounds counts and lengths
+MIN_ROWS = 8  # an entity's table (schema.json)
 MAX_DEPTH = 12  # nesting of arrays/objects: a real spec nests 5 deep
 KINDS = ("lookup", "list", "search", "aggregate", "follow", "action")
 NUMERIC = ("int", "number")
