@@ -174,7 +174,7 @@ def test_synth_routes_the_example_categories_to_the_compiler(
 
     category = find_category(name)
     assert category.name == example
-    root = category.build(tmp_path / "b", 7, 2, (2, 5))
+    root = category.build(tmp_path / "b", 7, 2, (2, 5), None)
     bundle = load_bundle(root)
     assert bundle.manifest.category == example
     assert [t.difficulty for t in bundle.tasks] == [2, 5]

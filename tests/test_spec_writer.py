@@ -119,7 +119,7 @@ def test_three_random_domains_compile_and_prove(tmp_path: Path) -> None:
 def test_a_corpus_category_builds_through_the_router(tmp_path: Path) -> None:
     category = find_category("parking")
     assert category.slug == "parking"
-    root = category.build(tmp_path / "b", 0, 1, (1,))
+    root = category.build(tmp_path / "b", 0, 1, (1,), None)
     assert (root / "tools.json").exists()
     assert json.loads((root / "manifest.json").read_text())["category"] == "parking"
 
