@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -180,11 +181,11 @@ def test_bench_env_step_quick_json() -> None:
 @pytest.mark.heavy
 @pytest.mark.timeout(2100)
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
-    # --quick: every step, training included, at its smallest size (the default sizes cost
-    # ~30 of a 2-core CI run's minutes and run the same code)
+    # --quick: every step of the story at its smallest size (the default sizes cost ~15 minutes
+    # of an idle 2-core machine and run the same code)
     env = {**os.environ, "ENVGYM_DEMO_DIR": str(tmp_path / "demo")}
     proc = subprocess.run(
-        [sys.executable, "-m", "envgym.cli", "demo", "--episodes", "4", "--quick"],
+        [sys.executable, "-m", "envgym.cli", "demo", "--quick"],
         capture_output=True,
         text=True,
         timeout=2000,
@@ -192,21 +193,25 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     )
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-2000:]
-    assert "PASSED: 13/13 tasks pass" in out
-    assert "13/13" in out and "demo OK" in out
-    assert "envgym eval code-interpreter-v0 --model smollm2 -k 1 --limit 1" in out  # kernels
-    assert "envgym synth 'retail orders' --n 1 --agent procedural" in out  # synthesis step
-    # the learning run, short: base → cold start → GRPO, each scored on the held-out tasks
-    assert "cold start (envgym sft) and 1 GRPO steps" in out
-    for row in ("(base)", "after cold start (SFT)", "after 1 GRPO steps"):
-        assert row in out, row
-    assert out.count("held-out pass@1 of") == 3
-    train = tmp_path / "demo" / "train"
-    assert (train / "grpo" / "metrics" / "curves.png").stat().st_size > 1000
-    assert (train / "grpo" / "policy" / "train_run.json").is_file()
+    assert "demo OK" in out
+    story = tmp_path / "demo" / "story"
+    manifest = json.loads((story / "suite" / "suite.json").read_text())
+    assert {len(v) for v in manifest["splits"].values()} == {3, 1}  # categories: train, held out
+    assert "envgym check" in out and "PASSED" in out  # the sampled bundle's full check
+    sft = json.loads((story / "sft" / "sft_run.json").read_text())
+    assert sft["data"]["examples"] > 0 and sft["config"]["max_turns"] == 3
+    # the filter ran with the cold-started policy and kept something to train on
+    kept = re.search(r"kept (\d+) of (\d+) training tasks", out)
+    assert kept and 0 < int(kept[1]) <= int(kept[2]), out[-3000:]
+    assert (story / "grpo" / "policy" / "train_run.json").is_file()
+    assert (story / "grpo" / "metrics" / "curves.png").stat().st_size > 1000
+    # held out: both policies scored on the held-out category, and their paired difference
+    assert "held-out categories: greedy pass@1" in out
+    assert re.search(r"GRPO − cold start: [+-]\d\.\d{3} 95% CI", out), out[-3000:]
+    assert list((story / "report").glob("*/index.html"))
     # the SWE step: instances mined from wordstat's history, validated, checked
     assert (
         "envgym synth swe --repo wordstat --max-candidates 1" in out
         and "envgym check · swe-v0" in out
     )
-    assert out.count("(step took") == 5  # two evaluations, synthesis, SWE, training
+    assert out.count("(step took") == 7  # six steps of the story, then SWE
