@@ -304,3 +304,19 @@ def test_max_rows_is_refused_by_name_for_a_fixed_family_before_any_job() -> None
         config.check()
     with pytest.raises(SuiteError, match="at least 8, not 5"):
         SuiteConfig(("newsroom",), per_category=1, max_rows=5).check()
+
+
+def test_the_specs_keyword_names_every_category_max_rows_applies_to() -> None:
+    from envgym.synth_agents.categories import all_names, find_category
+    from envgym.synth_agents.suite import SuiteConfig, read_categories
+
+    specs = read_categories("specs")
+    assert "newsroom" in specs and "library loans" in specs
+    assert set(all_names()) - set(specs) == {
+        "trip planning",
+        "retail orders",
+        "meeting scheduling",
+        "shipment logistics",
+    }
+    assert all(find_category(n).spec_written for n in specs)
+    SuiteConfig(specs, per_category=1, max_rows=10).check()  # every one accepts the cap

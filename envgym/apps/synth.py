@@ -37,7 +37,7 @@ def synth_command(
     categories: str = typer.Option(
         None,
         "--categories",
-        help="build a suite: a file of category names (one a line, # comments) or 'all'",
+        help="build a suite: a file of category names (one a line, # comments), 'all', or 'specs' (every spec-compiled category)",
     ),
     per_category: int = typer.Option(
         None, "--per-category", help="suite: validated-bundle jobs per category"

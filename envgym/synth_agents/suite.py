@@ -77,9 +77,13 @@ class SuiteConfig:
 
 
 def read_categories(spec: str) -> tuple[str, ...]:
-    """``all`` (every procedural category) or a file: one name per line, ``#`` comments."""
+    """``all`` (every procedural category), ``specs`` (every category compiled from a spec:
+    all but the hand-written families, so ``--max-rows`` applies to each), or a file: one name
+    per line, ``#`` comments."""
     if spec == "all":
         return tuple(all_names())
+    if spec == "specs":
+        return tuple(n for n in all_names() if find_category(n).spec_written)
     path = Path(spec)
     try:
         if path.stat().st_size > MAX_CATEGORIES_FILE:
@@ -87,7 +91,7 @@ def read_categories(spec: str) -> tuple[str, ...]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SuiteError(
-            f"cannot read the categories file {spec!r} (or say 'all'): {exc}"
+            f"cannot read the categories file {spec!r} (or say 'all' or 'specs'): {exc}"
         ) from None
     names: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
