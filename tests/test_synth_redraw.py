@@ -19,7 +19,9 @@ class _Category:
     def __init__(self, bad: int, error: type[Exception] = UnsolvableTask) -> None:
         self.bad, self.error, self.seeds = bad, error, []
 
-    def build(self, out: Path, seed: int, n_tasks: int, cycle: tuple[int, ...]) -> None:
+    def build(
+        self, out: Path, seed: int, n_tasks: int, cycle: tuple[int, ...], max_rows: int | None
+    ) -> None:
         self.seeds.append(seed)
         out.mkdir(parents=True)
         (out / "partial").write_text("left by a failed build")
