@@ -179,16 +179,16 @@ def test_bench_env_step_quick_json() -> None:
 
 
 @pytest.mark.heavy
-@pytest.mark.timeout(2100)
+@pytest.mark.timeout(3000)
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
-    # --quick: every step of the story at its smallest size (the default sizes cost ~15 minutes
-    # of an idle 2-core machine and run the same code)
+    # --quick: every step of the story at its smallest size (the default sizes run the same
+    # code). ~11 minutes on a quiet 2-core machine; the bound leaves room for CI's other worker.
     env = {**os.environ, "ENVGYM_DEMO_DIR": str(tmp_path / "demo")}
     proc = subprocess.run(
         [sys.executable, "-m", "envgym.cli", "demo", "--quick"],
         capture_output=True,
         text=True,
-        timeout=2000,
+        timeout=2900,
         env=env,
     )
     out = proc.stdout
