@@ -16,8 +16,9 @@ import pytest
 import torch
 from test_train_loop import tiny_model
 
-from envgym.trainer.batch import Sample, balanced_microbatches, collate
+from envgym.trainer.batch import Sample, collate
 from envgym.trainer.config import config_from_dict
+from envgym.trainer.microbatches import balanced_microbatches
 from envgym.trainer.packing import pack, padding_report, prefix_block_mask
 from envgym.trainer.policy import TrainablePolicy
 from envgym.trainer.update import Update

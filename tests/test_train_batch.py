@@ -12,7 +12,6 @@ from envgym.record import EpisodeRecord, Segment, TurnInfo
 from envgym.rollout import EpisodeResult
 from envgym.trainer.batch import (
     Group,
-    balanced_microbatches,
     collate,
     group_results,
     nonfinite_rewards,
@@ -21,6 +20,7 @@ from envgym.trainer.batch import (
     split_informative,
     split_minibatches,
 )
+from envgym.trainer.microbatches import balanced_microbatches
 
 
 def _segment() -> Segment:

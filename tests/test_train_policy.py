@@ -338,3 +338,41 @@ def test_gradient_checkpointing_with_a_shared_prefix_runs_the_batch_whole() -> N
     assert torch.allclose(logp, expected, atol=1e-12)
     logp.sum().backward()
     assert model.model.embed_tokens.weight.grad is not None
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
+def test_a_budget_that_fits_a_prompt_once_runs_each_group_together_with_the_same_gradient() -> None:
+    """Two groups of three rows (one prompt each, 8-10 tokens): counted whole, an 18-token budget
+    fits one row per microbatch; with each prompt run once (6 + 3 × 4) it fits each group in
+    one.  The update groups them so, and accumulates exactly the one-pass gradient."""
+    from envgym.trainer.losses import grpo_loss
+
+    first = _group_samples()
+    second = _group_samples()
+    for s in second:
+        s.token_ids = [60 + t if i < 6 else t for i, t in enumerate(s.token_ids)]
+    samples = [first[0], second[0], first[1], second[1], first[2], second[2]]
+    model = _llama()
+    upd = _update(model, micro_tokens=18, optimizer={"lr": 1e-2, "max_grad_norm": None})
+    assert upd._micro(samples, list(range(6))) == [[0, 2, 4], [1, 3, 5]]
+    upd.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]  # keep the grads
+    upd.run(samples, step=0)
+    got = model.lm_head.weight.grad.clone()
+
+    ref = _llama()
+    batch = collate(samples, dtype=torch.float64)
+    logp, _ = TrainablePolicy(ref).logprobs(batch, temperature=1.0)
+    value, _ = grpo_loss(
+        logp,
+        logp.detach(),
+        batch.advantages,
+        batch.mask,
+        upd.config.loss,
+        engine_logp=batch.engine_logp,
+        rewards_positive=batch.rewards >= 1.0,
+    )
+    value.backward()
+    assert torch.allclose(got, ref.lm_head.weight.grad, atol=1e-12, rtol=1e-9)
+    unshared = Update(upd.config, TrainablePolicy(_llama(), share_prefix=False), None)
+    # counted whole: each 10-token row alone, the 8- and 9-token rows in pairs
+    assert unshared._micro(samples, list(range(6))) == [[0], [1], [2, 4], [3, 5]]

@@ -25,7 +25,7 @@ from envgym.record import EpisodeRecord, Segment, TurnInfo
 from envgym.rollout import EpisodeResult
 from envgym.trainer.advantages import group_advantages
 from envgym.trainer.aggregation import aggregate_parts
-from envgym.trainer.batch import Group, balanced_microbatches, collate, samples_from_groups
+from envgym.trainer.batch import Group, collate, samples_from_groups
 from envgym.trainer.collect import Tally
 from envgym.trainer.config import (
     ConfigError,
@@ -36,6 +36,7 @@ from envgym.trainer.config import (
 )
 from envgym.trainer.losses import LossConfig, grpo_loss
 from envgym.trainer.masks import opsm_mask
+from envgym.trainer.microbatches import balanced_microbatches
 
 F64 = torch.float64
 

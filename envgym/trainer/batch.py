@@ -18,9 +18,7 @@
   (envgym.record: a segment is one token sequence), each knowing its episode (its
   *trajectory*: the loss's sequence unit); padded :class:`TrainBatch` tensors, shifted so that
   position ``t`` predicts ``token_ids[t + 1]``.
-* :func:`balanced_microbatches` — rows split into microbatches of similar padded size, each
-  under a token budget (longest-first greedy onto the lightest bin), the segments of one
-  episode kept together.
+* microbatches (the rows of one accumulation pass): envgym/trainer/microbatches.py.
 """
 
 from __future__ import annotations
@@ -385,54 +383,6 @@ def _padded(
     for b, v in enumerate(present):
         out[b, : v.shape[0]] = v.to(device=out.device, dtype=dtype)
     return out
-
-
-def balanced_microbatches(
-    lengths: Sequence[int],
-    max_tokens: int,
-    together: Sequence[int] | None = None,
-    *,
-    packed: bool = False,
-) -> list[list[int]]:
-    """Split rows into the fewest microbatches whose padded size (rows × longest row; with
-    ``packed``, the sum of the rows: a packed forward runs no padding) is at most ``max_tokens``, balancing token sums across them (longest unit first, onto the bin
-    with the fewest tokens).  A unit is a row, or with ``together`` (a key per row) the rows
-    sharing a key: the segments of one episode, which the loss needs in one pass (its sequence
-    statistics run over the whole trajectory).  A unit over ``max_tokens`` gets a microbatch of
-    its own.  Returns row indices per microbatch, each ascending."""
-    if max_tokens <= 0:
-        raise ValueError(f"max_tokens must be > 0, not {max_tokens}")
-    if any(n <= 0 for n in lengths):
-        raise ValueError(f"row lengths must be > 0: {list(lengths)}")
-    if not lengths:
-        return []
-    if together is not None and len(together) != len(lengths):
-        raise ValueError(f"together has {len(together)} keys for {len(lengths)} rows")
-    units: dict[object, list[int]] = {}
-    for i in range(len(lengths)):
-        units.setdefault(together[i] if together is not None else i, []).append(i)
-    rows = list(units.values())  # each unit's rows, in first-row order
-    size = [sum(lengths[i] for i in u) for u in rows]
-    order = sorted(range(len(rows)), key=lambda u: (-size[u], rows[u][0]))
-    bins_n = max(1, math.ceil(sum(lengths) / max_tokens))
-    while True:
-        bins: list[list[int]] = [[] for _ in range(bins_n)]
-        units_in = [0] * bins_n
-        sums = [0] * bins_n
-        for u in order:
-            j = min(range(bins_n), key=lambda b: (sums[b], b))
-            bins[j].extend(rows[u])
-            units_in[j] += 1
-            sums[j] += size[u]
-        fits = all(
-            units_in[j] == 1
-            or (sums[j] if packed else len(b) * max(lengths[i] for i in b)) <= max_tokens
-            for j, b in enumerate(bins)
-            if b
-        )
-        if fits or bins_n >= len(rows):
-            return [sorted(b) for b in bins if b]
-        bins_n += 1
 
 
 def split_minibatches(n: int, parts: int, generator: torch.Generator) -> list[list[int]]:

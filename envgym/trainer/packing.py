@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from envgym.trainer.batch import balanced_microbatches
+from envgym.trainer.microbatches import balanced_microbatches
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,14 @@ class TrainablePolicy:
     def head_weight(self) -> Tensor:
         return self.model.get_output_embeddings().weight
 
+    def runs_prefix_once(self, *, routed: bool, packed: bool) -> bool:
+        """Whether a microbatch's common prefix runs once here: ``share_prefix``, not a routed
+        (MoE) batch, and when packed, an attention the explicit prefix mask describes.  The
+        update then groups rows by prefix (envgym/trainer/microbatches.py)."""
+        if not self.share_prefix or routed:
+            return False
+        return not packed or _explicit_mask_ok(self.model)
+
     def hidden_states(self, batch: TrainBatch) -> Tensor:
         """``[B, T, H]`` final hidden states of ``batch.input_ids`` (routes replayed if any).
 
@@ -77,7 +85,8 @@ class TrainablePolicy:
         the tokens through the model ~3× (tests/test_train_policy.py compares both paths).
         Routed (MoE) batches run whole: the recorded routes cover every position in one pass.
         """
-        p = shared_prefix_len(batch) if self.share_prefix and batch.routes is None else 0
+        routed = batch.routes is not None
+        p = shared_prefix_len(batch) if self.runs_prefix_once(routed=routed, packed=False) else 0
         base = self.model.base_model
         b, t = batch.input_ids.shape
         cache = None
@@ -116,7 +125,7 @@ class TrainablePolicy:
         and the packed tails attend to its KV cache and causally within their own record.
         """
         p = 0
-        if self.share_prefix and batch.routes is None and _explicit_mask_ok(self.model):
+        if self.runs_prefix_once(routed=batch.routes is not None, packed=True):
             p = shared_prefix_len(batch)
         row = pack(batch.input_ids, batch.attention_mask, batch.routes, prefix=p)
         base = self.model.base_model

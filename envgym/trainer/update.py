@@ -41,7 +41,6 @@ from envgym.trainer.aggregation import nonzero
 from envgym.trainer.batch import (
     Sample,
     TrainBatch,
-    balanced_microbatches,
     collate,
     split_minibatches,
     trajectories,
@@ -51,6 +50,7 @@ from envgym.trainer.config import TrainConfig
 from envgym.trainer.lora import adapter_dropout
 from envgym.trainer.losses import grpo_loss
 from envgym.trainer.micro_tokens import resolve_micro_tokens
+from envgym.trainer.microbatches import balanced_microbatches, prefix_microbatches
 from envgym.trainer.policy import TrainablePolicy
 from envgym.trainer.ranks import Ranks
 
@@ -113,14 +113,16 @@ class Update:
         )
 
     def _micro(self, samples: Sequence[Sample], rows: Sequence[int]) -> list[list[int]]:
-        lengths = [samples[i].length for i in rows]
-        ids = trajectory_ids(samples)  # an episode's segments in one microbatch (its statistics)
-        bins = balanced_microbatches(
-            lengths,
-            self.micro_tokens,
-            together=[ids[i] for i in rows],
-            packed=self.config.packing,
-        )
+        episodes = trajectory_ids(samples)  # an episode's segments in one microbatch
+        together = [episodes[i] for i in rows]
+        packed = self.config.packing
+        routed = any(samples[i].routes is not None for i in rows)
+        if self.policy.runs_prefix_once(routed=routed, packed=packed):
+            ids = [samples[i].token_ids for i in rows]
+            bins = prefix_microbatches(ids, self.micro_tokens, together, packed=packed)
+        else:
+            lengths = [samples[i].length for i in rows]
+            bins = balanced_microbatches(lengths, self.micro_tokens, together, packed=packed)
         return [[rows[j] for j in mb] for mb in bins]
 
     def run(self, samples: list[Sample], step: int) -> tuple[dict[str, float], str | None]:
