@@ -22,7 +22,8 @@ from envgym.evaluate import EvalError
 from envgym.suite_manifest import SuiteError, load_suite
 from envgym.synth_agents import pipeline
 from envgym.synth_agents.pipeline import Job, MakeOutcome
-from envgym.synth_agents.suite import SuiteConfig, build_suite, read_categories, split_categories
+from envgym.synth_agents.suite import SuiteConfig, build_suite
+from envgym.synth_agents.suite_categories import read_categories, split_categories
 from envgym.trainer.config import ConfigError, config_from_dict
 
 pytestmark = pytest.mark.timeout(600)

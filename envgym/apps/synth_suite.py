@@ -38,7 +38,8 @@ def suite_command(
     as_json: bool,
 ) -> None:
     from envgym.suite_manifest import SuiteError
-    from envgym.synth_agents.suite import SuiteConfig, build_suite, read_categories
+    from envgym.synth_agents.suite import SuiteConfig, build_suite
+    from envgym.synth_agents.suite_categories import read_categories
 
     err = Console(stderr=True)
 

@@ -20,7 +20,6 @@ admitted twice.  ``suite.json`` is rewritten (atomically) from the journal after
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -32,16 +31,15 @@ from typing import Any
 from envgym.bundle import load_bundle, write_manifest
 from envgym.store import Store
 from envgym.suite_manifest import FORMAT, MANIFEST, SPLITS, VERSION, SuiteError, load_suite
-from envgym.synth_agents.categories import UnknownCategory, all_names, find_category
 from envgym.synth_agents.dedup import THRESHOLD, NearDuplicateIndex, jaccard, shingles
 from envgym.synth_agents.journal import Journal, JournalError
 from envgym.synth_agents.pipeline import SynthAgent, ValidationSettings, jobs_for, run_synthesis
 from envgym.synth_agents.procedural import ProceduralAgent
 from envgym.synth_agents.recorder import SynthRecorder
+from envgym.synth_agents.suite_categories import split_categories
 
 JOURNAL = "suite.jsonl"
 WORK, BUNDLES, STAGING = "work", "bundles", ".staging"
-MAX_CATEGORIES_FILE = 1024 * 1024
 # Arguments a rerun must repeat (they change which bundles exist or where they go); workers and
 # the sandbox do not, and --per-category may grow (job i is the same job in every run).
 FIXED = (
@@ -92,68 +90,6 @@ class SuiteConfig:
                     ProceduralAgent(name, self.tasks_per_bundle, self.difficulties, self.max_rows)
                 except ValueError as exc:
                     raise SuiteError(str(exc)) from None
-
-
-def read_categories(spec: str) -> tuple[str, ...]:
-    """``all`` (every procedural category), ``specs`` (every category compiled from a spec:
-    all but the hand-written families, so ``--max-rows`` applies to each), or a file: one name
-    per line, ``#`` comments."""
-    if spec == "all":
-        return tuple(all_names())
-    if spec == "specs":
-        return tuple(n for n in all_names() if find_category(n).spec_written)
-    path = Path(spec)
-    try:
-        if path.stat().st_size > MAX_CATEGORIES_FILE:
-            raise SuiteError(f"the categories file {spec} is over {MAX_CATEGORIES_FILE} bytes")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError(
-            f"cannot read the categories file {spec!r} (or say 'all' or 'specs'): {exc}"
-        ) from None
-    names: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        name = line.split("#", 1)[0].strip()
-        if not name:
-            continue
-        try:
-            canonical = find_category(name).name
-        except UnknownCategory as exc:
-            raise SuiteError(f"{spec} line {number}: {exc}") from None
-        if canonical in names:
-            raise SuiteError(
-                f"{spec} line {number}: {name!r} is {canonical!r} again "
-                f"(already on line {names[canonical]})"
-            )
-        names[canonical] = number
-    if not names:
-        raise SuiteError(f"the categories file {spec} names no category (only blanks/comments)")
-    return tuple(names)
-
-
-def split_categories(
-    names: tuple[str, ...], share: float, seed: int, validation_share: float = 0.0
-) -> dict[str, str]:
-    """Category → ``train`` | ``validation`` | ``held_out``, by each name's seeded hash: the
-    ``round(share × n)`` smallest are held out, the next ``round(validation_share × n)`` are for
-    validation.  A share asked for gets at least one category and training keeps at least one.
-    Depends on the set of names and the seed, not their order; adding a validation share leaves
-    the held-out categories as they were."""
-    ranked = sorted(names, key=lambda n: hashlib.sha256(f"{seed}\0{n}".encode()).hexdigest())
-    held = _count(share, len(names), len(names) - 1)
-    valid = _count(validation_share, len(names), len(names) - 1 - held)
-    return {
-        n: ("held_out" if i < held else "validation" if i < held + valid else "train")
-        for i, n in enumerate(ranked)
-    }
-
-
-def _count(share: float, n: int, most: int) -> int:
-    """``round(share × n)``, at least 1 when a share is asked for, at most ``most``."""
-    k = round(share * n)
-    if share > 0 and k == 0:
-        k = 1
-    return max(0, min(k, most))
 
 
 def _journal(out: Path) -> Journal:
@@ -427,8 +363,6 @@ __all__ = [
     "SuiteConfig",
     "SuiteError",
     "build_suite",
-    "read_categories",
-    "split_categories",
     "tool_signatures",
     "write_suite_manifest",
 ]
