@@ -2,7 +2,8 @@
 
 A suite is a directory of validated bundles from many categories plus one manifest that lists
 each bundle (its path relative to the suite, category, content hash, task count and split) and
-splits the categories into ``train`` and ``held_out``.  This module only *reads* one (the
+splits the categories into ``train``, ``validation`` (for choices made during training:
+when to stop, which checkpoint; often empty) and ``held_out``.  This module only *reads* one (the
 trainer's config and ``envgym eval`` expand a suite into its bundles); the writer lives in
 ``envgym.synth_agents.suite``.  It sits in the core because ``envgym eval`` may import nothing else.
 
@@ -21,7 +22,8 @@ from typing import Any
 MANIFEST = "suite.json"
 FORMAT = "envgym-suite"
 VERSION = 1
-SPLITS = ("train", "held_out")
+SPLITS = ("train", "validation", "held_out")
+REQUIRED_SPLITS = ("train", "held_out")  # suites written before the validation split lack it
 SPLIT_CHOICES = (*SPLITS, "all")
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024  # ~100k bundles; anything larger is not ours
 
@@ -113,18 +115,26 @@ def parse_manifest(data: Any, root: Path, where: str) -> Suite:
     if version != VERSION:
         raise bad(f"'version' is {version!r}; this envgym reads version {VERSION}")
     splits_raw = data.get("splits")
-    if not isinstance(splits_raw, dict) or set(splits_raw) != set(SPLITS):
-        raise bad(f"'splits' must be an object with exactly the keys {list(SPLITS)}")
+    if (
+        not isinstance(splits_raw, dict)
+        or not set(REQUIRED_SPLITS) <= set(splits_raw)
+        or not set(splits_raw) <= set(SPLITS)
+    ):
+        raise bad(
+            f"'splits' must be an object with the keys {list(REQUIRED_SPLITS)} "
+            f"(and optionally 'validation'), not {sorted(splits_raw) if isinstance(splits_raw, dict) else splits_raw!r}"
+        )
     splits: dict[str, tuple[str, ...]] = {}
+    split_of: dict[str, str] = {}
     for name in SPLITS:
-        names = splits_raw[name]
+        names = splits_raw.get(name, [])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise bad(f"'splits.{name}' must be a list of category names")
         splits[name] = tuple(names)
-    both = set(splits["train"]) & set(splits["held_out"])
-    if both:
-        raise bad(f"categories in both splits: {sorted(both)}")
-    split_of = {c: s for s, names in splits.items() for c in names}
+        for category in names:
+            if category in split_of:
+                raise bad(f"category {category!r} is in both {split_of[category]!r} and {name!r}")
+            split_of[category] = name
     rows = data.get("bundles")
     if not isinstance(rows, list):
         raise bad("'bundles' must be a list")

@@ -308,7 +308,8 @@ def test_max_rows_is_refused_by_name_for_a_fixed_family_before_any_job() -> None
 
 def test_the_specs_keyword_names_every_category_max_rows_applies_to() -> None:
     from envgym.synth_agents.categories import all_names, find_category
-    from envgym.synth_agents.suite import SuiteConfig, read_categories
+    from envgym.synth_agents.suite import SuiteConfig
+    from envgym.synth_agents.suite_categories import read_categories
 
     specs = read_categories("specs")
     assert "newsroom" in specs and "library loans" in specs

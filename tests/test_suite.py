@@ -22,7 +22,8 @@ from envgym.evaluate import EvalError
 from envgym.suite_manifest import SuiteError, load_suite
 from envgym.synth_agents import pipeline
 from envgym.synth_agents.pipeline import Job, MakeOutcome
-from envgym.synth_agents.suite import SuiteConfig, build_suite, read_categories, split_categories
+from envgym.synth_agents.suite import SuiteConfig, build_suite
+from envgym.synth_agents.suite_categories import read_categories, split_categories
 from envgym.trainer.config import ConfigError, config_from_dict
 
 pytestmark = pytest.mark.timeout(600)
@@ -124,6 +125,64 @@ def test_split_is_by_category_seeded_and_order_free(seed: int) -> None:
     assert sum(v == "held_out" for v in split.values()) == 5
     assert split_categories(tuple(reversed(names)), 0.25, seed) == split
     assert split_categories(names, 0.0, seed) == dict.fromkeys(names, "train")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_validation_share_takes_training_categories_and_leaves_held_out_as_it_was(
+    seed: int,
+) -> None:
+    names = tuple(f"c{i}" for i in range(20))
+    before = split_categories(names, 0.25, seed)
+    split = split_categories(names, 0.25, seed, 0.1)
+    assert [split[n] for n in names].count("validation") == 2
+    assert {n for n in names if split[n] == "held_out"} == {
+        n for n in names if before[n] == "held_out"
+    }
+    assert all(before[n] == "train" for n in names if split[n] == "validation")
+    assert split_categories(tuple(reversed(names)), 0.25, seed, 0.1) == split
+    # a share asked for gets one category; training always keeps one
+    few = split_categories(("a", "b", "c"), 0.1, seed, 0.1)
+    assert sorted(few.values()) == ["held_out", "train", "validation"]
+    assert sorted(split_categories(("a", "b"), 0.1, seed, 0.1).values()) == ["held_out", "train"]
+
+
+def test_a_suite_with_a_validation_split_reads_back_and_old_suites_still_load(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "suite"
+    build_suite(
+        config(CATS, held_out_share=0.34, validation_share=0.34), out, None, agent_factory=factory()
+    )
+    suite = load_suite(out)
+    assert {k: len(v) for k, v in suite.splits.items()} == {
+        "train": 1,
+        "validation": 1,
+        "held_out": 1,
+    }
+    assert len(suite.select("validation")) == 2  # two bundles of its one category
+    with pytest.raises(SuiteError, match="started with validation_share=0.34, not 0.0"):
+        build_suite(config(CATS, held_out_share=0.34), out, None, agent_factory=factory())
+    data = json.loads((out / "suite.json").read_text())
+    category = data["splits"]["validation"][0]
+    data["splits"]["train"].append(category)
+    (out / "suite.json").write_text(json.dumps(data))
+    with pytest.raises(SuiteError, match=f"{category!r} is in both 'train' and 'validation'"):
+        load_suite(out)
+    # A suite written before the validation split: no such key, and its journal has no share.
+    old = tmp_path / "old"
+    build_suite(config(CATS, held_out_share=0.34), old, None, agent_factory=factory())
+    data = json.loads((old / "suite.json").read_text())
+    assert data["splits"].pop("validation") == []
+    (old / "suite.json").write_text(json.dumps(data))
+    assert load_suite(old).splits["validation"] == ()
+    journal = (old / "suite.jsonl").read_text().replace('"validation_share": 0.0, ', "")
+    assert "validation_share" not in journal
+    (old / "suite.jsonl").write_text(journal)
+    build_suite(config(CATS, held_out_share=0.34), old, None, agent_factory=factory())  # resumes
+    data["splits"]["tests"] = []
+    (old / "suite.json").write_text(json.dumps(data))
+    with pytest.raises(SuiteError, match="'splits' must be an object with the keys"):
+        load_suite(old)
 
 
 def test_seeds_change_the_split() -> None:
@@ -233,6 +292,10 @@ def test_bad_inputs_are_named(tmp_path: Path) -> None:
     for args, message in [
         (["--per-category", "0"], "--per-category must be at least 1, not 0"),
         (["--per-category", "1", "--held-out-share", "1.5"], "--held-out-share must be in"),
+        (
+            ["--per-category", "1", "--held-out-share", "0.5", "--validation-share", "0.5"],
+            "leave no share of the categories to train on",
+        ),
         (["--per-category", "1", "--agent", "llm"], "procedural agent"),
     ]:
         result = runner.invoke(
@@ -288,7 +351,7 @@ def test_real_categories_through_the_cli(tmp_path: Path, require_backend) -> Non
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert (report["environments"], report["categories"], report["check_pass_rate"]) == (2, 2, 1.0)
     assert report["distinct_tool_signatures"] >= report["distinct_tool_names"] > 2
-    assert report["splits"] == {"train": 1, "held_out": 1}
+    assert report["splits"] == {"train": 1, "validation": 0, "held_out": 1}
     text = runner.invoke(app, [*args, "--workers", "1"])
     assert text.exit_code == 0 and "distinct tool signatures" in text.stdout
 

@@ -45,6 +45,11 @@ def synth_command(
     held_out_share: float = typer.Option(
         0.2, "--held-out-share", help="suite: share of categories held out (seeded)"
     ),
+    validation_share: float = typer.Option(
+        0.0,
+        "--validation-share",
+        help="suite: share of categories for validation (choices made during training; seeded)",
+    ),
     n: int = typer.Option(10, "--n", help="bundles to synthesize (job i uses seed S + i)"),
     out: Path = typer.Option(
         None,
@@ -158,6 +163,7 @@ def synth_command(
             per_category=per_category,
             out=out,
             held_out_share=held_out_share,
+            validation_share=validation_share,
             seed=seed,
             workers=workers,
             tasks_per_bundle=tasks_per_bundle,

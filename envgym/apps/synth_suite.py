@@ -26,6 +26,7 @@ def suite_command(
     per_category: int | None,
     out: Path | None,
     held_out_share: float,
+    validation_share: float,
     seed: int,
     workers: int,
     tasks_per_bundle: int,
@@ -37,7 +38,8 @@ def suite_command(
     as_json: bool,
 ) -> None:
     from envgym.suite_manifest import SuiteError
-    from envgym.synth_agents.suite import SuiteConfig, build_suite, read_categories
+    from envgym.synth_agents.suite import SuiteConfig, build_suite
+    from envgym.synth_agents.suite_categories import read_categories
 
     err = Console(stderr=True)
 
@@ -66,6 +68,7 @@ def suite_command(
             per_category=per_category,
             seed=seed,
             held_out_share=held_out_share,
+            validation_share=validation_share,
             tasks_per_bundle=tasks_per_bundle,
             difficulties=levels,
             sandbox=sandbox,
@@ -98,6 +101,14 @@ def suite_command(
         print_report(payload, Console(width=None if sys.stdout.isatty() else 160))
 
 
+def _splits(counts: dict[str, int]) -> str:
+    shown = [f"train {counts.get('train', 0)}"]
+    if counts.get("validation"):
+        shown.append(f"validation {counts['validation']}")
+    shown.append(f"held-out {counts.get('held_out', 0)}")
+    return ", ".join(shown)
+
+
 def print_report(r: dict[str, Any], console: Console) -> None:
     table = Table(title=f"envgym synth · suite · {r['out']}")
     table.add_column("")
@@ -107,7 +118,7 @@ def print_report(r: dict[str, Any], console: Console) -> None:
         ("environments", str(r["environments"])),
         ("tasks", str(r["tasks"])),
         ("categories", f"{r['categories']} of {r['categories_requested']} requested"),
-        ("split (categories)", f"train {r['splits']['train']}, held-out {r['splits']['held_out']}"),
+        ("split (categories)", _splits(r["splits"])),
         ("distinct tool names", str(r["distinct_tool_names"])),
         ("distinct tool signatures", str(r["distinct_tool_signatures"])),
         ("tools per environment", f"min {tpe['min']}, median {tpe['median']}, max {tpe['max']}"),

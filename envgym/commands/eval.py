@@ -43,7 +43,7 @@ def eval_command(
         ..., help="environment id, bundle directory or suite directory (docs/SUITES.md)"
     ),
     split: str = typer.Option(
-        None, "--split", help="suite: train | held_out | all (default held_out)"
+        None, "--split", help="suite: train | validation | held_out | all (default held_out)"
     ),
     model: str = typer.Option(
         "smollm2",

@@ -20,7 +20,6 @@ admitted twice.  ``suite.json`` is rewritten (atomically) from the journal after
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,20 +30,29 @@ from typing import Any
 
 from envgym.bundle import load_bundle, write_manifest
 from envgym.store import Store
-from envgym.suite_manifest import FORMAT, MANIFEST, VERSION, SuiteError, load_suite
-from envgym.synth_agents.categories import UnknownCategory, all_names, find_category
+from envgym.suite_manifest import FORMAT, MANIFEST, SPLITS, VERSION, SuiteError, load_suite
 from envgym.synth_agents.dedup import THRESHOLD, NearDuplicateIndex, jaccard, shingles
 from envgym.synth_agents.journal import Journal, JournalError
 from envgym.synth_agents.pipeline import SynthAgent, ValidationSettings, jobs_for, run_synthesis
 from envgym.synth_agents.procedural import ProceduralAgent
 from envgym.synth_agents.recorder import SynthRecorder
+from envgym.synth_agents.suite_categories import split_categories
 
 JOURNAL = "suite.jsonl"
 WORK, BUNDLES, STAGING = "work", "bundles", ".staging"
-MAX_CATEGORIES_FILE = 1024 * 1024
 # Arguments a rerun must repeat (they change which bundles exist or where they go); workers and
 # the sandbox do not, and --per-category may grow (job i is the same job in every run).
-FIXED = ("categories", "seed", "held_out_share", "tasks_per_bundle", "difficulties", "max_rows")
+FIXED = (
+    "categories",
+    "seed",
+    "held_out_share",
+    "validation_share",
+    "tasks_per_bundle",
+    "difficulties",
+    "max_rows",
+)
+# What a journal written before a FIXED key existed meant by it.
+FIXED_BEFORE = {"validation_share": 0.0}
 
 Progress = Callable[[str, int, int], None]  # (category, done, total)
 
@@ -55,6 +63,7 @@ class SuiteConfig:
     per_category: int
     seed: int = 0
     held_out_share: float = 0.2
+    validation_share: float = 0.0  # categories for choices made during training (not held out)
     tasks_per_bundle: int = 3
     difficulties: tuple[int, ...] = (1, 2, 3, 4, 5)
     sandbox: str = "bwrap"
@@ -66,6 +75,13 @@ class SuiteConfig:
             raise SuiteError(f"--per-category must be at least 1, not {self.per_category}")
         if not 0.0 <= self.held_out_share < 1.0:
             raise SuiteError(f"--held-out-share must be in [0, 1), not {self.held_out_share}")
+        if not 0.0 <= self.validation_share < 1.0:
+            raise SuiteError(f"--validation-share must be in [0, 1), not {self.validation_share}")
+        if self.held_out_share + self.validation_share >= 1.0:
+            raise SuiteError(
+                f"--held-out-share {self.held_out_share} and --validation-share "
+                f"{self.validation_share} leave no share of the categories to train on"
+            )
         if not self.categories:
             raise SuiteError("the suite has no categories")
         if self.max_rows is not None:  # every category is checked before any job runs
@@ -74,54 +90,6 @@ class SuiteConfig:
                     ProceduralAgent(name, self.tasks_per_bundle, self.difficulties, self.max_rows)
                 except ValueError as exc:
                     raise SuiteError(str(exc)) from None
-
-
-def read_categories(spec: str) -> tuple[str, ...]:
-    """``all`` (every procedural category), ``specs`` (every category compiled from a spec:
-    all but the hand-written families, so ``--max-rows`` applies to each), or a file: one name
-    per line, ``#`` comments."""
-    if spec == "all":
-        return tuple(all_names())
-    if spec == "specs":
-        return tuple(n for n in all_names() if find_category(n).spec_written)
-    path = Path(spec)
-    try:
-        if path.stat().st_size > MAX_CATEGORIES_FILE:
-            raise SuiteError(f"the categories file {spec} is over {MAX_CATEGORIES_FILE} bytes")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError(
-            f"cannot read the categories file {spec!r} (or say 'all' or 'specs'): {exc}"
-        ) from None
-    names: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        name = line.split("#", 1)[0].strip()
-        if not name:
-            continue
-        try:
-            canonical = find_category(name).name
-        except UnknownCategory as exc:
-            raise SuiteError(f"{spec} line {number}: {exc}") from None
-        if canonical in names:
-            raise SuiteError(
-                f"{spec} line {number}: {name!r} is {canonical!r} again "
-                f"(already on line {names[canonical]})"
-            )
-        names[canonical] = number
-    if not names:
-        raise SuiteError(f"the categories file {spec} names no category (only blanks/comments)")
-    return tuple(names)
-
-
-def split_categories(names: tuple[str, ...], share: float, seed: int) -> dict[str, str]:
-    """Category → ``train`` | ``held_out``: the ``round(share × n)`` categories whose seeded
-    hash is smallest are held out.  Depends on the set of names and the seed, not their order."""
-    ranked = sorted(names, key=lambda n: hashlib.sha256(f"{seed}\0{n}".encode()).hexdigest())
-    held = round(share * len(names))
-    if share > 0 and held == 0 and len(names) > 1:
-        held = 1  # a share asked for holds out at least one category
-    held = min(held, len(names) - 1)  # and never all of them
-    return {n: ("held_out" if i < held else "train") for i, n in enumerate(ranked)}
 
 
 def _journal(out: Path) -> Journal:
@@ -138,9 +106,10 @@ def _check_config(journal: Journal, config: SuiteConfig) -> None:
         journal.append("config", "suite", wanted)
         return
     for key in FIXED:
-        if record.get(key) != wanted[key]:
+        was = record.get(key, FIXED_BEFORE.get(key))
+        if was != wanted[key]:
             raise SuiteError(
-                f"{journal.path} was started with {key}={record.get(key)!r}, not {wanted[key]!r}; "
+                f"{journal.path} was started with {key}={was!r}, not {wanted[key]!r}; "
                 "rerun with the same arguments to resume, or use another --out"
             )
 
@@ -346,7 +315,9 @@ def write_suite_manifest(out: Path, config: SuiteConfig, journal: Journal) -> di
     """suite.json from the journal, written to a temporary file and renamed over the old one."""
     from envgym.synth_agents.suite_report import suite_report
 
-    split = split_categories(config.categories, config.held_out_share, config.seed)
+    split = split_categories(
+        config.categories, config.held_out_share, config.seed, config.validation_share
+    )
     order = {name: i for i, name in enumerate(config.categories)}
     records = sorted(
         journal.records("bundle"), key=lambda r: (order.get(r["category"], 1 << 30), r["seed"])
@@ -359,9 +330,7 @@ def write_suite_manifest(out: Path, config: SuiteConfig, journal: Journal) -> di
             **{k: _plain(getattr(config, k)) for k in FIXED},
             "per_category": config.per_category,
         },
-        "splits": {
-            s: [n for n in config.categories if split[n] == s] for s in ("train", "held_out")
-        },
+        "splits": {s: [n for n in config.categories if split[n] == s] for s in SPLITS},
         "bundles": [
             {
                 "path": r["path"],
@@ -394,8 +363,6 @@ __all__ = [
     "SuiteConfig",
     "SuiteError",
     "build_suite",
-    "read_categories",
-    "split_categories",
     "tool_signatures",
     "write_suite_manifest",
 ]
