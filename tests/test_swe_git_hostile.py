@@ -311,3 +311,27 @@ def test_validation_and_check_run_nothing_of_the_repository(hostile, tmp_path: P
         checked = check_instances([report.instance], reruns=1)
     assert checked.instances[0].passed, checked.instances[0].reason
     assert _markers(markers) == []
+
+
+def test_the_private_git_home_is_removed_when_the_process_exits(tmp_path: Path) -> None:
+    """Every process that runs git makes itself an empty HOME (so no user config applies); it
+    is removed at exit, and a forked child's exit leaves its parent's in place."""
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "from envgym.envs.swe.git_safe import git_env\n"
+        "home = git_env()['HOME']\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print(home, os.path.isdir(home))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    home, alive_after_child = out.stdout.split()
+    assert os.path.basename(home).startswith("envgym-git-home-")
+    assert alive_after_child == "True"
+    assert not os.path.exists(home)

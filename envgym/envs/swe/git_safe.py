@@ -26,7 +26,9 @@ trusted for its config — it is only ever read through a view.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -74,7 +76,13 @@ def _home() -> str:
     global _HOME
     if _HOME is None or not os.path.isdir(_HOME):
         _HOME = tempfile.mkdtemp(prefix="envgym-git-home-")
+        atexit.register(_remove_home, _HOME, os.getpid())
     return _HOME
+
+
+def _remove_home(path: str, pid: int) -> None:
+    if os.getpid() == pid:  # not at a forked child's exit: the home is its parent's
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
