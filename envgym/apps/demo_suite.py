@@ -63,6 +63,11 @@ class DemoStory:
     group_size: int = 4
     prompts: int = 4
     grpo_lr: float = 2e-5
+    # Tokens through the model per microbatch: room for a group's prompt (1.3-2.7k tokens of
+    # tool schemas) once plus its samples' own turns, which the trainer then runs together.
+    micro_tokens: int = 4096
+    minibatches: int = 1  # one optimizer step on the whole batch: a group stays in one pass
+    refills: int = 1  # dynamic sampling: rollout rounds to replace uniform groups
     max_tokens: int = 128  # per turn, in the filter, training and evaluation alike
     max_turns: int = 3
 
@@ -225,9 +230,10 @@ def train(
             },
             "optimizer": {"lr": spec.grpo_lr},
             "steps": spec.grpo_steps,
-            "minibatches": 2,
+            "minibatches": spec.minibatches,
+            "micro_tokens": spec.micro_tokens,
             "old_logprobs": "engine",
-            "dynamic_sampling": {"max_refills": 1},
+            "dynamic_sampling": {"max_refills": spec.refills},
             "checkpoint": {
                 "dir": str(grpo / "checkpoints"),
                 "resume": False,
