@@ -290,6 +290,27 @@ def test_a_non_finite_minibatch_is_skipped_counted_and_logged(
     assert "step 5: minibatch" in caplog.text and "skipped: non-finite loss" in caplog.text
 
 
+def _one_pass_head_grad(samples: list[Sample], loss: Any) -> torch.Tensor:
+    """The LM head's gradient of grpo_loss over the whole batch in one pass, by hand, from the
+    same initial weights as ``_llama()``."""
+    from envgym.trainer.losses import grpo_loss
+
+    ref = _llama()
+    batch = collate(samples, dtype=torch.float64)
+    logp, _ = TrainablePolicy(ref).logprobs(batch, temperature=1.0)
+    value, _ = grpo_loss(
+        logp,
+        logp.detach(),
+        batch.advantages,
+        batch.mask,
+        loss,
+        engine_logp=batch.engine_logp,
+        rewards_positive=batch.rewards >= 1.0,
+    )
+    value.backward()
+    return ref.lm_head.weight.grad
+
+
 @pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
 @pytest.mark.parametrize(
     ("aggregation", "normalizer"),
@@ -300,8 +321,6 @@ def test_microbatches_accumulate_to_the_one_pass_gradient(
 ) -> None:
     """One-row microbatches accumulate exactly the gradient of grpo_loss over the whole batch
     (a constant normalizer below 1 included: grpo_loss clamps its unit count at 1)."""
-    from envgym.trainer.losses import grpo_loss
-
     loss = {"aggregation": aggregation, **({"normalizer": normalizer} if normalizer else {})}
     model = _llama()
     upd = _update(model, micro_tokens=1, loss=loss, optimizer={"lr": 1e-2, "max_grad_norm": None})
@@ -309,20 +328,8 @@ def test_microbatches_accumulate_to_the_one_pass_gradient(
     upd.run(_samples(), step=0)
     got = model.lm_head.weight.grad.clone()
 
-    ref = _llama()  # the same initial weights: one pass over the whole batch, by hand
-    batch = collate(_samples(), dtype=torch.float64)
-    logp, _ = TrainablePolicy(ref).logprobs(batch, temperature=1.0)
-    value, _ = grpo_loss(
-        logp,
-        logp.detach(),
-        batch.advantages,
-        batch.mask,
-        upd.config.loss,
-        engine_logp=batch.engine_logp,
-        rewards_positive=batch.rewards >= 1.0,
-    )
-    value.backward()
-    assert torch.allclose(got, ref.lm_head.weight.grad, atol=1e-12, rtol=1e-9)
+    want = _one_pass_head_grad(_samples(), upd.config.loss)
+    assert torch.allclose(got, want, atol=1e-12, rtol=1e-9)
 
 
 def test_gradient_checkpointing_with_a_shared_prefix_runs_the_batch_whole() -> None:
@@ -345,8 +352,6 @@ def test_a_budget_that_fits_a_prompt_once_runs_each_group_together_with_the_same
     """Two groups of three rows (one prompt each, 8-10 tokens): counted whole, an 18-token budget
     fits one row per microbatch; with each prompt run once (6 + 3 × 4) it fits each group in
     one.  The update groups them so, and accumulates exactly the one-pass gradient."""
-    from envgym.trainer.losses import grpo_loss
-
     first = _group_samples()
     second = _group_samples()
     for s in second:
@@ -359,20 +364,8 @@ def test_a_budget_that_fits_a_prompt_once_runs_each_group_together_with_the_same
     upd.run(samples, step=0)
     got = model.lm_head.weight.grad.clone()
 
-    ref = _llama()
-    batch = collate(samples, dtype=torch.float64)
-    logp, _ = TrainablePolicy(ref).logprobs(batch, temperature=1.0)
-    value, _ = grpo_loss(
-        logp,
-        logp.detach(),
-        batch.advantages,
-        batch.mask,
-        upd.config.loss,
-        engine_logp=batch.engine_logp,
-        rewards_positive=batch.rewards >= 1.0,
-    )
-    value.backward()
-    assert torch.allclose(got, ref.lm_head.weight.grad, atol=1e-12, rtol=1e-9)
+    want = _one_pass_head_grad(samples, upd.config.loss)
+    assert torch.allclose(got, want, atol=1e-12, rtol=1e-9)
     unshared = Update(upd.config, TrainablePolicy(_llama(), share_prefix=False), None)
     # counted whole: each 10-token row alone, the 8- and 9-token rows in pairs
     assert unshared._micro(samples, list(range(6))) == [[0], [1], [2, 4], [3, 5]]
