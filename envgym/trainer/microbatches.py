@@ -31,10 +31,7 @@ def balanced_microbatches(
     _check_rows(lengths, max_tokens, together)
     if not lengths:
         return []
-    units: dict[object, list[int]] = {}
-    for i in range(len(lengths)):
-        units.setdefault(together[i] if together is not None else i, []).append(i)
-    rows = list(units.values())  # each unit's rows, in first-row order
+    rows = _units(len(lengths), together)
     size = [sum(lengths[i] for i in u) for u in rows]
     order = sorted(range(len(rows)), key=lambda u: (-size[u], rows[u][0]))
     bins_n = max(1, math.ceil(sum(lengths) / max_tokens))
@@ -76,10 +73,7 @@ def prefix_microbatches(
     per microbatch, each ascending."""
     lengths = [len(row) for row in ids]
     _check_rows(lengths, max_tokens, together)
-    units: dict[object, list[int]] = {}
-    for i in range(len(ids)):
-        units.setdefault(together[i] if together is not None else i, []).append(i)
-    order = sorted(units.values(), key=lambda u: (list(ids[u[0]]), u[0]))
+    order = sorted(_units(len(ids), together), key=lambda u: (list(ids[u[0]]), u[0]))
     bins: list[list[int]] = []
     current: list[int] = []
     for unit in order:
@@ -105,6 +99,14 @@ def _prefix_cost(ids: Sequence[Sequence[int]], rows: Sequence[int], packed: bool
     if packed:
         return p + sum(n - p for n in lengths)
     return p + len(rows) * (max(lengths) - p)
+
+
+def _units(n: int, together: Sequence[int] | None) -> list[list[int]]:
+    """Each unit's rows, in first-row order: a row alone, or the rows sharing a ``together`` key."""
+    units: dict[object, list[int]] = {}
+    for i in range(n):
+        units.setdefault(together[i] if together is not None else i, []).append(i)
+    return list(units.values())
 
 
 def _check_rows(lengths: Sequence[int], max_tokens: int, together: Sequence[int] | None) -> None:
