@@ -196,7 +196,8 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "demo OK" in out
     story = tmp_path / "demo" / "story"
     manifest = json.loads((story / "suite" / "suite.json").read_text())
-    assert {len(v) for v in manifest["splits"].values()} == {3, 1}  # categories: train, held out
+    categories = {split: len(names) for split, names in manifest["splits"].items()}
+    assert categories == {"train": 3, "validation": 0, "held_out": 1}
     assert "envgym check" in out and "PASSED" in out  # the sampled bundle's full check
     sft = json.loads((story / "sft" / "sft_run.json").read_text())
     assert sft["data"]["examples"] > 0 and sft["config"]["max_turns"] == 3
