@@ -7,11 +7,13 @@ import os
 import sqlite3
 import subprocess
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from envgym.heap import release_freed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,6 +121,15 @@ _BIG_MEMORY = frozenset(
         "test_search_qa_cold_start.py",
     }
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_freed_memory() -> Iterator[None]:
+    # A worker runs many model tests one after another; glibc keeps what each freed (gigabytes
+    # after a training test), which the other worker's demo and Ray's OOM killer then count as
+    # used. Give it back after each module.
+    yield
+    release_freed()
 
 
 # tryfirst: pytest-xdist reads the groups in its own collection hook, which otherwise runs first.

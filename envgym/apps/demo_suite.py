@@ -30,6 +30,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from envgym.heap import release_freed
+
 # The categories whose environments have the fewest tools (about 6): each tool's schema is in
 # the system prompt, so these give the shortest prompts (~1.2k tokens), which is what a 2-core
 # CPU prefills fastest; their level-1/2 tasks often need just a list call and the submit.
@@ -322,6 +324,7 @@ def demo_story(
         step += 1
         t = time.perf_counter()
         result = work()
+        release_freed()  # the next step (or a process beside the demo) gets the step's memory
         console.print(f"  (step took {time.perf_counter() - t:.0f} s)")
         return result
 
