@@ -1,0 +1,65 @@
+"""configs/transfer/: the transfer experiment's cold start and GRPO arm read a suite the way
+docs/TRANSFER.md builds it: training on its train split only, its held-out split never."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envgym.suite_manifest import load_suite, split_dirs
+from envgym.synth_agents.suite import SuiteConfig, build_suite
+from envgym.trainer.config import load_config
+from envgym.trainer.sft_run import load_run_config
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs" / "transfer"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real three-category suite where the configs expect it (runs/transfer/suite)."""
+    root = tmp_path_factory.mktemp("transfer")
+    config = SuiteConfig(
+        categories=("coffee roasting", "newsroom", "court hearings"),
+        per_category=1,
+        held_out_share=0.34,
+        tasks_per_bundle=2,
+        difficulties=(1,),
+        sandbox="inprocess",
+        max_rows=10,
+    )
+    build_suite(config, root / "runs" / "transfer" / "suite", None)
+    return root
+
+
+@pytest.mark.timeout(300)
+def test_grpo_trains_on_the_train_split_only(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workspace)
+    suite = load_suite(workspace / "runs" / "transfer" / "suite")
+    config = load_config(CONFIGS / "grpo.yaml")
+    train = {str(Path(b.path).name) for b in suite.select("train")}
+    held_out = {str(Path(b.path).name) for b in suite.select("held_out")}
+    assert train and held_out
+    assert {Path(e.id).name for e in config.envs} == train
+    assert config.model.path == "runs/transfer/cold-start"  # the cold start's output
+    assert config.rollout.max_tokens == 128 and config.rollout.max_turns == 3
+
+
+@pytest.mark.timeout(300)
+def test_the_cold_start_trains_on_the_train_split_and_holds_out_the_rest(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workspace)
+    suite = load_suite(workspace / "runs" / "transfer" / "suite")
+    config = load_run_config(CONFIGS / "sft.yaml")
+    assert config.train == ("runs/transfer/suite",) == config.held_out_bundles
+    trained = split_dirs(config.train[0], None, "train")
+    held = split_dirs(config.held_out_bundles[0], None, "held_out")
+    assert trained is not None and held is not None
+    assert {d.name for d in trained} == {Path(b.path).name for b in suite.select("train")}
+    assert {d.name for d in held} == {Path(b.path).name for b in suite.select("held_out")}
+    assert config.out == "runs/transfer/cold-start"
+    assert config.max_turn_tokens == 128 and config.max_turns == 3
