@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from envgym.heap import release_freed
 from envgym.policy import SamplingParams
 from envgym.rollout import EpisodeResult, EpisodeSpec, RolloutBudget, RolloutEngine
 from envgym.rollout.errored import check_errored
@@ -446,7 +447,12 @@ class Trainer:
                 self._advantages(groups),
                 overlong_mask=overlong_scope(self.config) == "turn",
             )
+            # Each phase's freed memory back to the OS before the other phase allocates: glibc
+            # keeps it otherwise, and an update's activations (GiBs) stayed resident through the
+            # next rollouts (docs/TRAINER.md, "Memory between phases").
+            release_freed()
             metrics, skipped = await asyncio.to_thread(self._train, samples)
+            release_freed()
         else:
             await asyncio.to_thread(self._train, None)  # the other ranks keep step with rank 0
         t1 = time.monotonic()
