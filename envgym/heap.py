@@ -3,9 +3,10 @@
 glibc's allocator keeps freed heap memory for reuse, and its mmap threshold rises after large
 frees, so a process that trained a model and dropped it still holds gigabytes it will never use
 again (a 135M-parameter SFT step: 3.1 GB resident after every tensor is freed, 0.4 GB after a
-trim). A long job made of phases (the demo: cold start, then the filter, then GRPO) or a test
-process that runs many model tests one after another calls :func:`release_freed` between them, so
-the next phase, or a process beside it, finds that memory free.
+trim). A long job made of phases (the demo: cold start, then the filter, then GRPO; a GRPO step:
+rollouts, then the update) or a test process that runs many model tests one after another calls
+:func:`release_freed` between them, so the next phase, or a process beside it, finds that memory
+free.
 """
 
 from __future__ import annotations
