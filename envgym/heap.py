@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import resource
 from typing import Any
 
 
@@ -33,8 +34,6 @@ def _libc() -> Any:
 
 def resident_bytes() -> int:
     """This process's resident set size in bytes (Linux: /proc/self/statm), else 0."""
-    import resource
-
     try:
         with open("/proc/self/statm", encoding="ascii") as f:
             return int(f.read().split()[1]) * resource.getpagesize()
