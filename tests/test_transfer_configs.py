@@ -33,33 +33,36 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.timeout(300)
-def test_grpo_trains_on_the_train_split_only(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def split_names(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
+    """Inside the workspace (the configs' paths are relative): each split's bundle names."""
     monkeypatch.chdir(workspace)
     suite = load_suite(workspace / "runs" / "transfer" / "suite")
+    names = {
+        split: {Path(b.path).name for b in suite.select(split)} for split in ("train", "held_out")
+    }
+    assert all(names.values())
+    return names
+
+
+@pytest.mark.timeout(300)
+def test_grpo_trains_on_the_train_split_only(split_names: dict[str, set[str]]) -> None:
     config = load_config(CONFIGS / "grpo.yaml")
-    train = {str(Path(b.path).name) for b in suite.select("train")}
-    held_out = {str(Path(b.path).name) for b in suite.select("held_out")}
-    assert train and held_out
-    assert {Path(e.id).name for e in config.envs} == train
+    assert {Path(e.id).name for e in config.envs} == split_names["train"]
     assert config.model.path == "runs/transfer/cold-start"  # the cold start's output
     assert config.rollout.max_tokens == 128 and config.rollout.max_turns == 3
 
 
 @pytest.mark.timeout(300)
 def test_the_cold_start_trains_on_the_train_split_and_holds_out_the_rest(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
+    split_names: dict[str, set[str]],
 ) -> None:
-    monkeypatch.chdir(workspace)
-    suite = load_suite(workspace / "runs" / "transfer" / "suite")
     config = load_run_config(CONFIGS / "sft.yaml")
     assert config.train == ("runs/transfer/suite",) == config.held_out_bundles
     trained = split_dirs(config.train[0], None, "train")
     held = split_dirs(config.held_out_bundles[0], None, "held_out")
     assert trained is not None and held is not None
-    assert {d.name for d in trained} == {Path(b.path).name for b in suite.select("train")}
-    assert {d.name for d in held} == {Path(b.path).name for b in suite.select("held_out")}
+    assert {d.name for d in trained} == split_names["train"]
+    assert {d.name for d in held} == split_names["held_out"]
     assert config.out == "runs/transfer/cold-start"
     assert config.max_turn_tokens == 128 and config.max_turns == 3
