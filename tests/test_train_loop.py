@@ -22,6 +22,7 @@ from envgym import registry
 from envgym.bundle import write_manifest
 from envgym.bundle_env import BundleEnv
 from envgym.embedded import load_tokenizer
+from envgym.trainer import loop
 from envgym.trainer.config import TrainConfig, config_from_dict
 from envgym.trainer.loop import Trainer, task_split
 
@@ -110,7 +111,11 @@ def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.timeout(300)
-def test_two_steps_end_to_end(tmp_path: Path, tokenizer: Any) -> None:
+def test_two_steps_end_to_end(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    released: list[int] = []  # each update is bracketed by a release of freed memory
+    monkeypatch.setattr(loop, "release_freed", lambda: released.append(1) or 0)
     bundle = parity_bundle(tmp_path / "b", tasks=5)
     config = train_config(
         tmp_path,
@@ -132,6 +137,7 @@ def test_two_steps_end_to_end(tmp_path: Path, tokenizer: Any) -> None:
     reports = trainer.run()
 
     assert [r.step for r in reports] == [1, 2] and all(r.skipped is None for r in reports)
+    assert len(released) == 4  # before and after each of the two updates
     assert trainer.version == 2 and trainer.engine.version == 2
     after = model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)  # it learned something
