@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import functools
-import gc
 import os
 import time
 from collections.abc import Iterator
@@ -29,6 +27,7 @@ from dataclasses import dataclass
 from envgym.bench import BenchResult
 from envgym.bundle import load_bundle
 from envgym.bundle_env import BundleEnv
+from envgym.heap import release_freed
 from envgym.rollout import AgentPolicy, EpisodeSpec, RolloutBudget, RolloutEngine
 
 EPISODE_BUDGET = RolloutBudget(max_turns=48, max_seconds=120.0)
@@ -79,10 +78,7 @@ def _rss_mib(pid: int) -> float:
 
 
 def sample() -> Sample:
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        # Hand freed heap back to the OS so RSS measures what is still held, not glibc's cache.
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    release_freed()  # so RSS measures what is still held, not glibc's cache of freed memory
     me = os.getpid()
     family = _descendants(me)
     return Sample(
