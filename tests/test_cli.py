@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from envgym.bundle import write_manifest
 from envgym.cli import app
+from envgym.kept_tasks import load_kept
 from envgym.play import parse_command
 
 runner = CliRunner()
@@ -204,6 +205,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # the filter ran with the cold-started policy and kept something to train on
     kept = re.search(r"kept (\d+) of (\d+) training tasks", out)
     assert kept and 0 < int(kept[1]) <= int(kept[2]), out[-3000:]
+    assert load_kept(story / "kept.json").kept == int(kept[1])  # the file GRPO trained from
     assert (story / "grpo" / "policy" / "train_run.json").is_file()
     assert (story / "grpo" / "metrics" / "curves.png").stat().st_size > 1000
     # held out: both policies scored on the held-out category, and their paired difference

@@ -158,6 +158,8 @@ def test_the_run_identity_keeps_checkpoints_of_turn_scope_runs_resumable() -> No
     old = _config(overlong_scope="turn").to_dict()
     old.pop("overlong_scope")  # a checkpoint written before the key existed
     old["model"].pop("allow_moe_without_keep_routing")
+    for env in old["envs"]:
+        env.pop("kept")  # nor envs[].kept
     assert _run_config(old) == _run_config(_config(overlong_scope="turn"))
     assert _run_config(old) != _run_config(_config())  # auto = sample here: another run
     assert _run_config(_config()) == _run_config(_config(overlong_scope="sample"))

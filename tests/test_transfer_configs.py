@@ -1,15 +1,20 @@
 """configs/transfer/: the transfer experiment's cold start and GRPO arm read a suite the way
-docs/TRANSFER.md builds it: training on its train split only, its held-out split never."""
+docs/TRANSFER.md builds it: training on its train split only (GRPO: the tasks the filter kept),
+its held-out split never."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from envgym.bundle import load_bundle
+from envgym.cli import app
+from envgym.kept_tasks import load_kept
 from envgym.suite_manifest import load_suite, split_dirs
 from envgym.synth_agents.suite import SuiteConfig, build_suite
-from envgym.trainer.config import load_config
+from envgym.trainer.config import ConfigError, load_config
 from envgym.trainer.sft_run import load_run_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,9 +51,28 @@ def split_names(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
 
 
 @pytest.mark.timeout(300)
-def test_grpo_trains_on_the_train_split_only(split_names: dict[str, set[str]]) -> None:
+def test_grpo_trains_on_the_kept_tasks_of_the_train_split_only(
+    split_names: dict[str, set[str]],
+) -> None:
+    with pytest.raises(ConfigError, match=r"envs\[0\]\.kept: no kept-tasks file"):
+        load_config(CONFIGS / "grpo.yaml")  # the filter has not run yet
+    # the documented filter command, with gold replays standing in for the cold-started policy
+    args = ["filter", "runs/transfer/suite", "--split", "train", "--model", "gold", "--k", "4"]
+    args += ["--temperature", "0.8", "--max-tokens", "128", "--max-turns", "3"]
+    args += [
+        "--episode-tokens",
+        "384",
+        "--sandbox",
+        "inprocess",
+        "--out",
+        "runs/transfer/kept.json",
+    ]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    kept = load_kept("runs/transfer/kept.json")
     config = load_config(CONFIGS / "grpo.yaml")
     assert {Path(e.id).name for e in config.envs} == split_names["train"]
+    by_hash = {load_bundle(e.id).manifest.content_hash: e.tasks for e in config.envs}
+    assert by_hash == {h: list(b.kept) for h, b in kept.bundles.items()}
     assert config.model.path == "runs/transfer/cold-start"  # the cold start's output
     assert config.rollout.max_tokens == 128 and config.rollout.max_turns == 3
 

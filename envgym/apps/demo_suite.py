@@ -162,57 +162,58 @@ def cold_start(
 
 
 def pass_filter(
-    console: Console, dirs: list[Path], policy_dir: Path, spec: DemoStory, sandbox: str
-) -> dict[str, list[str]]:
-    """pass@k with the cold-started policy over ``dirs``: bundle dir → kept tasks."""
-    from envgym.bundle import load_bundle
-    from envgym.evaluate.models import load_policy, model_ref
+    console: Console, suite: Path, policy_dir: Path, out: Path, spec: DemoStory, sandbox: str
+) -> Path | None:
+    """pass@k with the cold-started policy over the training split (``envgym filter``): the
+    kept-tasks file, or None when it kept nothing."""
+    from envgym.evaluate.models import model_ref
     from envgym.policy import SamplingParams
     from envgym.rollout import RolloutBudget
-    from envgym.synth_agents.passk import FilterConfig, TaskFilterResult, filter_bundle
+    from envgym.suite_manifest import split_dirs
+    from envgym.synth_agents.filter_run import model_policy_factory
+    from envgym.synth_agents.kept_run import filter_into, filter_settings, resume_or_start
+    from envgym.synth_agents.passk import FilterConfig
 
     config = FilterConfig(
         k=spec.filter_k,
-        concurrency=4,
+        concurrency=4,  # two bundles at a time: 8 episodes in flight in all
         params=SamplingParams(temperature=0.8, max_tokens=spec.max_tokens),
         budget=RolloutBudget(max_turns=spec.max_turns, max_tokens=spec.max_turns * spec.max_tokens),
         derive_budget=False,  # the policy's own budget: the one it trains with
         sandbox=sandbox,
         seed=spec.seed,
     )
-
-    async def run() -> dict[Path, list[TaskFilterResult]]:
-        policy = load_policy(model_ref(str(policy_dir)), sandbox=sandbox)
-        lanes = asyncio.Semaphore(2)  # two bundles at a time: 8 episodes in flight in all
-
-        async def one(d: Path) -> list[TaskFilterResult]:
-            async with lanes:
-                results = await filter_bundle(load_bundle(d), policy, config)
-            solved = sum(r.kept for r in results)
-            console.print(f"  {d.name}: {solved}/{len(results)} kept", highlight=False)
-            return results
-
-        try:
-            return dict(zip(dirs, await asyncio.gather(*(one(d) for d in dirs))))
-        finally:
-            await policy.aclose()
-
-    results = asyncio.run(run())
-    kept = {str(d): [r.task_id for r in rs if r.kept] for d, rs in results.items()}
-    tasks = sum(len(rs) for rs in results.values())
-    rate = sum(r.pass_rate for rs in results.values() for r in rs) / max(tasks, 1)
-    console.print(
-        f"  kept {sum(len(v) for v in kept.values())} of {tasks} training tasks "
-        f"(pass@{spec.filter_k} > 0; mean pass rate {rate:.3f}, {len(dirs)} bundles)"
+    ref = model_ref(str(policy_dir))
+    path = out / "kept.json"
+    # a new cold start each run, so a new filter (the file of the last run had another policy)
+    start = resume_or_start(path, filter_settings(ref.spec, ref.fingerprint, config), restart=True)
+    dirs = split_dirs(suite, "train", "train") or []
+    kept = asyncio.run(
+        filter_into(
+            dirs,
+            model_policy_factory(str(policy_dir), sandbox),
+            config,
+            path,
+            start,
+            lanes=2,
+            on_bundle=lambda d, b: console.print(
+                f"  {d.name}: {len(b.kept)}/{b.tasks} kept", highlight=False
+            ),
+        )  # fmt: skip
     )
-    return {d: ids for d, ids in kept.items() if ids}
+    rates = [r for b in kept.bundles.values() for r in b.pass_rates.values()]
+    console.print(
+        f"  kept {kept.kept} of {kept.tasks} training tasks (pass@{spec.filter_k} > 0; mean pass "
+        f"rate {sum(rates) / max(len(rates), 1):.3f}, {len(dirs)} bundles) → {path}"
+    )
+    return path if kept.kept else None
 
 
 def train(
-    console: Console, kept: dict[str, list[str]], start: Path, out: Path, spec: DemoStory,
+    console: Console, suite: Path, kept: Path, start: Path, out: Path, spec: DemoStory,
     sandbox: str,
 ) -> Path:  # fmt: skip
-    """GRPO on the kept tasks; returns the exported policy folder."""
+    """GRPO on the training split's kept tasks; returns the exported policy folder."""
     from envgym.trainer.config import config_from_dict
     from envgym.trainer.loop import Trainer
 
@@ -220,7 +221,7 @@ def train(
     config = config_from_dict(
         {
             "model": {"path": str(start)},
-            "envs": [{"id": d, "tasks": ids, "sandbox": sandbox} for d, ids in kept.items()],
+            "envs": [{"id": str(suite), "split": "train", "kept": str(kept), "sandbox": sandbox}],
             "rollout": {
                 "group_size": spec.group_size,
                 "prompts": spec.prompts,
@@ -343,14 +344,14 @@ def demo_story(
         )
         kept = stage(
             f"pass@{spec.filter_k} filter of the training tasks with the cold-started policy",
-            lambda: pass_filter(console, train_dirs, sft, spec, sandbox),
+            lambda: pass_filter(console, suite, sft, out, spec, sandbox),
         )
         if not kept:
             console.print("[bold red]the filter kept no task: nothing to train on[/]")
             return False
         policy = stage(
             f"{spec.grpo_steps} GRPO steps (envgym train) on the kept tasks",
-            lambda: train(console, kept, sft, out, spec, sandbox),
+            lambda: train(console, suite, kept, sft, out, spec, sandbox),
         )
         ok = (
             stage(

@@ -70,6 +70,9 @@ class EnvConfig:
     tasks: list[str] | None = None  # restrict to these task ids (default: every task)
     # a suite only: train | held_out | all (default train); the entry becomes one per bundle
     split: str | None = None
+    # a kept-tasks file (``envgym filter``): each bundle of the entry trains on the tasks that
+    # file kept for it, a bundle it kept none of is left out (envgym/kept_tasks.py)
+    kept: str | None = None
     sandbox: str = "bwrap"
     context: str = "thinking-retention"
 
@@ -237,7 +240,7 @@ def _expand_paths(c: TrainConfig) -> TrainConfig:
     return dataclasses.replace(
         c,
         model=dataclasses.replace(c.model, path=ex(c.model.path)),
-        envs=[dataclasses.replace(e, id=ex(e.id)) for e in c.envs],
+        envs=[dataclasses.replace(e, id=ex(e.id), kept=e.kept and ex(e.kept)) for e in c.envs],
         checkpoint=dataclasses.replace(
             c.checkpoint,
             dir=ex(c.checkpoint.dir),
@@ -248,22 +251,19 @@ def _expand_paths(c: TrainConfig) -> TrainConfig:
 
 
 def _expand_suites(c: TrainConfig) -> TrainConfig:
-    """Each suite entry (``{id: path/to/suite, split: train}``) becomes one entry per bundle of
-    that split, in the manifest's order, with the entry's sandbox and context."""
-    from envgym.suite_manifest import SuiteError, split_dirs
+    """Each entry becomes one per bundle it stands for (envgym/trainer/env_entries.py): a suite
+    split's bundles, each restricted to what a kept-tasks file kept when the entry names one."""
+    from envgym.trainer.env_entries import EntryError, bundles_of
 
     envs: list[EnvConfig] = []
     for i, env in enumerate(c.envs):
         try:
-            dirs = split_dirs(env.id, env.split, "train")
-        except SuiteError as err:
-            raise ConfigError(f"envs[{i}] ({env.id!r}, split {env.split!r}): {err}") from None
-        if dirs is None:
-            envs.append(env)
-            continue
-        if env.tasks is not None:
-            raise ConfigError(f"envs[{i}].tasks cannot restrict a suite ({env.id!r}): pick a split")
-        envs += [dataclasses.replace(env, id=str(d), split=None) for d in dirs]
+            pairs = bundles_of(env.id, env.split, env.tasks, env.kept)
+        except EntryError as err:
+            raise ConfigError(f"envs[{i}]{err}") from None
+        envs += [
+            dataclasses.replace(env, id=d, split=None, kept=None, tasks=tasks) for d, tasks in pairs
+        ]
     return dataclasses.replace(c, envs=envs)
 
 

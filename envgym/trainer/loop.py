@@ -118,6 +118,9 @@ def _run_config(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
         data["model"].pop("allow_moe_without_keep_routing", None)
         if data["model"].get("lora", "absent") is None:  # added later: off, as if absent
             del data["model"]["lora"]
+    for env in data.get("envs") or []:  # ``kept`` was added later; expansion always clears it
+        if isinstance(env, dict) and env.get("kept", "absent") is None:
+            del env["kept"]
     if data.get("packing") is False:  # added later: off (the update is the same), as if absent
         del data["packing"]
     loss = data.get("loss")
