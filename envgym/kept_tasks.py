@@ -38,12 +38,16 @@ class KeptBundle:
     tasks: int  # how many tasks the bundle has
     kept: tuple[str, ...]  # in the bundle's task order
     pass_rates: dict[str, float]  # task id -> share of its samples that solved it
+    # False: left out of a sampled run (``envgym filter --sample``), so nothing is kept; recorded
+    # so the trainer knows the bundle and leaves it out rather than refusing it as unknown
+    filtered: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "content_hash": self.content_hash,
             "tasks": self.tasks,
+            "filtered": self.filtered,
             "kept": list(self.kept),
             "pass_rates": dict(self.pass_rates),
         }
@@ -65,7 +69,8 @@ class KeptTasks:
 
     @property
     def tasks(self) -> int:
-        return sum(b.tasks for b in self.bundles.values())
+        """Tasks of the bundles that were filtered."""
+        return sum(b.tasks for b in self.bundles.values() if b.filtered)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +153,11 @@ def _bundle(row: Any, i: int, bad: Any) -> KeptBundle:
         raise bad(f"bundles[{i}].kept must be a list of task ids")
     if len(set(kept)) != len(kept) or len(kept) > row["tasks"]:
         raise bad(f"bundles[{i}].kept repeats a task or lists more than the bundle's tasks")
+    filtered = row.get("filtered", True)
+    if not isinstance(filtered, bool) or (not filtered and kept):
+        raise bad(
+            f"bundles[{i}].filtered must be a boolean, and an unfiltered bundle keeps nothing"
+        )
     rates = row.get("pass_rates")
     if not isinstance(rates, dict) or not all(
         isinstance(k, str)
@@ -160,7 +170,7 @@ def _bundle(row: Any, i: int, bad: Any) -> KeptBundle:
         raise bad(f"bundles[{i}].pass_rates must map task ids to numbers in [0, 1]")
     return KeptBundle(
         row["path"], row["content_hash"], row["tasks"], tuple(kept),
-        {k: float(v) for k, v in rates.items()},
+        {k: float(v) for k, v in rates.items()}, filtered,
     )  # fmt: skip
 
 

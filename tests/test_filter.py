@@ -173,6 +173,8 @@ def _valid(suite: Path, tmp_path: Path) -> dict[str, Any]:
         (lambda d: {**d, "bundles": [{**d["bundles"][0], "kept": [1]}]}, "list of task ids"),
         (lambda d: {**d, "bundles": [{**d["bundles"][0], "pass_rates": {"a": 2}}]}, r"in \[0, 1\]"),
         (lambda d: {**d, "bundles": d["bundles"] * 2}, "listed twice"),
+        (lambda d: {**d, "bundles": [{**d["bundles"][0], "filtered": False}]}, "keeps nothing"),
+        (lambda d: {**d, "bundles": [{**d["bundles"][0], "filtered": 1}]}, "must be a boolean"),
     ],
 )
 def test_a_bad_kept_file_is_refused_by_name(
@@ -238,3 +240,21 @@ def test_bad_options_are_refused_before_anything_runs(suite: Path, tmp_path: Pat
     assert not out.exists()
     write_kept(out, KeptTasks({"model": "gold"}, {}))  # an unrelated file is not overwritten
     assert cli_filter(suite, out).exit_code == 2 and load_kept(out).kept == 0
+
+
+def test_a_sample_filters_some_bundles_and_records_the_rest(suite: Path, tmp_path: Path) -> None:
+    out = tmp_path / "kept.json"
+    result = cli_filter(suite, out, "gold", "--sample", "1")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (summary["bundles"], summary["not_sampled"], summary["tasks"]) == (1, 1, 2)
+    entries = load_kept(out).bundles.values()
+    assert sorted(b.filtered for b in entries) == [False, True]
+    assert [b.kept for b in entries if not b.filtered] == [()]
+    sampled = [str(suite / Path(b.path).name) for b in entries if b.filtered]
+    assert envs(suite, kept=str(out)) == [(sampled[0], ["secret"])]  # the other is left out
+    # a larger sample later filters what the first left out, and only that
+    whole = cli_filter(suite, out, "gold", "--sample", "2")
+    assert json.loads(whole.stdout.strip().splitlines()[-1])["bundles"] == 2
+    assert len(envs(suite, kept=str(out))) == 2
+    assert "sample must be ≥ 1" in cli_filter(suite, out, "gold", "--sample", "0").output

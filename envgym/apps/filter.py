@@ -50,6 +50,9 @@ def filter_command(
     ),
     concurrency: int = typer.Option(4, "--concurrency", help="episodes at a time per bundle"),
     lanes: int = typer.Option(2, "--lanes", help="bundles at a time"),
+    sample: int = typer.Option(
+        None, "--sample", help="filter a seeded sample of this many bundles (--seed)"
+    ),
     sandbox: str = typer.Option("bwrap", "--sandbox", help="bwrap | docker | inprocess"),
     context: str = typer.Option("thinking-retention", "--context"),
     parser: str = typer.Option("hermes", "--parser"),
@@ -81,8 +84,9 @@ def filter_command(
             seed=seed,
         )
         summary = run_filter(
-            targets, model, out, config, split=split, restart=restart, lanes=lanes, console=err
-        )
+            targets, model, out, config, split=split, restart=restart, lanes=lanes, sample=sample,
+            console=err,
+        )  # fmt: skip
     except (ValueError, OSError, RuntimeError) as exc:
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False)
         raise typer.Exit(2) from None
@@ -105,6 +109,7 @@ def run_filter(
     split: str,
     restart: bool,
     lanes: int,
+    sample: int | None = None,
     console: Console,
 ) -> dict[str, object]:
     """Filter what the file at ``out`` lacks of ``targets``; returns the file's summary."""
@@ -134,13 +139,15 @@ def run_filter(
             out,
             start,
             lanes=lanes,
+            sample=sample,
             on_bundle=heard,
         )  # fmt: skip
     )
     rates = [r for b in kept.bundles.values() for r in b.pass_rates.values()]
     return {
         "out": str(out),
-        "bundles": len(kept.bundles),
+        "bundles": sum(b.filtered for b in kept.bundles.values()),
+        "not_sampled": sum(not b.filtered for b in kept.bundles.values()),
         "tasks": kept.tasks,
         "kept": kept.kept,
         "mean_pass_rate": sum(rates) / len(rates) if rates else 0.0,

@@ -15,6 +15,7 @@ holds.  A file written with other settings is refused by name rather than mixed.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -85,17 +86,34 @@ async def filter_into(
     start: KeptTasks,
     *,
     lanes: int = 2,
+    sample: int | None = None,
     on_bundle: OnBundle | None = None,
 ) -> KeptTasks:
-    """Filter every bundle of ``dirs`` that ``start`` does not hold; returns the whole file.
+    """Filter every bundle of ``dirs`` (or a seeded ``sample`` of them: ``config.seed``) that
+    ``start`` has not filtered; returns the whole file.  Bundles left out of the sample are
+    recorded as not filtered (nothing kept).
 
     ``factory(bundle_dir)`` gives the policy (one shared model; a gold replay per bundle): it is
     called only for bundles left to do, so a finished file never loads the model again."""
     if lanes < 1:
         raise ValueError(f"lanes must be ≥ 1, not {lanes}")
+    if sample is not None and sample < 1:
+        raise ValueError(f"sample must be ≥ 1, not {sample}")
     bundles = [load_bundle(d) for d in dirs]
-    todo = [b for b in bundles if b.manifest.content_hash not in start.bundles]
+    chosen = set(range(len(bundles)))
+    if sample is not None and sample < len(bundles):
+        chosen = set(random.Random(config.seed).sample(range(len(bundles)), sample))
     kept = start
+    for i, b in enumerate(bundles):
+        if i not in chosen and b.manifest.content_hash not in kept.bundles:
+            entry = KeptBundle(str(b.root), b.manifest.content_hash, len(b.tasks), (), {}, False)
+            kept = kept.with_bundle(entry)
+    if kept != start:
+        write_kept(out, kept)
+    filtered = {h for h, e in kept.bundles.items() if e.filtered}
+    todo = [
+        b for i, b in enumerate(bundles) if i in chosen and b.manifest.content_hash not in filtered
+    ]
     if not todo:
         return kept
     gate = asyncio.Semaphore(lanes)
