@@ -29,6 +29,9 @@ CODE_FILES = ("tools.py", "solution.py", "verifier.py")
 # ``reset``): a fixed tools.py that builds its tools from a table (docs/BUNDLE.md, "tools.json").
 # Copied into the sandbox with the code files and bounded like them.
 CODE_DATA = ("tools.json",)
+# Where a sandbox's staged copy of the code holds the host's compiled code of those files
+# (envgym/sandbox/bytecode.py); not a bundle file name, and the stage copies nothing else.
+BYTECODE_DIR = ".bytecode"
 
 # A ContextVar rather than a global so several in-process environments can share one
 # interpreter; the sandbox worker simply sets it once per reset.

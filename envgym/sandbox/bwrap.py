@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from envgym.runtime import BYTECODE_DIR
 from envgym.sandbox.base import CallError, Limits, SandboxUnavailable
 from envgym.sandbox.cgroup import JailCgroup, open_cgroup
 from envgym.sandbox.fdwait import wait_readable
@@ -325,6 +326,7 @@ class BwrapSandbox(ProcessSandbox):
     """Bundle code in a bubblewrap sandbox (the default backend)."""
 
     backend = "bwrap"
+    loads_bytecode = True  # the worker runs this host's interpreter (bytecode.py)
 
     def __init__(
         self, bundle_dir: Path, limits: Limits | None = None, *, fork: bool | None = None
@@ -360,6 +362,8 @@ class BwrapSandbox(ProcessSandbox):
         identity = plan_identity(self.root, rlimits, limits.max_processes)
         # seal: a fresh keyring, no capabilities, the drop checked (seal.py)
         extra: dict[str, object] = {"reap_strays": True, "seal": True}
+        if self.bytecode:
+            extra["bytecode"] = f"{SANDBOX_BUNDLE}/{BYTECODE_DIR}"
         if self._load is not None and self._load.get("ok"):
             # The bundle's three files imported in an earlier worker (describe_tools reported
             # on all of them): later workers import the gold solution at its first use, as

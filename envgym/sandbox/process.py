@@ -46,6 +46,7 @@ from envgym.sandbox.base import (
     ToolSpec,
     call_limit,
 )
+from envgym.sandbox.bytecode import compile_stage
 from envgym.sandbox.channel import Connection, WorkerDied, WorkerHandle, signal_death
 from envgym.sandbox.pool import WorkerPool, reap
 
@@ -71,6 +72,7 @@ class ProcessSandbox(Sandbox):
     """A :class:`Sandbox` whose bundle code runs in a restartable worker process."""
 
     backend = "process"
+    loads_bytecode = False  # whether workers run the host's interpreter (bytecode.py)
 
     def __init__(self, bundle_dir: Path, limits: Limits | None = None) -> None:
         super().__init__(bundle_dir, limits)
@@ -93,6 +95,8 @@ class ProcessSandbox(Sandbox):
             if (self.bundle_dir / name).is_file():
                 shutil.copyfile(self.bundle_dir / name, self.stage / name)
                 os.chmod(self.stage / name, 0o644)
+        # Compiled once here for every worker of this sandbox (bytecode.py), where they can load it.
+        self.bytecode = compile_stage(self.stage, SANDBOX_BUNDLE) if self.loads_bytecode else ()
         os.chmod(self.stage, 0o755)
         self._conn: Connection | None = None
         self._boot: _Boot | None = None

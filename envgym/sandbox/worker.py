@@ -141,6 +141,7 @@ def serve(config: dict[str, Any]) -> int:
         module_prefix="bundle_",
         max_stdout_bytes=max_stdout,
         defer=tuple(config.get("defer", ())),
+        bytecode=Path(config["bytecode"]) if config.get("bytecode") else None,
     )
     me = os.getpid()
     hello = {"id": 0, "ok": True, "value": {"pid": me, "uid": os.getuid()}}
