@@ -13,12 +13,12 @@ from envgym.bundle import load_bundle
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", ["inprocess", "bwrap", "bwrap-fork"])
+@pytest.mark.parametrize("backend", ["inprocess", "bwrap", "bwrap-fork", "bwrap-fork-source"])
 def test_a_level_runs_and_leaves_nothing_behind(
     backend: str, require_backend: Callable[[str], None]
 ) -> None:
-    require_backend(backend.removesuffix("-fork"))
-    if backend == "bwrap-fork" and os.geteuid() != 0:
+    require_backend("bwrap" if backend.startswith("bwrap") else backend)
+    if "-fork" in backend and os.geteuid() != 0:
         pytest.skip("forked workers need a root host")
     from envgym.envs.trip_planning.build import default_bundle_dir
 
@@ -31,6 +31,9 @@ def test_a_level_runs_and_leaves_nothing_behind(
         assert row["sandboxes_per_env"] >= 1 and row["pss_mib_per_sandbox"] > 0
         # The interpreters alone: part of the sandboxes' PSS (bwrap and its init are the rest).
         assert 0 < row["worker_pss_mib"] < row["pss_mib_per_sandbox"]
+    from envgym.sandbox.bwrap import BwrapSandbox
+
+    assert BwrapSandbox.loads_bytecode  # a "-source" level restores the default
 
 
 def test_bad_knobs_are_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,9 @@ sandboxes: PSS of this process's descendants, which counts shared pages once, th
 worker interpreters alone, and RSS per sandbox process), errored episodes (an exception, or a tool call that failed for the
 infrastructure: crash, timeout, protocol, internal error) and processes left after close().
 
-Knobs: ``ENVGYM_SCALE_LEVELS`` (e.g. ``1,8,32``), ``ENVGYM_SCALE_BACKENDS`` (``bwrap,inprocess``),
+Knobs: ``ENVGYM_SCALE_LEVELS`` (e.g. ``1,8,32``), ``ENVGYM_SCALE_BACKENDS`` (``bwrap,inprocess``;
+a bwrap backend + ``-source``: workers compile the bundle's code themselves, the baseline of the
+host-compiled bytecode),
 ``ENVGYM_SCALE_ROUNDS`` (episodes per env, default 3; quick 2).
 """
 
@@ -36,6 +38,10 @@ QUICK_LEVELS = (1, 8)
 # bwrap-cold: bwrap without pre-started workers (every reset starts its worker), the baseline.
 # bwrap-fork(-cold): the same with workers forked by the fork server (ENVGYM_SANDBOX_FORK=1).
 BACKENDS = ("bwrap", "bwrap-cold", "bwrap-fork", "bwrap-fork-cold", "inprocess")
+# Not run by default: a bwrap backend + "-source", whose workers compile the bundle's code from
+# source (as before envgym/sandbox/bytecode.py): the baseline of that change, in the same run.
+SOURCE = "-source"
+KNOWN = BACKENDS + tuple(b + SOURCE for b in BACKENDS if b.startswith("bwrap"))
 FORK_SWITCH = "ENVGYM_SANDBOX_FORK"
 INFRA_ERRORS = frozenset({"timeout", "crash", "protocol", "internal_error", "memory"})
 BARRIER_TIMEOUT_S = 600.0
@@ -183,8 +189,11 @@ def _episode(env: BundleEnv, task: int, level: _Level, barrier: threading.Barrie
 
 def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, float | str]:
     """One (backend, N): make N envs, ``rounds`` lock-step episodes each, close them."""
+    from envgym.sandbox.bwrap import BwrapSandbox
+
     fds0, procs0 = _fds(), _leftover()
-    sandbox, prestart = backend.removesuffix("-cold"), not backend.endswith("-cold")
+    source, sandbox = backend.endswith(SOURCE), backend.removesuffix(SOURCE)
+    sandbox, prestart = sandbox.removesuffix("-cold"), not sandbox.endswith("-cold")
     fork, sandbox = sandbox.endswith("-fork"), sandbox.removesuffix("-fork")
 
     def make(_: int) -> BundleEnv:
@@ -192,10 +201,12 @@ def run_level(bundle: Bundle, backend: str, n: int, rounds: int) -> dict[str, fl
 
     before = os.environ.get(FORK_SWITCH)
     os.environ[FORK_SWITCH] = "1" if fork else "0"  # read when a sandbox is made
+    BwrapSandbox.loads_bytecode = not source  # read when a sandbox stages the code
     try:
         with ThreadPoolExecutor(min(n, 16)) as pool:
             envs = list(pool.map(make, range(n)))
     finally:
+        BwrapSandbox.loads_bytecode = True
         if before is None:
             del os.environ[FORK_SWITCH]
         else:
@@ -281,10 +292,10 @@ def run(quick: bool = False) -> BenchResult:
     levels = _ints("ENVGYM_SCALE_LEVELS", QUICK_LEVELS if quick else LEVELS)
     (rounds,) = _ints("ENVGYM_SCALE_ROUNDS", (2,) if quick else (3,))
     backends = tuple(os.environ.get("ENVGYM_SCALE_BACKENDS", ",".join(BACKENDS)).split(","))
-    unknown = set(backends) - set(BACKENDS)
+    unknown = set(backends) - set(KNOWN)
     if unknown:
         raise ValueError(
-            f"$ENVGYM_SCALE_BACKENDS: unknown backend(s) {sorted(unknown)}; known: {BACKENDS}"
+            f"$ENVGYM_SCALE_BACKENDS: unknown backend(s) {sorted(unknown)}; known: {KNOWN}"
         )
     bundle = load_bundle(default_bundle_dir())
     metrics: dict[str, float] = {}
