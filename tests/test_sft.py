@@ -15,15 +15,7 @@ import torch
 from bundle_factory import TASK, make_notes_bundle
 
 from envgym.bundle import write_manifest
-from envgym.trainer.sft import (
-    SFTConfig,
-    batch_logprobs,
-    lr_at,
-    save_policy,
-    select_examples,
-    sft_loss,
-    train_sft,
-)
+from envgym.trainer.sft import SFTConfig, batch_logprobs, lr_at, save_policy, sft_loss, train_sft
 from envgym.trainer.sft_data import HeldOut, SFTExample
 from envgym.trainer.sft_gold import EnvOptions, gold_examples
 from envgym.trainer.sft_run import SFTConfigError, load_run_config, override, run_config_from_dict
@@ -337,26 +329,6 @@ def _tiny_model() -> Any:
 
 def _example(ids: list[int], mask: list[int], task: str = "t") -> SFTExample:
     return SFTExample(tuple(ids), tuple(mask), "gold", "sha256:x", task)
-
-
-def test_a_subset_is_drawn_bundle_by_bundle_and_keeps_the_data_order() -> None:
-    # bundles a (3 examples), b (2), c (1), interleaved in the data
-    tags = ["a", "b", "a", "c", "b", "a"]
-    data = [
-        SFTExample((1, 2), (0, 1), "gold", f"sha256:{t}", f"{t}{i}") for i, t in enumerate(tags)
-    ]
-    assert select_examples(data, SFTConfig(max_examples=None)) == data
-    assert select_examples(data, SFTConfig(max_examples=6)) == data
-    for seed in range(8):
-        picked = select_examples(data, SFTConfig(max_examples=3, seed=seed))
-        assert picked == select_examples(data, SFTConfig(max_examples=3, seed=seed))
-        assert len(picked) == 3 and picked == [e for e in data if e in picked]  # data order
-        counts = {t: sum(e.bundle_hash == f"sha256:{t}" for e in picked) for t in "abc"}
-        # whole bundles in draw order, only the last one cut: never three bundles for three
-        assert sorted(counts.values()) in ([0, 0, 3], [0, 1, 2]), counts
-    draws = {tuple(e.task_id for e in select_examples(data, SFTConfig(max_examples=3, seed=s)))
-             for s in range(8)}  # fmt: skip
-    assert len(draws) > 1  # the seed decides the draw
 
 
 @pytest.mark.parametrize("share", [True, False])

@@ -47,7 +47,7 @@ def sft_command(
     epochs: int = typer.Option(None, "--epochs"),
     lr: float = typer.Option(None, "--lr"),
     max_examples: int = typer.Option(
-        None, "--max-examples", help="train on this many examples, drawn bundle by bundle (seeded)"
+        None, "--max-examples", help="train on a seeded random subset of this many examples"
     ),
     limit: int = typer.Option(None, "--limit", help="gold tasks per training target"),
     max_turns: int = typer.Option(

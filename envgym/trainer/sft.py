@@ -281,25 +281,11 @@ class SFTResult:
 
 
 def select_examples(examples: Sequence[SFTExample], cfg: SFTConfig) -> list[SFTExample]:
-    """All examples, or ``max_examples`` of them drawn environment by environment (data order
-    kept): bundles in a seeded random order, each with all its examples, the last one cut to
-    the count.  A bundle's examples share its system prompt and tools section, which a batch
-    runs once (:func:`plan_batches`); drawn one by one, a subset of a large suite has about one
-    example per bundle and pays that section for each.  The price is fewer environments seen
-    for the same count."""
+    """All examples, or a seeded random ``max_examples`` of them (data order kept)."""
     if cfg.max_examples is None or cfg.max_examples >= len(examples):
         return list(examples)
-    by_bundle: dict[str, list[int]] = {}
-    for i, e in enumerate(examples):
-        by_bundle.setdefault(e.bundle_hash, []).append(i)
-    bundles = sorted(by_bundle)
-    random.Random(cfg.seed).shuffle(bundles)
-    keep: list[int] = []
-    for b in bundles:
-        keep += by_bundle[b][: cfg.max_examples - len(keep)]
-        if len(keep) == cfg.max_examples:
-            break
-    return [examples[i] for i in sorted(keep)]
+    keep = sorted(random.Random(cfg.seed).sample(range(len(examples)), cfg.max_examples))
+    return [examples[i] for i in keep]
 
 
 def train_sft(
