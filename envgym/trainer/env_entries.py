@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-Entry = tuple[str, list[str] | None]  # (environment id or bundle directory, tasks or all)
+EnvEntry = tuple[str, list[str] | None]  # (environment id or bundle directory, tasks or all)
 
 
 class EntryError(ValueError):
@@ -23,7 +23,7 @@ class EntryError(ValueError):
 
 def bundles_of(
     target: str, split: str | None, tasks: list[str] | None, kept: str | None
-) -> list[Entry]:
+) -> list[EnvEntry]:
     from envgym.suite_manifest import SuiteError, split_dirs
 
     try:
@@ -43,7 +43,7 @@ def bundles_of(
     return [(str(d), None) for d in dirs]
 
 
-def _kept(dirs: list[Path], kept_path: str, target: str) -> list[Entry]:
+def _kept(dirs: list[Path], kept_path: str, target: str) -> list[EnvEntry]:
     from envgym.bundle import BundleError, load_bundle
     from envgym.kept_tasks import KeptError, load_kept
 
@@ -51,7 +51,7 @@ def _kept(dirs: list[Path], kept_path: str, target: str) -> list[Entry]:
         kept = load_kept(kept_path)
     except KeptError as err:
         raise EntryError(f".kept: {err}") from None
-    out: list[Entry] = []
+    out: list[EnvEntry] = []
     for d in dirs:
         try:
             digest = load_bundle(d).manifest.content_hash
