@@ -171,7 +171,7 @@ class BundleRunner:
     ) -> None:
         self.bundle_dir = Path(bundle_dir)
         # The host's compiled code of the code files (sandbox/bytecode.py), used where present:
-        # unmarshalling is ~10x cheaper than compiling, which every worker start used to pay.
+        # every worker start used to compile them (1.2-1.4x resets/s without, docs/SANDBOX.md).
         self.bytecode = bytecode
         self.prefix = module_prefix
         # Files ``load`` skips, imported at their first use instead (see _function).
