@@ -68,6 +68,12 @@ class KeptTasks:
         return sum(len(b.kept) for b in self.bundles.values())
 
     @property
+    def mean_pass_rate(self) -> float:
+        """Over every filtered task (0 when none was filtered)."""
+        rates = [r for b in self.bundles.values() for r in b.pass_rates.values()]
+        return sum(rates) / len(rates) if rates else 0.0
+
+    @property
     def tasks(self) -> int:
         """Tasks of the bundles that were filtered."""
         return sum(b.tasks for b in self.bundles.values() if b.filtered)

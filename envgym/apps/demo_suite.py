@@ -201,10 +201,9 @@ def pass_filter(
             ),
         )  # fmt: skip
     )
-    rates = [r for b in kept.bundles.values() for r in b.pass_rates.values()]
     console.print(
         f"  kept {kept.kept} of {kept.tasks} training tasks (pass@{spec.filter_k} > 0; mean pass "
-        f"rate {sum(rates) / max(len(rates), 1):.3f}, {len(dirs)} bundles) → {path}"
+        f"rate {kept.mean_pass_rate:.3f}, {len(dirs)} bundles) → {path}"
     )
     return path if kept.kept else None
 

@@ -143,13 +143,12 @@ def run_filter(
             on_bundle=heard,
         )  # fmt: skip
     )
-    rates = [r for b in kept.bundles.values() for r in b.pass_rates.values()]
     return {
         "out": str(out),
         "bundles": sum(b.filtered for b in kept.bundles.values()),
         "not_sampled": sum(not b.filtered for b in kept.bundles.values()),
         "tasks": kept.tasks,
         "kept": kept.kept,
-        "mean_pass_rate": sum(rates) / len(rates) if rates else 0.0,
+        "mean_pass_rate": kept.mean_pass_rate,
         "settings": kept.settings,
     }
